@@ -1,0 +1,8 @@
+#pragma once
+#include <CLI/CLI.hpp>
+
+namespace hbmsim::cli {
+void register_commands(CLI::App& app);
+void register_planner_commands(CLI::App& app);  // reproduce, sweep, plan, calibrate, bench
+int exit_status();  // set by commands that finish with a non-zero status without throwing
+}  // namespace hbmsim::cli

@@ -1,0 +1,17 @@
+// Plain-text tables for the terminal.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace hbmsim::cli {
+
+struct Table {
+  std::vector<std::string> header;
+  std::vector<std::vector<std::string>> rows;
+  std::string render() const;
+};
+
+std::string fixed(double v, int digits);
+std::string gib(double bytes, int digits = 1);
+
+}  // namespace hbmsim::cli

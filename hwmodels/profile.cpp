@@ -1,0 +1,156 @@
+#include "hwmodels/profile.hpp"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+namespace hbmsim {
+
+const std::vector<std::string>& fitted_parameter_names() {
+  static const std::vector<std::string> names = {
+      "gemm_scale",              // multiplies every GEMM efficiency table (all dtypes)
+      "nvfp4_gemm_scale",        // multiplies the nvfp4 GEMM table on top (block-scaled GEMMs, less mature)
+      "attention_scale",         // multiplies the attention table
+      "collective_scale",        // multiplies the collective table
+      "host_link_scale",         // multiplies host-link bandwidth in both directions
+      "copy_compute_interference",  // sets compute_slowdown_during_copy
+  };
+  return names;
+}
+
+Profile load_profile(const nlohmann::json& doc, const std::string& origin) {
+  JsonView v(doc, origin);
+  v.allow_only({"format", "name", "source", "metadata", "host_link", "hbm_bandwidth_bytes_per_s",
+                "d2d_bandwidth_bytes_per_s", "launch_overhead_s", "interference", "efficiency", "parameters"});
+  auto fmt = v.at("format");
+  if (fmt.string() != "hbmsim-profile/1") fmt.fail("unsupported format; expected \"hbmsim-profile/1\"");
+  Profile p;
+  if (auto n = v.find("name")) p.name = n->string();
+  if (auto s = v.find("source")) p.source = s->string();
+  if (auto m = v.find("metadata")) {
+    m->expect_object();
+    for (auto& item : m->raw().items()) p.metadata[item.key()] = m->at(item.key()).string();
+  }
+  if (auto h = v.find("host_link")) {
+    h->allow_only({"h2d_bytes_per_s", "d2h_bytes_per_s", "bidirectional_total_bytes_per_s", "latency_s"});
+    if (auto x = h->find("h2d_bytes_per_s")) p.h2d_bytes_per_s = x->positive();
+    if (auto x = h->find("d2h_bytes_per_s")) p.d2h_bytes_per_s = x->positive();
+    if (auto x = h->find("bidirectional_total_bytes_per_s")) p.bidirectional_total_bytes_per_s = x->positive();
+    if (auto x = h->find("latency_s")) p.host_latency_s = x->non_negative();
+  }
+  if (auto x = v.find("hbm_bandwidth_bytes_per_s")) p.hbm_bandwidth_bytes_per_s = x->positive();
+  if (auto x = v.find("d2d_bandwidth_bytes_per_s")) p.d2d_bandwidth_bytes_per_s = x->positive();
+  if (auto x = v.find("launch_overhead_s")) p.launch_overhead_s = x->non_negative();
+  if (auto i = v.find("interference")) {
+    i->allow_only({"compute_slowdown_during_copy"});
+    if (auto x = i->find("compute_slowdown_during_copy")) {
+      double s = x->non_negative();
+      if (s >= 1) x->fail("must be in [0, 1)");
+      p.compute_slowdown_during_copy = s;
+    }
+  }
+  if (auto e = v.find("efficiency")) {
+    e->allow_only({"gemm", "attention", "memory_bound", "copy", "collective"});
+    if (auto g = e->find("gemm")) {
+      g->allow_only({"bf16", "fp8", "nvfp4"});
+      if (auto t = g->find("bf16")) p.gemm_bf16 = PiecewiseTable::from_json(*t);
+      if (auto t = g->find("fp8")) p.gemm_fp8 = PiecewiseTable::from_json(*t);
+      if (auto t = g->find("nvfp4")) p.gemm_nvfp4 = PiecewiseTable::from_json(*t);
+    }
+    if (auto t = e->find("attention")) p.attention = PiecewiseTable::from_json(*t);
+    if (auto t = e->find("memory_bound")) p.memory_bound = PiecewiseTable::from_json(*t);
+    if (auto t = e->find("copy")) p.copy = PiecewiseTable::from_json(*t);
+    if (auto t = e->find("collective")) p.collective = PiecewiseTable::from_json(*t);
+  }
+  if (auto ps = v.find("parameters")) {
+    ps->expect_object();
+    for (auto& item : ps->raw().items()) {
+      auto x = ps->at(item.key());
+      const auto& known = fitted_parameter_names();
+      if (std::find(known.begin(), known.end(), item.key()) == known.end()) {
+        std::string list;
+        for (auto& k : known) list += (list.empty() ? "" : ", ") + k;
+        x.fail("unknown parameter; known: " + list);
+      }
+      double value = item.key() == "copy_compute_interference" ? x.non_negative() : x.positive();
+      if (item.key() == "copy_compute_interference" && value >= 1) x.fail("must be in [0, 1)");
+      p.parameters[item.key()] = value;
+    }
+  }
+  return p;
+}
+
+Profile load_profile_file(const std::string& path) { return load_profile(parse_json_file(path), path); }
+
+nlohmann::json Profile::to_json() const {
+  nlohmann::json j = {{"format", "hbmsim-profile/1"}, {"name", name}, {"source", source}};
+  if (!metadata.empty()) j["metadata"] = metadata;
+  nlohmann::json h = nlohmann::json::object();
+  if (h2d_bytes_per_s) h["h2d_bytes_per_s"] = *h2d_bytes_per_s;
+  if (d2h_bytes_per_s) h["d2h_bytes_per_s"] = *d2h_bytes_per_s;
+  if (bidirectional_total_bytes_per_s) h["bidirectional_total_bytes_per_s"] = *bidirectional_total_bytes_per_s;
+  if (host_latency_s) h["latency_s"] = *host_latency_s;
+  if (!h.empty()) j["host_link"] = h;
+  if (hbm_bandwidth_bytes_per_s) j["hbm_bandwidth_bytes_per_s"] = *hbm_bandwidth_bytes_per_s;
+  if (d2d_bandwidth_bytes_per_s) j["d2d_bandwidth_bytes_per_s"] = *d2d_bandwidth_bytes_per_s;
+  if (launch_overhead_s) j["launch_overhead_s"] = *launch_overhead_s;
+  if (compute_slowdown_during_copy) j["interference"] = {{"compute_slowdown_during_copy", *compute_slowdown_during_copy}};
+  nlohmann::json e = nlohmann::json::object(), g = nlohmann::json::object();
+  if (gemm_bf16) g["bf16"] = gemm_bf16->to_json();
+  if (gemm_fp8) g["fp8"] = gemm_fp8->to_json();
+  if (gemm_nvfp4) g["nvfp4"] = gemm_nvfp4->to_json();
+  if (!g.empty()) e["gemm"] = g;
+  if (attention) e["attention"] = attention->to_json();
+  if (memory_bound) e["memory_bound"] = memory_bound->to_json();
+  if (copy) e["copy"] = copy->to_json();
+  if (collective) e["collective"] = collective->to_json();
+  if (!e.empty()) j["efficiency"] = e;
+  if (!parameters.empty()) j["parameters"] = parameters;
+  return j;
+}
+
+void save_profile_file(const Profile& profile, const std::string& path) {
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw InputError(path + ": cannot be written");
+    out << profile.to_json().dump(2) << "\n";
+    out.flush();
+    if (!out) throw InputError(path + ": write failed");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) throw InputError(path + ": rename failed (" + ec.message() + ")");
+}
+
+System apply_profile(System s, const Profile& p) {
+  auto& e = s.efficiency;
+  auto& l = s.host_link;
+  if (p.h2d_bytes_per_s) l.measured_h2d_bytes_per_s = *p.h2d_bytes_per_s;
+  if (p.d2h_bytes_per_s) l.measured_d2h_bytes_per_s = *p.d2h_bytes_per_s;
+  if (p.host_latency_s) l.latency_s = *p.host_latency_s;
+  if (p.hbm_bandwidth_bytes_per_s) s.gpu.hbm_bandwidth_bytes_per_s = *p.hbm_bandwidth_bytes_per_s;
+  if (p.launch_overhead_s) s.gpu.launch_overhead_s = *p.launch_overhead_s;
+  if (p.compute_slowdown_during_copy) e.compute_slowdown_during_copy = *p.compute_slowdown_during_copy;
+  if (p.gemm_bf16) e.gemm_bf16 = *p.gemm_bf16;
+  if (p.gemm_fp8) e.gemm_fp8 = *p.gemm_fp8;
+  if (p.gemm_nvfp4) e.gemm_nvfp4 = *p.gemm_nvfp4;
+  if (p.attention) e.attention = *p.attention;
+  if (p.memory_bound) e.memory_bound = *p.memory_bound;
+  if (p.copy) e.copy = *p.copy;
+  if (p.collective) e.collective = *p.collective;
+  auto param = [&](const char* k) { auto it = p.parameters.find(k); return it == p.parameters.end() ? -1.0 : it->second; };
+  if (double f = param("gemm_scale"); f > 0) { e.gemm_bf16.scale(f); e.gemm_fp8.scale(f); e.gemm_nvfp4.scale(f); }
+  if (double f = param("nvfp4_gemm_scale"); f > 0) e.gemm_nvfp4.scale(f);
+  if (double f = param("attention_scale"); f > 0) e.attention.scale(f);
+  if (double f = param("collective_scale"); f > 0) e.collective.scale(f);
+  if (double f = param("host_link_scale"); f > 0) {
+    l.measured_h2d_bytes_per_s = s.host_h2d_bytes_per_s() * f;
+    l.measured_d2h_bytes_per_s = s.host_d2h_bytes_per_s() * f;
+  }
+  if (double f = param("copy_compute_interference"); f >= 0) e.compute_slowdown_during_copy = f;
+  s.calibration = p.name.empty() ? "unnamed profile" : p.name;
+  return s;
+}
+
+}  // namespace hbmsim

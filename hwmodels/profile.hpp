@@ -1,0 +1,38 @@
+// Calibration profile (docs/calibration-profile.md): measured or fitted figures that override a system's
+// datasheet ones. Written by the CUDA backend and by the fitter; read by simulate --calibration.
+#pragma once
+#include <map>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "hwmodels/system.hpp"
+
+namespace hbmsim {
+
+struct Profile {
+  std::string name;
+  std::string source;
+  std::map<std::string, std::string> metadata;
+  std::optional<double> h2d_bytes_per_s, d2h_bytes_per_s, bidirectional_total_bytes_per_s, host_latency_s;
+  std::optional<double> hbm_bandwidth_bytes_per_s, d2d_bandwidth_bytes_per_s, launch_overhead_s;
+  std::optional<double> compute_slowdown_during_copy;
+  std::optional<PiecewiseTable> gemm_bf16, gemm_fp8, gemm_nvfp4, attention, memory_bound, copy, collective;
+  std::map<std::string, double> parameters;  // named fitted scalars, see fitted_parameter_names()
+
+  nlohmann::json to_json() const;
+};
+
+// Names a profile's "parameters" may hold, what each multiplies, in the order the fitter uses.
+const std::vector<std::string>& fitted_parameter_names();
+
+Profile load_profile(const nlohmann::json& doc, const std::string& origin);
+Profile load_profile_file(const std::string& path);
+// Writes to PATH.tmp then renames, so a reader never sees half a profile.
+void save_profile_file(const Profile& profile, const std::string& path);
+
+// Measured values replace datasheet ones; fitted parameters then scale what they name.
+System apply_profile(System system, const Profile& profile);
+
+}  // namespace hbmsim

@@ -1,0 +1,117 @@
+#include "hwmodels/topology.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <boost/graph/dijkstra_shortest_paths.hpp>
+#include <boost/property_map/transform_value_property_map.hpp>
+
+namespace hbmsim {
+
+Topology::Topology(const System& system, int gpus) : system_(&system), gpus_(gpus) {
+  if (gpus <= 0) throw InputError("--gpus = " + std::to_string(gpus) + " (must be > 0)");
+  domain_gpus_ = std::min(gpus, system.scale_up.domain_gpus);
+  const int cpus = (gpus + system.host_cpu.gpus_per_cpu - 1) / system.host_cpu.gpus_per_cpu;
+  const int domains = (gpus + domain_gpus_ - 1) / domain_gpus_;
+
+  auto net = boost::add_vertex(TopoNode{NodeKind::network, 0, "scale-out network"}, graph_);
+  std::vector<std::size_t> switches;
+  for (int d = 0; d < domains; ++d)
+    switches.push_back(boost::add_vertex(TopoNode{NodeKind::nvswitch, d, "nvlink-domain" + std::to_string(d)}, graph_));
+  for (int c = 0; c < cpus; ++c)
+    cpu_vertex_.push_back(boost::add_vertex(TopoNode{NodeKind::cpu, c, system.host_cpu.name + std::to_string(c)}, graph_));
+
+  const auto& hl = system.host_link;
+  // A shared host link is one edge CPU<->port used by all its GPUs; the GPU<->port hop is not a bottleneck.
+  std::vector<std::size_t> ports;
+  const int links = (gpus + hl.gpus_sharing - 1) / hl.gpus_sharing;
+  for (int k = 0; k < links; ++k) {
+    auto port = boost::add_vertex(TopoNode{NodeKind::nic, -1, hl.name + "-port" + std::to_string(k)}, graph_);
+    ports.push_back(port);
+    int cpu = (k * hl.gpus_sharing) / system.host_cpu.gpus_per_cpu;
+    boost::add_edge(port, cpu_vertex_[cpu],
+                    TopoLink{hl.name, hl.per_direction_bytes_per_s, hl.latency_s, hl.sharing, hl.gpus_sharing},
+                    graph_);
+  }
+  const double inf = std::numeric_limits<double>::infinity();
+  for (int r = 0; r < gpus; ++r) {
+    auto v = boost::add_vertex(TopoNode{NodeKind::gpu, r, "gpu" + std::to_string(r)}, graph_);
+    gpu_vertex_.push_back(v);
+    boost::add_edge(v, ports[r / hl.gpus_sharing], TopoLink{"gpu-port", inf, 0.0, LinkSharing::dedicated, 1}, graph_);
+    const auto& up = system.scale_up;
+    boost::add_edge(v, switches[r / domain_gpus_],
+                    TopoLink{up.name, up.per_gpu_bytes_per_s_per_direction, up.latency_s, LinkSharing::dedicated, 1},
+                    graph_);
+    const auto& out = system.scale_out;
+    auto nic = boost::add_vertex(TopoNode{NodeKind::nic, r, "nic" + std::to_string(r)}, graph_);
+    boost::add_edge(v, nic, TopoLink{"pcie-nic", inf, 0.0, LinkSharing::dedicated, 1}, graph_);
+    boost::add_edge(nic, net,
+                    TopoLink{out.name, out.per_gpu_bytes_per_s_per_direction, out.latency_s, LinkSharing::dedicated, 1},
+                    graph_);
+  }
+}
+
+std::size_t Topology::cpu_vertex_of_gpu(int rank) const {
+  return cpu_vertex_.at(rank / system_->host_cpu.gpus_per_cpu);
+}
+
+PathCost Topology::path(std::size_t from, std::size_t to) const {
+  const auto n = boost::num_vertices(graph_);
+  std::vector<std::size_t> pred(n);
+  std::vector<double> dist(n);
+  // Weight: latency plus a tiny per-hop term so ties prefer fewer hops.
+  auto weight = boost::make_transform_value_property_map(
+      [](const TopoLink& l) { return l.latency_s + 1e-12; }, boost::get(boost::edge_bundle, graph_));
+  boost::dijkstra_shortest_paths(graph_, from,
+                                 boost::predecessor_map(pred.data()).distance_map(dist.data()).weight_map(weight));
+  PathCost cost;
+  cost.bytes_per_s = std::numeric_limits<double>::infinity();
+  if (from != to && pred[to] == to) return PathCost{0, 0, {}};
+  for (auto v = to; v != from; v = pred[v]) {
+    auto [e, ok] = boost::edge(pred[v], v, graph_);
+    const auto& l = graph_[e];
+    double share = l.per_direction_bytes_per_s / std::max(1, l.sharers);
+    if (l.sharing == LinkSharing::half_duplex) share /= 2;
+    cost.bytes_per_s = std::min(cost.bytes_per_s, share);
+    cost.latency_s += l.latency_s;
+    cost.links.insert(cost.links.begin(), l.name);
+  }
+  return cost;
+}
+
+double Topology::ring_s(double bytes, int group, double efficiency) const {
+  if (group <= 1 || bytes <= 0) return 0;
+  group = std::min(group, gpus_);
+  const int in_domain = std::min(group, domain_gpus_);
+  const int domains = (group + in_domain - 1) / in_domain;
+  const auto& up = system_->scale_up;
+  const auto& out = system_->scale_out;
+  // Intra-domain ring over NVLink: each GPU receives (D-1)/D of its domain's share of the buffer.
+  double t = bytes * (in_domain - 1) / in_domain / (up.per_gpu_bytes_per_s_per_direction * efficiency) +
+             (in_domain - 1) * up.latency_s;
+  if (domains > 1) {
+    // Between domains only each GPU's own slice travels: (K-1)/G of the buffer per GPU over its NIC.
+    t += bytes * (domains - 1) / group / (out.per_gpu_bytes_per_s_per_direction * efficiency) +
+         (domains - 1) * out.latency_s;
+  }
+  return t;
+}
+
+double Topology::all_gather_s(double bytes, int group, double efficiency) const { return ring_s(bytes, group, efficiency); }
+double Topology::reduce_scatter_s(double bytes, int group, double efficiency) const { return ring_s(bytes, group, efficiency); }
+
+double Topology::all_to_all_s(double bytes, int group, double efficiency) const {
+  if (group <= 1 || bytes <= 0) return 0;
+  group = std::min(group, gpus_);
+  const int in_domain = std::min(group, domain_gpus_);
+  const auto& up = system_->scale_up;
+  const auto& out = system_->scale_out;
+  double leave_gpu = bytes * (group - 1) / group;
+  double leave_domain = bytes * (group - in_domain) / group;
+  double t_up = (leave_gpu - leave_domain) / (up.per_gpu_bytes_per_s_per_direction * efficiency) + up.latency_s;
+  double t_out = leave_domain > 0 ? leave_domain / (out.per_gpu_bytes_per_s_per_direction * efficiency) + out.latency_s : 0;
+  return std::max(t_up, t_out);
+}
+
+}  // namespace hbmsim

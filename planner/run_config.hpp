@@ -1,0 +1,55 @@
+// One simulation run as data: every field a sweep axis or a CLI flag can set, loadable from JSON.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "hwmodels/system.hpp"
+#include "sim/simulator.hpp"
+#include "workloads/step_graph.hpp"
+
+namespace hbmsim {
+
+struct RunConfig {
+  std::string system = "gb200-nvl72";
+  std::string model = "llama3.1-8b";
+  std::int64_t gpus = 8;
+  std::int64_t batch = 1;
+  std::int64_t seq = 4096;
+  std::int64_t grad_accum = 1;
+  std::int64_t fsdp = 0, tp = 1, ep = 1, dp = 1;
+  std::string weights = "bf16";         // MLP GEMM dtype: bf16, fp8, nvfp4
+  std::string attention_dtype = "bf16"; // projection/attention GEMM dtype
+  std::string policy = "full";
+  std::map<std::string, std::string> tensors;  // per checkpoint name: device | remat | offload
+  bool lhs = true;
+  bool pipelined_transfers = false;
+  double memory_limit_slop = 0.95;
+  std::optional<double> host_link_bytes_per_s;  // per GPU, per direction (what-if override)
+  std::optional<double> hbm_bytes;              // what-if override
+  std::string calibration;                      // profile file, or "" for datasheet figures
+
+  // Field names a sweep axis or `set` accepts.
+  static const std::vector<std::string>& fields();
+  // Sets one field from text; `where` names the flag or axis for errors.
+  void set(const std::string& field, const std::string& value, const std::string& where);
+  nlohmann::json to_json() const;
+  static RunConfig from_json(const nlohmann::json& doc, const std::string& origin);
+  static RunConfig from_file(const std::string& path);
+};
+
+struct PreparedRun {
+  System system;
+  StepGraph graph;
+  Policy policy;
+  SimOptions options;
+};
+
+PreparedRun prepare_run(const RunConfig& config);
+StepReport run_simulation(const RunConfig& config, bool trace = false);
+
+}  // namespace hbmsim

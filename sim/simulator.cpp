@@ -1,0 +1,564 @@
+#include "sim/simulator.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "hwmodels/topology.hpp"
+
+namespace hbmsim {
+
+using sim::MemCategory;
+using sim::Program;
+using sim::ProgramOp;
+
+namespace {
+
+// Solo durations of ops on this system: roofline with the efficiency tables, plus launch overhead.
+struct Costs {
+  const System& sys;
+  const Topology& topo;
+
+  double gemm_s(double flops, double bytes, Dtype dt) const {
+    const auto& e = sys.efficiency;
+    double t_flops = flops / (sys.gpu.peak_flops(dt) * e.gemm(dt).at(flops));
+    return std::max(t_flops, memory_s_raw(bytes)) + sys.gpu.launch_overhead_s;
+  }
+  double attention_s(double flops) const {
+    return flops / (sys.gpu.peak_flops(Dtype::bf16) * sys.efficiency.attention.at(flops)) + sys.gpu.launch_overhead_s;
+  }
+  double memory_s_raw(double bytes) const {
+    return bytes / (sys.gpu.hbm_bandwidth_bytes_per_s * sys.efficiency.memory_bound.at(bytes));
+  }
+  double memory_s(double bytes) const { return memory_s_raw(bytes) + sys.gpu.launch_overhead_s; }
+  double collective_eff(double bytes) const { return sys.efficiency.collective.at(std::max(bytes, 1.0)); }
+  double all_gather_s(double bytes, std::int64_t group) const {
+    return topo.all_gather_s(bytes, static_cast<int>(group), collective_eff(bytes));
+  }
+  double reduce_scatter_s(double bytes, std::int64_t group) const {
+    return topo.reduce_scatter_s(bytes, static_cast<int>(group), collective_eff(bytes));
+  }
+  double all_to_all_s(double bytes, std::int64_t group) const {
+    return topo.all_to_all_s(bytes, static_cast<int>(group), collective_eff(bytes));
+  }
+  // Copies: the per-GPU share of the host link times the copy efficiency for this size.
+  double copy_rate(double bytes, bool to_device) const {
+    double bw = to_device ? sys.host_h2d_bytes_per_s() : sys.host_d2h_bytes_per_s();
+    return bw * sys.efficiency.copy.at(std::max(bytes, 1.0));
+  }
+  bool memory_bound_gemm(double flops, double bytes, Dtype dt) const {
+    return memory_s_raw(bytes) > flops / (sys.gpu.peak_flops(dt) * sys.efficiency.gemm(dt).at(flops));
+  }
+};
+
+// What the policy implies for one layer template, computed once and reused by every layer.
+struct TemplatePlan {
+  std::vector<Placement> placement;    // per tensor (internal tensors: remat)
+  std::vector<bool> needed_in_bwd;     // read by some backward op
+  std::vector<bool> replay;            // per op: replayed in the backward pass
+  std::vector<int> producer;           // per tensor: op index, -1 for the layer input
+  std::vector<int> last_fwd_use;       // per tensor: last forward op reading it (-1: none)
+  std::vector<double> fwd_s, bwd_s;    // per op
+  std::vector<bool> fwd_mem_bound;
+  std::vector<int> offloaded;          // tensors offloaded
+};
+
+TemplatePlan plan_template(const LayerTemplate& t, const Policy& policy, const Costs& c, const StepGraph& g) {
+  TemplatePlan p;
+  const auto nt = t.tensors.size(), no = t.ops.size();
+  p.placement.assign(nt, Placement::remat);
+  p.needed_in_bwd.assign(nt, false);
+  p.replay.assign(no, false);
+  p.producer.assign(nt, -1);
+  p.last_fwd_use.assign(nt, -1);
+  for (std::size_t i = 0; i < nt; ++i)
+    if (t.tensors[i].checkpoint) p.placement[i] = policy.placement(t.tensors[i].name);
+  p.placement[0] = Placement::device;
+  for (std::size_t o = 0; o < no; ++o) {
+    for (int out : t.ops[o].outputs) p.producer[static_cast<std::size_t>(out)] = static_cast<int>(o);
+    for (int in : t.ops[o].inputs) p.last_fwd_use[static_cast<std::size_t>(in)] = static_cast<int>(o);
+    for (int s : t.ops[o].saved) p.needed_in_bwd[static_cast<std::size_t>(s)] = true;
+  }
+  // Tensors the backward needs but nobody saved are recomputed, and so are whatever their producers need.
+  std::vector<int> work;
+  for (std::size_t i = 0; i < nt; ++i)
+    if (p.needed_in_bwd[i] && p.placement[i] == Placement::remat) work.push_back(static_cast<int>(i));
+  while (!work.empty()) {
+    int tensor = work.back();
+    work.pop_back();
+    int op = p.producer[static_cast<std::size_t>(tensor)];
+    if (op < 0 || p.replay[static_cast<std::size_t>(op)]) continue;
+    p.replay[static_cast<std::size_t>(op)] = true;
+    for (int in : t.ops[static_cast<std::size_t>(op)].inputs)
+      if (p.placement[static_cast<std::size_t>(in)] == Placement::remat) work.push_back(in);
+  }
+  for (std::size_t i = 0; i < nt; ++i)
+    if (p.placement[i] == Placement::offload) p.offloaded.push_back(static_cast<int>(i));
+  for (const auto& op : t.ops) {
+    double f = 0, b = 0;
+    bool mb = false;
+    switch (op.kind) {
+      case OpKind::gemm:
+        f = c.gemm_s(op.flops, op.bytes, op.dtype);
+        b = c.gemm_s(op.bwd_flops, op.bwd_bytes, op.dtype);
+        mb = c.memory_bound_gemm(op.flops, op.bytes, op.dtype);
+        break;
+      case OpKind::attention:
+        f = c.attention_s(op.flops);
+        b = c.attention_s(op.bwd_flops);
+        break;
+      case OpKind::memory:
+        f = c.memory_s(op.bytes);
+        b = c.memory_s(op.bwd_bytes);
+        mb = true;
+        break;
+      case OpKind::all_to_all:
+        f = c.all_to_all_s(op.bytes, g.ep_group);
+        b = c.all_to_all_s(op.bwd_bytes, g.ep_group);
+        break;
+    }
+    p.fwd_s.push_back(f);
+    p.bwd_s.push_back(b);
+    p.fwd_mem_bound.push_back(mb);
+  }
+  return p;
+}
+
+class ProgramBuilder {
+ public:
+  ProgramBuilder(const StepGraph& g, const System& sys, const Policy& policy, const SimOptions& opt,
+                 std::vector<std::string>* names)
+      : g_(g), sys_(sys), opt_(opt), topo_(sys, static_cast<int>(g.training.gpus)), costs_{sys, topo_}, names_(names) {
+    for (auto& t : g.templates) plans_.push_back(plan_template(t, policy, costs_, g));
+    prog_.hbm_limit_bytes = opt.memory_limit_slop * sys.gpu.hbm_bytes;
+    prog_.copy_interference = sys.efficiency.compute_slowdown_during_copy;
+  }
+
+  Program build() {
+    for (auto [bytes, cat] : {std::pair{g_.parameter_bytes, MemCategory::parameters},
+                              {g_.optimizer_bytes, MemCategory::optimizer_state},
+                              {g_.gradient_bytes, MemCategory::gradients},
+                              {sys_.runtime.reserve_bytes, MemCategory::runtime_reserve}})
+      prog_.resident.push_back(prog_.add_buffer(bytes, cat));
+    std::vector<int> rs_ops;
+    for (std::int64_t m = 0; m < g_.training.grad_accum; ++m) micro_batch(rs_ops);
+    int opt = compute_op(costs_.memory_s(g_.optimizer_update_bytes), true, 0, 'o', -1, "optimizer_update");
+    for (int r : rs_ops) op(opt).deps.push_back(r);
+    return std::move(prog_);
+  }
+
+ private:
+  struct LayerState {
+    int input_buf = -1, output_buf = -1;
+    std::vector<int> buf;       // per tensor: forward buffer (-1: none)
+    std::vector<int> host_buf;  // per tensor: pinned host copy (-1: not offloaded)
+    std::vector<int> d2h;       // per tensor: the D2H op
+    int fwd_first = -1, fwd_last = -1, bwd_last = -1;
+  };
+
+  std::string label(const std::string& what, std::int64_t layer) const {
+    return names_ ? what + " L" + std::to_string(layer) : std::string();
+  }
+  int add(ProgramOp o, std::string name) {
+    if (names_) names_->push_back(std::move(name));
+    return prog_.add(std::move(o));
+  }
+  int compute_op(double seconds, bool mem_bound, double flops, char phase, int layer, std::string name) {
+    ProgramOp o{sim::compute, seconds};
+    o.memory_bound = mem_bound;
+    o.executed_flops = flops;
+    o.phase = phase;
+    o.layer = layer;
+    if (pending_a2a_ >= 0) o.deps.push_back(std::exchange(pending_a2a_, -1));
+    last_compute_ = add(std::move(o), std::move(name));
+    return last_compute_;
+  }
+  // An all-to-all waits for the compute before it, and the compute after it waits for it.
+  int a2a_op(double seconds, char phase, int layer, std::string name) {
+    ProgramOp o{sim::expert_a2a, seconds};
+    if (last_compute_ >= 0) o.deps.push_back(last_compute_);
+    o.phase = phase;
+    o.layer = layer;
+    pending_a2a_ = add(std::move(o), std::move(name));
+    return pending_a2a_;
+  }
+  ProgramOp& op(int i) { return prog_.ops[static_cast<std::size_t>(i)]; }
+  const TemplatePlan& plan(std::int64_t l) const {
+    return plans_[static_cast<std::size_t>(g_.layer_template[static_cast<std::size_t>(l)])];
+  }
+
+  void micro_batch(std::vector<int>& rs_ops) {
+    const auto L = g_.model.num_layers;
+    const double act = dtype_bytes(g_.training.activation_dtype);
+    const double T = static_cast<double>(g_.training.tokens_per_device());
+    const double d = static_cast<double>(g_.model.d_model);
+
+    int embed_buf = prog_.add_buffer(g_.embed_gathered_bytes, MemCategory::gathered_weights);
+    ProgramOp ag{sim::collective, costs_.all_gather_s(g_.embed_gathered_bytes, g_.fsdp_group)};
+    ag.allocs = {embed_buf};
+    int ag_embed = add(std::move(ag), "all_gather embedding");
+    int input_buf = prog_.add_buffer(T * d * act, MemCategory::saved_activations);
+    int lookup = compute_op(costs_.memory_s(2 * T * d * act), true, 0, 'f', -1, "embedding_lookup");
+    op(lookup).deps.push_back(ag_embed);
+    op(lookup).allocs.push_back(input_buf);
+
+    std::vector<LayerState> layers(static_cast<std::size_t>(L));
+    std::vector<std::vector<int>> barrier(static_cast<std::size_t>(L) + 2);  // copies iteration l must wait for
+    for (std::int64_t l = 0; l < L; ++l) {
+      auto& st = layers[static_cast<std::size_t>(l)];
+      st.input_buf = input_buf;
+      forward_layer(l, layers, barrier);
+      input_buf = st.output_buf;
+    }
+
+    // Head: final norm, unembedding and loss, then their backward.
+    int logits = prog_.add_buffer(2 * g_.logits_bytes, MemCategory::workspace);  // logits and their gradient
+    int norm = compute_op(costs_.memory_s(2 * T * d * act), true, 0, 'f', -1, "final_norm");
+    for (auto& b : {barrier[static_cast<std::size_t>(L)], barrier[static_cast<std::size_t>(L) + 1]})
+      for (int c : b) op(norm).deps.push_back(c);
+    int unembed = compute_op(costs_.gemm_s(g_.unembed_flops, g_.logits_bytes, Dtype::bf16), false, g_.unembed_flops,
+                             'f', -1, "unembed");
+    op(unembed).allocs.push_back(logits);
+    compute_op(costs_.memory_s(3 * g_.logits_bytes), true, 0, 'f', -1, "softmax_cross_entropy");
+    int grad_carry = prog_.add_buffer(T * d * act, MemCategory::workspace);
+    int unembed_bwd = compute_op(costs_.gemm_s(2 * g_.unembed_flops, 2 * g_.logits_bytes, Dtype::bf16), false,
+                                 2 * g_.unembed_flops, 'b', -1, "unembed_bwd");
+    op(unembed_bwd).allocs.push_back(grad_carry);
+    op(unembed_bwd).releases = {logits, embed_buf, input_buf};
+
+    for (std::int64_t l = L - 1; l >= 0; --l) grad_carry = backward_layer(l, layers, grad_carry, rs_ops);
+
+    int embed_grad = prog_.add_buffer(g_.embed_grad_bytes, MemCategory::collective_buffers);
+    int scatter = compute_op(costs_.memory_s(2 * T * d * act), true, 0, 'b', -1, "embedding_bwd");
+    op(scatter).allocs.push_back(embed_grad);
+    op(scatter).releases.push_back(grad_carry);
+    ProgramOp rs{sim::collective, costs_.reduce_scatter_s(g_.embed_grad_bytes, g_.fsdp_group)};
+    rs.deps = {scatter};
+    rs.releases = {embed_grad};
+    rs.phase = 'b';
+    rs_ops.push_back(add(std::move(rs), "reduce_scatter embedding"));
+  }
+
+  int gather_layer(const LayerTemplate& t, std::int64_t l, int after, char phase) {
+    int gathered = prog_.add_buffer(t.gathered_dense_bytes + t.gathered_expert_bytes, MemCategory::gathered_weights);
+    ProgramOp ag{sim::collective, costs_.all_gather_s(t.gathered_dense_bytes, g_.fsdp_group) +
+                                      costs_.all_gather_s(t.gathered_expert_bytes, g_.expert_fsdp_group)};
+    ag.allocs = {gathered};
+    ag.layer = static_cast<int>(l);
+    ag.phase = phase;
+    if (after >= 0) ag.deps.push_back(after);
+    gather_buf_ = gathered;
+    return add(std::move(ag), label(phase == 'f' ? "all_gather" : "all_gather bwd", l));
+  }
+
+  void forward_layer(std::int64_t l, std::vector<LayerState>& layers, std::vector<std::vector<int>>& barrier) {
+    auto& st = layers[static_cast<std::size_t>(l)];
+    const auto& t = g_.layer(l);
+    const auto& p = plan(l);
+    const auto nt = t.tensors.size();
+    const bool pipelined = opt_.lhs && opt_.pipelined_transfers;
+    // FSDP all-gather one layer ahead: it may start once layer l-2 is done with its weights.
+    int ag_op = gather_layer(t, l, l >= 2 ? layers[static_cast<std::size_t>(l - 2)].fwd_last : -1, 'f');
+    int gathered = gather_buf_;
+
+    st.buf.assign(nt, -1);
+    st.host_buf.assign(nt, -1);
+    st.d2h.assign(nt, -1);
+    st.buf[0] = st.input_buf;
+    for (std::size_t k = 1; k < nt; ++k) {
+      MemCategory cat = MemCategory::workspace;
+      if (p.placement[k] == Placement::device || static_cast<int>(k) == t.output_tensor) cat = MemCategory::saved_activations;
+      else if (p.placement[k] == Placement::offload) cat = MemCategory::offload_buffers;
+      st.buf[k] = prog_.add_buffer(t.tensors[k].bytes, cat);
+    }
+    st.output_buf = st.buf[static_cast<std::size_t>(t.output_tensor)];
+
+    std::vector<int> op_id(t.ops.size(), -1), copies;
+    for (std::size_t o = 0; o < t.ops.size(); ++o) {
+      const auto& def = t.ops[o];
+      int id = def.kind == OpKind::all_to_all
+                   ? a2a_op(p.fwd_s[o], 'f', static_cast<int>(l), label(def.name, l))
+                   : compute_op(p.fwd_s[o], p.fwd_mem_bound[o], def.flops, 'f', static_cast<int>(l), label(def.name, l));
+      op_id[o] = id;
+      if (o == 0) {
+        st.fwd_first = id;
+        op(id).deps.push_back(ag_op);
+        for (int c : barrier[static_cast<std::size_t>(l)]) op(id).deps.push_back(c);
+      }
+      for (int out : def.outputs) op(id).allocs.push_back(st.buf[static_cast<std::size_t>(out)]);
+      for (int out : def.outputs) {
+        auto k = static_cast<std::size_t>(out);
+        if (p.placement[k] != Placement::offload) continue;
+        int src = st.buf[k], after = id;
+        if (pipelined) {
+          // Staged through a loop-carried device buffer so the copy may finish in a later iteration.
+          int staged = prog_.add_buffer(t.tensors[k].bytes, MemCategory::offload_buffers);
+          after = compute_op(costs_.memory_s(2 * t.tensors[k].bytes), true, 0, 'f', static_cast<int>(l),
+                             label("stage " + t.tensors[k].name, l));
+          op(after).allocs.push_back(staged);
+          op(after).releases.push_back(src);  // the stage copy is one more reader of the original
+          src = staged;
+        }
+        int host = prog_.add_buffer(t.tensors[k].bytes, MemCategory::offload_buffers, true);
+        ProgramOp copy{sim::d2h, t.tensors[k].bytes, costs_.copy_rate(t.tensors[k].bytes, false)};
+        copy.deps = {after};
+        copy.allocs = {host};
+        copy.releases = {src};
+        copy.layer = static_cast<int>(l);
+        copy.phase = 'c';
+        st.host_buf[k] = host;
+        st.d2h[k] = add(std::move(copy), label("d2h " + t.tensors[k].name, l));
+        copies.push_back(st.d2h[k]);
+        // LHS: done by the end of this iteration; pipelined: by the end of the next one.
+        barrier[static_cast<std::size_t>(l) + (pipelined ? 2 : 1)].push_back(st.d2h[k]);
+      }
+    }
+    st.fwd_last = last_compute_;
+    // Without LHS an async copy starts right before the op that waits for it: the iteration's end.
+    if (!opt_.lhs)
+      for (int c : copies) op(c).deps = {st.fwd_last};
+    // Forward-only tensors die after their last forward reader (or at once if nobody reads them).
+    for (std::size_t k = 1; k < nt; ++k) {
+      if (static_cast<int>(k) == t.output_tensor || p.placement[k] == Placement::device) continue;
+      if (p.placement[k] == Placement::offload && pipelined) continue;  // released by its stage copy
+      int reader = p.last_fwd_use[k] >= 0 ? op_id[static_cast<std::size_t>(p.last_fwd_use[k])]
+                                          : op_id[static_cast<std::size_t>(p.producer[k])];
+      if (p.placement[k] == Placement::offload && p.last_fwd_use[k] < 0) continue;  // the D2H releases it
+      op(reader).releases.push_back(st.buf[k]);
+    }
+    op(st.fwd_last).releases.push_back(gathered);
+  }
+
+  int backward_layer(std::int64_t l, std::vector<LayerState>& layers, int grad_in, std::vector<int>& rs_ops) {
+    auto& st = layers[static_cast<std::size_t>(l)];
+    const auto& t = g_.layer(l);
+    const auto& p = plan(l);
+    const auto nt = t.tensors.size(), no = t.ops.size();
+    const auto L = g_.model.num_layers;
+    const bool pipelined = opt_.lhs && opt_.pipelined_transfers;
+    const int iteration_start = last_compute_;
+    int ag_op = gather_layer(t, l, l + 2 < L ? layers[static_cast<std::size_t>(l + 2)].bwd_last : -1, 'b');
+    int gathered = gather_buf_;
+
+    // Replays in forward order, then backward ops in reverse order.
+    struct Step { bool replay; std::size_t op; };
+    std::vector<Step> steps;
+    for (std::size_t o = 0; o < no; ++o)
+      if (p.replay[o]) steps.push_back({true, o});
+    for (std::size_t o = no; o-- > 0;) steps.push_back({false, o});
+    std::vector<int> last_read(nt, -1);
+    std::vector<bool> read(nt, false);
+    for (std::size_t s = 0; s < steps.size(); ++s) {
+      const auto& def = t.ops[steps[s].op];
+      for (int k : steps[s].replay ? def.inputs : def.saved) {
+        last_read[static_cast<std::size_t>(k)] = static_cast<int>(s);
+        read[static_cast<std::size_t>(k)] = true;
+      }
+    }
+
+    std::vector<int> buf(nt, -1), h2d(nt, -1);
+    for (std::size_t k = 0; k < nt; ++k)
+      if (k == 0 || p.placement[k] == Placement::device) buf[k] = st.buf[k];
+    auto make_h2d = [&](std::size_t k, std::vector<int> deps) {
+      int dst = prog_.add_buffer(t.tensors[k].bytes, MemCategory::offload_buffers);
+      ProgramOp copy{sim::h2d, t.tensors[k].bytes, costs_.copy_rate(t.tensors[k].bytes, true)};
+      copy.allocs = {dst};
+      copy.releases = {st.host_buf[k]};
+      copy.deps = std::move(deps);
+      copy.deps.push_back(st.d2h[k]);
+      copy.layer = static_cast<int>(l);
+      copy.phase = 'c';
+      if (opt_.lhs) copy.gate_bytes = t.tensors[k].bytes;
+      h2d[k] = add(std::move(copy), label("h2d " + t.tensors[k].name, l));
+      buf[k] = dst;
+    };
+    // With LHS the prefetch is hoisted to the iteration's start (pipelined: the previous iteration's).
+    if (opt_.lhs) {
+      for (std::size_t k = 1; k < nt; ++k) {
+        if (p.placement[k] != Placement::offload) continue;
+        if (!read[k]) continue;
+        std::vector<int> deps;
+        if (pipelined) {
+          if (l + 2 < L) deps.push_back(layers[static_cast<std::size_t>(l + 2)].bwd_last);
+        } else if (iteration_start >= 0) {
+          deps.push_back(iteration_start);
+        }
+        make_h2d(k, std::move(deps));
+      }
+    }
+
+    int grad_buf = prog_.add_buffer(t.grad_dense_bytes + t.grad_expert_bytes, MemCategory::collective_buffers);
+    std::vector<int> grad(nt, -1);
+    grad[static_cast<std::size_t>(t.output_tensor)] = grad_in;
+    bool first = true;
+    for (std::size_t s = 0; s < steps.size(); ++s) {
+      const std::size_t o = steps[s].op;
+      const auto& def = t.ops[o];
+      const bool replay = steps[s].replay;
+      const auto& reads = replay ? def.inputs : def.saved;
+      // Without LHS the copy starts right before the first op that reads it.
+      for (int k : reads) {
+        auto kk = static_cast<std::size_t>(k);
+        if (p.placement[kk] == Placement::offload && h2d[kk] < 0 && !opt_.lhs)
+          make_h2d(kk, last_compute_ >= 0 ? std::vector<int>{last_compute_} : std::vector<int>{});
+      }
+      std::string name = names_ ? (replay ? "recompute " : "bwd ") + def.name + " L" + std::to_string(l) : std::string();
+      int id = def.kind == OpKind::all_to_all
+                   ? a2a_op(replay ? p.fwd_s[o] : p.bwd_s[o], replay ? 'r' : 'b', static_cast<int>(l), std::move(name))
+                   : compute_op(replay ? p.fwd_s[o] : p.bwd_s[o], p.fwd_mem_bound[o], replay ? def.flops : def.bwd_flops,
+                                replay ? 'r' : 'b', static_cast<int>(l), std::move(name));
+      if (first) {
+        op(id).deps.push_back(ag_op);
+        op(id).allocs.push_back(grad_buf);
+        first = false;
+      }
+      for (int k : reads) {
+        auto kk = static_cast<std::size_t>(k);
+        if (h2d[kk] >= 0) op(id).deps.push_back(h2d[kk]);
+        if (last_read[kk] == static_cast<int>(s) && buf[kk] >= 0) op(id).releases.push_back(buf[kk]);
+      }
+      if (replay) {
+        for (int out : def.outputs) {
+          auto kk = static_cast<std::size_t>(out);
+          if (buf[kk] >= 0 || p.placement[kk] == Placement::offload) continue;
+          buf[kk] = prog_.add_buffer(t.tensors[kk].bytes, MemCategory::workspace);
+          op(id).allocs.push_back(buf[kk]);
+          if (!read[kk] || last_read[kk] <= static_cast<int>(s)) op(id).releases.push_back(buf[kk]);
+        }
+      } else {
+        // This op writes the gradients of its inputs and consumes the gradients of its outputs.
+        for (int in : def.inputs) {
+          auto kk = static_cast<std::size_t>(in);
+          if (grad[kk] < 0) {
+            grad[kk] = prog_.add_buffer(t.tensors[kk].bytes, MemCategory::workspace);
+            op(id).allocs.push_back(grad[kk]);
+          }
+        }
+        for (int out : def.outputs)
+          if (grad[static_cast<std::size_t>(out)] >= 0) op(id).releases.push_back(grad[static_cast<std::size_t>(out)]);
+      }
+    }
+    st.bwd_last = last_compute_;
+    op(st.bwd_last).releases.push_back(gathered);
+    // Saved tensors nobody read, and host copies nobody fetched, go at the end of the iteration.
+    for (std::size_t k = 1; k < nt; ++k) {
+      if (p.placement[k] == Placement::device && !read[k]) op(st.bwd_last).releases.push_back(st.buf[k]);
+      if (p.placement[k] == Placement::offload && h2d[k] < 0) op(st.bwd_last).releases.push_back(st.host_buf[k]);
+    }
+    if (!read[0]) op(st.bwd_last).releases.push_back(st.buf[0]);
+    ProgramOp rs{sim::collective, costs_.reduce_scatter_s(t.grad_dense_bytes, g_.fsdp_group) +
+                                      costs_.reduce_scatter_s(t.grad_expert_bytes, g_.expert_fsdp_group)};
+    rs.deps = {st.bwd_last};
+    rs.releases = {grad_buf};
+    rs.layer = static_cast<int>(l);
+    rs.phase = 'b';
+    rs_ops.push_back(add(std::move(rs), label("reduce_scatter", l)));
+    return grad[0];
+  }
+
+  const StepGraph& g_;
+  const System& sys_;
+  SimOptions opt_;
+  Topology topo_;
+  Costs costs_;
+  std::vector<std::string>* names_;
+  std::vector<TemplatePlan> plans_;
+  Program prog_;
+  int last_compute_ = -1;
+  int pending_a2a_ = -1;
+  int gather_buf_ = -1;
+};
+
+// Dense peak weighted by where the model FLOPs run: MLP GEMMs in their dtype, the rest in bf16.
+double weighted_peak_flops(const StepGraph& g, const System& sys) {
+  double mlp = 0, other = 0;
+  for (std::int64_t l = 0; l < g.model.num_layers; ++l)
+    for (const auto& op : g.layer(l).ops) {
+      if (op.kind != OpKind::gemm && op.kind != OpKind::attention) continue;
+      (op.dtype == g.training.mlp_gemm_dtype && op.kind == OpKind::gemm ? mlp : other) += op.flops;
+    }
+  double t = mlp / sys.gpu.peak_flops(g.training.mlp_gemm_dtype) + other / sys.gpu.peak_flops(Dtype::bf16);
+  return t > 0 ? (mlp + other) / t : sys.gpu.peak_flops(Dtype::bf16);
+}
+
+}  // namespace
+
+sim::Program build_program(const StepGraph& g, const System& sys, const Policy& policy, const SimOptions& opt,
+                           std::vector<std::string>* op_names) {
+  return ProgramBuilder(g, sys, policy, opt, op_names).build();
+}
+
+StepReport simulate(const StepGraph& g, const System& sys, const Policy& policy, const SimOptions& opt) {
+  std::vector<std::string> names;
+  auto program = build_program(g, sys, policy, opt, opt.record_trace ? &names : nullptr);
+  auto r = sim::run_program(program, opt.record_trace);
+  StepReport rep;
+  rep.system_id = sys.id;
+  rep.model_id = g.model.id;
+  rep.policy = policy.preset;
+  rep.step_time_s = r.end_time_s;
+  rep.model_flops_per_device = g.model_flops.total();
+  rep.executed_flops_per_device = r.executed_flops;
+  rep.tflops_per_device = rep.model_flops_per_device / rep.step_time_s / 1e12;
+  rep.mfu = rep.model_flops_per_device / rep.step_time_s / weighted_peak_flops(g, sys);
+  rep.hbm_peak_bytes = r.hbm_peak_bytes;
+  rep.hbm_peak_time_s = r.hbm_peak_time_s;
+  rep.hbm_capacity_bytes = sys.gpu.hbm_bytes;
+  for (int c = 0; c < sim::kMemCategories; ++c)
+    rep.hbm_breakdown_bytes[sim::to_string(static_cast<MemCategory>(c))] = r.hbm_at_peak[static_cast<std::size_t>(c)];
+  rep.host_peak_bytes = r.host_peak_bytes;
+  rep.host_capacity_bytes = sys.host_capacity_bytes();
+  if (rep.hbm_peak_bytes > rep.hbm_capacity_bytes) {
+    rep.fits = false;
+    rep.fits_reason = "HBM peak exceeds capacity";
+  } else if (rep.host_peak_bytes > rep.host_capacity_bytes) {
+    rep.fits = false;
+    rep.fits_reason = "pinned host memory exceeds capacity";
+  }
+  for (int s = 1; s < sim::stream_count; ++s) rep.exposed_s[sim::stream_name(s)] = r.exposed_s[static_cast<std::size_t>(s)];
+  for (int s = 0; s < sim::stream_count; ++s) rep.busy_s[sim::stream_name(s)] = r.busy_s[static_cast<std::size_t>(s)];
+  rep.events = r.events;
+  rep.ops = program.ops.size();
+  if (opt.record_trace) {
+    rep.timeline = r.timeline;
+    auto events = nlohmann::json::array();
+    events.push_back({{"ph", "M"}, {"pid", 0}, {"name", "process_name"}, {"args", {{"name", "hbmsim device 0"}}}});
+    for (int s = 0; s < sim::stream_count; ++s)
+      events.push_back({{"ph", "M"}, {"pid", 0}, {"tid", s}, {"name", "thread_name"}, {"args", {{"name", sim::stream_name(s)}}}});
+    for (std::size_t i = 0; i < program.ops.size(); ++i) {
+      const auto& o = program.ops[i];
+      events.push_back({{"ph", "X"}, {"pid", 0}, {"tid", o.stream}, {"name", names[i]},
+                        {"ts", r.start_s[i] * 1e6}, {"dur", (r.end_s[i] - r.start_s[i]) * 1e6},
+                        {"args", {{"layer", o.layer}, {"phase", std::string(1, o.phase)}}}});
+    }
+    for (const auto& m : r.timeline)
+      events.push_back({{"ph", "C"}, {"pid", 0}, {"name", "memory GiB"}, {"ts", m.time_s * 1e6},
+                        {"args", {{"hbm", m.hbm_bytes / 1073741824.0}, {"host", m.host_bytes / 1073741824.0}}}});
+    rep.trace = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
+  }
+  return rep;
+}
+
+nlohmann::json StepReport::to_json() const {
+  return {{"system", system_id},
+          {"model", model_id},
+          {"policy", policy},
+          {"step_time_s", step_time_s},
+          {"tflops_per_device", tflops_per_device},
+          {"model_flops_per_device", model_flops_per_device},
+          {"executed_flops_per_device", executed_flops_per_device},
+          {"mfu", mfu},
+          {"fits", fits},
+          {"fits_reason", fits_reason},
+          {"hbm_peak_bytes", hbm_peak_bytes},
+          {"hbm_peak_time_s", hbm_peak_time_s},
+          {"hbm_capacity_bytes", hbm_capacity_bytes},
+          {"hbm_breakdown_bytes", hbm_breakdown_bytes},
+          {"host_peak_bytes", host_peak_bytes},
+          {"host_capacity_bytes", host_capacity_bytes},
+          {"exposed_s", exposed_s},
+          {"busy_s", busy_s},
+          {"events", events},
+          {"ops", ops}};
+}
+
+}  // namespace hbmsim
