@@ -63,7 +63,9 @@ class Engine {
       if (active_.empty() && !force_gated()) throw std::logic_error("simulation deadlock at op " + std::to_string(first_unstarted()));
       update_rates();
       double dt = std::numeric_limits<double>::infinity();
-      for (int i : active_) dt = std::min(dt, remaining_[static_cast<std::size_t>(i)] / rate_[static_cast<std::size_t>(i)]);
+      for (int i : active_)
+        if (rate_[static_cast<std::size_t>(i)] > 0)
+          dt = std::min(dt, remaining_[static_cast<std::size_t>(i)] / rate_[static_cast<std::size_t>(i)]);
       now_ += dt;
       ++r_.events;
       // Complete every op that finishes now (within rounding), in sequence order.
@@ -71,7 +73,7 @@ class Engine {
       for (int i : active_) {
         auto k = static_cast<std::size_t>(i);
         remaining_[k] -= rate_[k] * dt;
-        if (remaining_[k] <= 1e-12 * std::max(1.0, p_.ops[k].amount)) finished.push_back(i);
+        if (rate_[k] > 0 && remaining_[k] <= 1e-12 * std::max(1.0, p_.ops[k].amount)) finished.push_back(i);
       }
       std::sort(finished.begin(), finished.end());
       for (int i : finished) {
@@ -226,11 +228,20 @@ class Engine {
 
   void update_rates() {
     int collectives = 0, copies[stream_count] = {0, 0, 0, 0, 0};
+    int best[stream_count] = {0, 0, 0, 0, 0};
     bool copy_active = false;
+    for (int i : active_) {
+      const auto& op = p_.ops[static_cast<std::size_t>(i)];
+      if (is_pool(op.stream) && (!copies[op.stream] || op.priority < best[op.stream])) {
+        best[op.stream] = op.priority;
+        copies[op.stream] = 0;
+      }
+      if (is_pool(op.stream) && op.priority == best[op.stream]) ++copies[op.stream];
+    }
     for (int i : active_) {
       int s = p_.ops[static_cast<std::size_t>(i)].stream;
       if (s == collective || s == expert_a2a) ++collectives;
-      if (is_pool(s)) { ++copies[s]; copy_active = true; }
+      if (is_pool(s)) copy_active = true;
     }
     // Both directions together may be capped below the sum of the two (bidirectional limit).
     double dir_scale = 1.0;
@@ -238,7 +249,7 @@ class Engine {
       double want = 0;
       for (int i : active_) {
         const auto& op = p_.ops[static_cast<std::size_t>(i)];
-        if (is_pool(op.stream)) want += op.rate_cap / copies[op.stream];
+        if (is_pool(op.stream) && op.priority == best[op.stream]) want += op.rate_cap / copies[op.stream];
       }
       if (want > p_.bidirectional_total_bytes_per_s) dir_scale = p_.bidirectional_total_bytes_per_s / want;
     }
@@ -246,7 +257,8 @@ class Engine {
       auto k = static_cast<std::size_t>(i);
       const auto& op = p_.ops[k];
       double r = op.rate_cap;
-      if (is_pool(op.stream)) r = op.rate_cap / copies[op.stream] * dir_scale;  // equal split of one direction
+      if (is_pool(op.stream))  // equal split of one direction within the most urgent class
+        r = op.priority == best[op.stream] ? op.rate_cap / copies[op.stream] * dir_scale : 0.0;
       else if (op.stream == collective || op.stream == expert_a2a) r = 1.0 / collectives;  // shared NVLink/NIC
       else if (op.memory_bound && copy_active) r = 1.0 - p_.copy_interference;
       rate_[k] = r;

@@ -34,6 +34,7 @@ struct ProgramOp {
   bool memory_bound = false;  // slowed while a host copy runs (HBM interference)
   double executed_flops = 0;
   double gate_bytes = 0;      // > 0: start only when live HBM + gate_bytes <= the memory limit
+  int priority = 0;           // copies: a direction serves its lowest class first, sharing within it
   std::vector<int> deps;      // ops that must complete first
   std::vector<int> allocs;    // buffers that come alive when this op starts
   std::vector<int> releases;  // buffer references dropped when this op completes

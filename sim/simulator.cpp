@@ -60,7 +60,58 @@ struct TemplatePlan {
   std::vector<double> fwd_s, bwd_s;    // per op
   std::vector<bool> fwd_mem_bound;
   std::vector<int> offloaded;          // tensors offloaded
+  double backward_working_set_bytes = 0;  // transient peak of one backward iteration (prefetch headroom)
 };
+
+// Replays in forward order, then backward ops in reverse: the order of one backward iteration.
+struct BackwardStep { bool replay; std::size_t op; };
+std::vector<BackwardStep> backward_steps(const LayerTemplate& t, const TemplatePlan& p) {
+  std::vector<BackwardStep> steps;
+  for (std::size_t o = 0; o < t.ops.size(); ++o)
+    if (p.replay[o]) steps.push_back({true, o});
+  for (std::size_t o = t.ops.size(); o-- > 0;) steps.push_back({false, o});
+  return steps;
+}
+
+// What one backward iteration allocates beyond prefetched tensors: gathered weights, the gradient
+// buffer, replayed tensors and activation gradients. LHS keeps this much free when it hoists prefetches.
+double backward_working_set(const LayerTemplate& t, const TemplatePlan& p) {
+  const auto steps = backward_steps(t, p);
+  std::vector<int> last_read(t.tensors.size(), -1);
+  for (std::size_t s = 0; s < steps.size(); ++s) {
+    const auto& def = t.ops[steps[s].op];
+    for (int k : steps[s].replay ? def.inputs : def.saved) last_read[static_cast<std::size_t>(k)] = static_cast<int>(s);
+  }
+  double live = t.gathered_dense_bytes + t.gathered_expert_bytes + t.grad_dense_bytes + t.grad_expert_bytes +
+                t.tensors[0].bytes;  // incoming gradient
+  double peak = live;
+  std::vector<bool> replayed(t.tensors.size(), false), grad(t.tensors.size(), false);
+  for (std::size_t s = 0; s < steps.size(); ++s) {
+    const auto& def = t.ops[steps[s].op];
+    if (steps[s].replay) {
+      for (int out : def.outputs) {
+        auto k = static_cast<std::size_t>(out);
+        if (p.placement[k] != Placement::remat || replayed[k]) continue;
+        replayed[k] = true;
+        live += t.tensors[k].bytes;
+      }
+    } else {
+      for (int in : def.inputs)
+        if (!grad[static_cast<std::size_t>(in)]) {
+          grad[static_cast<std::size_t>(in)] = true;
+          live += t.tensors[static_cast<std::size_t>(in)].bytes;
+        }
+    }
+    peak = std::max(peak, live);
+    for (int k : steps[s].replay ? def.inputs : def.saved)
+      if (last_read[static_cast<std::size_t>(k)] == static_cast<int>(s) && replayed[static_cast<std::size_t>(k)])
+        live -= t.tensors[static_cast<std::size_t>(k)].bytes;
+    if (!steps[s].replay)
+      for (int out : def.outputs)
+        if (grad[static_cast<std::size_t>(out)]) live -= t.tensors[static_cast<std::size_t>(out)].bytes;
+  }
+  return peak;
+}
 
 TemplatePlan plan_template(const LayerTemplate& t, const Policy& policy, const Costs& c, const StepGraph& g) {
   TemplatePlan p;
@@ -120,6 +171,7 @@ TemplatePlan plan_template(const LayerTemplate& t, const Policy& policy, const C
     p.bwd_s.push_back(b);
     p.fwd_mem_bound.push_back(mb);
   }
+  p.backward_working_set_bytes = backward_working_set(t, p);
   return p;
 }
 
@@ -128,8 +180,12 @@ class ProgramBuilder {
   ProgramBuilder(const StepGraph& g, const System& sys, const Policy& policy, const SimOptions& opt,
                  std::vector<std::string>* names)
       : g_(g), sys_(sys), opt_(opt), topo_(sys, static_cast<int>(g.training.gpus)), costs_{sys, topo_}, names_(names) {
-    for (auto& t : g.templates) plans_.push_back(plan_template(t, policy, costs_, g));
-    prog_.hbm_limit_bytes = opt.memory_limit_slop * sys.gpu.hbm_bytes;
+    double headroom = 0;
+    for (auto& t : g.templates) {
+      plans_.push_back(plan_template(t, policy, costs_, g));
+      headroom = std::max(headroom, plans_.back().backward_working_set_bytes);
+    }
+    prog_.hbm_limit_bytes = opt.memory_limit_slop * sys.gpu.hbm_bytes - headroom;
     prog_.copy_interference = sys.efficiency.compute_slowdown_during_copy;
   }
 
@@ -153,6 +209,7 @@ class ProgramBuilder {
     std::vector<int> host_buf;  // per tensor: pinned host copy (-1: not offloaded)
     std::vector<int> d2h;       // per tensor: the D2H op
     int fwd_first = -1, fwd_last = -1, bwd_last = -1;
+    int ag_bwd = -1, gathered_bwd = -1;  // backward all-gather, issued one layer ahead
   };
 
   std::string label(const std::string& what, std::int64_t layer) const {
@@ -210,8 +267,10 @@ class ProgramBuilder {
       input_buf = st.output_buf;
     }
 
-    // Head: final norm, unembedding and loss, then their backward.
-    int logits = prog_.add_buffer(2 * g_.logits_bytes, MemCategory::workspace);  // logits and their gradient
+    // Head: final norm, unembedding and loss, then their backward. The loss runs in fp32 (MaxText casts
+    // logits to float32 for cross-entropy): bf16 logits, their fp32 copy and the fp32 gradient.
+    const double logit_elems = g_.logits_bytes / act;
+    int logits = prog_.add_buffer(logit_elems * (act + 4 + 4), MemCategory::workspace);
     int norm = compute_op(costs_.memory_s(2 * T * d * act), true, 0, 'f', -1, "final_norm");
     for (auto& b : {barrier[static_cast<std::size_t>(L)], barrier[static_cast<std::size_t>(L) + 1]})
       for (int c : b) op(norm).deps.push_back(c);
@@ -224,7 +283,9 @@ class ProgramBuilder {
                                  2 * g_.unembed_flops, 'b', -1, "unembed_bwd");
     op(unembed_bwd).allocs.push_back(grad_carry);
     op(unembed_bwd).releases = {logits, embed_buf, input_buf};
+    backward_start_ = unembed_bwd;
 
+    prefetch_backward_gather(L - 1, layers);
     for (std::int64_t l = L - 1; l >= 0; --l) grad_carry = backward_layer(l, layers, grad_carry, rs_ops);
 
     int embed_grad = prog_.add_buffer(g_.embed_grad_bytes, MemCategory::collective_buffers);
@@ -272,7 +333,9 @@ class ProgramBuilder {
     }
     st.output_buf = st.buf[static_cast<std::size_t>(t.output_tensor)];
 
-    std::vector<int> op_id(t.ops.size(), -1), copies;
+    struct PendingCopy { std::size_t tensor; int after, src; };
+    std::vector<PendingCopy> pending;
+    std::vector<int> op_id(t.ops.size(), -1);
     for (std::size_t o = 0; o < t.ops.size(); ++o) {
       const auto& def = t.ops[o];
       int id = def.kind == OpKind::all_to_all
@@ -298,24 +361,27 @@ class ProgramBuilder {
           op(after).releases.push_back(src);  // the stage copy is one more reader of the original
           src = staged;
         }
-        int host = prog_.add_buffer(t.tensors[k].bytes, MemCategory::offload_buffers, true);
-        ProgramOp copy{sim::d2h, t.tensors[k].bytes, costs_.copy_rate(t.tensors[k].bytes, false)};
-        copy.deps = {after};
-        copy.allocs = {host};
-        copy.releases = {src};
-        copy.layer = static_cast<int>(l);
-        copy.phase = 'c';
-        st.host_buf[k] = host;
-        st.d2h[k] = add(std::move(copy), label("d2h " + t.tensors[k].name, l));
-        copies.push_back(st.d2h[k]);
-        // LHS: done by the end of this iteration; pipelined: by the end of the next one.
-        barrier[static_cast<std::size_t>(l) + (pipelined ? 2 : 1)].push_back(st.d2h[k]);
+        pending.push_back({k, after, src});
       }
     }
     st.fwd_last = last_compute_;
-    // Without LHS an async copy starts right before the op that waits for it: the iteration's end.
-    if (!opt_.lhs)
-      for (int c : copies) op(c).deps = {st.fwd_last};
+    // Copies are added after the layer's ops: without LHS an async copy starts right before the op that
+    // waits for it, which is the iteration's end; with LHS right after its producer.
+    for (auto& pc : pending) {
+      const auto k = pc.tensor;
+      int host = prog_.add_buffer(t.tensors[k].bytes, MemCategory::offload_buffers, true);
+      ProgramOp copy{sim::d2h, t.tensors[k].bytes, costs_.copy_rate(t.tensors[k].bytes, false)};
+      copy.deps = {opt_.lhs ? pc.after : st.fwd_last};
+      copy.priority = static_cast<int>(l);
+      copy.allocs = {host};
+      copy.releases = {pc.src};
+      copy.layer = static_cast<int>(l);
+      copy.phase = 'c';
+      st.host_buf[k] = host;
+      st.d2h[k] = add(std::move(copy), label("d2h " + t.tensors[k].name, l));
+      // LHS: done by the end of this iteration; pipelined: by the end of the next one.
+      barrier[static_cast<std::size_t>(l) + (pipelined ? 2 : 1)].push_back(st.d2h[k]);
+    }
     // Forward-only tensors die after their last forward reader (or at once if nobody reads them).
     for (std::size_t k = 1; k < nt; ++k) {
       if (static_cast<int>(k) == t.output_tensor || p.placement[k] == Placement::device) continue;
@@ -328,23 +394,26 @@ class ProgramBuilder {
     op(st.fwd_last).releases.push_back(gathered);
   }
 
+  void prefetch_backward_gather(std::int64_t l, std::vector<LayerState>& layers) {
+    const auto L = g_.model.num_layers;
+    auto& st = layers[static_cast<std::size_t>(l)];
+    st.ag_bwd = gather_layer(g_.layer(l), l, l + 2 < L ? layers[static_cast<std::size_t>(l + 2)].bwd_last : -1, 'b');
+    st.gathered_bwd = gather_buf_;
+  }
+
   int backward_layer(std::int64_t l, std::vector<LayerState>& layers, int grad_in, std::vector<int>& rs_ops) {
     auto& st = layers[static_cast<std::size_t>(l)];
     const auto& t = g_.layer(l);
     const auto& p = plan(l);
-    const auto nt = t.tensors.size(), no = t.ops.size();
-    const auto L = g_.model.num_layers;
+    const auto nt = t.tensors.size();
     const bool pipelined = opt_.lhs && opt_.pipelined_transfers;
     const int iteration_start = last_compute_;
-    int ag_op = gather_layer(t, l, l + 2 < L ? layers[static_cast<std::size_t>(l + 2)].bwd_last : -1, 'b');
-    int gathered = gather_buf_;
+    // Issue the next layer's gather before this layer's reduce-scatter so the two never queue behind
+    // each other; it may start once layer l+1 is done with its weights.
+    if (l >= 1) prefetch_backward_gather(l - 1, layers);
+    const int ag_op = st.ag_bwd, gathered = st.gathered_bwd;
 
-    // Replays in forward order, then backward ops in reverse order.
-    struct Step { bool replay; std::size_t op; };
-    std::vector<Step> steps;
-    for (std::size_t o = 0; o < no; ++o)
-      if (p.replay[o]) steps.push_back({true, o});
-    for (std::size_t o = no; o-- > 0;) steps.push_back({false, o});
+    const auto steps = backward_steps(t, p);
     std::vector<int> last_read(nt, -1);
     std::vector<bool> read(nt, false);
     for (std::size_t s = 0; s < steps.size(); ++s) {
@@ -367,6 +436,7 @@ class ProgramBuilder {
       copy.deps.push_back(st.d2h[k]);
       copy.layer = static_cast<int>(l);
       copy.phase = 'c';
+      copy.priority = static_cast<int>(g_.model.num_layers - l);  // the layer needed soonest goes first
       if (opt_.lhs) copy.gate_bytes = t.tensors[k].bytes;
       h2d[k] = add(std::move(copy), label("h2d " + t.tensors[k].name, l));
       buf[k] = dst;
@@ -378,7 +448,9 @@ class ProgramBuilder {
         if (!read[k]) continue;
         std::vector<int> deps;
         if (pipelined) {
-          if (l + 2 < L) deps.push_back(layers[static_cast<std::size_t>(l + 2)].bwd_last);
+          // Pipelined: the copy may cross iteration boundaries back to the start of the backward pass;
+          // the memory limit is what holds it back.
+          deps.push_back(backward_start_);
         } else if (iteration_start >= 0) {
           deps.push_back(iteration_start);
         }
@@ -466,6 +538,7 @@ class ProgramBuilder {
   int last_compute_ = -1;
   int pending_a2a_ = -1;
   int gather_buf_ = -1;
+  int backward_start_ = -1;
 };
 
 // Dense peak weighted by where the model FLOPs run: MLP GEMMs in their dtype, the rest in bf16.
