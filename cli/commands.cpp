@@ -7,7 +7,9 @@
 #include <map>
 #include <memory>
 
+#include "cli/files.hpp"
 #include "cli/format.hpp"
+#include "cli/run_flags.hpp"
 #include "hwmodels/catalog.hpp"
 #include "hwmodels/json_view.hpp"
 #include "planner/run_config.hpp"
@@ -19,73 +21,9 @@ namespace {
 
 int g_exit_status = 0;
 
-// Writes through a temporary file and a rename, so a reader never sees half a file.
-void write_file_atomically(const std::string& path, const std::string& text) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw InputError(path + ": cannot be written");
-    out << text;
-    out.flush();
-    if (!out) throw InputError(path + ": write failed");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) throw InputError(path + ": rename failed (" + ec.message() + ")");
-}
-
 }  // namespace
 
 int exit_status() { return g_exit_status; }
-
-// Flags shared by simulate, sweep and plan: each maps to one RunConfig field.
-struct RunFlags {
-  std::string config_file;
-  std::map<std::string, std::string> values;  // field -> text, only the flags given
-  std::vector<std::string> tensors;
-
-  void add_to(CLI::App* cmd) {
-    cmd->add_option("--config", config_file, "Run configuration JSON; flags override its fields");
-    struct F { const char* flag; const char* field; const char* help; };
-    static const F flags[] = {
-        {"--system", "system", "Built-in system id or system JSON file (default gb200-nvl72)"},
-        {"--model", "model", "Built-in model id, model JSON or HuggingFace config.json"},
-        {"--gpus", "gpus", "Number of GPUs"},
-        {"--batch", "batch", "Per-device batch"},
-        {"--seq", "seq", "Sequence length"},
-        {"--grad-accum", "grad_accum", "Gradient accumulation steps"},
-        {"--fsdp", "fsdp", "FSDP degree (default: the GPUs left after tp, ep, dp)"},
-        {"--tp", "tp", "Tensor parallel degree"},
-        {"--ep", "ep", "Expert parallel degree"},
-        {"--dp", "dp", "Data parallel (replica) degree"},
-        {"--weights", "weights", "MLP GEMM dtype: bf16, fp8, nvfp4"},
-        {"--attention-dtype", "attention_dtype", "Attention/projection GEMM dtype"},
-        {"--policy", "policy", "full, minimal, minimal_with_context, save_qkv_proj, qkv_proj_offloaded, minimal_offloaded, custom"},
-        {"--lhs", "lhs", "Latency-hiding scheduler: on or off"},
-        {"--pipelined-transfers", "pipelined_transfers", "Pipelined host offloading: on or off"},
-        {"--memory-limit-slop", "memory_limit_slop", "Fraction of HBM the LHS may plan for (0.95)"},
-        {"--host-link-bw", "host_link_bytes_per_s", "What-if: host-link bytes/s per GPU per direction"},
-        {"--hbm-bytes", "hbm_bytes", "What-if: HBM capacity in bytes"},
-        {"--calibration", "calibration", "Calibration profile JSON (or built-in profile name)"},
-    };
-    for (const auto& f : flags) {
-      std::string field = f.field;
-      cmd->add_option_function<std::string>(f.flag, [this, field](const std::string& v) { values[field] = v; }, f.help);
-    }
-    cmd->add_option("--tensor", tensors, "Per checkpoint name: NAME=device|remat|offload (repeatable)");
-  }
-
-  RunConfig resolve() const {
-    RunConfig c = config_file.empty() ? RunConfig{} : RunConfig::from_file(config_file);
-    for (auto& [field, v] : values) c.set(field, v, "--" + field);
-    for (auto& t : tensors) {
-      auto eq = t.find('=');
-      if (eq == std::string::npos || eq == 0) throw InputError("--tensor " + t + " (expected NAME=device|remat|offload)");
-      c.tensors[t.substr(0, eq)] = t.substr(eq + 1);
-    }
-    return c;
-  }
-};
 
 void print_report(const StepReport& r) {
   std::printf("system %s, model %s, policy %s\n", r.system_id.c_str(), r.model_id.c_str(), r.policy.c_str());
@@ -148,14 +86,13 @@ void register_commands(CLI::App& app) {
   // graph
   {
     auto* cmd = app.add_subcommand("graph", "Write one layer's op graph (Graphviz DOT) or tensor table");
-    auto flags = std::make_shared<RunFlags>();
-    flags->add_to(cmd);
+    auto flags = make_run_flags(cmd);
     auto layer = std::make_shared<std::int64_t>(0);
     auto dot = std::make_shared<bool>(false);
     cmd->add_option("--layer", *layer, "Layer index");
     cmd->add_flag("--dot", *dot, "Graphviz DOT output");
     cmd->callback([flags, layer, dot] {
-      auto run = prepare_run(flags->resolve());
+      auto run = prepare_run(resolve_run_flags(*flags));
       const auto& g = run.graph;
       if (*layer < 0 || *layer >= g.model.num_layers)
         throw InputError("--layer = " + std::to_string(*layer) + " (model has " + std::to_string(g.model.num_layers) + " layers)");
@@ -174,14 +111,13 @@ void register_commands(CLI::App& app) {
   // simulate
   {
     auto* cmd = app.add_subcommand("simulate", "Simulate one training step on one device");
-    auto flags = std::make_shared<RunFlags>();
-    flags->add_to(cmd);
+    auto flags = make_run_flags(cmd);
     auto json = std::make_shared<bool>(false);
     auto trace = std::make_shared<std::string>();
     cmd->add_flag("--json", *json, "Print the report as one JSON object");
     cmd->add_option("--trace", *trace, "Write a Chrome/Perfetto trace JSON to this file");
     cmd->callback([flags, json, trace] {
-      auto config = flags->resolve();
+      auto config = resolve_run_flags(*flags);
       auto report = run_simulation(config, !trace->empty());
       if (!trace->empty()) write_file_atomically(*trace, report.trace.dump() + "\n");
       if (*json) {

@@ -1,0 +1,270 @@
+// _hbmsim: the C++ simulator for Python. Thin: every function takes and returns plain Python data (dicts,
+// lists, str, numbers) in the JSON shapes the CLI prints; the package `hbmsim` (python/hbmsim) builds the
+// friendly API on top. The GIL is released while C++ runs. hbmsim::InputError (bad input, a
+// std::invalid_argument) arrives in Python as ValueError with the same message.
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "hwmodels/builtin.hpp"
+#include "hwmodels/catalog.hpp"
+#include "hwmodels/json_view.hpp"
+#include "hwmodels/profile.hpp"
+#include "planner/run_config.hpp"
+#include "planner/sweep.hpp"
+#include "workloads/model.hpp"
+#include "workloads/step_graph.hpp"
+#ifdef HBMSIM_HAVE_REPRODUCE
+#include "planner/reproduce.hpp"
+#endif
+
+namespace py = pybind11;
+using nlohmann::json;
+
+namespace {
+
+// ---- JSON <-> Python (call with the GIL held) ----
+
+py::object to_py(const json& j) {
+  switch (j.type()) {
+    case json::value_t::null: return py::none();
+    case json::value_t::boolean: return py::bool_(j.get<bool>());
+    case json::value_t::number_integer: return py::int_(j.get<std::int64_t>());
+    case json::value_t::number_unsigned: return py::int_(j.get<std::uint64_t>());
+    case json::value_t::number_float: return py::float_(j.get<double>());
+    case json::value_t::string: return py::str(j.get_ref<const std::string&>());
+    case json::value_t::array: {
+      py::list out(j.size());
+      std::size_t i = 0;
+      for (const auto& v : j) out[i++] = to_py(v);
+      return std::move(out);
+    }
+    case json::value_t::object: {
+      py::dict out;
+      for (const auto& [k, v] : j.items()) out[py::str(k)] = to_py(v);
+      return std::move(out);
+    }
+    default: throw std::logic_error("_hbmsim: unexpected JSON value type");
+  }
+}
+
+json from_py(const py::handle& o, const std::string& path) {
+  if (o.is_none()) return nullptr;
+  if (py::isinstance<py::bool_>(o)) return o.cast<bool>();
+  if (py::isinstance<py::str>(o)) return o.cast<std::string>();
+  if (py::isinstance<py::dict>(o)) {
+    json out = json::object();
+    for (auto item : o.cast<py::dict>()) {
+      if (!py::isinstance<py::str>(item.first))
+        throw py::type_error(path + ": keys must be str, got " + py::repr(item.first).cast<std::string>());
+      auto key = item.first.cast<std::string>();
+      out[key] = from_py(item.second, path.empty() ? key : path + "." + key);
+    }
+    return out;
+  }
+  if (py::isinstance<py::list>(o) || py::isinstance<py::tuple>(o)) {
+    json out = json::array();
+    std::size_t i = 0;
+    for (auto v : o) out.push_back(from_py(v, path + "[" + std::to_string(i++) + "]"));
+    return out;
+  }
+  if (py::isinstance<py::float_>(o)) return o.cast<double>();
+  if (py::hasattr(o, "__index__")) {  // int, numpy integers
+    py::int_ i = py::reinterpret_steal<py::int_>(PyNumber_Index(o.ptr()));
+    if (!i) throw py::error_already_set();
+    if (py::int_(0) <= i) return i.cast<std::uint64_t>();
+    return i.cast<std::int64_t>();
+  }
+  if (py::hasattr(o, "__float__")) return py::float_(o.attr("__float__")()).cast<double>();  // numpy floats
+  throw py::type_error((path.empty() ? std::string("value") : path) + ": cannot be expressed in JSON (" +
+                       py::repr(o).cast<std::string>() + ")");
+}
+
+// ---- Inputs ----
+
+hbmsim::RunConfig config_from_py(const py::handle& config, const std::string& origin) {
+  json doc = config.is_none() ? json::object() : from_py(config, "");
+  return hbmsim::RunConfig::from_json(doc, origin);
+}
+
+std::vector<hbmsim::SweepAxis> axes_from_py(const std::vector<std::pair<std::string, std::vector<std::string>>>& axes) {
+  std::vector<hbmsim::SweepAxis> out;
+  for (const auto& [field, values] : axes) out.push_back(hbmsim::SweepAxis{field, values});
+  return out;
+}
+
+// ---- Functions ----
+
+py::list systems() {
+  json arr = json::array();
+  {
+    py::gil_scoped_release nogil;
+    for (const auto& id : hbmsim::builtin_system_ids()) arr.push_back(hbmsim::builtin_system(id).summary_json());
+  }
+  return to_py(arr);
+}
+
+py::dict system(const std::string& name, const std::string& calibration) {
+  json j;
+  {
+    py::gil_scoped_release nogil;
+    hbmsim::RunConfig c;  // the system exactly as a run sees it (built-in or file, profile applied)
+    c.system = name;
+    c.calibration = calibration;
+    j = hbmsim::prepare_run(c).system.summary_json();
+  }
+  return to_py(j);
+}
+
+py::list models() {
+  json arr = json::array();
+  {
+    py::gil_scoped_release nogil;
+    for (const auto& id : hbmsim::builtin_model_ids()) {
+      auto m = hbmsim::builtin_model(id);
+      auto j = m.to_json();
+      j["total_params"] = m.total_params();
+      j["activated_params"] = m.activated_params();
+      arr.push_back(j);
+    }
+  }
+  return to_py(arr);
+}
+
+py::dict simulate(const py::object& config, bool trace, const std::string& origin) {
+  auto c = config_from_py(config, origin);
+  json j;
+  {
+    py::gil_scoped_release nogil;
+    auto report = hbmsim::run_simulation(c, trace);
+    j = report.to_json();
+    j["config"] = c.to_json();
+    if (trace) {
+      json timeline = json::array();
+      for (const auto& m : report.timeline) timeline.push_back({m.time_s, m.hbm_bytes, m.host_bytes});
+      j["timeline"] = std::move(timeline);
+      j["trace"] = std::move(report.trace);
+    }
+  }
+  return to_py(j);
+}
+
+py::list expand_sweep(const py::object& base,
+                      const std::vector<std::pair<std::string, std::vector<std::string>>>& axes,
+                      const std::string& where) {
+  auto b = config_from_py(base, "base");
+  auto parsed = axes_from_py(axes);
+  json arr = json::array();
+  {
+    py::gil_scoped_release nogil;
+    for (const auto& p : hbmsim::expand_sweep(b, parsed, where))
+      arr.push_back({{"index", p.index}, {"values", p.values}, {"config", p.config.to_json()}});
+  }
+  return to_py(arr);
+}
+
+py::list sweep(const py::object& base, const std::vector<std::pair<std::string, std::vector<std::string>>>& axes,
+               const std::string& where, int jobs, const std::optional<std::vector<std::size_t>>& indices) {
+  auto b = config_from_py(base, "base");
+  auto parsed = axes_from_py(axes);
+  json arr = json::array();
+  {
+    py::gil_scoped_release nogil;
+    auto points = hbmsim::expand_sweep(b, parsed, where);
+    std::set<std::size_t> skip;
+    if (indices) {
+      std::set<std::size_t> keep(indices->begin(), indices->end());
+      for (const auto& p : points)
+        if (!keep.count(p.index)) skip.insert(p.index);
+    }
+    hbmsim::run_sweep(points, jobs, [&](const hbmsim::SweepRow& row) { arr.push_back(hbmsim::sweep_row_json(parsed, row)); },
+                      skip);
+  }
+  return to_py(arr);
+}
+
+py::dict reproduce([[maybe_unused]] const std::string& calibration, [[maybe_unused]] const std::string& runs_path,
+                   [[maybe_unused]] const std::string& configs_path) {
+#ifdef HBMSIM_HAVE_REPRODUCE
+  json j;
+  {
+    py::gil_scoped_release nogil;
+    auto rows = hbmsim::reproduce(hbmsim::load_reference_runs(runs_path, configs_path), calibration);
+    j = hbmsim::repro_json(rows, hbmsim::check_claims(rows));
+  }
+  return to_py(j);
+#else
+  throw py::value_error("reproduce: this build of _hbmsim has no planner/reproduce.cpp (rebuild after it lands)");
+#endif
+}
+
+py::dict profile(const py::object& doc, const std::string& origin) {
+  json d = from_py(doc, "");
+  json j;
+  {
+    py::gil_scoped_release nogil;
+    j = hbmsim::load_profile(d, origin).to_json();
+  }
+  return to_py(j);
+}
+
+py::object data_file(const std::string& name) {
+  auto text = hbmsim::builtin_file(name);
+  if (!text) return py::none();
+  return py::str(text->data(), text->size());
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_hbmsim, m) {
+  m.doc() = "hbmsim C++ core: LLM training-step memory and time simulator (see the hbmsim package for the API)";
+  m.attr("__version__") = HBMSIM_VERSION;
+#ifdef HBMSIM_HAVE_REPRODUCE
+  m.attr("HAVE_REPRODUCE") = true;
+#else
+  m.attr("HAVE_REPRODUCE") = false;
+#endif
+
+  m.def("systems", &systems, "Built-in systems as a list of dicts (System::summary_json, as `hbmsim systems --json`).");
+  m.def("system", &system, py::arg("name"), py::arg("calibration") = "",
+        "One system (built-in id or system JSON path) as a run sees it, with calibration profile `calibration`\n"
+        "(file or built-in profile name; \"\" = datasheet figures) applied. Returns System::summary_json.");
+  m.def("models", &models,
+        "Built-in models as a list of dicts (ModelSpec::to_json plus total_params and activated_params,\n"
+        "as `hbmsim models --json`).");
+  m.def("fields", &hbmsim::RunConfig::fields, "RunConfig field names a sweep axis accepts (plus tensor.NAME).");
+  m.def("checkpoint_names", &hbmsim::checkpoint_names, "Checkpoint (tensor) names a policy can place.");
+  m.def("simulate", &simulate, py::arg("config"), py::arg("trace") = false, py::arg("origin") = "config",
+        "Simulates one training step.\n\n"
+        "config: dict with RunConfig JSON keys (as `simulate --config FILE`); None = all defaults.\n"
+        "trace: also return \"timeline\" (list of [t_s, hbm_bytes, host_bytes]) and \"trace\" (Chrome trace).\n"
+        "origin: the name error messages give the config.\n"
+        "Returns StepReport::to_json() plus \"config\" (the resolved RunConfig), as `simulate --json`.\n"
+        "Raises ValueError on bad input, naming the JSON path and value.");
+  m.def("expand_sweep", &expand_sweep, py::arg("base"), py::arg("axes"), py::arg("where") = "",
+        "The points of a sweep: list of {index, values (str per axis), config (RunConfig JSON)}.\n\n"
+        "base: RunConfig dict; axes: list of (field, [value text, ...]) (a RunConfig field or tensor.NAME);\n"
+        "where: FIELD==V, FIELD!=V, FIELD<=N, ... (comma-separated) over axis fields.");
+  m.def("sweep", &sweep, py::arg("base"), py::arg("axes"), py::arg("where") = "", py::arg("jobs") = 1,
+        py::arg("indices") = py::none(),
+        "Runs a sweep on `jobs` C++ threads. Returns rows in completion order, each as `sweep --format jsonl`:\n"
+        "{index, <axis field>: value text, ..., result: simulate dict} or {..., error: message} for a point\n"
+        "that is bad input. indices: run only the points with these indices (None = all).");
+  m.def("reproduce", &reproduce, py::arg("calibration") = "", py::arg("runs_path") = "", py::arg("configs_path") = "",
+        "The measured reference runs next to hbmsim's predictions and the checked claims (as\n"
+        "`hbmsim reproduce --json`). calibration: profile file or built-in name (\"\" = datasheet figures).");
+  m.def("profile", &profile, py::arg("doc"), py::arg("origin") = "profile",
+        "Validates a calibration profile document (dict) and returns it normalised (Profile::to_json).");
+  m.def("data_files", &hbmsim::builtin_files, py::arg("prefix") = "",
+        "Names of the data files compiled into hbmsim under `prefix` (e.g. \"profiles/\"), sorted.");
+  m.def("data_file", &data_file, py::arg("name"),
+        "Text of a built-in data file (e.g. \"systems/gb200-nvl72.json\"), or None.");
+}

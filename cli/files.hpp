@@ -1,0 +1,13 @@
+// Output files that are never left half-written.
+#pragma once
+#include <string>
+
+namespace hbmsim::cli {
+
+// Writes PATH.tmp, then renames it over PATH.
+void write_file_atomically(const std::string& path, const std::string& text);
+// Cuts a file back to its last newline (a torn last line from a killed writer); no-op when absent.
+void truncate_to_last_newline(const std::string& path);
+bool file_has_content(const std::string& path);
+
+}  // namespace hbmsim::cli

@@ -1,0 +1,234 @@
+#include "planner/sweep.hpp"
+
+#include <atomic>
+#include <charconv>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "hwmodels/json_view.hpp"
+
+namespace hbmsim {
+
+SweepAxis parse_axis(const std::string& spec) {
+  auto eq = spec.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
+    throw InputError("--axis " + spec + " (expected FIELD=v1,v2,...)");
+  SweepAxis a{spec.substr(0, eq), {}};
+  std::stringstream ss(spec.substr(eq + 1));
+  std::string v;
+  while (std::getline(ss, v, ',')) {
+    if (v.empty()) throw InputError("--axis " + spec + " (empty value)");
+    a.values.push_back(v);
+  }
+  RunConfig probe;
+  probe.set(a.field, a.values.front(), "--axis " + spec);  // unknown fields fail here, before any work
+  return a;
+}
+
+namespace {
+
+struct Condition {
+  std::string field, op, value;
+};
+
+std::vector<Condition> parse_where(const std::string& where, const std::vector<SweepAxis>& axes) {
+  std::vector<Condition> out;
+  std::stringstream ss(where);
+  std::string part;
+  while (std::getline(ss, part, ',')) {
+    if (part.empty()) continue;
+    static const char* ops[] = {"==", "!=", "<=", ">=", "<", ">"};
+    Condition c;
+    for (const char* op : ops) {
+      auto pos = part.find(op);
+      if (pos != std::string::npos && pos > 0) {
+        c = {part.substr(0, pos), op, part.substr(pos + std::string(op).size())};
+        break;
+      }
+    }
+    if (c.op.empty()) throw InputError("--where " + part + " (expected FIELD==V, FIELD!=V, FIELD<N, ...)");
+    bool known = false;
+    for (auto& a : axes) known = known || a.field == c.field;
+    if (!known) throw InputError("--where " + part + " (\"" + c.field + "\" is not an axis)");
+    out.push_back(c);
+  }
+  return out;
+}
+
+bool holds(const Condition& c, const std::string& value) {
+  if (c.op == "==") return value == c.value;
+  if (c.op == "!=") return value != c.value;
+  double a = 0, b = 0;
+  try {
+    a = std::stod(value);
+    b = std::stod(c.value);
+  } catch (const std::exception&) {
+    throw InputError("--where " + c.field + c.op + c.value + " (needs numbers, got \"" + value + "\")");
+  }
+  if (c.op == "<=") return a <= b;
+  if (c.op == ">=") return a >= b;
+  if (c.op == "<") return a < b;
+  return a > b;
+}
+
+std::string csv_escape(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char ch : s) out += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+  return out + "\"";
+}
+
+std::string num(double v) {
+  char buf[64];
+  auto [p, ec] = std::to_chars(buf, buf + sizeof buf, v);  // shortest round-trip form, locale-free
+  return std::string(buf, p);
+}
+
+}  // namespace
+
+std::vector<SweepPoint> expand_sweep(const RunConfig& base, const std::vector<SweepAxis>& axes, const std::string& where) {
+  auto conds = parse_where(where, axes);
+  std::size_t total = 1;
+  for (auto& a : axes) {
+    if (a.values.empty()) throw InputError("--axis " + a.field + " (no values)");
+    total *= a.values.size();
+    if (total > 100'000'000) throw InputError("--axis: more than 100000000 points; narrow the sweep");
+  }
+  std::vector<SweepPoint> points;
+  for (std::size_t i = 0; i < total; ++i) {
+    SweepPoint p{i, {}, base};
+    std::size_t rest = i;
+    p.values.resize(axes.size());
+    for (std::size_t k = axes.size(); k-- > 0;) {
+      p.values[k] = axes[k].values[rest % axes[k].values.size()];
+      rest /= axes[k].values.size();
+    }
+    bool keep = true;
+    for (auto& c : conds)
+      for (std::size_t k = 0; k < axes.size(); ++k)
+        if (axes[k].field == c.field) keep = keep && holds(c, p.values[k]);
+    if (!keep) continue;
+    for (std::size_t k = 0; k < axes.size(); ++k) p.config.set(axes[k].field, p.values[k], "--axis " + axes[k].field);
+    points.push_back(std::move(p));
+  }
+  return points;
+}
+
+void run_sweep(const std::vector<SweepPoint>& points, int jobs, const std::function<void(const SweepRow&)>& on_row,
+               const std::set<std::size_t>& skip) {
+  if (jobs < 1) throw InputError("--jobs = " + std::to_string(jobs) + " (must be >= 1)");
+  std::atomic<std::size_t> next{0};
+  std::mutex emit;
+  std::exception_ptr failure;
+  auto worker = [&] {
+    for (;;) {
+      std::size_t i = next.fetch_add(1);
+      if (i >= points.size()) return;
+      const auto& p = points[i];
+      if (skip.count(p.index)) continue;
+      SweepRow row{p.index, p.values, std::nullopt, ""};
+      try {
+        row.report = run_simulation(p.config);
+      } catch (const InputError& e) {
+        row.error = e.what();
+      } catch (...) {
+        std::lock_guard lock(emit);
+        if (!failure) failure = std::current_exception();
+        next = points.size();
+        return;
+      }
+      std::lock_guard lock(emit);
+      on_row(row);
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int j = 1; j < jobs; ++j) threads.emplace_back(worker);
+  worker();
+  for (auto& t : threads) t.join();
+  if (failure) std::rethrow_exception(failure);
+}
+
+std::vector<std::string> sweep_columns(const std::vector<SweepAxis>& axes) {
+  std::vector<std::string> cols = {"index"};
+  for (auto& a : axes) cols.push_back(a.field);
+  for (auto c : {"step_time_s", "tflops_per_device", "mfu", "fits", "hbm_peak_bytes", "host_peak_bytes",
+                 "exposed_h2d_s", "exposed_d2h_s", "exposed_collective_s", "exposed_a2a_s", "error"})
+    cols.push_back(c);
+  return cols;
+}
+
+std::string sweep_csv_header(const std::vector<SweepAxis>& axes) {
+  std::string out;
+  for (auto& c : sweep_columns(axes)) {
+    if (!out.empty()) out += ',';
+    out += csv_escape(c);
+  }
+  return out + "\n";
+}
+
+std::string sweep_csv_line(const SweepRow& row) {
+  std::string out = std::to_string(row.index);
+  for (auto& v : row.values) {
+    out += ',';
+    out += csv_escape(v);
+  }
+  if (row.report) {
+    const auto& r = *row.report;
+    for (double v : {r.step_time_s, r.tflops_per_device, r.mfu}) {
+      out += ',';
+      out += num(v);
+    }
+    out += r.fits ? ",true" : ",false";
+    for (double v : {r.hbm_peak_bytes, r.host_peak_bytes, r.exposed_s.at("h2d"), r.exposed_s.at("d2h"),
+                     r.exposed_s.at("collective"), r.exposed_s.at("expert_a2a")}) {
+      out += ',';
+      out += num(v);
+    }
+    out += ",";
+  } else {
+    out += ",,,,,,,,,,,";
+    out += csv_escape(row.error);
+  }
+  return out + "\n";
+}
+
+nlohmann::json sweep_row_json(const std::vector<SweepAxis>& axes, const SweepRow& row) {
+  nlohmann::json j = {{"index", row.index}};
+  for (std::size_t k = 0; k < axes.size(); ++k) j[axes[k].field] = row.values[k];
+  if (row.report) j["result"] = row.report->to_json();
+  else j["error"] = row.error;
+  return j;
+}
+
+std::set<std::size_t> completed_indices(const std::string& path) {
+  std::set<std::size_t> done;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return done;
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::size_t start = 0;
+  bool first = true;
+  while (start < text.size()) {
+    auto end = text.find('\n', start);
+    if (end == std::string::npos) break;  // a torn last line is not a finished row
+    std::string line = text.substr(start, end - start);
+    start = end + 1;
+    if (line.empty()) continue;
+    if (line.front() == '{') {
+      try {
+        auto j = nlohmann::json::parse(line);
+        done.insert(j.at("index").get<std::size_t>());
+      } catch (const std::exception&) {
+      }
+    } else if (!first || std::isdigit(static_cast<unsigned char>(line.front()))) {
+      std::size_t idx = 0;
+      auto [p, ec] = std::from_chars(line.data(), line.data() + line.size(), idx);
+      if (ec == std::errc() && p < line.data() + line.size() && *p == ',') done.insert(idx);
+    }
+    first = false;
+  }
+  return done;
+}
+
+}  // namespace hbmsim
