@@ -45,12 +45,12 @@ py::object to_py(const json& j) {
       py::list out(j.size());
       std::size_t i = 0;
       for (const auto& v : j) out[i++] = to_py(v);
-      return std::move(out);
+      return out;
     }
     case json::value_t::object: {
       py::dict out;
       for (const auto& [k, v] : j.items()) out[py::str(k)] = to_py(v);
-      return std::move(out);
+      return out;
     }
     default: throw std::logic_error("_hbmsim: unexpected JSON value type");
   }
@@ -112,7 +112,7 @@ py::list systems() {
   return to_py(arr);
 }
 
-py::dict system(const std::string& name, const std::string& calibration) {
+py::dict system_info(const std::string& name, const std::string& calibration) {
   json j;
   {
     py::gil_scoped_release nogil;
@@ -234,7 +234,7 @@ PYBIND11_MODULE(_hbmsim, m) {
 #endif
 
   m.def("systems", &systems, "Built-in systems as a list of dicts (System::summary_json, as `hbmsim systems --json`).");
-  m.def("system", &system, py::arg("name"), py::arg("calibration") = "",
+  m.def("system", &system_info, py::arg("name"), py::arg("calibration") = "",
         "One system (built-in id or system JSON path) as a run sees it, with calibration profile `calibration`\n"
         "(file or built-in profile name; \"\" = datasheet figures) applied. Returns System::summary_json.");
   m.def("models", &models,

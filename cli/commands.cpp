@@ -23,7 +23,7 @@ int g_exit_status = 0;
 
 }  // namespace
 
-int exit_status() { return g_exit_status; }
+int exit_status() { return g_exit_status != 0 ? g_exit_status : plan_exit_status(); }
 
 void print_report(const StepReport& r) {
   std::printf("system %s, model %s, policy %s\n", r.system_id.c_str(), r.model_id.c_str(), r.policy.c_str());

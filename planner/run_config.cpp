@@ -128,7 +128,7 @@ RunConfig RunConfig::from_json(const nlohmann::json& doc, const std::string& ori
 
 RunConfig RunConfig::from_file(const std::string& path) { return from_json(parse_json_file(path), path); }
 
-PreparedRun prepare_run(const RunConfig& c) {
+PreparedRun prepare_run(const RunConfig& c, const Profile* extra) {
   System sys = resolve_system(c.system);
   if (!c.calibration.empty()) {
     auto name = "profiles/" + c.calibration + ".json";
@@ -137,6 +137,7 @@ PreparedRun prepare_run(const RunConfig& c) {
     else
       sys = apply_profile(sys, load_profile_file(c.calibration));
   }
+  if (extra) sys = apply_profile(sys, *extra);
   if (c.host_link_bytes_per_s) {
     if (!(*c.host_link_bytes_per_s > 0)) throw InputError("host_link_bytes_per_s must be > 0");
     sys.host_link.measured_h2d_bytes_per_s = *c.host_link_bytes_per_s;
@@ -165,8 +166,8 @@ PreparedRun prepare_run(const RunConfig& c) {
   return r;
 }
 
-StepReport run_simulation(const RunConfig& c, bool trace) {
-  auto r = prepare_run(c);
+StepReport run_simulation(const RunConfig& c, bool trace, const Profile* extra) {
+  auto r = prepare_run(c, extra);
   r.options.record_trace = trace;
   return simulate(r.graph, r.system, r.policy, r.options);
 }

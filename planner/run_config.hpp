@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "hwmodels/profile.hpp"
 #include "hwmodels/system.hpp"
 #include "sim/simulator.hpp"
 #include "workloads/step_graph.hpp"
@@ -49,7 +50,8 @@ struct PreparedRun {
   SimOptions options;
 };
 
-PreparedRun prepare_run(const RunConfig& config);
-StepReport run_simulation(const RunConfig& config, bool trace = false);
+// `extra` (optional) is applied after the config's own calibration: the fitter's trial parameters.
+PreparedRun prepare_run(const RunConfig& config, const Profile* extra = nullptr);
+StepReport run_simulation(const RunConfig& config, bool trace = false, const Profile* extra = nullptr);
 
 }  // namespace hbmsim

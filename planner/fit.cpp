@@ -1,0 +1,269 @@
+#include "planner/fit.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <numeric>
+#include <thread>
+
+#include "hwmodels/builtin.hpp"
+#include "hwmodels/json_view.hpp"
+
+namespace hbmsim {
+
+std::vector<FitParameter> load_fit_parameters(const std::string& path) {
+  std::string origin = path.empty() ? "builtin:fit/parameters.json" : path;
+  nlohmann::json doc = path.empty() ? parse_json_text(*builtin_file("fit/parameters.json"), origin) : parse_json_file(path);
+  JsonView v(doc, origin);
+  v.allow_only({"about", "parameters"});
+  auto list = v.at("parameters");
+  std::vector<FitParameter> out;
+  const auto& known = fitted_parameter_names();
+  if (list.size() > 6) list.fail("at most 6 parameters may be fitted");
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    auto p = list[i];
+    p.allow_only({"name", "lo", "hi", "initial", "meaning"});
+    FitParameter f{p.at("name").string(), p.at("lo").number(), p.at("hi").number(), p.at("initial").number(),
+                   p.at("meaning").string()};
+    if (std::find(known.begin(), known.end(), f.name) == known.end()) p.at("name").fail("unknown parameter");
+    if (!(f.lo < f.hi)) p.at("hi").fail("must be above lo");
+    if (f.lo < 0) p.at("lo").fail("must be >= 0");
+    if (!(f.initial > f.lo && f.initial < f.hi)) p.at("initial").fail("must lie strictly between lo and hi");
+    for (auto& o : out)
+      if (o.name == f.name) p.at("name").fail("duplicate parameter");
+    out.push_back(f);
+  }
+  return out;
+}
+
+std::vector<MeasuredRun> measured_from_reference(const std::vector<ReferenceRun>& runs) {
+  std::vector<MeasuredRun> out;
+  for (auto& r : runs) {
+    if (!r.tflops_per_device && !r.hbm_gib) continue;
+    MeasuredRun m{r.id, r.config, r.tflops_per_device, std::nullopt};
+    if (r.hbm_gib) m.hbm_bytes = *r.hbm_gib * 1073741824.0;
+    out.push_back(m);
+  }
+  return out;
+}
+
+MeasuredRun measured_from_maxtext_log(const std::string& log_path, const std::string& config_path, int skip_steps) {
+  MeasuredRun m;
+  m.id = log_path;
+  m.config = RunConfig::from_file(config_path);
+  std::ifstream in(log_path);
+  if (!in) throw InputError(log_path + ": cannot be opened (MaxText metrics log)");
+  std::vector<double> tflops, step_s;
+  std::string line;
+  int lineno = 0, steps = 0;
+  double peak = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    auto origin = log_path + ":" + std::to_string(lineno);
+    auto doc = parse_json_text(line, origin);
+    JsonView v(doc, origin);
+    v.expect_object();
+    bool step_line = v.has("perf/step_time_seconds") || v.has("perf/per_device_tflops_per_sec");
+    if (step_line && steps++ >= skip_steps) {
+      if (auto x = v.find("perf/per_device_tflops_per_sec")) tflops.push_back(x->positive());
+      if (auto x = v.find("perf/step_time_seconds")) step_s.push_back(x->positive());
+    }
+    if (auto x = v.find("memory/peak_bytes_in_use")) peak = std::max(peak, x->positive());
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  };
+  if (!tflops.empty()) {
+    m.tflops_per_device = median(tflops);
+  } else if (!step_s.empty()) {
+    // MaxText's TFLOP/s is model FLOPs over step time; recompute it from the config when only time is logged.
+    auto prepared = prepare_run(m.config);
+    m.tflops_per_device = prepared.graph.model_flops.total() / median(step_s) / 1e12;
+  } else {
+    throw InputError(log_path + ": no step lines after " + std::to_string(skip_steps) +
+                     " warm-up steps (expected perf/step_time_seconds or perf/per_device_tflops_per_sec)");
+  }
+  if (peak > 0) m.hbm_bytes = peak;
+  return m;
+}
+
+std::vector<StepReport> predict_with(const std::vector<MeasuredRun>& runs, const std::map<std::string, double>& params,
+                                     int jobs) {
+  Profile p;
+  p.name = "fit trial";
+  p.parameters = params;
+  std::vector<StepReport> out(runs.size());
+  std::vector<std::exception_ptr> errors(runs.size());
+  auto work = [&](std::size_t start) {
+    for (std::size_t i = start; i < runs.size(); i += static_cast<std::size_t>(std::max(1, jobs))) {
+      try {
+        out[i] = run_simulation(runs[i].config, false, &p);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int j = 1; j < jobs && static_cast<std::size_t>(j) < runs.size(); ++j) threads.emplace_back(work, static_cast<std::size_t>(j));
+  work(0);
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  return out;
+}
+
+namespace {
+
+double sigmoid(double u) { return 1 / (1 + std::exp(-u)); }
+double logit(double x) { return std::log(x / (1 - x)); }
+
+std::map<std::string, double> to_params(const std::vector<FitParameter>& ps, const std::vector<double>& u) {
+  std::map<std::string, double> m;
+  for (std::size_t i = 0; i < ps.size(); ++i) m[ps[i].name] = ps[i].lo + (ps[i].hi - ps[i].lo) * sigmoid(u[i]);
+  return m;
+}
+
+struct Objective {
+  const std::vector<MeasuredRun>& runs;
+  const std::vector<FitParameter>& ps;
+  std::vector<double> u0;
+  int jobs;
+  int evaluations = 0;
+
+  double operator()(const std::vector<double>& u) {
+    ++evaluations;
+    auto preds = predict_with(runs, to_params(ps, u), jobs);
+    double sum = 0;
+    int n = 0;
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+      if (!runs[i].tflops_per_device) continue;
+      double e = std::log(preds[i].tflops_per_device / *runs[i].tflops_per_device);
+      sum += e * e;
+      ++n;
+    }
+    // A weak pull towards the starting values keeps parameters no run constrains where they were.
+    double ridge = 0;
+    for (std::size_t i = 0; i < u.size(); ++i) ridge += (u[i] - u0[i]) * (u[i] - u0[i]);
+    return (n ? sum / n : 0) + 1e-6 * ridge;
+  }
+};
+
+std::vector<double> nelder_mead(Objective& f, std::vector<double> x0, int max_evals) {
+  const std::size_t n = x0.size();
+  std::vector<std::vector<double>> s(n + 1, x0);
+  std::vector<double> fv(n + 1);
+  for (std::size_t i = 0; i < n; ++i) s[i + 1][i] += 0.6;
+  for (std::size_t i = 0; i <= n; ++i) fv[i] = f(s[i]);
+  auto at = [&](const std::vector<double>& c, const std::vector<double>& w, double t) {
+    std::vector<double> r(n);
+    for (std::size_t k = 0; k < n; ++k) r[k] = c[k] + t * (w[k] - c[k]);
+    return r;
+  };
+  while (f.evaluations < max_evals) {
+    std::vector<std::size_t> idx(n + 1);
+    std::iota(idx.begin(), idx.end(), 0);
+    std::stable_sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) { return fv[a] < fv[b]; });
+    std::vector<std::vector<double>> s2;
+    std::vector<double> f2;
+    for (auto i : idx) {
+      s2.push_back(s[i]);
+      f2.push_back(fv[i]);
+    }
+    s = s2;
+    fv = f2;
+    if (fv[n] - fv[0] < 1e-12) break;
+    std::vector<double> c(n, 0);
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t k = 0; k < n; ++k) c[k] += s[i][k] / n;
+    auto xr = at(c, s[n], -1.0);
+    double fr = f(xr);
+    if (fr < fv[0]) {
+      auto xe = at(c, s[n], -2.0);
+      double fe = f(xe);
+      if (fe < fr) { s[n] = xe; fv[n] = fe; } else { s[n] = xr; fv[n] = fr; }
+    } else if (fr < fv[n - 1]) {
+      s[n] = xr;
+      fv[n] = fr;
+    } else {
+      auto xc = fr < fv[n] ? at(c, s[n], -0.5) : at(c, s[n], 0.5);
+      double fc = f(xc);
+      if (fc < std::min(fr, fv[n])) {
+        s[n] = xc;
+        fv[n] = fc;
+      } else {
+        for (std::size_t i = 1; i <= n; ++i) {
+          s[i] = at(s[0], s[i], 0.5);
+          fv[i] = f(s[i]);
+        }
+      }
+    }
+  }
+  std::size_t best = static_cast<std::size_t>(std::min_element(fv.begin(), fv.end()) - fv.begin());
+  return s[best];
+}
+
+std::map<std::string, double> fit_once(const std::vector<MeasuredRun>& runs, const std::vector<FitParameter>& ps,
+                                       const FitOptions& o, int& evaluations) {
+  std::vector<double> u0;
+  for (auto& p : ps) u0.push_back(logit((p.initial - p.lo) / (p.hi - p.lo)));
+  Objective f{runs, ps, u0, o.jobs};
+  auto u = nelder_mead(f, u0, o.max_evaluations);
+  evaluations += f.evaluations;
+  return to_params(ps, u);
+}
+
+}  // namespace
+
+FitResult fit_parameters(const std::vector<MeasuredRun>& runs, const std::vector<FitParameter>& ps, const FitOptions& o) {
+  if (ps.empty()) throw InputError("fit: no parameters to fit");
+  std::size_t with_tflops = 0;
+  for (auto& r : runs) with_tflops += r.tflops_per_device ? 1 : 0;
+  if (with_tflops == 0) throw InputError("fit: no measured run reports TFLOP/s");
+  FitResult res;
+  res.parameters = fit_once(runs, ps, o, res.evaluations);
+  auto preds = predict_with(runs, res.parameters, o.jobs);
+  double sum = 0;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    if (runs[i].tflops_per_device) {
+      res.tflops.push_back({runs[i].id, *runs[i].tflops_per_device, preds[i].tflops_per_device});
+      double e = std::log(preds[i].tflops_per_device / *runs[i].tflops_per_device);
+      sum += e * e;
+    }
+    if (runs[i].hbm_bytes) res.hbm.push_back({runs[i].id, *runs[i].hbm_bytes, preds[i].hbm_peak_bytes});
+  }
+  res.rms_log_error = std::sqrt(sum / static_cast<double>(res.tflops.size()));
+  if (o.leave_one_out) {
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+      if (!runs[i].tflops_per_device) continue;
+      std::vector<MeasuredRun> rest;
+      for (std::size_t j = 0; j < runs.size(); ++j)
+        if (j != i) rest.push_back(runs[j]);
+      auto params = fit_once(rest, ps, o, res.evaluations);
+      auto pred = predict_with({runs[i]}, params, 1).front();
+      res.leave_one_out.push_back({runs[i].id, *runs[i].tflops_per_device, pred.tflops_per_device});
+    }
+  }
+  return res;
+}
+
+Profile FitResult::profile(const std::string& name, const std::string& source) const {
+  Profile p;
+  p.name = name;
+  p.source = source;
+  p.parameters = parameters;
+  return p;
+}
+
+nlohmann::json FitResult::to_json() const {
+  auto rows = [](const std::vector<Residual>& rs) {
+    auto a = nlohmann::json::array();
+    for (auto& r : rs) a.push_back({{"id", r.id}, {"measured", r.measured}, {"predicted", r.predicted}, {"error", r.error()}});
+    return a;
+  };
+  return {{"parameters", parameters}, {"tflops_residuals", rows(tflops)}, {"hbm_residuals", rows(hbm)},
+          {"leave_one_out", rows(leave_one_out)}, {"rms_log_error", rms_log_error}, {"evaluations", evaluations}};
+}
+
+}  // namespace hbmsim

@@ -1,0 +1,48 @@
+"""hbmsim: simulate the memory and time of one LLM training step (HBM, pinned host memory, offload copies).
+
+The C++ simulator (extension module ``hbmsim._hbmsim``) does the work; this package turns its results into
+dicts and pandas DataFrames and draws them (``hbmsim.plots``).
+
+    >>> import hbmsim
+    >>> r = hbmsim.simulate(system="gb200-nvl72", model="llama3.1-405b", gpus=128, batch=2, seq=8192,
+    ...                     weights="nvfp4", policy="qkv_proj_offloaded")
+    >>> r.step_time_s, r.hbm_peak_bytes / 2**30
+    >>> df = hbmsim.sweep({"batch": [1, 2, 4], "policy": ["full", "save_qkv_proj"]}, base={...})
+
+Sweeps run on C++ threads (``jobs``) or on a Dask cluster (``client``, see :func:`hbmsim.sweep`).
+"""
+from . import _hbmsim
+from .api import (
+    Reproduction,
+    Result,
+    checkpoint_names,
+    data_files,
+    expand_sweep,
+    fields,
+    models,
+    profile,
+    reproduce,
+    simulate,
+    sweep,
+    system,
+    systems,
+)
+
+__version__ = _hbmsim.__version__
+
+__all__ = [
+    "Reproduction",
+    "Result",
+    "checkpoint_names",
+    "data_files",
+    "expand_sweep",
+    "fields",
+    "models",
+    "profile",
+    "reproduce",
+    "simulate",
+    "sweep",
+    "system",
+    "systems",
+    "__version__",
+]

@@ -1,0 +1,357 @@
+"""The hbmsim Python API: simulate one step, sweep configurations (locally or on Dask), list systems and
+models, reproduce the measured reference runs.
+
+Configurations are dicts with the keys of a ``simulate --config`` JSON file (see ``hbmsim.fields()``):
+system, model, gpus, batch, seq, grad_accum, fsdp, tp, ep, dp, weights, attention_dtype, policy,
+tensors ({checkpoint name: "device" | "remat" | "offload"}), lhs, pipelined_transfers, memory_limit_slop,
+host_link_bytes_per_s, hbm_bytes, calibration. Bad input raises ValueError naming the field and value.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+import pandas as pd
+
+from . import _hbmsim
+
+GIB = 1024.0**3
+
+# Report columns of a sweep frame, in this order (the rest follow sorted).
+_LEADING_COLUMNS = [
+    "system", "model", "policy", "step_time_s", "tflops_per_device", "mfu", "fits", "fits_reason",
+    "hbm_peak_bytes", "hbm_capacity_bytes", "hbm_peak_time_s", "host_peak_bytes", "host_capacity_bytes",
+    "model_flops_per_device", "executed_flops_per_device",
+]
+_LEADING_GROUPS = ["exposed_s.", "busy_s.", "hbm_breakdown_bytes."]
+
+
+class Result(dict):
+    """One simulated step: the fields of ``hbmsim simulate --json`` (a dict, also readable as attributes).
+
+    Keys: system, model, policy, step_time_s, tflops_per_device, mfu, fits, fits_reason, hbm_peak_bytes,
+    hbm_peak_time_s, hbm_capacity_bytes, hbm_breakdown_bytes (at the peak, by category), host_peak_bytes,
+    host_capacity_bytes, exposed_s / busy_s (by stream), model_flops_per_device, executed_flops_per_device,
+    events, ops, config (the resolved configuration); with ``trace=True`` also timeline
+    ([[t_s, hbm_bytes, host_bytes], ...]) and trace (Chrome trace object, loadable in Perfetto).
+    """
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(super().__dir__()) | set(self.keys()))
+
+    def timeline_frame(self) -> pd.DataFrame:
+        """The memory timeline as a DataFrame (t_s, hbm_bytes, host_bytes); needs ``trace=True``."""
+        if "timeline" not in self:
+            raise ValueError("this result has no timeline; simulate with trace=True")
+        return pd.DataFrame(self["timeline"], columns=["t_s", "hbm_bytes", "host_bytes"])
+
+    def spans(self) -> pd.DataFrame:
+        """Every op of the trace as a row: stream, name, start_s, end_s, dur_s, layer, phase.
+
+        Streams: compute, collective, expert_a2a, d2h, h2d. Phases: f forward, b backward, r recompute,
+        o optimizer, c copy. Needs ``trace=True``.
+        """
+        if "trace" not in self:
+            raise ValueError("this result has no trace; simulate with trace=True")
+        events = self["trace"]["traceEvents"]
+        names = {e["tid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "thread_name"}
+        rows = [
+            (names.get(e["tid"], str(e["tid"])), e["name"], e["ts"] * 1e-6, (e["ts"] + e["dur"]) * 1e-6, e["dur"] * 1e-6,
+             e.get("args", {}).get("layer", -1), e.get("args", {}).get("phase", ""))
+            for e in events if e.get("ph") == "X"
+        ]
+        return pd.DataFrame(rows, columns=["stream", "name", "start_s", "end_s", "dur_s", "layer", "phase"])
+
+
+@dataclass
+class Reproduction:
+    """Result of :func:`reproduce`.
+
+    runs: one row per measured reference run (id, configuration summary, reported_* / predicted_* figures,
+    relative errors predicted / reported - 1, fits_right). claims: the orderings and ratios the seed documents
+    state, reported vs predicted, and whether each holds. raw: ``hbmsim reproduce --json`` as a dict.
+    """
+
+    runs: pd.DataFrame
+    claims: pd.DataFrame
+    raw: dict = field(repr=False)
+    calibration: str = ""
+
+
+# ---- inputs ----
+
+def _load_config(config: Mapping[str, Any] | str | os.PathLike | None) -> tuple[dict, str]:
+    """A config dict and the name errors give it: a mapping, a JSON file path, or None (defaults)."""
+    if config is None:
+        return {}, "config"
+    if isinstance(config, Mapping):
+        return dict(config), "config"
+    if isinstance(config, (str, os.PathLike)):
+        path = os.fspath(config)
+        with open(path, encoding="utf-8") as f:
+            try:
+                return json.load(f), path
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}: not valid JSON ({e})") from None
+    raise TypeError(f"config must be a dict, a JSON file path or None, not {type(config).__name__}")
+
+
+def _value_text(value: Any) -> str:
+    """An axis value as the C++ sweep reads it (bool -> true/false, numbers in round-trip form)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    if hasattr(value, "__index__"):  # int, numpy integers
+        return str(int(value))
+    if isinstance(value, float) or hasattr(value, "__float__"):
+        return repr(float(value))
+    return str(value)
+
+
+def _axes(axes: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> tuple[list[tuple[str, list[str]]], dict[str, dict]]:
+    """Axes as (field, [value text]) pairs, and per field the original value of each text."""
+    items = list(axes.items()) if isinstance(axes, Mapping) else [tuple(a) for a in axes]
+    out: list[tuple[str, list[str]]] = []
+    originals: dict[str, dict] = {}
+    for item in items:
+        if len(item) != 2:
+            raise ValueError(f"axes: expected (field, values) pairs, got {item!r}")
+        name, values = item
+        if not isinstance(name, str):
+            raise TypeError(f"axes: field names must be str, got {name!r}")
+        if name in originals:
+            raise ValueError(f"axes: field {name!r} given twice")
+        if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+            values = [values]
+        texts = []
+        originals[name] = {}
+        for v in values:
+            t = _value_text(v)
+            texts.append(t)
+            originals[name].setdefault(t, v)
+        out.append((name, texts))
+    return out, originals
+
+
+# ---- results ----
+
+def _flatten(report: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[str, Any]]:
+    for k, v in report.items():
+        if isinstance(v, Mapping):
+            yield from _flatten(v, f"{prefix}{k}.")
+        else:
+            yield f"{prefix}{k}", v
+
+
+def _report_columns(keys: set[str]) -> list[str]:
+    lead = [c for c in _LEADING_COLUMNS if c in keys]
+    groups = [c for g in _LEADING_GROUPS for c in sorted(k for k in keys if k.startswith(g))]
+    rest = sorted(keys - set(lead) - set(groups))
+    return lead + groups + rest
+
+
+def _sweep_frame(rows: list[dict], axes: list[tuple[str, list[str]]], originals: dict[str, dict]) -> pd.DataFrame:
+    """Sweep rows (as ``sweep --format jsonl``) as one DataFrame, sorted by index."""
+    fields = [f for f, _ in axes]
+    records, keys = [], set()
+    for r in sorted(rows, key=lambda r: r["index"]):
+        rec = {"index": r["index"]}
+        for f in fields:
+            rec[f] = originals[f].get(r[f], r[f])
+        result = r.get("result")
+        if result is not None:
+            for k, v in _flatten(result):
+                if k not in rec:  # an axis column wins over the report's own system/model/policy
+                    rec[k] = v
+                    keys.add(k)
+        rec["error"] = r.get("error", "")
+        records.append(rec)
+    columns = ["index", *fields, *_report_columns(keys), "error"]
+    df = pd.DataFrame.from_records(records, columns=columns)
+    df["index"] = df["index"].astype("int64")
+    return df.reset_index(drop=True)
+
+
+# ---- API ----
+
+def simulate(config: Mapping[str, Any] | str | os.PathLike | None = None, *, trace: bool = False,
+             **fields: Any) -> Result:
+    """Simulates one training step of one representative device.
+
+    config: a dict with ``simulate --config`` keys, a path to such a JSON file, or None (defaults);
+    keyword arguments override single keys, e.g. ``simulate(cfg, batch=4, policy="save_qkv_proj")``.
+    trace: also record the memory timeline and the Chrome trace (``Result.timeline`` / ``Result.trace``).
+    Returns a :class:`Result` with the same fields as ``hbmsim simulate --json``.
+    Raises ValueError for bad input; the message names the JSON path and the value.
+    """
+    doc, origin = _load_config(config)
+    doc.update(fields)
+    return Result(_hbmsim.simulate(doc, trace, origin))
+
+
+def expand_sweep(axes: Mapping[str, Sequence[Any]] | Iterable[tuple[str, Sequence[Any]]],
+                 base: Mapping[str, Any] | str | os.PathLike | None = None, where: str = "") -> pd.DataFrame:
+    """The points a sweep would run (index, axis values, config dict), without running them."""
+    base_doc, _ = _load_config(base)
+    axis_list, originals = _axes(axes)
+    points = _hbmsim.expand_sweep(base_doc, axis_list, where)
+    rows = [{"index": p["index"], **{f: originals[f].get(v, v) for (f, _), v in zip(axis_list, p["values"])},
+             "config": p["config"]} for p in points]
+    return pd.DataFrame(rows, columns=["index", *(f for f, _ in axis_list), "config"])
+
+
+def _run_chunk(base: dict, axes: list[tuple[str, list[str]]], where: str, indices: list[int], jobs: int) -> list[dict]:
+    """Runs the sweep points with these indices (on a Dask worker: imports hbmsim there)."""
+    return _hbmsim.sweep(base, axes, where, jobs, indices)
+
+
+def _sweep_on_dask(client: Any, base: dict, axes: list[tuple[str, list[str]]], where: str, jobs: int,
+                   chunks: int | None) -> list[dict]:
+    points = _hbmsim.expand_sweep(base, axes, where)  # bad axes or where fail here, before any submission
+    indices = [p["index"] for p in points]
+    if not indices:
+        return []
+    if chunks is None:
+        workers = len(client.scheduler_info().get("workers", {})) or 1
+        chunks = 4 * workers
+    chunks = max(1, min(int(chunks), len(indices)))
+    # Interleaved chunks balance the load when cost grows along an axis (batch, seq).
+    parts = [indices[k::chunks] for k in range(chunks)]
+    futures = [client.submit(_run_chunk, base, axes, where, part, jobs, pure=False) for part in parts]
+    rows: list[dict] = []
+    for part_rows in client.gather(futures):
+        rows.extend(part_rows)
+    return rows
+
+
+def sweep(axes: Mapping[str, Sequence[Any]] | Iterable[tuple[str, Sequence[Any]]],
+          base: Mapping[str, Any] | str | os.PathLike | None = None, where: str = "", jobs: int = 1,
+          client: Any = None, chunks: int | None = None) -> pd.DataFrame:
+    """Simulates the Cartesian product of the axis values; one DataFrame row per point, sorted by index.
+
+    axes: {field: [values]} (or (field, values) pairs), fields as in a config, or ``tensor.NAME`` for one
+    checkpoint's placement; the last axis varies fastest. Values may be str, int, float or bool.
+    base: the config every point starts from (dict, JSON file path, or None).
+    where: keep only points where all conditions hold: ``FIELD==V,FIELD!=V,FIELD<=N,...`` over axis fields.
+    jobs: C++ threads (per Dask task when ``client`` is given).
+    client: a ``dask.distributed.Client``; the points are split into ``chunks`` (default 4 per worker)
+    tasks, each worker imports hbmsim and runs its chunk through the C++ sweep, and the rows are gathered.
+    The result equals the local one. The workers must be able to import this same hbmsim (same
+    PYTHONPATH / install). To use an existing cluster::
+
+        from dask.distributed import Client
+        client = Client("tcp://scheduler:8786")
+        df = hbmsim.sweep({"batch": [1, 2, 4, 8]}, base=cfg, client=client)
+
+    or a local one: ``Client(LocalCluster(n_workers=4, threads_per_worker=1))``.
+
+    Columns: index, one per axis (the values as given), the report fields (nested ones flattened as
+    ``exposed_s.h2d``, ``hbm_breakdown_bytes.parameters``, ...; a report field named like an axis is left
+    out), and error: "" or, for a point that is bad input, the message (its report columns are NaN).
+    Bad axes, a bad base or a bad ``where`` raise ValueError before anything runs.
+    """
+    base_doc, _ = _load_config(base)
+    axis_list, originals = _axes(axes)
+    if client is None:
+        rows = _hbmsim.sweep(base_doc, axis_list, where, jobs)
+    else:
+        rows = _sweep_on_dask(client, base_doc, axis_list, where, jobs, chunks)
+    return _sweep_frame(rows, axis_list, originals)
+
+
+def systems() -> pd.DataFrame:
+    """Built-in systems, one row each (index: id), as ``hbmsim systems --json`` (peaks: dense_peak_flops.DTYPE)."""
+    return pd.json_normalize(_hbmsim.systems()).set_index("id")
+
+
+def system(name: str, calibration: str = "") -> dict:
+    """One system's figures as a simulation sees them: built-in id or system JSON path, with the calibration
+    profile ``calibration`` (file path or built-in profile name; "" = datasheet figures) applied."""
+    return _hbmsim.system(name, calibration)
+
+
+def models() -> pd.DataFrame:
+    """Built-in models, one row each (index: id), with total_params and activated_params."""
+    return pd.json_normalize(_hbmsim.models()).set_index("id")
+
+
+def fields() -> list[str]:
+    """Config fields a sweep axis accepts (plus ``tensor.NAME``)."""
+    return list(_hbmsim.fields())
+
+
+def checkpoint_names() -> list[str]:
+    """Checkpoint (tensor) names a custom policy can place with ``tensors`` / ``tensor.NAME``."""
+    return list(_hbmsim.checkpoint_names())
+
+
+def data_files(prefix: str = "") -> list[str]:
+    """Data files compiled into hbmsim under ``prefix``, e.g. ``data_files("profiles/")``."""
+    return list(_hbmsim.data_files(prefix))
+
+
+def profile(path_or_name: str) -> dict:
+    """A calibration profile (JSON file path, or the name of a built-in one), validated and normalised."""
+    text = _hbmsim.data_file(f"profiles/{path_or_name}.json")
+    if text is not None:
+        return _hbmsim.profile(json.loads(text), f"builtin:profiles/{path_or_name}.json")
+    doc, origin = _load_config(os.fspath(path_or_name))
+    return _hbmsim.profile(doc, origin)
+
+
+def _summary(config: Mapping[str, Any]) -> str:
+    tensors = config.get("tensors") or {}
+    if not tensors:
+        return config.get("policy", "")
+    placements = sorted(set(tensors.values()))
+    return f"{config.get('policy', '')}: {'/'.join(placements)} {', '.join(sorted(tensors))}"
+
+
+def reproduce(calibration: str = "", runs_path: str = "", configs_path: str = "") -> Reproduction:
+    """Simulates every measured reference run (GB200 NVL72, 128 GPUs) and checks the documented claims.
+
+    calibration: profile file path or built-in profile name ("" = datasheet figures).
+    runs_path / configs_path: other reference files (default: the built-in data/reference copies).
+    Returns a :class:`Reproduction` (runs and claims DataFrames, plus the raw ``reproduce --json`` dict).
+    """
+    raw = _hbmsim.reproduce(calibration, runs_path, configs_path)
+    rows = []
+    for r in raw["runs"]:
+        c, rep, pred, err = r["config"], r["reported"], r["predicted"], r["error"]
+        rows.append({
+            "id": r["id"],
+            "model": c["model"],
+            "policy": _summary(c),
+            "batch": c["batch"],
+            "seq": c["seq"],
+            "lhs": c["lhs"],
+            "pipelined_transfers": c["pipelined_transfers"],
+            "reported_tflops_per_device": rep["tflops_per_device"],
+            "predicted_tflops_per_device": pred["tflops_per_device"],
+            "tflops_error": err["tflops"],
+            "reported_hbm_gib": rep["hbm_gib"],
+            "predicted_hbm_gib": pred["hbm_peak_bytes"] / GIB,
+            "hbm_error": err["hbm"],
+            "reported_host_gib": rep["host_gib"],
+            "predicted_host_gib": pred["host_peak_bytes"] / GIB,
+            "host_error": err["host"],
+            "reported_fits": rep["fits"],
+            "predicted_fits": pred["fits"],
+            "fits_right": r["fits_right"],
+            "step_time_s": pred["step_time_s"],
+        })
+    runs = pd.DataFrame(rows)
+    for col in ["reported_tflops_per_device", "tflops_error", "reported_hbm_gib", "hbm_error", "reported_host_gib",
+                "host_error"]:
+        runs[col] = runs[col].astype("float64")  # None (not reported) -> NaN
+    claims = pd.DataFrame(raw["claims"], columns=["claim", "reported", "predicted", "holds", "test"])
+    return Reproduction(runs=runs, claims=claims, raw=raw, calibration=calibration)

@@ -1,0 +1,248 @@
+"""Figures of hbmsim results (matplotlib, object-oriented: no pyplot state, works headless).
+
+Every function returns a ``matplotlib.figure.Figure`` and, given ``path``, also writes it there (PNG by
+extension). In Jupyter, a returned Figure displays as the cell's value.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+GIB = 1024.0**3
+STREAMS = ["compute", "collective", "expert_a2a", "d2h", "h2d"]
+_STREAM_COLORS = {"compute": "tab:blue", "collective": "tab:orange", "expert_a2a": "tab:purple", "d2h": "tab:red",
+                  "h2d": "tab:green"}
+_CATEGORY_ORDER = ["parameters", "optimizer_state", "gradients", "gathered_weights", "saved_activations",
+                   "offload_buffers", "collective_buffers", "workspace", "runtime_reserve"]
+
+
+def _figure(width: float = 9, height: float = 4.5) -> Figure:
+    fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _finish(fig: Figure, path: str | os.PathLike | None) -> Figure:
+    if path is not None:
+        os.makedirs(os.path.dirname(os.fspath(path)) or ".", exist_ok=True)
+        fig.savefig(path)
+    return fig
+
+
+def _title(result: Mapping[str, Any]) -> str:
+    c = result.get("config", {})
+    return (f"{result.get('model', c.get('model', ''))} on {result.get('system', c.get('system', ''))}, "
+            f"batch {c.get('batch', '?')}, policy {result.get('policy', c.get('policy', ''))}")
+
+
+def hbm_timeline(result: Mapping[str, Any], path: str | os.PathLike | None = None) -> Figure:
+    """HBM and pinned-host memory over one step, with both capacities, from a ``simulate(..., trace=True)``
+    result. The engine records totals over time, so HBM is one line; the panel on the right stacks the HBM
+    breakdown by category at the peak (``hbm_breakdown_bytes``)."""
+    if "timeline" not in result:
+        raise ValueError("hbm_timeline needs a result simulated with trace=True")
+    tl = np.asarray(result["timeline"], dtype=float).reshape(-1, 3)
+    fig = _figure(10, 4.5)
+    ax, bar = fig.subplots(1, 2, gridspec_kw={"width_ratios": [5, 1]})
+    ax.step(tl[:, 0], tl[:, 1] / GIB, where="post", color="tab:blue", label="HBM in use")
+    ax.step(tl[:, 0], tl[:, 2] / GIB, where="post", color="tab:green", label="pinned host in use")
+    ax.axhline(result["hbm_capacity_bytes"] / GIB, color="tab:blue", ls="--", lw=1, label="HBM capacity")
+    host_cap = result.get("host_capacity_bytes", 0)
+    if host_cap and host_cap < 4 * max(result["hbm_capacity_bytes"], tl[:, 2].max(initial=0)):
+        ax.axhline(host_cap / GIB, color="tab:green", ls="--", lw=1, label="host capacity per GPU")
+    ax.plot([result["hbm_peak_time_s"]], [result["hbm_peak_bytes"] / GIB], "v", color="black",
+            label=f"HBM peak {result['hbm_peak_bytes'] / GIB:.1f} GiB")
+    ax.set_xlabel("time in step (s)")
+    ax.set_ylabel("GiB per device")
+    ax.set_title(_title(result), fontsize=10)
+    ax.set_xlim(0, max(result.get("step_time_s", 0), tl[-1, 0] if len(tl) else 0))
+    ax.set_ylim(bottom=0)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.grid(alpha=0.3)
+    breakdown = result.get("hbm_breakdown_bytes", {})
+    bottom = 0.0
+    cats = [c for c in _CATEGORY_ORDER if breakdown.get(c, 0) > 0] + \
+        sorted(c for c in breakdown if c not in _CATEGORY_ORDER and breakdown[c] > 0)
+    for i, cat in enumerate(cats):
+        v = breakdown[cat] / GIB
+        bar.bar([0], [v], bottom=bottom, color=f"C{i % 10}", label=f"{cat} {v:.1f}")
+        bottom += v
+    bar.set_xticks([0], ["at peak"])
+    bar.set_ylim(ax.get_ylim())
+    bar.set_yticklabels([])
+    bar.legend(fontsize=6, loc="lower left", bbox_to_anchor=(0, 1.0), frameon=False)
+    return _finish(fig, path)
+
+
+def _spans(result: Mapping[str, Any]) -> pd.DataFrame:
+    if "trace" not in result:
+        raise ValueError("resource_timeline needs a result simulated with trace=True")
+    events = result["trace"]["traceEvents"]
+    names = {e["tid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    rows = [(names.get(e["tid"], str(e["tid"])), e["ts"] * 1e-6, e["dur"] * 1e-6) for e in events if e.get("ph") == "X"]
+    return pd.DataFrame(rows, columns=["stream", "start_s", "dur_s"])
+
+
+def resource_timeline(result: Mapping[str, Any], path: str | os.PathLike | None = None,
+                      window_s: tuple[float, float] | None = None) -> Figure:
+    """When each stream (compute, collective, expert_a2a, d2h, h2d) is busy over one step, one row of bars
+    per stream, from the trace of a ``simulate(..., trace=True)`` result. ``window_s`` zooms to (t0, t1)."""
+    spans = _spans(result)
+    streams = [s for s in STREAMS if s in set(spans["stream"])] + sorted(set(spans["stream"]) - set(STREAMS))
+    fig = _figure(10, 0.6 * len(streams) + 1.8)
+    ax = fig.subplots()
+    for row, stream in enumerate(reversed(streams)):
+        s = spans[spans["stream"] == stream]
+        busy = result.get("busy_s", {}).get(stream)
+        ax.broken_barh(list(zip(s["start_s"], s["dur_s"])), (row - 0.4, 0.8),
+                       facecolors=_STREAM_COLORS.get(stream, "tab:gray"), linewidth=0)
+        label = f"{stream}" + (f"\nbusy {busy:.2f} s" if busy is not None else "")
+        exposed = result.get("exposed_s", {}).get(stream)
+        if exposed:
+            label += f", exposed {exposed:.2f} s"
+        ax.text(1.005, row, label, transform=ax.get_yaxis_transform(), va="center", fontsize=7)
+    ax.set_yticks(range(len(streams)), list(reversed(streams)))
+    ax.set_xlabel("time in step (s)")
+    ax.set_title(_title(result), fontsize=10)
+    t_end = result.get("step_time_s", float(spans.eval("start_s + dur_s").max()) if len(spans) else 1.0)
+    ax.set_xlim(*(window_s or (0, t_end)))
+    ax.grid(axis="x", alpha=0.3)
+    return _finish(fig, path)
+
+
+def tflops_vs_batch(df: pd.DataFrame, path: str | os.PathLike | None = None, batch: str = "batch",
+                    line: str = "policy", y: str = "tflops_per_device", title: str | None = None) -> Figure:
+    """TFLOP/s per device against per-device batch, one line per ``line`` value (default: policy). Points
+    that do not fit (``fits`` False) are drawn as crosses; bad-input rows (``error``) are left out."""
+    d = df[df["error"] == ""] if "error" in df else df
+    fig = _figure(8, 4.5)
+    ax = fig.subplots()
+    for i, (key, g) in enumerate(d.groupby(line, sort=True)):
+        g = g.sort_values(batch)
+        color = f"C{i % 10}"
+        ax.plot(g[batch], g[y], "-", color=color, alpha=0.5)
+        fits = g["fits"].astype(bool) if "fits" in g else pd.Series(True, index=g.index)
+        ax.plot(g.loc[fits, batch], g.loc[fits, y], "o", color=color, label=str(key))
+        ax.plot(g.loc[~fits, batch], g.loc[~fits, y], "x", color=color, ms=8)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(f"per-device {batch}")
+    ax.set_ylabel("model TFLOP/s per device")
+    ax.set_title(title or "TFLOP/s vs batch (x: does not fit)", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    return _finish(fig, path)
+
+
+def pareto_front(df: pd.DataFrame, x: str = "hbm_peak_bytes", y: str = "tflops_per_device") -> pd.DataFrame:
+    """Rows no other row beats on both lower ``x`` and higher ``y``, sorted by ``x``."""
+    d = df.dropna(subset=[x, y]).sort_values([x, y], ascending=[True, False])
+    best, keep = -np.inf, []
+    for idx, v in zip(d.index, d[y]):
+        if v > best:
+            keep.append(idx)
+            best = v
+    return d.loc[keep]
+
+
+def pareto(df: pd.DataFrame, path: str | os.PathLike | None = None, x: str = "hbm_peak_bytes",
+           y: str = "tflops_per_device", label: str | None = None, title: str | None = None) -> Figure:
+    """HBM peak (GiB) against TFLOP/s per device for every row, the Pareto front (less HBM, more
+    TFLOP/s) highlighted and labelled with ``label`` (a column), and the HBM capacity when known."""
+    d = df[df["error"] == ""] if "error" in df else df
+    front = pareto_front(d, x, y)
+    fig = _figure(8, 5)
+    ax = fig.subplots()
+    scale = GIB if x.endswith("_bytes") else 1.0
+    fits = d["fits"].astype(bool) if "fits" in d else pd.Series(True, index=d.index)
+    ax.scatter(d.loc[fits, x] / scale, d.loc[fits, y], s=14, color="tab:gray", alpha=0.6, label="fits")
+    ax.scatter(d.loc[~fits, x] / scale, d.loc[~fits, y], s=14, marker="x", color="tab:red", alpha=0.5,
+               label="does not fit")
+    ax.step(front[x] / scale, front[y], where="post", color="tab:blue", lw=1.5)
+    ax.scatter(front[x] / scale, front[y], s=40, color="tab:blue", zorder=3, label="Pareto front")
+    if label is not None:
+        for _, r in front.iterrows():
+            ax.annotate(str(r[label]), (r[x] / scale, r[y]), fontsize=6, xytext=(3, 3), textcoords="offset points")
+    if "hbm_capacity_bytes" in d and x == "hbm_peak_bytes" and len(d):
+        for cap in sorted(set(d["hbm_capacity_bytes"].dropna())):
+            ax.axvline(cap / GIB, color="black", ls="--", lw=1)
+    ax.set_xlabel("HBM peak (GiB per device)" if scale == GIB else x)
+    ax.set_ylabel("model TFLOP/s per device")
+    ax.set_title(title or "HBM vs throughput (dashed: HBM capacity)", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    return _finish(fig, path)
+
+
+def predicted_vs_reported(repro: Any, path: str | os.PathLike | None = None) -> Figure:
+    """Grouped bars per reference run, reported vs predicted: TFLOP/s per device (top) and HBM GiB
+    (bottom). ``repro`` is :func:`hbmsim.reproduce`'s result or its ``runs`` DataFrame. Unreported
+    figures have no bar."""
+    runs = repro.runs if hasattr(repro, "runs") else repro
+    fig = _figure(11, 7)
+    axes = fig.subplots(2, 1, sharex=True)
+    xs = np.arange(len(runs))
+    w = 0.38
+    for ax, (what, unit) in zip(axes, [("tflops_per_device", "TFLOP/s per device"), ("hbm_gib", "HBM GiB")]):
+        rep = runs[f"reported_{what}"].astype(float)
+        pred = runs[f"predicted_{what}"].astype(float)
+        ax.bar(xs - w / 2, rep.fillna(0), w, color="tab:gray", label="reported")
+        ax.bar(xs + w / 2, pred, w, color="tab:blue", label="predicted")
+        err_col = "tflops_error" if what == "tflops_per_device" else "hbm_error"
+        for x, p, e in zip(xs, pred, runs[err_col]):
+            if pd.notna(e):
+                ax.text(x + w / 2, p, f"{100 * e:+.0f}%", ha="center", va="bottom", fontsize=7)
+        ax.set_ylabel(unit)
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=8, loc="upper left")
+    axes[1].set_xticks(xs, runs["id"], rotation=30, ha="right", fontsize=8)
+    axes[0].set_title("Measured GB200 runs: reported vs predicted (labels: predicted / reported - 1)", fontsize=10)
+    return _finish(fig, path)
+
+
+def residuals(reproductions: Mapping[str, Any], path: str | os.PathLike | None = None,
+              what: str = "tflops_error") -> Figure:
+    """Relative errors (predicted / reported - 1, in %) per reference run, one bar group per labelled
+    reproduction, e.g. ``{"datasheet": reproduce(), "calibrated": reproduce("gb200-fitted")}``."""
+    frames = {k: (v.runs if hasattr(v, "runs") else v) for k, v in reproductions.items()}
+    ids = list(dict.fromkeys(i for f in frames.values() for i in f["id"]))
+    fig = _figure(11, 4.5)
+    ax = fig.subplots()
+    xs = np.arange(len(ids))
+    w = 0.8 / max(1, len(frames))
+    for k, (label, f) in enumerate(frames.items()):
+        err = f.set_index("id")[what].reindex(ids).astype(float) * 100
+        ax.bar(xs - 0.4 + w * (k + 0.5), err.fillna(0), w, label=label, color=f"C{k}")
+    ax.axhline(0, color="black", lw=0.8)
+    ax.set_xticks(xs, ids, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel(f"{what.replace('_error', '')} error (%)")
+    ax.set_title("Residuals per reference run (runs without a reported figure: no bar)", fontsize=10)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    return _finish(fig, path)
+
+
+def break_even(df: pd.DataFrame, path: str | os.PathLike | None = None, x: str = "host_link_bytes_per_s",
+               line: str = "policy", y: str = "tflops_per_device", crossing: float | None = None,
+               title: str | None = None) -> Figure:
+    """``y`` against a swept bandwidth ``x`` (bytes/s, drawn in GB/s, log scale), one line per ``line``
+    value; ``crossing`` (bytes/s) marks a break-even bandwidth."""
+    d = df[df["error"] == ""] if "error" in df else df
+    fig = _figure(8, 4.5)
+    ax = fig.subplots()
+    for i, (key, g) in enumerate(d.groupby(line, sort=True)):
+        g = g.sort_values(x)
+        ax.plot(g[x].astype(float) / 1e9, g[y], "o-", ms=3, color=f"C{i % 10}", label=str(key))
+    if crossing is not None and np.isfinite(crossing):
+        ax.axvline(crossing / 1e9, color="black", ls="--", lw=1, label=f"break-even {crossing / 1e9:.0f} GB/s")
+    ax.set_xscale("log")
+    ax.set_xlabel("host link GB/s per GPU per direction")
+    ax.set_ylabel("model TFLOP/s per device")
+    ax.set_title(title or "Offload vs keep: throughput against host-link bandwidth", fontsize=10)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    return _finish(fig, path)
