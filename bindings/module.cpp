@@ -77,6 +77,8 @@ json from_py(const py::handle& o, const std::string& path) {
     return out;
   }
   if (py::isinstance<py::float_>(o)) return o.cast<double>();
+  if (py::hasattr(o, "dtype") && py::str(py::getattr(o.attr("dtype"), "kind", py::str(""))).cast<std::string>() == "b")
+    return py::bool_(py::reinterpret_borrow<py::object>(o)).cast<bool>();  // numpy.bool_
   if (py::hasattr(o, "__index__")) {  // int, numpy integers
     py::int_ i = py::reinterpret_steal<py::int_>(PyNumber_Index(o.ptr()));
     if (!i) throw py::error_already_set();

@@ -4,8 +4,6 @@
 #include <cmath>
 #include <limits>
 
-#include <boost/graph/dijkstra_shortest_paths.hpp>
-#include <boost/property_map/transform_value_property_map.hpp>
 
 namespace hbmsim {
 
@@ -23,22 +21,14 @@ Topology::Topology(const System& system, int gpus) : system_(&system), gpus_(gpu
     cpu_vertex_.push_back(boost::add_vertex(TopoNode{NodeKind::cpu, c, system.host_cpu.name + std::to_string(c)}, graph_));
 
   const auto& hl = system.host_link;
-  // A shared host link is one edge CPU<->port used by all its GPUs; the GPU<->port hop is not a bottleneck.
-  std::vector<std::size_t> ports;
-  const int links = (gpus + hl.gpus_sharing - 1) / hl.gpus_sharing;
-  for (int k = 0; k < links; ++k) {
-    auto port = boost::add_vertex(TopoNode{NodeKind::nic, -1, hl.name + "-port" + std::to_string(k)}, graph_);
-    ports.push_back(port);
-    int cpu = (k * hl.gpus_sharing) / system.host_cpu.gpus_per_cpu;
-    boost::add_edge(port, cpu_vertex_[cpu],
-                    TopoLink{hl.name, hl.per_direction_bytes_per_s, hl.latency_s, hl.sharing, hl.gpus_sharing},
-                    graph_);
-  }
   const double inf = std::numeric_limits<double>::infinity();
   for (int r = 0; r < gpus; ++r) {
     auto v = boost::add_vertex(TopoNode{NodeKind::gpu, r, "gpu" + std::to_string(r)}, graph_);
     gpu_vertex_.push_back(v);
-    boost::add_edge(v, ports[r / hl.gpus_sharing], TopoLink{"gpu-port", inf, 0.0, LinkSharing::dedicated, 1}, graph_);
+    // A shared host link carries every sharer's traffic at once: each GPU's edge records the capacity and
+    // how many GPUs split it.
+    boost::add_edge(v, cpu_vertex_[static_cast<std::size_t>(r / system.host_cpu.gpus_per_cpu)],
+                    TopoLink{hl.name, hl.per_direction_bytes_per_s, hl.latency_s, hl.sharing, hl.gpus_sharing}, graph_);
     const auto& up = system.scale_up;
     boost::add_edge(v, switches[r / domain_gpus_],
                     TopoLink{up.name, up.per_gpu_bytes_per_s_per_direction, up.latency_s, LinkSharing::dedicated, 1},
@@ -56,26 +46,47 @@ std::size_t Topology::cpu_vertex_of_gpu(int rank) const {
   return cpu_vertex_.at(rank / system_->host_cpu.gpus_per_cpu);
 }
 
+namespace {
+double share_of(const TopoLink& l) {
+  double share = l.per_direction_bytes_per_s / std::max(1, l.sharers);
+  return l.sharing == LinkSharing::half_duplex ? share / 2 : share;
+}
+}  // namespace
+
 PathCost Topology::path(std::size_t from, std::size_t to) const {
+  // Widest path (largest bottleneck share), ties broken by the lower summed latency: a Dijkstra-style
+  // label-setting search, since the bottleneck only shrinks along a path.
   const auto n = boost::num_vertices(graph_);
-  std::vector<std::size_t> pred(n);
-  std::vector<double> dist(n);
-  // Weight: latency plus a tiny per-hop term so ties prefer fewer hops.
-  auto weight = boost::make_transform_value_property_map(
-      [](const TopoLink& l) { return l.latency_s + 1e-12; }, boost::get(boost::edge_bundle, graph_));
-  boost::dijkstra_shortest_paths(graph_, from,
-                                 boost::predecessor_map(pred.data()).distance_map(dist.data()).weight_map(weight));
-  PathCost cost;
-  cost.bytes_per_s = std::numeric_limits<double>::infinity();
-  if (from != to && pred[to] == to) return PathCost{0, 0, {}};
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<double> width(n, -1), latency(n, inf);
+  std::vector<std::size_t> pred(n, n);
+  std::vector<bool> done(n, false);
+  width[from] = inf;
+  latency[from] = 0;
+  for (;;) {
+    std::size_t u = n;
+    for (std::size_t v = 0; v < n; ++v)
+      if (!done[v] && width[v] >= 0 &&
+          (u == n || width[v] > width[u] || (width[v] == width[u] && latency[v] < latency[u])))
+        u = v;
+    if (u == n || u == to) break;
+    done[u] = true;
+    for (auto [e, end] = boost::out_edges(u, graph_); e != end; ++e) {
+      auto v = boost::target(*e, graph_);
+      const auto& l = graph_[*e];
+      double w = std::min(width[u], share_of(l)), lat = latency[u] + l.latency_s;
+      if (!done[v] && (w > width[v] || (w == width[v] && lat < latency[v]))) {
+        width[v] = w;
+        latency[v] = lat;
+        pred[v] = u;
+      }
+    }
+  }
+  if (from != to && pred[to] == n) return PathCost{0, 0, {}};
+  PathCost cost{width[to], latency[to], {}};
   for (auto v = to; v != from; v = pred[v]) {
     auto [e, ok] = boost::edge(pred[v], v, graph_);
-    const auto& l = graph_[e];
-    double share = l.per_direction_bytes_per_s / std::max(1, l.sharers);
-    if (l.sharing == LinkSharing::half_duplex) share /= 2;
-    cost.bytes_per_s = std::min(cost.bytes_per_s, share);
-    cost.latency_s += l.latency_s;
-    cost.links.insert(cost.links.begin(), l.name);
+    cost.links.insert(cost.links.begin(), graph_[e].name);
   }
   return cost;
 }

@@ -64,12 +64,16 @@ MeasuredRun measured_from_maxtext_log(const std::string& log_path, const std::st
     auto doc = parse_json_text(line, origin);
     JsonView v(doc, origin);
     v.expect_object();
-    bool step_line = v.has("perf/step_time_seconds") || v.has("perf/per_device_tflops_per_sec");
-    if (step_line && steps++ >= skip_steps) {
-      if (auto x = v.find("perf/per_device_tflops_per_sec")) tflops.push_back(x->positive());
-      if (auto x = v.find("perf/step_time_seconds")) step_s.push_back(x->positive());
-    }
     if (auto x = v.find("memory/peak_bytes_in_use")) peak = std::max(peak, x->positive());
+    bool step_line = v.has("perf/step_time_seconds") || v.has("perf/per_device_tflops_per_sec");
+    if (!step_line) continue;
+    std::optional<double> tf, st;  // validated on every line, warm-up included
+    if (auto x = v.find("perf/per_device_tflops_per_sec")) tf = x->positive();
+    if (auto x = v.find("perf/step_time_seconds")) st = x->positive();
+    if (steps++ >= skip_steps) {
+      if (tf) tflops.push_back(*tf);
+      if (st) step_s.push_back(*st);
+    }
   }
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());

@@ -47,6 +47,10 @@ class Engine {
       for (int b : op.releases) ++refs_[static_cast<std::size_t>(b)];
     for (std::size_t s = 0; s < stream_count; ++s) queue_pos_[s] = 0;
     for (std::size_t i = 0; i < n; ++i) queues_[static_cast<std::size_t>(p.ops[i].stream)].push_back(static_cast<int>(i));
+    if (record_) {
+      r_.buffer_alloc_s.assign(p.buffers.size(), -1);
+      r_.buffer_free_s.assign(p.buffers.size(), -1);
+    }
     r_.start_s.assign(n, -1);
     r_.end_s.assign(n, -1);
     remaining_.assign(n, 0);
@@ -111,6 +115,7 @@ class Engine {
 
   void alloc(int b) {
     const auto& buf = p_.buffers[static_cast<std::size_t>(b)];
+    if (record_) r_.buffer_alloc_s[static_cast<std::size_t>(b)] = now_;
     if (buf.host) {
       host_live_ += buf.bytes;
       r_.host_peak_bytes = std::max(r_.host_peak_bytes, host_live_);
@@ -128,6 +133,7 @@ class Engine {
   void release(int b) {
     if (--refs_[static_cast<std::size_t>(b)] > 0) return;
     const auto& buf = p_.buffers[static_cast<std::size_t>(b)];
+    if (record_) r_.buffer_free_s[static_cast<std::size_t>(b)] = now_;
     if (buf.host) {
       host_live_ -= buf.bytes;
     } else {

@@ -75,6 +75,7 @@ struct EngineResult {
   std::array<double, stream_count> busy_s{};
   double executed_flops = 0;
   std::vector<MemorySample> timeline;  // only when asked
+  std::vector<double> buffer_alloc_s, buffer_free_s;  // only when asked; -1: never
   std::uint64_t events = 0;
 };
 

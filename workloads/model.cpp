@@ -40,6 +40,7 @@ double ModelSpec::total_params() const {
   return p;
 }
 
+// Every parameter except the routed experts a token does not pick.
 double ModelSpec::activated_params() const {
   double p = total_params();
   if (num_experts > 0)

@@ -32,7 +32,7 @@ struct ModelSpec {
   double expert_params_per_layer() const;       // routed experts only
   double moe_nonexpert_params_per_layer() const;  // router + shared experts
   double total_params() const;
-  double activated_params() const;  // what one token touches
+  double activated_params() const;  // all but the routed experts a token does not pick
 
   // MaxText calculate_tflops_training_per_device, in FLOPs (not TFLOPs), for one device's step.
   struct Flops {

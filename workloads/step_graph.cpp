@@ -62,7 +62,10 @@ class TemplateBuilder {
 
   // A GEMM [rows x k] x [k x n]: backward is dgrad + wgrad, twice the forward work; it reads its input.
   void gemm(const std::string& name, int in, int out, double rows, double k, double n, Dtype dtype, double act_bytes) {
-    OpDef op{name, OpKind::gemm, dtype};
+    OpDef op;
+    op.name = name;
+    op.kind = OpKind::gemm;
+    op.dtype = dtype;
     op.flops = 2 * rows * k * n;
     double weight_bytes = k * n * dtype_bytes(dtype);
     op.bytes = bytes(in) + weight_bytes + rows * n * act_bytes;
@@ -75,7 +78,10 @@ class TemplateBuilder {
   }
   // Elementwise/norm kernels: HBM-bound; backward reads the saved tensors and the incoming gradient.
   void memory(const std::string& name, std::vector<int> in, std::vector<int> out, std::vector<int> saved) {
-    OpDef op{name, OpKind::memory, Dtype::bf16};
+    OpDef op;
+    op.name = name;
+    op.kind = OpKind::memory;
+    op.dtype = Dtype::bf16;
     for (int i : in) op.bytes += bytes(i);
     for (int o : out) op.bytes += bytes(o);
     op.bwd_bytes = 2 * op.bytes;
@@ -89,7 +95,10 @@ class TemplateBuilder {
   // Flash attention: forward FLOPs as MaxText counts them (causal half); backward recomputes the scores,
   // 5 matmuls against the forward's 2, so 2.5x.
   void attention(int q, int k, int v, int out, double flops) {
-    OpDef op{"attention", OpKind::attention, Dtype::bf16};
+    OpDef op;
+    op.name = "attention";
+    op.kind = OpKind::attention;
+    op.dtype = Dtype::bf16;
     op.flops = flops;
     op.bwd_flops = 2.5 * flops;
     op.bytes = bytes(q) + bytes(k) + bytes(v) + bytes(out);
@@ -100,7 +109,10 @@ class TemplateBuilder {
     t_.ops.push_back(op);
   }
   void all_to_all(const std::string& name, int in, int out) {
-    OpDef op{name, OpKind::all_to_all, Dtype::bf16};
+    OpDef op;
+    op.name = name;
+    op.kind = OpKind::all_to_all;
+    op.dtype = Dtype::bf16;
     op.bytes = bytes(in);
     op.bwd_bytes = bytes(in);
     op.inputs = {in};

@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+import numpy as np
 import pandas as pd
 
 from . import _hbmsim
@@ -106,7 +107,7 @@ def _load_config(config: Mapping[str, Any] | str | os.PathLike | None) -> tuple[
 
 def _value_text(value: Any) -> str:
     """An axis value as the C++ sweep reads it (bool -> true/false, numbers in round-trip form)."""
-    if isinstance(value, bool):
+    if isinstance(value, (bool, np.bool_)):
         return "true" if value else "false"
     if isinstance(value, str):
         return value
@@ -340,6 +341,7 @@ def reproduce(calibration: str = "", runs_path: str = "", configs_path: str = ""
             "tflops_error": err["tflops"],
             "reported_hbm_gib": rep["hbm_gib"],
             "predicted_hbm_gib": pred["hbm_peak_bytes"] / GIB,
+            "hbm_capacity_gib": pred["hbm_capacity_bytes"] / GIB,
             "hbm_error": err["hbm"],
             "reported_host_gib": rep["host_gib"],
             "predicted_host_gib": pred["host_peak_bytes"] / GIB,

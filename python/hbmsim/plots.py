@@ -13,6 +13,8 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from .api import Result
+
 GIB = 1024.0**3
 STREAMS = ["compute", "collective", "expert_a2a", "d2h", "h2d"]
 _STREAM_COLORS = {"compute": "tab:blue", "collective": "tab:orange", "expert_a2a": "tab:purple", "d2h": "tab:red",
@@ -82,10 +84,7 @@ def hbm_timeline(result: Mapping[str, Any], path: str | os.PathLike | None = Non
 def _spans(result: Mapping[str, Any]) -> pd.DataFrame:
     if "trace" not in result:
         raise ValueError("resource_timeline needs a result simulated with trace=True")
-    events = result["trace"]["traceEvents"]
-    names = {e["tid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "thread_name"}
-    rows = [(names.get(e["tid"], str(e["tid"])), e["ts"] * 1e-6, e["dur"] * 1e-6) for e in events if e.get("ph") == "X"]
-    return pd.DataFrame(rows, columns=["stream", "start_s", "dur_s"])
+    return Result(result).spans()
 
 
 def resource_timeline(result: Mapping[str, Any], path: str | os.PathLike | None = None,
@@ -151,25 +150,33 @@ def pareto_front(df: pd.DataFrame, x: str = "hbm_peak_bytes", y: str = "tflops_p
 
 def pareto(df: pd.DataFrame, path: str | os.PathLike | None = None, x: str = "hbm_peak_bytes",
            y: str = "tflops_per_device", label: str | None = None, title: str | None = None) -> Figure:
-    """HBM peak (GiB) against TFLOP/s per device for every row, the Pareto front (less HBM, more
-    TFLOP/s) highlighted and labelled with ``label`` (a column), and the HBM capacity when known."""
+    """HBM peak (GiB) against TFLOP/s per device for every row, and the Pareto front (less HBM, more
+    TFLOP/s) of the rows that fit (all rows when there is no ``fits`` column) highlighted; front points are
+    labelled with column ``label`` where there is room. Dashed: the HBM capacity."""
     d = df[df["error"] == ""] if "error" in df else df
-    front = pareto_front(d, x, y)
+    fits = d["fits"].astype(bool) if "fits" in d else pd.Series(True, index=d.index)
+    front = pareto_front(d[fits], x, y)
     fig = _figure(8, 5)
     ax = fig.subplots()
     scale = GIB if x.endswith("_bytes") else 1.0
-    fits = d["fits"].astype(bool) if "fits" in d else pd.Series(True, index=d.index)
     ax.scatter(d.loc[fits, x] / scale, d.loc[fits, y], s=14, color="tab:gray", alpha=0.6, label="fits")
     ax.scatter(d.loc[~fits, x] / scale, d.loc[~fits, y], s=14, marker="x", color="tab:red", alpha=0.5,
                label="does not fit")
     ax.step(front[x] / scale, front[y], where="post", color="tab:blue", lw=1.5)
-    ax.scatter(front[x] / scale, front[y], s=40, color="tab:blue", zorder=3, label="Pareto front")
-    if label is not None:
-        for _, r in front.iterrows():
-            ax.annotate(str(r[label]), (r[x] / scale, r[y]), fontsize=6, xytext=(3, 3), textcoords="offset points")
+    ax.scatter(front[x] / scale, front[y], s=40, color="tab:blue", zorder=3, label="Pareto front (fitting)")
     if "hbm_capacity_bytes" in d and x == "hbm_peak_bytes" and len(d):
         for cap in sorted(set(d["hbm_capacity_bytes"].dropna())):
             ax.axvline(cap / GIB, color="black", ls="--", lw=1)
+    if label is not None and len(d):
+        # Skip labels that would land on the previous one (in axis fractions).
+        xr = (d[x].max() - d[x].min()) / scale or 1.0
+        yr = (d[y].max() - d[y].min()) or 1.0
+        last = None
+        for _, r in front.iterrows():
+            px, py = r[x] / scale, r[y]
+            if last is None or abs(px - last[0]) / xr > 0.06 or abs(py - last[1]) / yr > 0.04:
+                ax.annotate(str(r[label]), (px, py), fontsize=6, xytext=(4, -8), textcoords="offset points")
+                last = (px, py)
     ax.set_xlabel("HBM peak (GiB per device)" if scale == GIB else x)
     ax.set_ylabel("model TFLOP/s per device")
     ax.set_title(title or "HBM vs throughput (dashed: HBM capacity)", fontsize=10)
@@ -196,6 +203,13 @@ def predicted_vs_reported(repro: Any, path: str | os.PathLike | None = None) -> 
         for x, p, e in zip(xs, pred, runs[err_col]):
             if pd.notna(e):
                 ax.text(x + w / 2, p, f"{100 * e:+.0f}%", ha="center", va="bottom", fontsize=7)
+        if what == "hbm_gib" and "hbm_capacity_gib" in runs:
+            for cap in sorted(set(runs["hbm_capacity_gib"].dropna())):
+                ax.axhline(cap, color="black", ls="--", lw=1, label=f"HBM capacity {cap:.0f} GiB")
+        if "reported_fits" in runs:
+            for x, f in zip(xs, runs["reported_fits"]):
+                if f is False:
+                    ax.text(x - w / 2, 0, "OOM", ha="center", va="bottom", fontsize=7, color="tab:red")
         ax.set_ylabel(unit)
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize=8, loc="upper left")
@@ -227,22 +241,29 @@ def residuals(reproductions: Mapping[str, Any], path: str | os.PathLike | None =
 
 
 def break_even(df: pd.DataFrame, path: str | os.PathLike | None = None, x: str = "host_link_bytes_per_s",
-               line: str = "policy", y: str = "tflops_per_device", crossing: float | None = None,
+               line: str = "policy", y: str = "tflops_per_device", marks: Mapping[str, float] | None = None,
                title: str | None = None) -> Figure:
     """``y`` against a swept bandwidth ``x`` (bytes/s, drawn in GB/s, log scale), one line per ``line``
-    value; ``crossing`` (bytes/s) marks a break-even bandwidth."""
+    value (crosses: does not fit); ``marks`` ({label: bytes/s}) draws vertical lines, e.g. a break-even
+    bandwidth or the datasheet one."""
     d = df[df["error"] == ""] if "error" in df else df
     fig = _figure(8, 4.5)
     ax = fig.subplots()
     for i, (key, g) in enumerate(d.groupby(line, sort=True)):
         g = g.sort_values(x)
-        ax.plot(g[x].astype(float) / 1e9, g[y], "o-", ms=3, color=f"C{i % 10}", label=str(key))
-    if crossing is not None and np.isfinite(crossing):
-        ax.axvline(crossing / 1e9, color="black", ls="--", lw=1, label=f"break-even {crossing / 1e9:.0f} GB/s")
+        gx = g[x].astype(float) / 1e9
+        fits = g["fits"].astype(bool) if "fits" in g else pd.Series(True, index=g.index)
+        label = str(key) + ("" if fits.all() else " (x: does not fit)")
+        ax.plot(gx, g[y], "-", color=f"C{i % 10}", label=label)
+        ax.plot(gx[fits], g.loc[fits, y], "o", ms=3, color=f"C{i % 10}")
+        ax.plot(gx[~fits], g.loc[~fits, y], "x", ms=5, color=f"C{i % 10}")
+    for k, (label, value) in enumerate((marks or {}).items()):
+        if value is not None and np.isfinite(value):
+            ax.axvline(value / 1e9, color="black", ls=["--", ":", "-."][k % 3], lw=1, label=f"{label}: {value / 1e9:.0f} GB/s")
     ax.set_xscale("log")
     ax.set_xlabel("host link GB/s per GPU per direction")
     ax.set_ylabel("model TFLOP/s per device")
-    ax.set_title(title or "Offload vs keep: throughput against host-link bandwidth", fontsize=10)
+    ax.set_title(title or "Offload vs keep vs recompute: throughput against host-link bandwidth", fontsize=10)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
     return _finish(fig, path)

@@ -1,0 +1,52 @@
+// Shared test helpers: run the CLI, write temporary files.
+#pragma once
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace test {
+
+struct CliResult {
+  int status = -1;  // exit status, or 128 + signal
+  std::string out, err;
+};
+
+inline std::filesystem::path temp_dir() {
+  auto base = std::filesystem::temp_directory_path() / ("hbmsim-tests-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(base);
+  return base;
+}
+
+inline std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+inline void write(const std::filesystem::path& p, const std::string& text) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out << text;
+}
+
+// Runs `hbmsim ARGS` through the shell; stdout and stderr captured separately.
+inline CliResult cli(const std::string& args) {
+  static int n = 0;
+  auto dir = temp_dir();
+  auto out = dir / ("out" + std::to_string(n) + ".txt");
+  auto err = dir / ("err" + std::to_string(n++) + ".txt");
+  std::string cmd = std::string(HBMSIM_CLI) + " " + args + " >" + out.string() + " 2>" + err.string() + " </dev/null";
+  int raw = std::system(cmd.c_str());
+  CliResult r;
+  if (WIFEXITED(raw)) r.status = WEXITSTATUS(raw);
+  else if (WIFSIGNALED(raw)) r.status = 128 + WTERMSIG(raw);
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+}  // namespace test

@@ -1,0 +1,242 @@
+"""The Python package against the CLI: same reports, same sweeps, same reproduction, same errors."""
+import json
+import math
+from concurrent.futures import ThreadPoolExecutor
+
+import pandas as pd
+import pytest
+
+import hbmsim
+from hbmsim import _hbmsim
+from conftest import cli_json, run_cli
+
+LLAMA_405B = {"system": "gb200-nvl72", "model": "llama3.1-405b", "gpus": 128, "batch": 2, "seq": 8192,
+              "weights": "nvfp4", "policy": "qkv_proj_offloaded", "lhs": True}
+DSV3 = {"system": "gb200-nvl72", "model": "deepseek-v3-671b", "gpus": 128, "ep": 64, "batch": 8, "seq": 4096,
+        "policy": "custom",
+        "tensors": {"mla_q": "offload", "mla_kv": "offload", "moe_mlpwi_0": "offload", "moe_mlpwi_1": "offload"},
+        "lhs": True, "pipelined_transfers": True}
+CONFIGS = {
+    "defaults": {},
+    "llama405b-qkv-offload": LLAMA_405B,
+    "dsv3-offload-lhs-pipe": DSV3,
+    "llama8b-what-if": {"model": "llama3.1-8b", "gpus": 8, "batch": 4, "policy": "minimal_offloaded",
+                        "host_link_bytes_per_s": 3.3e10, "hbm_bytes": 9.6e10, "memory_limit_slop": 0.9,
+                        "weights": "fp8", "system": "h200-hgx"},
+}
+
+
+def write_config(tmp_path, config, name="cfg.json"):
+    path = tmp_path / name
+    path.write_text(json.dumps(config))
+    return path
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_simulate_equals_cli_json(cli, tmp_path, name):
+    config = CONFIGS[name]
+    expected = cli_json(cli, "simulate", "--config", str(write_config(tmp_path, config)), "--json")
+    for got in (hbmsim.simulate(config), _hbmsim.simulate(config)):
+        assert set(got) == set(expected)
+        for key in expected:  # exact: the same doubles, printed round-trip by the CLI
+            assert got[key] == expected[key], key
+    # The headline fields, spelled out.
+    got = hbmsim.simulate(config)
+    for key in ("step_time_s", "tflops_per_device", "hbm_peak_bytes", "host_peak_bytes", "hbm_breakdown_bytes",
+                "exposed_s", "busy_s", "fits", "config"):
+        assert getattr(got, key) == expected[key]
+
+
+def test_simulate_keyword_overrides_equal_cli_flags(cli):
+    expected = cli_json(cli, "simulate", "--model", "llama3.1-70b", "--gpus", "64", "--batch", "2",
+                        "--policy", "save_qkv_proj", "--tensor", "mlpwo=offload", "--lhs", "off", "--json")
+    got = hbmsim.simulate(model="llama3.1-70b", gpus=64, batch=2, policy="save_qkv_proj",
+                          tensors={"mlpwo": "offload"}, lhs=False)
+    assert dict(got) == expected
+
+
+def test_simulate_from_file_path_equals_cli(cli, tmp_path):
+    path = write_config(tmp_path, LLAMA_405B)
+    expected = cli_json(cli, "simulate", "--config", str(path), "--json")
+    assert dict(hbmsim.simulate(path)) == expected
+    assert dict(hbmsim.simulate(str(path), batch=1)) == cli_json(cli, "simulate", "--config", str(path), "--batch",
+                                                                 "1", "--json")
+
+
+def test_trace_equals_cli_trace_file(cli, tmp_path):
+    trace_path = tmp_path / "trace.json"
+    expected = cli_json(cli, "simulate", "--config", str(write_config(tmp_path, DSV3)), "--json",
+                        "--trace", str(trace_path))
+    got = hbmsim.simulate(DSV3, trace=True)
+    for key in expected:
+        assert got[key] == expected[key], key
+    assert got.trace == json.loads(trace_path.read_text())
+    # The timeline is the trace's memory counter track, in bytes.
+    counters = [e for e in got.trace["traceEvents"] if e["ph"] == "C"]
+    assert len(counters) == len(got.timeline) > 0
+    for e, (t_s, hbm_bytes, host_bytes) in zip(counters, got.timeline):
+        assert e["ts"] == pytest.approx(t_s * 1e6, rel=1e-12, abs=1e-9)
+        assert e["args"]["hbm"] == pytest.approx(hbm_bytes / 2**30, rel=1e-12)
+        assert e["args"]["host"] == pytest.approx(host_bytes / 2**30, rel=1e-12, abs=1e-12)
+    frame = got.timeline_frame()
+    assert list(frame.columns) == ["t_s", "hbm_bytes", "host_bytes"]
+    assert frame.hbm_bytes.max() == pytest.approx(got.hbm_peak_bytes, rel=1e-9)
+    spans = got.spans()
+    assert set(spans.stream) <= {"compute", "collective", "expert_a2a", "d2h", "h2d"}
+    busy = spans.groupby("stream").dur_s.sum()
+    for stream, seconds in got.busy_s.items():
+        if seconds > 0:
+            assert busy[stream] == pytest.approx(seconds, rel=1e-6)
+
+
+def test_systems_and_models_equal_cli(cli):
+    assert _hbmsim.systems() == cli_json(cli, "systems", "--json")
+    assert _hbmsim.models() == cli_json(cli, "models", "--json")
+    systems = hbmsim.systems()
+    expected = {s["id"]: s for s in cli_json(cli, "systems", "--json")}
+    assert list(systems.index) == list(expected)
+    for sid, s in expected.items():
+        assert systems.loc[sid, "hbm_bytes"] == s["hbm_bytes"]
+        assert systems.loc[sid, "host_h2d_bytes_per_s_per_gpu"] == s["host_h2d_bytes_per_s_per_gpu"]
+        assert hbmsim.system(sid) == s
+    models = hbmsim.models()
+    for m in cli_json(cli, "models", "--json"):
+        assert models.loc[m["id"], "total_params"] == m["total_params"]
+
+
+@pytest.mark.parametrize("config, names", [
+    ({"gpus": -3}, ["gpus", "-3"]),
+    ({"gpus": 8, "bogus_field": 1}, ["bogus_field"]),
+    ({"tensors": {"not_a_tensor": "offload"}}, ["tensors.not_a_tensor"]),
+    ({"tensors": {"mla_q": "elsewhere"}}, ["tensors.mla_q", "elsewhere"]),
+    ({"lhs": "maybe"}, ["lhs"]),
+    ({"memory_limit_slop": 1.5}, ["memory_limit_slop"]),
+    ({"system": "no-such-system"}, ["no-such-system"]),
+    ({"policy": "no-such-policy"}, ["no-such-policy"]),
+])
+def test_bad_config_raises_value_error_like_cli(cli, tmp_path, config, names):
+    with pytest.raises(ValueError) as err:
+        hbmsim.simulate(config)
+    message = str(err.value)
+    for n in names:
+        assert n in message
+    # Loaded from a file, the message is the CLI's, word for word (exit status 2: bad input).
+    path = write_config(tmp_path, config)
+    p = run_cli(cli, "simulate", "--config", str(path), "--json", check=False)
+    assert p.returncode == 2
+    with pytest.raises(ValueError) as err:
+        hbmsim.simulate(path)
+    assert p.stderr.strip() == f"hbmsim: {err.value}"
+
+
+def test_input_error_is_value_error_not_runtime_error():
+    with pytest.raises(ValueError):
+        _hbmsim.simulate({"gpus": 0})
+    with pytest.raises(TypeError):
+        hbmsim.simulate({"gpus": object()})
+
+
+SWEEP_BASE = {"system": "gb200-nvl72", "model": "llama3.1-405b", "gpus": 128, "seq": 8192, "weights": "nvfp4",
+              "lhs": True}
+SWEEP_AXES = {"batch": [0, 1, 2, 4], "policy": ["full", "save_qkv_proj", "qkv_proj_offloaded"],
+              "host_link_bytes_per_s": [5e10, 1.76e11]}
+
+
+def test_sweep_equals_cli_sweep(cli, tmp_path):
+    path = write_config(tmp_path, SWEEP_BASE)
+    out = tmp_path / "rows.jsonl"
+    args = ["sweep", "--config", str(path), "--jobs", "2", "--out", str(out)]
+    for field, values in SWEEP_AXES.items():
+        args += ["--axis", f"{field}={','.join(hbmsim.api._value_text(v) for v in values)}"]
+    run_cli(cli, *args)
+    expected = sorted((json.loads(line) for line in out.read_text().splitlines()), key=lambda r: r["index"])
+    axis_list = [(f, [hbmsim.api._value_text(v) for v in vs]) for f, vs in SWEEP_AXES.items()]
+    rows = sorted(_hbmsim.sweep(SWEEP_BASE, axis_list, "", 2), key=lambda r: r["index"])
+    assert rows == expected
+    assert any("error" in r for r in rows), "batch=0 should be a bad-input row"
+
+    df = hbmsim.sweep(SWEEP_AXES, base=SWEEP_BASE, jobs=2)
+    assert list(df["index"]) == [r["index"] for r in expected]
+    assert list(df.columns[:4]) == ["index", "batch", "policy", "host_link_bytes_per_s"]
+    for (_, row), r in zip(df.iterrows(), expected):
+        assert row["batch"] == int(r["batch"]) and row["policy"] == r["policy"]
+        assert row["host_link_bytes_per_s"] == float(r["host_link_bytes_per_s"])
+        if "error" in r:
+            assert row["error"] == r["error"] and "batch" in r["error"]
+            assert math.isnan(row["step_time_s"])
+        else:
+            assert row["error"] == ""
+            res = r["result"]
+            for key in ("step_time_s", "tflops_per_device", "hbm_peak_bytes", "host_peak_bytes", "mfu"):
+                assert row[key] == res[key]
+            assert bool(row["fits"]) == res["fits"]
+            assert row["exposed_s.h2d"] == res["exposed_s"]["h2d"]
+            assert row["hbm_breakdown_bytes.saved_activations"] == res["hbm_breakdown_bytes"]["saved_activations"]
+
+
+def test_sweep_point_equals_simulate():
+    df = hbmsim.sweep({"batch": [1, 2], "tensor.mla_q": ["remat", "offload"]}, base=DSV3, where="batch>=2")
+    assert list(df["batch"]) == [2, 2]
+    for _, row in df.iterrows():
+        single = hbmsim.simulate(DSV3, batch=2, tensors={**DSV3["tensors"], "mla_q": row["tensor.mla_q"]})
+        assert row["step_time_s"] == single.step_time_s
+        assert row["hbm_peak_bytes"] == single.hbm_peak_bytes
+
+
+def test_sweep_where_and_expand_equal_cli(cli, tmp_path):
+    path = write_config(tmp_path, SWEEP_BASE)
+    out = tmp_path / "rows.jsonl"
+    run_cli(cli, "sweep", "--config", str(path), "--axis", "batch=1,2,4,8", "--axis", "policy=full,minimal",
+            "--where", "batch>=2,policy!=minimal", "--out", str(out))
+    expected = sorted(json.loads(line)["index"] for line in out.read_text().splitlines())
+    axes = {"batch": [1, 2, 4, 8], "policy": ["full", "minimal"]}
+    where = "batch>=2,policy!=minimal"
+    assert list(hbmsim.sweep(axes, base=SWEEP_BASE, where=where)["index"]) == expected
+    assert list(hbmsim.expand_sweep(axes, base=SWEEP_BASE, where=where)["index"]) == expected
+
+
+@pytest.mark.parametrize("axes, where, names", [
+    ({"no_such_field": [1]}, "", ["no_such_field"]),
+    ({"batch": [1, 2]}, "policy==full", ["policy"]),
+    ({"batch": []}, "", ["batch"]),
+])
+def test_bad_sweep_raises_value_error(axes, where, names):
+    with pytest.raises(ValueError) as err:
+        hbmsim.sweep(axes, base=SWEEP_BASE, where=where)
+    for n in names:
+        assert n in str(err.value)
+
+
+def test_reproduce_equals_cli(cli):
+    if not _hbmsim.HAVE_REPRODUCE:
+        pytest.fail("_hbmsim was built without planner/reproduce.cpp")
+    expected = cli_json(cli, "reproduce", "--json")
+    rep = hbmsim.reproduce()
+    assert rep.raw == expected
+    assert list(rep.runs["id"]) == [r["id"] for r in expected["runs"]]
+    for (_, row), r in zip(rep.runs.iterrows(), expected["runs"]):
+        assert row["predicted_tflops_per_device"] == r["predicted"]["tflops_per_device"]
+        assert row["predicted_hbm_gib"] == r["predicted"]["hbm_peak_bytes"] / 2**30
+        reported = r["reported"]["tflops_per_device"]
+        assert (math.isnan(row["reported_tflops_per_device"]) if reported is None
+                else row["reported_tflops_per_device"] == reported)
+    assert list(rep.claims["claim"]) == [c["claim"] for c in expected["claims"]]
+    assert list(rep.claims["holds"]) == [c["holds"] for c in expected["claims"]]
+
+
+def test_concurrent_calls_from_threads_match_serial():
+    # The GIL is released while C++ runs: threads must still get exactly the serial results.
+    configs = [dict(LLAMA_405B, batch=b) for b in (1, 2, 4)] + [dict(DSV3, batch=b) for b in (2, 4, 8)]
+    serial = [dict(hbmsim.simulate(c)) for c in configs]
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        threaded = list(pool.map(lambda c: dict(hbmsim.simulate(c)), configs))
+    assert threaded == serial
+
+
+def test_package_metadata():
+    assert hbmsim.__version__ == _hbmsim.__version__
+    assert "batch" in hbmsim.fields() and "mla_q" in hbmsim.checkpoint_names()
+    assert all(name.startswith("systems/") for name in hbmsim.data_files("systems/"))
+    assert len(hbmsim.data_files("systems/")) == len(hbmsim.systems())
+    assert isinstance(hbmsim.simulate(), hbmsim.Result)
+    assert isinstance(hbmsim.sweep({"batch": [1]}), pd.DataFrame)

@@ -1,0 +1,178 @@
+#include <catch2/catch.hpp>
+
+#include <functional>
+
+#include "helpers.hpp"
+#include "hwmodels/builtin.hpp"
+#include "hwmodels/catalog.hpp"
+#include "hwmodels/profile.hpp"
+#include "hwmodels/topology.hpp"
+
+using namespace hbmsim;
+
+TEST_CASE("every built-in system file loads with the published key figures", "[hwmodels]") {
+  auto ids = builtin_system_ids();
+  REQUIRE(ids == std::vector<std::string>{"gb200-nvl72", "gb300-nvl72", "h100-hgx", "h200-hgx", "vr-nvl144"});
+  // Figures from the datasheets named in issue 2 (per GPU; dense = sparse / 2).
+  auto gb200 = builtin_system("gb200-nvl72");
+  CHECK(gb200.gpu.hbm_bytes == 186e9);
+  CHECK(gb200.gpu.hbm_bandwidth_bytes_per_s == 8e12);
+  CHECK(gb200.gpu.peak_flops(Dtype::bf16) == 2.5e15);
+  CHECK(gb200.gpu.peak_flops(Dtype::fp8) == 5e15);
+  CHECK(gb200.gpu.peak_flops(Dtype::nvfp4) == 10e15);
+  CHECK(gb200.host_h2d_bytes_per_s() == 176e9);    // nvbandwidth, all GPUs copying
+  CHECK(gb200.host_cpu.memory_bytes == 480e9);
+  CHECK(gb200.scale_up.per_gpu_bytes_per_s_per_direction == 900e9);  // 1.8 TB/s bidirectional
+  auto gb300 = builtin_system("gb300-nvl72");
+  CHECK(gb300.gpu.hbm_bytes == 288e9);
+  CHECK(gb300.gpu.peak_flops(Dtype::nvfp4) == 15e15);
+  CHECK(gb300.host_h2d_bytes_per_s() == 211e9);
+  CHECK(gb300.host_d2h_bytes_per_s() == 193.5e9);
+  CHECK(gb300.scale_out.per_gpu_bytes_per_s_per_direction == 100e9);  // ConnectX-8 800 Gb/s
+  auto vr = builtin_system("vr-nvl144");
+  CHECK(vr.gpu.hbm_bytes == 288e9);
+  CHECK(vr.scale_up.per_gpu_bytes_per_s_per_direction == 1.8e12);  // NVLink 6 3.6 TB/s bidirectional
+  CHECK(vr.host_link.per_direction_bytes_per_s == 900e9);            // C2C 1.8 TB/s bidirectional
+  CHECK(vr.host_cpu.memory_bytes == 1.5e12);
+  auto h100 = builtin_system("h100-hgx"), h200 = builtin_system("h200-hgx");
+  CHECK(h100.gpu.hbm_bytes == 80e9);
+  CHECK(h100.gpu.hbm_bandwidth_bytes_per_s == 3.35e12);
+  CHECK(h200.gpu.hbm_bytes == 141e9);
+  CHECK(h200.gpu.hbm_bandwidth_bytes_per_s == 4.8e12);
+  CHECK(h200.gpu.peak_flops(Dtype::bf16) == 989e12);
+  CHECK(h200.host_link.per_direction_bytes_per_s == 64e9);  // PCIe Gen5 x16, 128 GB/s bidirectional
+  // Hopper has no FP4: an nvfp4 GEMM runs at the FP8 rate.
+  CHECK(h200.gpu.peak_flops(Dtype::nvfp4) == h200.gpu.peak_flops(Dtype::fp8));
+}
+
+TEST_CASE("the GB200 GPU-to-own-CPU path gives the C2C per-direction bandwidth split between its two GPUs", "[hwmodels]") {
+  auto s = builtin_system("gb200-nvl72");
+  Topology topo(s, 128);
+  auto path = topo.path(topo.gpu_vertex(5), topo.cpu_vertex_of_gpu(5));
+  // 900 GB/s bidirectional per Grace = 450 GB/s each way, shared by the two GPUs on it.
+  CHECK(path.bytes_per_s == Approx(450e9 / 2));
+  CHECK(path.latency_s == Approx(2e-6));
+  REQUIRE(!path.links.empty());
+  CHECK(path.links.back() == "NVLink-C2C");
+  // GPU to GPU inside the NVLink domain: the per-GPU NVLink bandwidth.
+  auto nv = topo.path(topo.gpu_vertex(0), topo.gpu_vertex(1));
+  CHECK(nv.bytes_per_s == Approx(900e9));
+  // Across domains (rank 100 is in the second NVL72 domain) the NIC is the bottleneck.
+  auto far = topo.path(topo.gpu_vertex(0), topo.gpu_vertex(100));
+  CHECK(far.bytes_per_s == Approx(50e9));
+}
+
+TEST_CASE("collective costs follow the hierarchical ring formula", "[hwmodels]") {
+  auto s = builtin_system("gb200-nvl72");
+  Topology topo(s, 128);
+  // All-gather of 1 GB over 64 GPUs in one domain at 100% efficiency: 63/64 of it over 900 GB/s,
+  // plus 63 hops of 3 us latency.
+  CHECK(topo.all_gather_s(1e9, 64, 1.0) == Approx(1e9 * 63 / 64 / 900e9 + 63 * 3e-6));
+  // Over 128 GPUs (two domains of 72 and 56, treated as domains of 72): intra part plus (K-1)/G of the
+  // buffer over the 50 GB/s NIC.
+  double intra = 1e9 * 71 / 72 / 900e9 + 71 * 3e-6;
+  double inter = 1e9 * 1 / 128 / 50e9 + 5e-6;
+  CHECK(topo.all_gather_s(1e9, 128, 1.0) == Approx(intra + inter));
+  CHECK(topo.all_gather_s(1e9, 1, 1.0) == 0);
+}
+
+TEST_CASE("piecewise efficiency tables interpolate in log space and clamp at the ends", "[hwmodels]") {
+  PiecewiseTable t{{{1e9, 0.2}, {1e11, 0.6}}};
+  CHECK(t.at(1e8) == 0.2);
+  CHECK(t.at(1e12) == 0.6);
+  CHECK(t.at(1e10) == Approx(0.4));  // halfway in log10
+}
+
+namespace {
+
+// One defect per case, applied to the GB200 system file; `path` must appear in the error.
+struct Defect {
+  const char* what;
+  const char* path;
+  std::function<void(nlohmann::json&)> apply;
+};
+
+}  // namespace
+
+TEST_CASE("broken system files exit with status 2 naming the file, the JSON path and the value", "[hwmodels][cli]") {
+  const auto base = nlohmann::json::parse(*builtin_file("systems/gb200-nvl72.json"));
+  std::vector<Defect> defects = {
+      {"unknown top-level key", "colour", [](auto& j) { j["colour"] = "green"; }},
+      {"missing HBM size", "gpu.hbm_bytes is missing", [](auto& j) { j["gpu"].erase("hbm_bytes"); }},
+      {"negative HBM size", "gpu.hbm_bytes.value = -1", [](auto& j) { j["gpu"]["hbm_bytes"]["value"] = -1; }},
+      {"zero HBM bandwidth", "gpu.hbm_bandwidth_bytes_per_s.value = 0", [](auto& j) { j["gpu"]["hbm_bandwidth_bytes_per_s"]["value"] = 0; }},
+      {"size as a string", "gpu.hbm_bytes.value = \"186e9\"", [](auto& j) { j["gpu"]["hbm_bytes"]["value"] = "186e9"; }},
+      {"no bf16 peak", "gpu.dense_peak_flops", [](auto& j) { j["gpu"]["dense_peak_flops"].erase("bf16"); }},
+      {"unknown sharing policy", "host_link.sharing = \"sometimes\"", [](auto& j) { j["host_link"]["sharing"] = "sometimes"; }},
+      {"zero sharers", "host_link.gpus_sharing = 0", [](auto& j) { j["host_link"]["gpus_sharing"] = 0; }},
+      {"more sharers than GPUs per CPU", "host_link.gpus_sharing = 3", [](auto& j) { j["host_link"]["gpus_sharing"] = 3; }},
+      {"fractional domain size", "scale_up.domain_gpus = 1.5", [](auto& j) { j["scale_up"]["domain_gpus"] = 1.5; }},
+      {"empty source", "host_link.per_direction_bytes_per_s.source", [](auto& j) { j["host_link"]["per_direction_bytes_per_s"]["source"] = ""; }},
+      {"reserve above HBM", "runtime.reserve_bytes", [](auto& j) { j["runtime"]["reserve_bytes"]["value"] = 1e12; }},
+      {"unknown efficiency table", "efficiency = \"nope\"", [](auto& j) { j["efficiency"] = "nope"; }},
+      {"measured above the link share", "host_link.measured_h2d_bytes_per_s.value = 1000000000000.0", [](auto& j) { j["host_link"]["measured_h2d_bytes_per_s"]["value"] = 1e12; }},
+      {"null latency", "gpu.launch_overhead_s.value = null", [](auto& j) { j["gpu"]["launch_overhead_s"]["value"] = nullptr; }},
+      {"missing scale-out", "scale_out is missing", [](auto& j) { j.erase("scale_out"); }},
+      {"extra key in a figure", "gpu.hbm_bandwidth_bytes_per_s.unit", [](auto& j) { j["gpu"]["hbm_bandwidth_bytes_per_s"]["unit"] = "TB/s"; }},
+      {"negative GPUs per CPU", "host_cpu.gpus_per_cpu = -2", [](auto& j) { j["host_cpu"]["gpus_per_cpu"] = -2; }},
+      {"pinned fraction above one", "runtime.host_pinned_fraction.value = 1.5", [](auto& j) { j["runtime"]["host_pinned_fraction"]["value"] = 1.5; }},
+      {"size past 2^63 as an integer", "host_cpu.gpus_per_cpu", [](auto& j) { j["host_cpu"]["gpus_per_cpu"] = 18446744073709551615ull; }},
+  };
+  auto dir = test::temp_dir();
+  for (std::size_t i = 0; i < defects.size(); ++i) {
+    auto doc = base;
+    defects[i].apply(doc);
+    auto file = dir / ("broken-system-" + std::to_string(i) + ".json");
+    test::write(file, doc.dump(2));
+    INFO(defects[i].what);
+    auto r = test::cli("simulate --system " + file.string() + " --model llama3.1-8b --gpus 8");
+    CHECK(r.status == 2);
+    CHECK(r.err.find(file.string()) != std::string::npos);
+    CHECK(r.err.find(defects[i].path) != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);  // one line
+  }
+  // Malformed JSON names the file and the position.
+  auto file = dir / "malformed.json";
+  test::write(file, base.dump().substr(0, 100));
+  auto r = test::cli("simulate --system " + file.string() + " --model llama3.1-8b --gpus 8");
+  CHECK(r.status == 2);
+  CHECK(r.err.find(file.string() + ": malformed JSON") != std::string::npos);
+}
+
+TEST_CASE("a calibration profile round-trips through its JSON and rejects malformed fields", "[hwmodels][profile]") {
+  Profile p;
+  p.name = "t";
+  p.source = "unit test";
+  p.metadata = {{"gpu", "NVIDIA H200"}};
+  p.h2d_bytes_per_s = 50e9;
+  p.d2h_bytes_per_s = 48e9;
+  p.host_latency_s = 1e-5;
+  p.gemm_bf16 = PiecewiseTable{{{1e9, 0.3}, {1e12, 0.8}}};
+  p.parameters = {{"gemm_scale", 0.9}};
+  auto j = p.to_json();
+  auto q = load_profile(j, "mem");
+  CHECK(q.to_json() == j);
+  auto bad = j;
+  bad["host_link"]["h2d_bytes_per_s"] = -5;
+  CHECK_THROWS_WITH(load_profile(bad, "p.json"), Catch::Contains("p.json: host_link.h2d_bytes_per_s = -5"));
+  bad = j;
+  bad["parameters"]["warp_factor"] = 2;
+  CHECK_THROWS_WITH(load_profile(bad, "p.json"), Catch::Contains("parameters.warp_factor"));
+  bad = j;
+  bad["efficiency"]["gemm"]["bf16"] = {{1e12, 0.8}, {1e9, 0.3}};
+  CHECK_THROWS_WITH(load_profile(bad, "p.json"), Catch::Contains("efficiency.gemm.bf16[1][0]"));
+  bad = j;
+  bad["format"] = "other/2";
+  CHECK_THROWS_AS(load_profile(bad, "p.json"), InputError);
+}
+
+TEST_CASE("applying a profile replaces datasheet figures and scales what its parameters name", "[hwmodels][profile]") {
+  auto s = builtin_system("h200-hgx");
+  Profile p;
+  p.h2d_bytes_per_s = 20e9;
+  p.parameters = {{"host_link_scale", 0.5}, {"gemm_scale", 0.5}};
+  auto c = apply_profile(s, p);
+  CHECK(c.host_h2d_bytes_per_s() == Approx(10e9));  // measured 20 GB/s, then scaled by 0.5
+  CHECK(c.host_d2h_bytes_per_s() == Approx(s.host_d2h_bytes_per_s() * 0.5));
+  CHECK(c.efficiency.gemm_bf16.at(1e12) == Approx(s.efficiency.gemm_bf16.at(1e12) * 0.5));
+}

@@ -1,0 +1,148 @@
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "helpers.hpp"
+#include "planner/fit.hpp"
+#include "planner/sweep.hpp"
+
+using namespace hbmsim;
+
+TEST_CASE("sweep axes expand to the Cartesian product in row-major order and --where filters points", "[planner][sweep]") {
+  RunConfig base;
+  std::vector<SweepAxis> axes = {parse_axis("batch=1,2,4"), parse_axis("policy=full,minimal")};
+  auto all = expand_sweep(base, axes);
+  REQUIRE(all.size() == 6);
+  CHECK(all[1].values == std::vector<std::string>{"1", "minimal"});
+  CHECK(all[5].config.batch == 4);
+  CHECK(all[5].config.policy == "minimal");
+  auto some = expand_sweep(base, axes, "batch>=2,policy!=full");
+  REQUIRE(some.size() == 2);
+  CHECK(some[0].index == 3);  // indices stay those of the full product
+  CHECK_THROWS_WITH(parse_axis("warp=1,2"), Catch::Contains("unknown field \"warp\""));
+  CHECK_THROWS_WITH(expand_sweep(base, axes, "seq>5"), Catch::Contains("\"seq\" is not an axis"));
+}
+
+TEST_CASE("a sweep gives the same rows with one and two threads", "[planner][sweep][determinism]") {
+  RunConfig base;
+  base.system = "h200-hgx";
+  std::vector<SweepAxis> axes = {parse_axis("batch=1,2,3"), parse_axis("policy=full,qkv_proj_offloaded"),
+                                 parse_axis("gpus=8,7")};  // gpus=7 with tp=1: fine; bad points become rows
+  auto points = expand_sweep(base, axes);
+  auto collect = [&](int jobs) {
+    std::map<std::size_t, std::string> rows;
+    run_sweep(points, jobs, [&](const SweepRow& r) { rows[r.index] = sweep_csv_line(r); });
+    return rows;
+  };
+  CHECK(collect(1) == collect(2));
+}
+
+TEST_CASE("a sweep of over 1000 configurations completes with --jobs 2", "[planner][sweep][cli]") {
+  auto out = test::temp_dir() / "big.csv";
+  auto r = test::cli("sweep --system h200-hgx --model llama3.1-8b --gpus 8 --axis batch=1,2,3,4,5,6,7,8 "
+                     "--axis seq=1024,2048,4096,8192 --axis policy=full,minimal,save_qkv_proj,qkv_proj_offloaded "
+                     "--axis lhs=on,off --axis host_link_bytes_per_s=2e10,4e10,6e10,8e10 --jobs 2 --out " + out.string());
+  REQUIRE(r.status == 0);
+  auto text = test::slurp(out);
+  CHECK(std::count(text.begin(), text.end(), '\n') == 1 + 8 * 4 * 4 * 2 * 4);  // header + 1024 rows
+}
+
+TEST_CASE("a sweep killed with SIGKILL and resumed has every row exactly once", "[planner][sweep][durability]") {
+  auto out = test::temp_dir() / "killed.csv";
+  std::filesystem::remove(out);
+  const std::string args = "sweep --model deepseek-v3-671b --gpus 128 --ep 64 --seq 4096 --axis batch=1,2,3,4,5,6,7,8 "
+                           "--axis tensor.mla_q=device,remat,offload --axis tensor.moe_mlpwi_0=device,remat,offload "
+                           "--axis pipelined_transfers=on,off --axis lhs=on,off --jobs 1 --out " + out.string();
+  const std::size_t total = 8 * 3 * 3 * 2 * 2;
+  pid_t pid = fork();
+  if (pid == 0) {
+    std::string cmd = std::string("exec ") + HBMSIM_CLI + " " + args + " 2>/dev/null";
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Kill it once some rows, but not all, are written.
+  std::size_t lines = 0;
+  for (int i = 0; i < 2000 && lines < 30; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    auto text = test::slurp(out);
+    lines = static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n'));
+  }
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  auto partial = test::slurp(out);
+  auto partial_rows = static_cast<std::size_t>(std::count(partial.begin(), partial.end(), '\n')) - 1;
+  INFO("rows before the kill: " << partial_rows);
+  CHECK(partial_rows < total);
+  // Simulate a torn last line as a kill in mid-write would leave it.
+  { std::ofstream app(out, std::ios::app); app << "99999,8,devi"; }
+  auto r = test::cli(args + " --resume");
+  REQUIRE(r.status == 0);
+  std::ifstream in(out);
+  std::string line;
+  std::getline(in, line);
+  CHECK(line.rfind("index,batch,tensor.mla_q", 0) == 0);
+  std::map<std::size_t, int> seen;
+  while (std::getline(in, line)) seen[std::stoul(line.substr(0, line.find(',')))]++;
+  CHECK(seen.size() == total);
+  for (auto& [idx, n] : seen) {
+    INFO("index " << idx);
+    CHECK(n == 1);
+    CHECK(idx < total);
+  }
+}
+
+TEST_CASE("the fitter recovers parameters from runs generated with them", "[planner][fit]") {
+  // Synthetic measurements: hbmsim's own predictions under known parameter values.
+  std::vector<MeasuredRun> runs;
+  for (auto policy : {"full", "save_qkv_proj", "qkv_proj_offloaded"})
+    for (bool lhs : {true, false})
+      for (std::int64_t batch : {1, 4}) {
+        RunConfig c;
+        c.system = "h200-hgx";
+        c.model = "llama3.1-8b";
+        c.gpus = 8;
+        c.batch = batch;
+        c.seq = 4096;
+        c.policy = policy;
+        c.lhs = lhs;
+        runs.push_back({std::string(policy) + (lhs ? "-lhs-" : "-nolhs-") + std::to_string(batch), c, 1.0, std::nullopt});
+      }
+  const std::map<std::string, double> truth = {{"gemm_scale", 0.85}, {"host_link_scale", 0.6}, {"collective_scale", 0.7}};
+  auto preds = predict_with(runs, truth, 2);
+  for (std::size_t i = 0; i < runs.size(); ++i) runs[i].tflops_per_device = preds[i].tflops_per_device;
+  std::vector<FitParameter> ps = {{"gemm_scale", 0.5, 1.3, 1.0, ""}, {"host_link_scale", 0.2, 1.2, 1.0, ""},
+                                  {"collective_scale", 0.3, 1.25, 1.0, ""}};
+  FitOptions o;
+  o.max_evaluations = 600;
+  auto res = fit_parameters(runs, ps, o);
+  for (auto& [name, value] : truth) {
+    INFO(name);
+    CHECK(res.parameters.at(name) == Approx(value).epsilon(0.02));
+  }
+  CHECK(res.rms_log_error < 1e-3);
+  // Deterministic: the same fit again gives the same numbers.
+  auto again = fit_parameters(runs, ps, o);
+  CHECK(again.parameters == res.parameters);
+}
+
+TEST_CASE("MaxText metrics logs become measured runs (median after warm-up)", "[planner][fit]") {
+  auto dir = test::temp_dir();
+  test::write(dir / "run.json", R"({"system":"h200-hgx","model":"llama3.1-8b","gpus":8,"batch":2,"seq":4096})");
+  test::write(dir / "metrics.jsonl",
+              "{\"step\":0,\"perf/per_device_tflops_per_sec\":10.0}\n"
+              "{\"step\":1,\"perf/per_device_tflops_per_sec\":20.0}\n"
+              "{\"step\":2,\"perf/per_device_tflops_per_sec\":400.0,\"memory/peak_bytes_in_use\":7e10}\n"
+              "{\"step\":3,\"perf/per_device_tflops_per_sec\":410.0}\n"
+              "{\"step\":4,\"perf/per_device_tflops_per_sec\":420.0}\n");
+  auto m = measured_from_maxtext_log((dir / "metrics.jsonl").string(), (dir / "run.json").string());
+  CHECK(*m.tflops_per_device == 410.0);
+  CHECK(*m.hbm_bytes == 7e10);
+  test::write(dir / "bad.jsonl", "{\"step\":0,\"perf/per_device_tflops_per_sec\":-3}\n{\"step\":1}\n{\"step\":2}\n");
+  CHECK_THROWS_WITH(measured_from_maxtext_log((dir / "bad.jsonl").string(), (dir / "run.json").string()),
+                    Catch::Contains("bad.jsonl:1: perf/per_device_tflops_per_sec = -3"));
+}
