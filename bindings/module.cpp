@@ -82,8 +82,13 @@ json from_py(const py::handle& o, const std::string& path) {
   if (py::hasattr(o, "__index__")) {  // int, numpy integers
     py::int_ i = py::reinterpret_steal<py::int_>(PyNumber_Index(o.ptr()));
     if (!i) throw py::error_already_set();
-    if (py::int_(0) <= i) return i.cast<std::uint64_t>();
-    return i.cast<std::int64_t>();
+    try {
+      if (py::int_(0) <= i) return i.cast<std::uint64_t>();
+      return i.cast<std::int64_t>();
+    } catch (const py::cast_error&) {
+      throw py::value_error((path.empty() ? std::string("value") : path) + " = " + py::repr(o).cast<std::string>() +
+                            " (out of the 64-bit integer range)");
+    }
   }
   if (py::hasattr(o, "__float__")) return py::float_(o.attr("__float__")()).cast<double>();  // numpy floats
   throw py::type_error((path.empty() ? std::string("value") : path) + ": cannot be expressed in JSON (" +

@@ -13,6 +13,7 @@
 #include "cli/run_flags.hpp"
 #include "hwmodels/json_view.hpp"
 #include "planner/fit.hpp"
+#include "planner/plan.hpp"
 
 namespace hbmsim::cli {
 
@@ -128,11 +129,149 @@ void register_calibrate(CLI::App& app) {
   }
 }
 
+void print_settings(const RunConfig& c) {
+  auto s = runnable_settings(c);
+  std::printf("  simulate --config JSON: %s\n", s["simulate_config"].dump().c_str());
+  std::printf("  MaxText: %s\n", s["maxtext"].get<std::string>().c_str());
+  std::printf("  XLA_FLAGS: %s\n", s["xla_flags"].get<std::string>().c_str());
+}
+
+std::string placement_label(const RunConfig& c) {
+  auto d = make_policy(c.policy, c.tensors).describe();
+  std::string out;
+  for (auto& x : d) out += (out.empty() ? "" : " ") + x;
+  return out.empty() ? "all remat" : out;
+}
+
+void register_plan(CLI::App& app) {
+  auto* plan = app.add_subcommand("plan", "Capacity questions: largest batch, best policy, Pareto front, break-even link, HBM needed");
+  plan->require_subcommand(1);
+  {
+    auto* cmd = plan->add_subcommand("largest-batch", "Largest per-device batch that fits, per policy variant");
+    auto flags = make_run_flags(cmd);
+    auto variants = std::make_shared<std::vector<std::string>>();
+    auto max_batch = std::make_shared<std::int64_t>(1024);
+    auto json = std::make_shared<bool>(false);
+    cmd->add_option("--variant", *variants, "LABEL=field:value;field:value (repeatable); default: device/remat/offload of the --tensor names, or MaxText presets");
+    cmd->add_option("--max-batch", *max_batch, "Upper end of the search");
+    cmd->add_flag("--json", *json, "Machine-readable output");
+    cmd->callback([=] {
+      auto base = resolve_run_flags(*flags);
+      std::vector<std::pair<std::string, RunConfig>> vs;
+      for (auto& v : *variants) vs.push_back(parse_variant(base, v));
+      if (vs.empty()) vs = default_variants(base);
+      auto arr = nlohmann::json::array();
+      Table t{{"variant", "largest batch", "TFLOP/s there", "HBM GiB there"}, {}};
+      for (auto& [label, c] : vs) {
+        auto r = largest_batch(c, *max_batch);
+        const Candidate* at = nullptr;
+        for (auto& x : r.tried) if (x.config.batch == r.batch) at = &x;
+        nlohmann::json j = {{"variant", label}, {"largest_batch", r.batch}};
+        if (at) {
+          j["report"] = at->report.to_json();
+          j["settings"] = runnable_settings(at->config);
+        }
+        arr.push_back(j);
+        t.rows.push_back({label, std::to_string(r.batch), at ? fixed(at->report.tflops_per_device, 1) : "-",
+                          at ? gib(at->report.hbm_peak_bytes) : "-"});
+      }
+      if (*json) { std::cout << arr.dump(2) << "\n"; return; }
+      std::cout << t.render();
+    });
+  }
+  {
+    auto* cmd = plan->add_subcommand("best-policy", "Best device/remat/offload placement per checkpoint name within HBM and host capacity");
+    auto flags = make_run_flags(cmd);
+    auto names = std::make_shared<std::vector<std::string>>();
+    auto jobs = std::make_shared<int>(2);
+    auto json = std::make_shared<bool>(false);
+    auto pareto = std::make_shared<bool>(false);
+    cmd->add_option("--names", *names, "Checkpoint names to place (default: the model's 8 largest)")->delimiter(',');
+    cmd->add_option("--jobs", *jobs, "Worker threads");
+    cmd->add_flag("--pareto", *pareto, "Also print the Pareto front of HBM peak vs TFLOP/s over every evaluated placement");
+    cmd->add_flag("--json", *json, "Machine-readable output");
+    cmd->callback([=] {
+      auto base = resolve_run_flags(*flags);
+      auto ns = names->empty() ? default_search_names(base) : *names;
+      auto res = best_policy(base, ns, *jobs);
+      auto front = pareto_front(res.evaluated);
+      if (*json) {
+        nlohmann::json j = {{"method", res.method}, {"evaluated", res.evaluated.size()}, {"found", res.found}};
+        if (res.found) {
+          j["best"] = res.best.report.to_json();
+          j["settings"] = runnable_settings(res.best.config);
+        }
+        auto f = nlohmann::json::array();
+        for (auto& c : front) f.push_back({{"placement", placement_label(c.config)}, {"hbm_peak_bytes", c.report.hbm_peak_bytes},
+                                           {"tflops_per_device", c.report.tflops_per_device}});
+        j["pareto"] = f;
+        std::cout << j.dump(2) << "\n";
+        return;
+      }
+      std::printf("searched %s; %zu placements evaluated\n", res.method.c_str(), res.evaluated.size());
+      if (!res.found) { std::printf("no placement fits\n"); return; }
+      std::printf("best: %s\n  %.1f TFLOP/s/device, HBM %s GiB, host %s GiB\n", placement_label(res.best.config).c_str(),
+                  res.best.report.tflops_per_device, gib(res.best.report.hbm_peak_bytes).c_str(), gib(res.best.report.host_peak_bytes).c_str());
+      print_settings(res.best.config);
+      if (*pareto) {
+        Table t{{"placement (Pareto front)", "HBM GiB", "TFLOP/s"}, {}};
+        for (auto& c : front) t.rows.push_back({placement_label(c.config), gib(c.report.hbm_peak_bytes), fixed(c.report.tflops_per_device, 1)});
+        std::cout << "\n" << t.render();
+      }
+    });
+  }
+  {
+    auto* cmd = plan->add_subcommand("break-even", "Lowest host-link bandwidth at which the offload policy costs at most 1% against keeping those tensors on device");
+    auto flags = make_run_flags(cmd);
+    auto tol = std::make_shared<double>(0.01);
+    auto json = std::make_shared<bool>(false);
+    cmd->add_option("--tolerance", *tol, "Allowed slowdown (0.01 = 1%)");
+    cmd->add_flag("--json", *json, "Machine-readable output");
+    cmd->callback([=] {
+      auto c = resolve_run_flags(*flags);
+      auto r = break_even_bandwidth(c, *tol);
+      if (*json) {
+        auto curve = nlohmann::json::array();
+        for (auto& [bw, t] : r.curve) curve.push_back({{"host_link_bytes_per_s", bw}, {"tflops_per_device", t}});
+        std::cout << nlohmann::json{{"break_even_bytes_per_s", r.bytes_per_s}, {"reference_tflops", r.reference_tflops},
+                                    {"tolerance", *tol}, {"curve", curve}}.dump(2) << "\n";
+        return;
+      }
+      std::printf("same tensors on device: %.1f TFLOP/s/device\n", r.reference_tflops);
+      if (r.bytes_per_s > 0) std::printf("break-even host link: %.1f GB/s per GPU per direction (within %.1f%%)\n\n", r.bytes_per_s / 1e9, 100 * *tol);
+      else std::printf("offload never comes within %.1f%% up to 4 TB/s\n\n", 100 * *tol);
+      Table t{{"host link GB/s", "TFLOP/s", "vs device"}, {}};
+      for (auto& [bw, tf] : r.curve) t.rows.push_back({fixed(bw / 1e9, 1), fixed(tf, 1), fixed(100 * (tf / r.reference_tflops - 1), 2) + "%"});
+      std::cout << t.render();
+    });
+  }
+  {
+    auto* cmd = plan->add_subcommand("hbm-needed", "HBM and pinned host memory a batch and policy need");
+    auto flags = make_run_flags(cmd);
+    auto json = std::make_shared<bool>(false);
+    cmd->add_flag("--json", *json, "Machine-readable output");
+    cmd->callback([=] {
+      auto c = resolve_run_flags(*flags);
+      auto r = hbm_needed(c);
+      if (*json) {
+        std::cout << nlohmann::json{{"hbm_needed_bytes", r.hbm_bytes}, {"host_needed_bytes", r.host_bytes},
+                                    {"hbm_capacity_bytes", r.capacity_bytes}, {"breakdown", r.report.hbm_breakdown_bytes}}.dump(2) << "\n";
+        return;
+      }
+      std::printf("HBM needed %s GiB (the system has %s GiB), pinned host %s GiB\n", gib(r.hbm_bytes).c_str(),
+                  gib(r.capacity_bytes).c_str(), gib(r.host_bytes).c_str());
+      for (auto& [k, v] : r.report.hbm_breakdown_bytes)
+        if (v > 0) std::printf("  %-18s%10s GiB\n", k.c_str(), gib(v).c_str());
+      print_settings(c);
+    });
+  }
+}
+
 }  // namespace
 
 void register_plan_commands(CLI::App& app) {
+  register_plan(app);
   register_calibrate(app);
-  (void)g_status;
 }
 
 int plan_exit_status() { return g_status; }

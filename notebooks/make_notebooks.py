@@ -211,6 +211,10 @@ fig = plots.break_even(ll, marks={"offload = recompute": vs_recompute, "GB200 da
                        path=FIG_DIR / "02_llama405b_host_link_break_even.png",
                        title="Llama 3.1 405B, GB200, 128 GPUs, batch 2, NVFP4 MLP: QKV offload vs keep vs recompute")
 fig'''),
+    ("md", '''\
+Reading the plot: below the break-even bandwidth the copies cannot be hidden and recomputing the projections
+(`full`) is faster; above it offloading wins, and it approaches keeping them (`save_qkv_proj`) as the copies
+vanish behind compute. Keeping them is the fastest only where it fits in HBM (crosses: it does not).'''),
 ]
 
 NB3 = [

@@ -240,3 +240,15 @@ def test_package_metadata():
     assert len(hbmsim.data_files("systems/")) == len(hbmsim.systems())
     assert isinstance(hbmsim.simulate(), hbmsim.Result)
     assert isinstance(hbmsim.sweep({"batch": [1]}), pd.DataFrame)
+
+
+def test_numpy_values_are_plain_json_values():
+    import numpy as np
+
+    plain = hbmsim.simulate(LLAMA_405B, batch=1, lhs=False, memory_limit_slop=0.9)
+    assert dict(hbmsim.simulate(LLAMA_405B, batch=np.int64(1), lhs=np.bool_(False),
+                                memory_limit_slop=np.float64(0.9))) == dict(plain)
+    df = hbmsim.sweep({"batch": np.array([1, 2]), "lhs": [np.bool_(False)]}, base=dict(LLAMA_405B, memory_limit_slop=0.9))
+    assert df.loc[df.batch == 1, "step_time_s"].item() == plain.step_time_s
+    with pytest.raises(ValueError, match="batch"):
+        hbmsim.simulate(batch=2**70)

@@ -1,0 +1,321 @@
+#include "planner/plan.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "hwmodels/json_view.hpp"
+#include "planner/sweep.hpp"
+
+namespace hbmsim {
+
+LargestBatch largest_batch(const RunConfig& base, std::int64_t max_batch) {
+  LargestBatch out;
+  std::map<std::int64_t, bool> fits;
+  auto test = [&](std::int64_t b) {
+    auto it = fits.find(b);
+    if (it != fits.end()) return it->second;
+    RunConfig c = base;
+    c.batch = b;
+    auto r = run_simulation(c);
+    out.tried.push_back({c, r});
+    return fits[b] = r.fits;
+  };
+  if (!test(1)) return out;
+  std::int64_t good = 1, bad = 0;
+  for (std::int64_t b = 2; b <= max_batch; b *= 2) {
+    if (test(b)) good = b;
+    else { bad = b; break; }
+  }
+  if (bad == 0) {
+    if (good < max_batch && test(max_batch)) good = max_batch;
+    else if (good < max_batch) bad = max_batch;
+  }
+  while (bad > good + 1) {
+    auto mid = good + (bad - good) / 2;
+    if (test(mid)) good = mid;
+    else bad = mid;
+  }
+  out.batch = good;
+  return out;
+}
+
+std::pair<std::string, RunConfig> parse_variant(const RunConfig& base, const std::string& spec) {
+  auto eq = spec.find('=');
+  if (eq == std::string::npos || eq == 0) throw InputError("--variant " + spec + " (expected LABEL=field:value;field:value)");
+  RunConfig c = base;
+  std::string rest = spec.substr(eq + 1);
+  std::size_t pos = 0;
+  while (pos <= rest.size()) {
+    auto end = rest.find(';', pos);
+    auto item = rest.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+    if (!item.empty()) {
+      auto colon = item.find(':');
+      if (colon == std::string::npos) throw InputError("--variant " + spec + " (\"" + item + "\" is not field:value)");
+      c.set(item.substr(0, colon), item.substr(colon + 1), "--variant " + spec);
+    }
+    if (end == std::string::npos) break;
+    pos = end + 1;
+  }
+  return {spec.substr(0, eq), c};
+}
+
+std::vector<std::pair<std::string, RunConfig>> default_variants(const RunConfig& base) {
+  std::vector<std::pair<std::string, RunConfig>> out;
+  if (!base.tensors.empty()) {
+    for (auto where : {"device", "remat", "offload"}) {
+      RunConfig c = base;
+      for (auto& [name, value] : c.tensors) value = where;
+      std::string label = std::string(where) + " (";
+      bool first = true;
+      for (auto& [name, value] : c.tensors) { label += (first ? "" : ",") + name; first = false; }
+      out.emplace_back(label + ")", c);
+    }
+    return out;
+  }
+  for (auto p : {"full", "save_qkv_proj", "qkv_proj_offloaded", "minimal", "minimal_offloaded"}) {
+    RunConfig c = base;
+    c.policy = p;
+    out.emplace_back(p, c);
+  }
+  return out;
+}
+
+std::vector<std::string> default_search_names(const RunConfig& base) {
+  // The checkpoint names this model's layers actually have, largest first, at most 8.
+  auto run = prepare_run(base);
+  std::map<std::string, double> bytes;
+  for (auto& t : run.graph.templates)
+    for (auto& tensor : t.tensors)
+      if (tensor.checkpoint && tensor.name != "decoder_layer_input") bytes[tensor.name] += tensor.bytes;
+  std::vector<std::pair<double, std::string>> order;
+  for (auto& [n, b] : bytes) order.emplace_back(-b, n);
+  std::sort(order.begin(), order.end());
+  std::vector<std::string> names;
+  for (auto& [b, n] : order)
+    if (names.size() < 8) names.push_back(n);
+  return names;
+}
+
+namespace {
+
+std::string key_of(const RunConfig& c) { return c.to_json().dump(); }
+
+struct Evaluator {
+  int jobs;
+  std::map<std::string, Candidate> seen;
+  std::vector<std::string> order;
+
+  // Simulates the configs not seen yet (in parallel) and returns their candidates in input order.
+  std::vector<const Candidate*> eval(const std::vector<RunConfig>& configs) {
+    std::vector<SweepPoint> todo;
+    std::vector<std::string> keys;
+    for (auto& c : configs) {
+      auto k = key_of(c);
+      keys.push_back(k);
+      if (!seen.count(k) && std::find_if(todo.begin(), todo.end(), [&](auto& p) { return key_of(p.config) == k; }) == todo.end())
+        todo.push_back({todo.size(), {}, c});
+    }
+    std::vector<std::optional<StepReport>> results(todo.size());
+    std::string error;
+    run_sweep(todo, jobs, [&](const SweepRow& row) {
+      if (row.report) results[row.index] = row.report;
+      else if (error.empty()) error = row.error;
+    });
+    if (!error.empty()) throw InputError(error);
+    for (std::size_t i = 0; i < todo.size(); ++i) {
+      auto k = key_of(todo[i].config);
+      seen[k] = Candidate{todo[i].config, *results[i]};
+      order.push_back(k);
+    }
+    std::vector<const Candidate*> out;
+    for (auto& k : keys) out.push_back(&seen.at(k));
+    return out;
+  }
+};
+
+bool better(const Candidate& a, const Candidate* b) {
+  return a.report.fits && (!b || a.report.tflops_per_device > b->report.tflops_per_device);
+}
+
+}  // namespace
+
+PolicySearch best_policy(const RunConfig& base, const std::vector<std::string>& names, int jobs,
+                         std::size_t exhaustive_limit) {
+  for (auto& n : names)
+    if (!is_checkpoint_name(n) || n == "decoder_layer_input")
+      throw InputError("--names " + n + " (not a checkpoint name a policy can place)");
+  PolicySearch out;
+  Evaluator ev{jobs, {}, {}};
+  static const char* places[] = {"remat", "device", "offload"};
+  auto with = [&](const std::map<std::string, std::string>& placement) {
+    RunConfig c = base;
+    c.policy = "custom";
+    c.tensors.clear();
+    for (auto& [n, p] : placement)
+      if (p != "remat") c.tensors[n] = p;
+    // Names outside the search keep what the base config gave them.
+    for (auto& [n, p] : base.tensors)
+      if (std::find(names.begin(), names.end(), n) == names.end()) c.tensors[n] = p;
+    return c;
+  };
+  const Candidate* best = nullptr;
+  double total = std::pow(3.0, static_cast<double>(names.size()));
+  if (total <= static_cast<double>(exhaustive_limit)) {
+    out.method = "exhaustive over " + std::to_string(static_cast<long>(total)) + " placements";
+    std::vector<RunConfig> all;
+    for (long i = 0; i < static_cast<long>(total); ++i) {
+      std::map<std::string, std::string> pl;
+      long rest = i;
+      for (auto& n : names) {
+        pl[n] = places[rest % 3];
+        rest /= 3;
+      }
+      all.push_back(with(pl));
+    }
+    for (auto* c : ev.eval(all))
+      if (better(*c, best)) best = c;
+  } else {
+    out.method = "local search (single-name moves from all-remat and from the given placement)";
+    std::vector<std::map<std::string, std::string>> starts(2);
+    for (auto& n : names) {
+      starts[0][n] = "remat";
+      auto it = base.tensors.find(n);
+      starts[1][n] = it == base.tensors.end() ? "remat" : it->second;
+    }
+    for (auto& start : starts) {
+      auto current = start;
+      const Candidate* cur = ev.eval({with(current)}).front();
+      for (int round = 0; round < 64; ++round) {
+        std::vector<RunConfig> moves;
+        std::vector<std::map<std::string, std::string>> placements;
+        for (auto& n : names)
+          for (auto p : places)
+            if (current[n] != p) {
+              auto next = current;
+              next[n] = p;
+              placements.push_back(next);
+              moves.push_back(with(next));
+            }
+        auto results = ev.eval(moves);
+        const Candidate* step = nullptr;
+        std::size_t pick = 0;
+        for (std::size_t i = 0; i < results.size(); ++i)
+          if (better(*results[i], step)) { step = results[i]; pick = i; }
+        // Accept a move that fits and beats the current point (or makes a non-fitting start fit).
+        if (!step || (cur->report.fits && step->report.tflops_per_device <= cur->report.tflops_per_device)) break;
+        current = placements[pick];
+        cur = step;
+      }
+      if (better(*cur, best)) best = cur;
+    }
+  }
+  for (auto& k : ev.order) out.evaluated.push_back(ev.seen.at(k));
+  if (best) {
+    out.best = *best;
+    out.found = true;
+  }
+  return out;
+}
+
+std::vector<Candidate> pareto_front(const std::vector<Candidate>& points) {
+  std::vector<Candidate> sorted;
+  for (auto& p : points)
+    if (p.report.fits) sorted.push_back(p);
+  std::stable_sort(sorted.begin(), sorted.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.report.hbm_peak_bytes != b.report.hbm_peak_bytes) return a.report.hbm_peak_bytes < b.report.hbm_peak_bytes;
+    return a.report.tflops_per_device > b.report.tflops_per_device;
+  });
+  std::vector<Candidate> front;
+  double best = -1;
+  for (auto& p : sorted)
+    if (p.report.tflops_per_device > best) {
+      front.push_back(p);
+      best = p.report.tflops_per_device;
+    }
+  return front;
+}
+
+BreakEven break_even_bandwidth(const RunConfig& offload, double tolerance, double lo, double hi) {
+  bool any = false;
+  RunConfig reference = offload;
+  for (auto& [n, p] : reference.tensors)
+    if (p == "offload") { p = "device"; any = true; }
+  if (reference.policy == "qkv_proj_offloaded") { reference.policy = "save_qkv_proj"; any = true; }
+  if (reference.policy == "minimal_offloaded") { reference.policy = "minimal"; any = true; }
+  if (!any) throw InputError("plan break-even: the config offloads nothing (use an *_offloaded policy or --tensor NAME=offload)");
+  reference.hbm_bytes = 1e15;  // the reference keeps everything on device whatever it takes
+  BreakEven out;
+  out.reference_tflops = run_simulation(reference).tflops_per_device;
+  auto at = [&](double bw) {
+    RunConfig c = offload;
+    c.host_link_bytes_per_s = bw;
+    double t = run_simulation(c).tflops_per_device;
+    out.curve.emplace_back(bw, t);
+    return t;
+  };
+  const int points = 24;
+  double first_ok = 0, last_bad = 0;
+  for (int i = 0; i < points; ++i) {
+    double bw = lo * std::pow(hi / lo, i / double(points - 1));
+    if (at(bw) >= (1 - tolerance) * out.reference_tflops) {
+      first_ok = bw;
+      break;
+    }
+    last_bad = bw;
+  }
+  if (first_ok > 0 && last_bad > 0) {
+    for (int i = 0; i < 20; ++i) {  // bisection in log space to about 1%
+      double mid = std::sqrt(first_ok * last_bad);
+      if (at(mid) >= (1 - tolerance) * out.reference_tflops) first_ok = mid;
+      else last_bad = mid;
+      if (first_ok / last_bad < 1.005) break;
+    }
+  }
+  out.bytes_per_s = first_ok;
+  std::sort(out.curve.begin(), out.curve.end());
+  return out;
+}
+
+HbmNeeded hbm_needed(const RunConfig& config) {
+  RunConfig c = config;
+  auto capacity = prepare_run(config).system.gpu.hbm_bytes;
+  c.hbm_bytes = 1e15;
+  HbmNeeded out;
+  out.report = run_simulation(c);
+  out.hbm_bytes = out.report.hbm_peak_bytes;
+  out.host_bytes = out.report.host_peak_bytes;
+  out.capacity_bytes = capacity;
+  return out;
+}
+
+std::string maxtext_settings(const RunConfig& c) {
+  auto policy = make_policy(c.policy, c.tensors);
+  std::string out = "per_device_batch_size=" + std::to_string(c.batch) + " max_target_length=" + std::to_string(c.seq);
+  out += " remat_policy=custom";
+  for (auto& n : checkpoint_names()) {
+    if (n == "decoder_layer_input") continue;
+    auto p = policy.placement(n);
+    if (p != Placement::remat) out += " " + n + "=" + to_string(p);
+  }
+  out += " scan_layers=true";
+  return out;
+}
+
+std::string xla_flags(const RunConfig& c) {
+  auto policy = make_policy(c.policy, c.tensors);
+  bool offload = false;
+  for (auto& n : checkpoint_names()) offload = offload || policy.placement(n) == Placement::offload;
+  std::string out = std::string("--xla_gpu_enable_latency_hiding_scheduler=") + (c.lhs ? "true" : "false");
+  out += std::string(" --xla_gpu_enable_host_memory_offloading=") + (offload ? "true" : "false");
+  out += std::string(" --xla_gpu_enable_pipelined_host_offloading=") + (c.pipelined_transfers ? "true" : "false");
+  out += " --xla_gpu_memory_limit_slop_factor=" + std::to_string(static_cast<int>(std::lround(c.memory_limit_slop * 100)));
+  return out;
+}
+
+nlohmann::json runnable_settings(const RunConfig& c) {
+  return {{"simulate_config", c.to_json()}, {"maxtext", maxtext_settings(c)}, {"xla_flags", xla_flags(c)}};
+}
+
+}  // namespace hbmsim

@@ -1,0 +1,71 @@
+// Capacity questions: largest batch that fits, best per-tensor policy, Pareto front of HBM vs TFLOP/s,
+// break-even host-link bandwidth, HBM needed for a target. Each answer carries runnable settings.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/run_config.hpp"
+
+namespace hbmsim {
+
+struct Candidate {
+  RunConfig config;
+  StepReport report;
+};
+
+// Largest per-device batch in [1, max_batch] that fits (0 if even batch 1 does not), assuming fitting is
+// monotone in batch: doubling, then bisection. `tried` lists every batch simulated.
+struct LargestBatch {
+  std::int64_t batch = 0;
+  std::vector<Candidate> tried;
+};
+LargestBatch largest_batch(const RunConfig& base, std::int64_t max_batch = 4096);
+
+// Policy variants for largest-batch: "label=field:value;field:value".
+std::pair<std::string, RunConfig> parse_variant(const RunConfig& base, const std::string& spec);
+// Default variants: with per-tensor settings in `base`, those names kept on device, rematerialized,
+// offloaded, and as given; otherwise MaxText's presets.
+std::vector<std::pair<std::string, RunConfig>> default_variants(const RunConfig& base);
+
+// Best per-tensor policy: device / remat / offload for each of `names`, the highest TFLOP/s that fits.
+// Exhaustive when 3^n <= exhaustive_limit, otherwise a local search (documented in the README): start from
+// all-remat and from the base config's placement, repeatedly apply the single-name change that raises
+// TFLOP/s most among fitting configs, until none does.
+struct PolicySearch {
+  Candidate best;
+  std::vector<Candidate> evaluated;
+  std::string method;
+  bool found = false;
+};
+std::vector<std::string> default_search_names(const RunConfig& base);
+PolicySearch best_policy(const RunConfig& base, const std::vector<std::string>& names, int jobs = 1,
+                         std::size_t exhaustive_limit = 729);
+
+// Points not dominated in (lower HBM peak, higher TFLOP/s), sorted by HBM.
+std::vector<Candidate> pareto_front(const std::vector<Candidate>& points);
+
+// Lowest host-link bandwidth (per GPU, per direction) at which `offload` is within `tolerance` of the same
+// config with every offloaded name kept on device instead (HBM capacity ignored for that reference).
+struct BreakEven {
+  double bytes_per_s = 0;  // 0: never within tolerance up to the highest bandwidth tried
+  double reference_tflops = 0;
+  std::vector<std::pair<double, double>> curve;  // (bytes/s, TFLOP/s)
+};
+BreakEven break_even_bandwidth(const RunConfig& offload, double tolerance = 0.01, double lo = 1e9, double hi = 4e12);
+
+// HBM a config needs (its peak with capacity no object) and the pinned host memory.
+struct HbmNeeded {
+  double hbm_bytes = 0, host_bytes = 0, capacity_bytes = 0;
+  StepReport report;
+};
+HbmNeeded hbm_needed(const RunConfig& config);
+
+// The settings that would run a config: simulate --config JSON, MaxText keys, XLA flags.
+nlohmann::json runnable_settings(const RunConfig& config);
+std::string maxtext_settings(const RunConfig& config);
+std::string xla_flags(const RunConfig& config);
+
+}  // namespace hbmsim
