@@ -23,6 +23,18 @@ namespace {
 
 bool is_pool(int stream) { return stream == d2h || stream == h2d; }
 
+// Per-thread working arrays, kept between runs: a sweep simulates thousands of steps per thread, and
+// fresh arrays each time cost more in page faults than the simulation itself.
+struct Scratch {
+  std::vector<int> unmet, succ_start, succ, refs, fill, active, finished;
+  std::vector<double> remaining, rate, start, end;
+  std::array<std::vector<int>, stream_count> queues;
+};
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
 class Engine {
  public:
   Engine(const Program& p, bool timeline) : p_(p), record_(timeline) {
@@ -39,20 +51,25 @@ class Engine {
     }
     for (std::size_t i = 0; i < n; ++i) succ_start_[i + 1] += succ_start_[i];
     succ_.resize(succ_start_[n]);
-    std::vector<int> fill(succ_start_.begin(), succ_start_.end() - 1);
+    auto& fill = scratch().fill;
+    fill.assign(succ_start_.begin(), succ_start_.end() - 1);
     for (std::size_t i = 0; i < n; ++i)
       for (int d : p.ops[i].deps) succ_[static_cast<std::size_t>(fill[static_cast<std::size_t>(d)]++)] = static_cast<int>(i);
     refs_.assign(p.buffers.size(), 0);
     for (auto& op : p.ops)
       for (int b : op.releases) ++refs_[static_cast<std::size_t>(b)];
-    for (std::size_t s = 0; s < stream_count; ++s) queue_pos_[s] = 0;
+    for (std::size_t s = 0; s < stream_count; ++s) {
+      queue_pos_[s] = 0;
+      queues_[s].clear();
+    }
+    active_.clear();
     for (std::size_t i = 0; i < n; ++i) queues_[static_cast<std::size_t>(p.ops[i].stream)].push_back(static_cast<int>(i));
     if (record_) {
       r_.buffer_alloc_s.assign(p.buffers.size(), -1);
       r_.buffer_free_s.assign(p.buffers.size(), -1);
     }
-    r_.start_s.assign(n, -1);
-    r_.end_s.assign(n, -1);
+    start_.assign(n, -1);
+    end_.assign(n, -1);
     remaining_.assign(n, 0);
     rate_.assign(n, 0);
     last_done_stream_ = compute;
@@ -73,7 +90,8 @@ class Engine {
       now_ += dt;
       ++r_.events;
       // Complete every op that finishes now (within rounding), in sequence order.
-      std::vector<int> finished;
+      auto& finished = finished_;
+      finished.clear();
       for (int i : active_) {
         auto k = static_cast<std::size_t>(i);
         remaining_[k] -= rate_[k] * dt;
@@ -88,6 +106,10 @@ class Engine {
     }
     r_.end_time_s = now_;
     sample();
+    if (record_) {
+      r_.start_s = start_;
+      r_.end_s = end_;
+    }
     return std::move(r_);
   }
 
@@ -109,7 +131,7 @@ class Engine {
 
   int first_unstarted() const {
     for (std::size_t i = 0; i < p_.ops.size(); ++i)
-      if (r_.start_s[i] < 0) return static_cast<int>(i);
+      if (start_[i] < 0) return static_cast<int>(i);
     return -1;
   }
 
@@ -160,13 +182,16 @@ class Engine {
       if (gap > 0) r_.exposed_s[static_cast<std::size_t>(blame_stream(i))] += gap;
       compute_idle_since_ = -1;
     }
-    r_.start_s[k] = now_;
+    start_[k] = now_;
     remaining_[k] = op.amount;
     for (int b : op.allocs) alloc(b);
     if (is_pool(op.stream)) ++pool_active_[static_cast<std::size_t>(op.stream)];
     else busy_[static_cast<std::size_t>(op.stream)] = true;
     active_.push_back(i);
-    if (op.amount <= 0) remaining_[k] = 0;
+    if (op.amount <= 0) {
+      remaining_[k] = 0;
+      ++zero_active_;
+    }
     sample();
   }
 
@@ -175,7 +200,7 @@ class Engine {
     double latest = -1;
     int stream = compute;
     for (int d : p_.ops[static_cast<std::size_t>(i)].deps) {
-      double e = r_.end_s[static_cast<std::size_t>(d)];
+      double e = end_[static_cast<std::size_t>(d)];
       if (e > latest) {
         latest = e;
         stream = p_.ops[static_cast<std::size_t>(d)].stream;
@@ -187,9 +212,9 @@ class Engine {
   void complete(int i) {
     auto k = static_cast<std::size_t>(i);
     const auto& op = p_.ops[k];
-    r_.end_s[k] = now_;
+    end_[k] = now_;
     ++done_;
-    r_.busy_s[static_cast<std::size_t>(op.stream)] += now_ - r_.start_s[k];
+    r_.busy_s[static_cast<std::size_t>(op.stream)] += now_ - start_[k];
     r_.executed_flops += op.executed_flops;
     if (is_pool(op.stream)) --pool_active_[static_cast<std::size_t>(op.stream)];
     else busy_[static_cast<std::size_t>(op.stream)] = false;
@@ -200,35 +225,30 @@ class Engine {
   }
 
   void start_ready() {
-    bool progress = true;
-    while (progress) {
-      progress = false;
+    // Starting an op never makes another ready (only completions and frees do), so one pass suffices,
+    // unless a zero-length op completes on the spot and releases its successors.
+    for (;;) {
       for (int s = 0; s < stream_count; ++s) {
         auto& q = queues_[static_cast<std::size_t>(s)];
         auto& pos = queue_pos_[static_cast<std::size_t>(s)];
         if (is_pool(s)) {
           // Copies start in program order as soon as they are ready; a gated one holds the ones behind it.
-          while (pos < q.size() && can_start(q[pos])) {
-            start(q[pos++]);
-            progress = true;
-          }
-          // Zero-length ops complete at once.
+          while (pos < q.size() && can_start(q[pos])) start(q[pos++]);
         } else if (!busy_[static_cast<std::size_t>(s)] && pos < q.size() && can_start(q[pos])) {
           start(q[pos++]);
-          progress = true;
         }
       }
-      // Ops of zero duration finish immediately so their successors can start now.
+      if (zero_active_ == 0) return;
       for (std::size_t a = 0; a < active_.size();) {
         int i = active_[a];
         if (p_.ops[static_cast<std::size_t>(i)].amount <= 0) {
           active_.erase(active_.begin() + static_cast<long>(a));
           complete(i);
-          progress = true;
         } else {
           ++a;
         }
       }
+      zero_active_ = 0;
     }
   }
 
@@ -243,11 +263,8 @@ class Engine {
         copies[op.stream] = 0;
       }
       if (is_pool(op.stream) && op.priority == best[op.stream]) ++copies[op.stream];
-    }
-    for (int i : active_) {
-      int s = p_.ops[static_cast<std::size_t>(i)].stream;
-      if (s == collective || s == expert_a2a) ++collectives;
-      if (is_pool(s)) copy_active = true;
+      if (op.stream == collective || op.stream == expert_a2a) ++collectives;
+      copy_active = copy_active || is_pool(op.stream);
     }
     // Both directions together may be capped below the sum of the two (bidirectional limit).
     double dir_scale = 1.0;
@@ -277,16 +294,19 @@ class Engine {
   double now_ = 0;
   double hbm_live_ = 0, host_live_ = 0;
   std::array<double, kMemCategories> by_cat_{};
-  std::vector<int> unmet_, succ_start_, succ_, refs_;
-  std::array<std::vector<int>, stream_count> queues_;
+  std::vector<int>&unmet_ = scratch().unmet, &succ_start_ = scratch().succ_start, &succ_ = scratch().succ,
+                  &refs_ = scratch().refs;
+  std::array<std::vector<int>, stream_count>& queues_ = scratch().queues;
   std::array<std::size_t, stream_count> queue_pos_{};
   std::array<bool, stream_count> busy_{};
   std::array<int, stream_count> pool_active_{};
-  std::vector<int> active_;
-  std::vector<double> remaining_, rate_;
+  std::vector<int>&active_ = scratch().active, &finished_ = scratch().finished;
+  std::vector<double>&remaining_ = scratch().remaining, &rate_ = scratch().rate, &start_ = scratch().start,
+                     &end_ = scratch().end;
   double compute_idle_since_ = 0;
   int last_done_stream_;
   std::size_t done_ = 0;
+  int zero_active_ = 0;
 };
 
 }  // namespace

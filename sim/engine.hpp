@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "sim/small_vec.hpp"
+
 namespace hbmsim::sim {
 
 enum Stream : int { compute = 0, collective = 1, expert_a2a = 2, d2h = 3, h2d = 4, stream_count = 5 };
@@ -35,9 +37,9 @@ struct ProgramOp {
   double executed_flops = 0;
   double gate_bytes = 0;      // > 0: start only when live HBM + gate_bytes <= the memory limit
   int priority = 0;           // copies: a direction serves its lowest class first, sharing within it
-  std::vector<int> deps;      // ops that must complete first
-  std::vector<int> allocs;    // buffers that come alive when this op starts
-  std::vector<int> releases;  // buffer references dropped when this op completes
+  SmallVec<int, 4> deps;      // ops that must complete first
+  SmallVec<int, 3> allocs;    // buffers that come alive when this op starts
+  SmallVec<int, 3> releases;  // buffer references dropped when this op completes
   int layer = -1;
   char phase = 'f';           // f forward, b backward, r recompute, o optimizer, c copy
 };
@@ -68,7 +70,7 @@ struct MemorySample {
 
 struct EngineResult {
   double end_time_s = 0;
-  std::vector<double> start_s, end_s;  // per op
+  std::vector<double> start_s, end_s;  // per op, only when asked (record_timeline)
   double hbm_peak_bytes = 0, hbm_peak_time_s = 0, host_peak_bytes = 0;
   std::array<double, kMemCategories> hbm_at_peak{};
   std::array<double, stream_count> exposed_s{};  // compute stream idle, blamed on the stream it waited for

@@ -61,27 +61,31 @@ struct TemplatePlan {
   std::vector<bool> fwd_mem_bound;
   std::vector<int> offloaded;          // tensors offloaded
   double backward_working_set_bytes = 0;  // transient peak of one backward iteration (prefetch headroom)
+  double gather_s = 0, reduce_scatter_s = 0;  // this layer's FSDP collectives
+  std::vector<double> d2h_rate, h2d_rate;      // per tensor: copy rate at its size
+  struct Step { bool replay; std::size_t op; };
+  std::vector<Step> steps;     // one backward iteration: replays in forward order, then backward ops reversed
+  std::vector<int> last_read;  // per tensor: the last step that reads it (-1: none)
 };
 
 // Replays in forward order, then backward ops in reverse: the order of one backward iteration.
-struct BackwardStep { bool replay; std::size_t op; };
-std::vector<BackwardStep> backward_steps(const LayerTemplate& t, const TemplatePlan& p) {
-  std::vector<BackwardStep> steps;
+void plan_backward_steps(const LayerTemplate& t, TemplatePlan& p) {
+  p.steps.clear();
   for (std::size_t o = 0; o < t.ops.size(); ++o)
-    if (p.replay[o]) steps.push_back({true, o});
-  for (std::size_t o = t.ops.size(); o-- > 0;) steps.push_back({false, o});
-  return steps;
+    if (p.replay[o]) p.steps.push_back({true, o});
+  for (std::size_t o = t.ops.size(); o-- > 0;) p.steps.push_back({false, o});
+  p.last_read.assign(t.tensors.size(), -1);
+  for (std::size_t s = 0; s < p.steps.size(); ++s) {
+    const auto& def = t.ops[p.steps[s].op];
+    for (int k : p.steps[s].replay ? def.inputs : def.saved) p.last_read[static_cast<std::size_t>(k)] = static_cast<int>(s);
+  }
 }
 
 // What one backward iteration allocates beyond prefetched tensors: gathered weights, the gradient
 // buffer, replayed tensors and activation gradients. LHS keeps this much free when it hoists prefetches.
 double backward_working_set(const LayerTemplate& t, const TemplatePlan& p) {
-  const auto steps = backward_steps(t, p);
-  std::vector<int> last_read(t.tensors.size(), -1);
-  for (std::size_t s = 0; s < steps.size(); ++s) {
-    const auto& def = t.ops[steps[s].op];
-    for (int k : steps[s].replay ? def.inputs : def.saved) last_read[static_cast<std::size_t>(k)] = static_cast<int>(s);
-  }
+  const auto& steps = p.steps;
+  const auto& last_read = p.last_read;
   double live = t.gathered_dense_bytes + t.gathered_expert_bytes + t.grad_dense_bytes + t.grad_expert_bytes +
                 t.tensors[0].bytes;  // incoming gradient
   double peak = live;
@@ -171,16 +175,32 @@ TemplatePlan plan_template(const LayerTemplate& t, const Policy& policy, const C
     p.bwd_s.push_back(b);
     p.fwd_mem_bound.push_back(mb);
   }
+  plan_backward_steps(t, p);
   p.backward_working_set_bytes = backward_working_set(t, p);
+  p.gather_s = c.all_gather_s(t.gathered_dense_bytes, g.fsdp_group) + c.all_gather_s(t.gathered_expert_bytes, g.expert_fsdp_group);
+  p.reduce_scatter_s = c.reduce_scatter_s(t.grad_dense_bytes, g.fsdp_group) +
+                       c.reduce_scatter_s(t.grad_expert_bytes, g.expert_fsdp_group);
+  for (auto& tensor : t.tensors) {
+    p.d2h_rate.push_back(c.copy_rate(tensor.bytes, false));
+    p.h2d_rate.push_back(c.copy_rate(tensor.bytes, true));
+  }
   return p;
 }
 
 class ProgramBuilder {
  public:
   ProgramBuilder(const StepGraph& g, const System& sys, const Policy& policy, const SimOptions& opt,
-                 std::vector<std::string>* names)
-      : g_(g), sys_(sys), opt_(opt), topo_(sys, static_cast<int>(g.training.gpus)), costs_{sys, topo_}, names_(names) {
+                 std::vector<std::string>* names, Program& out)
+      : g_(g), sys_(sys), opt_(opt), topo_(sys, static_cast<int>(g.training.gpus)), costs_{sys, topo_}, names_(names),
+        prog_(out) {
+    prog_.ops.clear();
+    prog_.buffers.clear();
+    prog_.resident.clear();
     double headroom = 0;
+    std::size_t ops_estimate = 0;
+    for (std::int64_t l = 0; l < g.model.num_layers; ++l) ops_estimate += 3 * g.layer(l).ops.size() + 8;
+    prog_.ops.reserve(ops_estimate * static_cast<std::size_t>(g.training.grad_accum) + 16);
+    prog_.buffers.reserve(ops_estimate * static_cast<std::size_t>(g.training.grad_accum) + 16);
     for (auto& t : g.templates) {
       plans_.push_back(plan_template(t, policy, costs_, g));
       headroom = std::max(headroom, plans_.back().backward_working_set_bytes);
@@ -189,7 +209,7 @@ class ProgramBuilder {
     prog_.copy_interference = sys.efficiency.compute_slowdown_during_copy;
   }
 
-  Program build() {
+  void build() {
     for (auto [bytes, cat] : {std::pair{g_.parameter_bytes, MemCategory::parameters},
                               {g_.optimizer_bytes, MemCategory::optimizer_state},
                               {g_.gradient_bytes, MemCategory::gradients},
@@ -199,7 +219,6 @@ class ProgramBuilder {
     for (std::int64_t m = 0; m < g_.training.grad_accum; ++m) micro_batch(rs_ops);
     int opt = compute_op(costs_.memory_s(g_.optimizer_update_bytes), true, 0, 'o', -1, "optimizer_update");
     for (int r : rs_ops) op(opt).deps.push_back(r);
-    return std::move(prog_);
   }
 
  private:
@@ -215,27 +234,35 @@ class ProgramBuilder {
   std::string label(const std::string& what, std::int64_t layer) const {
     return names_ ? what + " L" + std::to_string(layer) : std::string();
   }
-  int add(ProgramOp o, std::string name) {
+  std::string label(const char* prefix, const std::string& what, std::int64_t layer) const {
+    return names_ ? prefix + what + " L" + std::to_string(layer) : std::string();
+  }
+  // Ops are built in place (they are large) and named when complete, in creation order.
+  ProgramOp& emplace(int stream, double amount, double cap = 1) {
+    prog_.ops.emplace_back(stream, amount, cap);
+    return prog_.ops.back();
+  }
+  int named(std::string name) {
     if (names_) names_->push_back(std::move(name));
-    return prog_.add(std::move(o));
+    return static_cast<int>(prog_.ops.size()) - 1;
   }
   int compute_op(double seconds, bool mem_bound, double flops, char phase, int layer, std::string name) {
-    ProgramOp o{sim::compute, seconds};
+    ProgramOp& o = emplace(sim::compute, seconds);
     o.memory_bound = mem_bound;
     o.executed_flops = flops;
     o.phase = phase;
     o.layer = layer;
     if (pending_a2a_ >= 0) o.deps.push_back(std::exchange(pending_a2a_, -1));
-    last_compute_ = add(std::move(o), std::move(name));
+    last_compute_ = named(std::move(name));
     return last_compute_;
   }
   // An all-to-all waits for the compute before it, and the compute after it waits for it.
   int a2a_op(double seconds, char phase, int layer, std::string name) {
-    ProgramOp o{sim::expert_a2a, seconds};
+    ProgramOp& o = emplace(sim::expert_a2a, seconds);
     if (last_compute_ >= 0) o.deps.push_back(last_compute_);
     o.phase = phase;
     o.layer = layer;
-    pending_a2a_ = add(std::move(o), std::move(name));
+    pending_a2a_ = named(std::move(name));
     return pending_a2a_;
   }
   ProgramOp& op(int i) { return prog_.ops[static_cast<std::size_t>(i)]; }
@@ -250,9 +277,9 @@ class ProgramBuilder {
     const double d = static_cast<double>(g_.model.d_model);
 
     int embed_buf = prog_.add_buffer(g_.embed_gathered_bytes, MemCategory::gathered_weights);
-    ProgramOp ag{sim::collective, costs_.all_gather_s(g_.embed_gathered_bytes, g_.fsdp_group)};
+    ProgramOp& ag = emplace(sim::collective, costs_.all_gather_s(g_.embed_gathered_bytes, g_.fsdp_group));
     ag.allocs = {embed_buf};
-    int ag_embed = add(std::move(ag), "all_gather embedding");
+    int ag_embed = named("all_gather embedding");
     int input_buf = prog_.add_buffer(T * d * act, MemCategory::saved_activations);
     int lookup = compute_op(costs_.memory_s(2 * T * d * act), true, 0, 'f', -1, "embedding_lookup");
     op(lookup).deps.push_back(ag_embed);
@@ -292,23 +319,22 @@ class ProgramBuilder {
     int scatter = compute_op(costs_.memory_s(2 * T * d * act), true, 0, 'b', -1, "embedding_bwd");
     op(scatter).allocs.push_back(embed_grad);
     op(scatter).releases.push_back(grad_carry);
-    ProgramOp rs{sim::collective, costs_.reduce_scatter_s(g_.embed_grad_bytes, g_.fsdp_group)};
+    ProgramOp& rs = emplace(sim::collective, costs_.reduce_scatter_s(g_.embed_grad_bytes, g_.fsdp_group));
     rs.deps = {scatter};
     rs.releases = {embed_grad};
     rs.phase = 'b';
-    rs_ops.push_back(add(std::move(rs), "reduce_scatter embedding"));
+    rs_ops.push_back(named("reduce_scatter embedding"));
   }
 
   int gather_layer(const LayerTemplate& t, std::int64_t l, int after, char phase) {
     int gathered = prog_.add_buffer(t.gathered_dense_bytes + t.gathered_expert_bytes, MemCategory::gathered_weights);
-    ProgramOp ag{sim::collective, costs_.all_gather_s(t.gathered_dense_bytes, g_.fsdp_group) +
-                                      costs_.all_gather_s(t.gathered_expert_bytes, g_.expert_fsdp_group)};
+    ProgramOp& ag = emplace(sim::collective, plan(l).gather_s);
     ag.allocs = {gathered};
     ag.layer = static_cast<int>(l);
     ag.phase = phase;
     if (after >= 0) ag.deps.push_back(after);
     gather_buf_ = gathered;
-    return add(std::move(ag), label(phase == 'f' ? "all_gather" : "all_gather bwd", l));
+    return named(label(phase == 'f' ? "all_gather" : "all_gather bwd", l));
   }
 
   void forward_layer(std::int64_t l, std::vector<LayerState>& layers, std::vector<std::vector<int>>& barrier) {
@@ -333,9 +359,10 @@ class ProgramBuilder {
     }
     st.output_buf = st.buf[static_cast<std::size_t>(t.output_tensor)];
 
-    struct PendingCopy { std::size_t tensor; int after, src; };
-    std::vector<PendingCopy> pending;
-    std::vector<int> op_id(t.ops.size(), -1);
+    auto& pending = pending_;
+    pending.clear();
+    auto& op_id = op_id_;
+    op_id.assign(t.ops.size(), -1);
     for (std::size_t o = 0; o < t.ops.size(); ++o) {
       const auto& def = t.ops[o];
       int id = def.kind == OpKind::all_to_all
@@ -356,7 +383,7 @@ class ProgramBuilder {
           // Staged through a loop-carried device buffer so the copy may finish in a later iteration.
           int staged = prog_.add_buffer(t.tensors[k].bytes, MemCategory::offload_buffers);
           after = compute_op(costs_.memory_s(2 * t.tensors[k].bytes), true, 0, 'f', static_cast<int>(l),
-                             label("stage " + t.tensors[k].name, l));
+                             label("stage ", t.tensors[k].name, l));
           op(after).allocs.push_back(staged);
           op(after).releases.push_back(src);  // the stage copy is one more reader of the original
           src = staged;
@@ -370,7 +397,7 @@ class ProgramBuilder {
     for (auto& pc : pending) {
       const auto k = pc.tensor;
       int host = prog_.add_buffer(t.tensors[k].bytes, MemCategory::offload_buffers, true);
-      ProgramOp copy{sim::d2h, t.tensors[k].bytes, costs_.copy_rate(t.tensors[k].bytes, false)};
+      ProgramOp& copy = emplace(sim::d2h, t.tensors[k].bytes, p.d2h_rate[k]);
       copy.deps = {opt_.lhs ? pc.after : st.fwd_last};
       copy.priority = static_cast<int>(l);
       copy.allocs = {host};
@@ -378,7 +405,7 @@ class ProgramBuilder {
       copy.layer = static_cast<int>(l);
       copy.phase = 'c';
       st.host_buf[k] = host;
-      st.d2h[k] = add(std::move(copy), label("d2h " + t.tensors[k].name, l));
+      st.d2h[k] = named(label("d2h ", t.tensors[k].name, l));
       // LHS: done by the end of this iteration; pipelined: by the end of the next one.
       barrier[static_cast<std::size_t>(l) + (pipelined ? 2 : 1)].push_back(st.d2h[k]);
     }
@@ -413,39 +440,35 @@ class ProgramBuilder {
     if (l >= 1) prefetch_backward_gather(l - 1, layers);
     const int ag_op = st.ag_bwd, gathered = st.gathered_bwd;
 
-    const auto steps = backward_steps(t, p);
-    std::vector<int> last_read(nt, -1);
-    std::vector<bool> read(nt, false);
-    for (std::size_t s = 0; s < steps.size(); ++s) {
-      const auto& def = t.ops[steps[s].op];
-      for (int k : steps[s].replay ? def.inputs : def.saved) {
-        last_read[static_cast<std::size_t>(k)] = static_cast<int>(s);
-        read[static_cast<std::size_t>(k)] = true;
-      }
-    }
+    const auto& steps = p.steps;
+    const auto& last_read = p.last_read;
+    auto read = [&](std::size_t k) { return last_read[k] >= 0; };
 
-    std::vector<int> buf(nt, -1), h2d(nt, -1);
+    auto& buf = buf_;
+    auto& h2d = h2d_;
+    buf.assign(nt, -1);
+    h2d.assign(nt, -1);
     for (std::size_t k = 0; k < nt; ++k)
       if (k == 0 || p.placement[k] == Placement::device) buf[k] = st.buf[k];
     auto make_h2d = [&](std::size_t k, std::vector<int> deps) {
       int dst = prog_.add_buffer(t.tensors[k].bytes, MemCategory::offload_buffers);
-      ProgramOp copy{sim::h2d, t.tensors[k].bytes, costs_.copy_rate(t.tensors[k].bytes, true)};
+      ProgramOp& copy = emplace(sim::h2d, t.tensors[k].bytes, p.h2d_rate[k]);
       copy.allocs = {dst};
       copy.releases = {st.host_buf[k]};
-      copy.deps = std::move(deps);
+      copy.deps = deps;
       copy.deps.push_back(st.d2h[k]);
       copy.layer = static_cast<int>(l);
       copy.phase = 'c';
       copy.priority = static_cast<int>(g_.model.num_layers - l);  // the layer needed soonest goes first
       if (opt_.lhs) copy.gate_bytes = t.tensors[k].bytes;
-      h2d[k] = add(std::move(copy), label("h2d " + t.tensors[k].name, l));
+      h2d[k] = named(label("h2d ", t.tensors[k].name, l));
       buf[k] = dst;
     };
     // With LHS the prefetch is hoisted to the iteration's start (pipelined: the previous iteration's).
     if (opt_.lhs) {
       for (std::size_t k = 1; k < nt; ++k) {
         if (p.placement[k] != Placement::offload) continue;
-        if (!read[k]) continue;
+        if (!read(k)) continue;
         std::vector<int> deps;
         if (pipelined) {
           // Pipelined: the copy may cross iteration boundaries back to the start of the backward pass;
@@ -459,7 +482,8 @@ class ProgramBuilder {
     }
 
     int grad_buf = prog_.add_buffer(t.grad_dense_bytes + t.grad_expert_bytes, MemCategory::collective_buffers);
-    std::vector<int> grad(nt, -1);
+    auto& grad = grad_;
+    grad.assign(nt, -1);
     grad[static_cast<std::size_t>(t.output_tensor)] = grad_in;
     bool first = true;
     for (std::size_t s = 0; s < steps.size(); ++s) {
@@ -494,7 +518,7 @@ class ProgramBuilder {
           if (buf[kk] >= 0 || p.placement[kk] == Placement::offload) continue;
           buf[kk] = prog_.add_buffer(t.tensors[kk].bytes, MemCategory::workspace);
           op(id).allocs.push_back(buf[kk]);
-          if (!read[kk] || last_read[kk] <= static_cast<int>(s)) op(id).releases.push_back(buf[kk]);
+          if (!read(kk) || last_read[kk] <= static_cast<int>(s)) op(id).releases.push_back(buf[kk]);
         }
       } else {
         // This op writes the gradients of its inputs and consumes the gradients of its outputs.
@@ -513,17 +537,16 @@ class ProgramBuilder {
     op(st.bwd_last).releases.push_back(gathered);
     // Saved tensors nobody read, and host copies nobody fetched, go at the end of the iteration.
     for (std::size_t k = 1; k < nt; ++k) {
-      if (p.placement[k] == Placement::device && !read[k]) op(st.bwd_last).releases.push_back(st.buf[k]);
+      if (p.placement[k] == Placement::device && !read(k)) op(st.bwd_last).releases.push_back(st.buf[k]);
       if (p.placement[k] == Placement::offload && h2d[k] < 0) op(st.bwd_last).releases.push_back(st.host_buf[k]);
     }
-    if (!read[0]) op(st.bwd_last).releases.push_back(st.buf[0]);
-    ProgramOp rs{sim::collective, costs_.reduce_scatter_s(t.grad_dense_bytes, g_.fsdp_group) +
-                                      costs_.reduce_scatter_s(t.grad_expert_bytes, g_.expert_fsdp_group)};
+    if (!read(0)) op(st.bwd_last).releases.push_back(st.buf[0]);
+    ProgramOp& rs = emplace(sim::collective, p.reduce_scatter_s);
     rs.deps = {st.bwd_last};
     rs.releases = {grad_buf};
     rs.layer = static_cast<int>(l);
     rs.phase = 'b';
-    rs_ops.push_back(add(std::move(rs), label("reduce_scatter", l)));
+    rs_ops.push_back(named(label("reduce_scatter", l)));
     return grad[0];
   }
 
@@ -534,11 +557,14 @@ class ProgramBuilder {
   Costs costs_;
   std::vector<std::string>* names_;
   std::vector<TemplatePlan> plans_;
-  Program prog_;
+  Program& prog_;
   int last_compute_ = -1;
   int pending_a2a_ = -1;
   int gather_buf_ = -1;
   int backward_start_ = -1;
+  struct PendingCopy { std::size_t tensor; int after, src; };
+  std::vector<PendingCopy> pending_;  // scratch, reused by every layer
+  std::vector<int> op_id_, buf_, h2d_, grad_;
 };
 
 // Dense peak weighted by where the model FLOPs run: MLP GEMMs in their dtype, the rest in bf16.
@@ -557,12 +583,16 @@ double weighted_peak_flops(const StepGraph& g, const System& sys) {
 
 sim::Program build_program(const StepGraph& g, const System& sys, const Policy& policy, const SimOptions& opt,
                            std::vector<std::string>* op_names) {
-  return ProgramBuilder(g, sys, policy, opt, op_names).build();
+  sim::Program p;
+  ProgramBuilder(g, sys, policy, opt, op_names, p).build();
+  return p;
 }
 
 StepReport simulate(const StepGraph& g, const System& sys, const Policy& policy, const SimOptions& opt) {
   std::vector<std::string> names;
-  auto program = build_program(g, sys, policy, opt, opt.record_trace ? &names : nullptr);
+  // Reused per thread: sweeps simulate thousands of steps, and a fresh program each time costs page faults.
+  thread_local sim::Program program;
+  ProgramBuilder(g, sys, policy, opt, opt.record_trace ? &names : nullptr, program).build();
   auto r = sim::run_program(program, opt.record_trace);
   StepReport rep;
   rep.system_id = sys.id;

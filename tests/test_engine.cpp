@@ -29,7 +29,7 @@ TEST_CASE("two copies sharing one link direction each get half of it", "[engine]
   Program p;
   p.add(op(h2d, 1e9, 10e9));
   p.add(op(h2d, 1e9, 10e9));
-  auto r = run_program(p, false);
+  auto r = run_program(p, true);
   CHECK(r.end_s[0] == Approx(0.2));
   CHECK(r.end_s[1] == Approx(0.2));
   // Opposite directions do not share (full duplex): both end at 0.1 s.
@@ -49,7 +49,7 @@ TEST_CASE("a more urgent copy class takes the whole direction first", "[engine]"
   a.priority = 1;
   p.add(a);
   p.add(op(h2d, 1e9, 10e9));
-  auto r = run_program(p, false);
+  auto r = run_program(p, true);
   CHECK(r.end_s[1] == Approx(0.1));
   CHECK(r.end_s[0] == Approx(0.2));
 }
@@ -98,7 +98,7 @@ TEST_CASE("a prefetch gated by the memory limit waits until memory is freed", "[
   copy.gate_bytes = 50;
   copy.allocs = {fetched};
   p.add(copy);
-  auto r = run_program(p, false);
+  auto r = run_program(p, true);
   CHECK(r.start_s[1] == Approx(1.0));
   CHECK(r.end_time_s == Approx(1.1));
   CHECK(r.hbm_peak_bytes == 100);
