@@ -22,9 +22,7 @@
 #include "planner/sweep.hpp"
 #include "workloads/model.hpp"
 #include "workloads/step_graph.hpp"
-#ifdef HBMSIM_HAVE_REPRODUCE
 #include "planner/reproduce.hpp"
-#endif
 
 namespace py = pybind11;
 using nlohmann::json;
@@ -198,9 +196,7 @@ py::list sweep(const py::object& base, const std::vector<std::pair<std::string, 
   return to_py(arr);
 }
 
-py::dict reproduce([[maybe_unused]] const std::string& calibration, [[maybe_unused]] const std::string& runs_path,
-                   [[maybe_unused]] const std::string& configs_path) {
-#ifdef HBMSIM_HAVE_REPRODUCE
+py::dict reproduce(const std::string& calibration, const std::string& runs_path, const std::string& configs_path) {
   json j;
   {
     py::gil_scoped_release nogil;
@@ -208,9 +204,6 @@ py::dict reproduce([[maybe_unused]] const std::string& calibration, [[maybe_unus
     j = hbmsim::repro_json(rows, hbmsim::check_claims(rows));
   }
   return to_py(j);
-#else
-  throw py::value_error("reproduce: this build of _hbmsim has no planner/reproduce.cpp (rebuild after it lands)");
-#endif
 }
 
 py::dict profile(const py::object& doc, const std::string& origin) {
@@ -234,11 +227,6 @@ py::object data_file(const std::string& name) {
 PYBIND11_MODULE(_hbmsim, m) {
   m.doc() = "hbmsim C++ core: LLM training-step memory and time simulator (see the hbmsim package for the API)";
   m.attr("__version__") = HBMSIM_VERSION;
-#ifdef HBMSIM_HAVE_REPRODUCE
-  m.attr("HAVE_REPRODUCE") = true;
-#else
-  m.attr("HAVE_REPRODUCE") = false;
-#endif
 
   m.def("systems", &systems, "Built-in systems as a list of dicts (System::summary_json, as `hbmsim systems --json`).");
   m.def("system", &system_info, py::arg("name"), py::arg("calibration") = "",

@@ -208,8 +208,6 @@ def test_bad_sweep_raises_value_error(axes, where, names):
 
 
 def test_reproduce_equals_cli(cli):
-    if not _hbmsim.HAVE_REPRODUCE:
-        pytest.fail("_hbmsim was built without planner/reproduce.cpp")
     expected = cli_json(cli, "reproduce", "--json")
     rep = hbmsim.reproduce()
     assert rep.raw == expected
