@@ -124,7 +124,7 @@ py::dict system_info(const std::string& name, const std::string& calibration) {
     hbmsim::RunConfig c;  // the system exactly as a run sees it (built-in or file, profile applied)
     c.system = name;
     c.calibration = calibration;
-    j = hbmsim::prepare_run(c).system.summary_json();
+    j = hbmsim::resolve_run_system(c).summary_json();
   }
   return to_py(j);
 }
@@ -154,8 +154,17 @@ py::dict simulate(const py::object& config, bool trace, const std::string& origi
     j["config"] = c.to_json();
     if (trace) {
       json timeline = json::array();
-      for (const auto& m : report.timeline) timeline.push_back({m.time_s, m.hbm_bytes, m.host_bytes});
+      json by_category = json::array();
+      for (const auto& m : report.timeline) {
+        timeline.push_back({m.time_s, m.hbm_bytes, m.host_bytes});
+        by_category.push_back(m.hbm_by_category);
+      }
       j["timeline"] = std::move(timeline);
+      json names = json::array();
+      for (int c = 0; c < hbmsim::sim::kMemCategories; ++c)
+        names.push_back(hbmsim::sim::to_string(static_cast<hbmsim::sim::MemCategory>(c)));
+      j["timeline_categories"] = std::move(names);
+      j["timeline_hbm_by_category"] = std::move(by_category);
       j["trace"] = std::move(report.trace);
     }
   }
@@ -240,7 +249,8 @@ PYBIND11_MODULE(_hbmsim, m) {
   m.def("simulate", &simulate, py::arg("config"), py::arg("trace") = false, py::arg("origin") = "config",
         "Simulates one training step.\n\n"
         "config: dict with RunConfig JSON keys (as `simulate --config FILE`); None = all defaults.\n"
-        "trace: also return \"timeline\" (list of [t_s, hbm_bytes, host_bytes]) and \"trace\" (Chrome trace).\n"
+        "trace: also return \"timeline\" (list of [t_s, hbm_bytes, host_bytes]), \"timeline_hbm_by_category\" (per sample,\n"
+        "HBM bytes per category named in \"timeline_categories\") and \"trace\" (Chrome trace).\n"
         "origin: the name error messages give the config.\n"
         "Returns StepReport::to_json() plus \"config\" (the resolved RunConfig), as `simulate --json`.\n"
         "Raises ValueError on bad input, naming the JSON path and value.");

@@ -1,6 +1,8 @@
 #include "hwmodels/catalog.hpp"
 
 #include <filesystem>
+#include <map>
+#include <mutex>
 
 #include "hwmodels/builtin.hpp"
 
@@ -13,14 +15,19 @@ std::vector<std::string> builtin_system_ids() {
 }
 
 System builtin_system(const std::string& id) {
+  // Parsed once per process: sweeps resolve a system for every point.
+  static std::mutex mu;
+  static std::map<std::string, System> cache;
+  std::lock_guard lock(mu);
+  if (auto it = cache.find(id); it != cache.end()) return it->second;
   auto name = "systems/" + id + ".json";
   auto text = builtin_file(name);
   if (!text) {
     std::string known;
     for (auto& k : builtin_system_ids()) known += (known.empty() ? "" : ", ") + k;
-    throw InputError("--system = \"" + id + "\" (no such file or built-in system; built-ins: " + known + ")");
+    throw InputError("system = \"" + id + "\" (no such file or built-in system; built-ins: " + known + ")");
   }
-  return load_system(parse_json_text(*text, "builtin:" + name), "builtin:" + name);
+  return cache[id] = load_system(parse_json_text(*text, "builtin:" + name), "builtin:" + name);
 }
 
 System resolve_system(const std::string& name_or_path) {

@@ -1,6 +1,8 @@
 #include "planner/run_config.hpp"
 
 #include <charconv>
+#include <map>
+#include <mutex>
 #include <cmath>
 
 #include "hwmodels/builtin.hpp"
@@ -46,6 +48,18 @@ bool parse_bool(const std::string& v, const std::string& where) {
   if (v == "on" || v == "true" || v == "1" || v == "yes") return true;
   if (v == "off" || v == "false" || v == "0" || v == "no") return false;
   throw InputError(where + " = \"" + v + "\" (expected on or off)");
+}
+
+// Built-in profiles are parsed once per process: sweeps resolve one per point.
+const Profile& builtin_profile(const std::string& name) {
+  static std::mutex mu;
+  static std::map<std::string, Profile> cache;
+  std::lock_guard lock(mu);
+  auto it = cache.find(name);
+  if (it != cache.end()) return it->second;
+  auto file = "profiles/" + name + ".json";
+  auto text = builtin_file(file);
+  return cache[name] = load_profile(parse_json_text(*text, "builtin:" + file), "builtin:" + file);
 }
 
 }  // namespace
@@ -128,27 +142,34 @@ RunConfig RunConfig::from_json(const nlohmann::json& doc, const std::string& ori
 
 RunConfig RunConfig::from_file(const std::string& path) { return from_json(parse_json_file(path), path); }
 
-PreparedRun prepare_run(const RunConfig& c, const Profile* extra) {
+System resolve_run_system(const RunConfig& c, const Profile* extra) {
   System sys = resolve_system(c.system);
   if (!c.calibration.empty()) {
     auto name = "profiles/" + c.calibration + ".json";
-    if (auto text = builtin_file(name))
-      sys = apply_profile(sys, load_profile(parse_json_text(*text, "builtin:" + name), "builtin:" + name));
+    if (builtin_file(name))
+      sys = apply_profile(sys, builtin_profile(c.calibration));
     else
       sys = apply_profile(sys, load_profile_file(c.calibration));
   }
   if (extra) sys = apply_profile(sys, *extra);
   if (c.host_link_bytes_per_s) {
-    if (!(*c.host_link_bytes_per_s > 0)) throw InputError("host_link_bytes_per_s must be > 0");
+    if (!(*c.host_link_bytes_per_s > 0) || !std::isfinite(*c.host_link_bytes_per_s))
+      throw InputError("host_link_bytes_per_s = " + std::to_string(*c.host_link_bytes_per_s) + " (must be > 0)");
     sys.host_link.measured_h2d_bytes_per_s = *c.host_link_bytes_per_s;
     sys.host_link.measured_d2h_bytes_per_s = *c.host_link_bytes_per_s;
   }
   if (c.hbm_bytes) {
-    if (!(*c.hbm_bytes > 0)) throw InputError("hbm_bytes must be > 0");
+    if (!(*c.hbm_bytes > 0) || !std::isfinite(*c.hbm_bytes))
+      throw InputError("hbm_bytes = " + std::to_string(*c.hbm_bytes) + " (must be > 0)");
     sys.gpu.hbm_bytes = *c.hbm_bytes;
   }
   if (!(c.memory_limit_slop > 0 && c.memory_limit_slop <= 1))
     throw InputError("memory_limit_slop = " + std::to_string(c.memory_limit_slop) + " (must be in (0, 1])");
+  return sys;
+}
+
+PreparedRun prepare_run(const RunConfig& c, const Profile* extra) {
+  System sys = resolve_run_system(c, extra);
   ModelSpec model = resolve_model(c.model);
   TrainingSpec t;
   t.gpus = c.gpus;

@@ -50,6 +50,8 @@ struct PreparedRun {
   SimOptions options;
 };
 
+// The system a run sees: the config's system with its calibration profile and what-if overrides applied.
+System resolve_run_system(const RunConfig& config, const Profile* extra = nullptr);
 // `extra` (optional) is applied after the config's own calibration: the fitter's trial parameters.
 PreparedRun prepare_run(const RunConfig& config, const Profile* extra = nullptr);
 StepReport run_simulation(const RunConfig& config, bool trace = false, const Profile* extra = nullptr);

@@ -165,7 +165,7 @@ class Engine {
   }
 
   void sample() {
-    if (record_) r_.timeline.push_back(MemorySample{now_, hbm_live_, host_live_});
+    if (record_) r_.timeline.push_back(MemorySample{now_, hbm_live_, host_live_, by_cat_});
   }
 
   bool can_start(int i) const {

@@ -66,6 +66,7 @@ struct MemorySample {
   double time_s;
   double hbm_bytes;
   double host_bytes;
+  std::array<double, kMemCategories> hbm_by_category;
 };
 
 struct EngineResult {

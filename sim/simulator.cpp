@@ -199,6 +199,13 @@ class ProgramBuilder {
     double headroom = 0;
     std::size_t ops_estimate = 0;
     for (std::int64_t l = 0; l < g.model.num_layers; ++l) ops_estimate += 3 * g.layer(l).ops.size() + 8;
+    // Event budget: a step larger than this would take seconds and gigabytes; refuse it up front.
+    constexpr std::size_t kMaxOps = 4'000'000;
+    const double total_ops = static_cast<double>(ops_estimate) * static_cast<double>(g.training.grad_accum);
+    if (total_ops > kMaxOps)
+      throw InputError("layers x grad_accum = " + std::to_string(g.model.num_layers) + " x " +
+                       std::to_string(g.training.grad_accum) + " (the step would need about " +
+                       std::to_string(static_cast<long long>(total_ops)) + " simulated ops; the budget is 4000000)");
     prog_.ops.reserve(ops_estimate * static_cast<std::size_t>(g.training.grad_accum) + 16);
     prog_.buffers.reserve(ops_estimate * static_cast<std::size_t>(g.training.grad_accum) + 16);
     for (auto& t : g.templates) {
@@ -633,9 +640,14 @@ StepReport simulate(const StepGraph& g, const System& sys, const Policy& policy,
                         {"ts", r.start_s[i] * 1e6}, {"dur", (r.end_s[i] - r.start_s[i]) * 1e6},
                         {"args", {{"layer", o.layer}, {"phase", std::string(1, o.phase)}}}});
     }
-    for (const auto& m : r.timeline)
+    for (const auto& m : r.timeline) {
       events.push_back({{"ph", "C"}, {"pid", 0}, {"name", "memory GiB"}, {"ts", m.time_s * 1e6},
                         {"args", {{"hbm", m.hbm_bytes / 1073741824.0}, {"host", m.host_bytes / 1073741824.0}}}});
+      nlohmann::json cats = nlohmann::json::object();
+      for (int c = 0; c < sim::kMemCategories; ++c)
+        cats[sim::to_string(static_cast<MemCategory>(c))] = m.hbm_by_category[static_cast<std::size_t>(c)] / 1073741824.0;
+      events.push_back({{"ph", "C"}, {"pid", 0}, {"name", "HBM by category GiB"}, {"ts", m.time_s * 1e6}, {"args", cats}});
+    }
     rep.trace = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
   }
   return rep;

@@ -111,7 +111,7 @@ TEST_CASE("bad training specs exit with status 2 naming the field", "[workloads]
       {"--model llama3.1-8b --gpus 8 --batch 0", "batch = 0 (must be > 0)"},
       {"--model llama3.1-8b --gpus 8 --seq -5", "seq = -5 (must be > 0)"},
       {"--model llama3.1-8b --gpus 0", "gpus = 0 (must be > 0)"},
-      {"--model gpt-17 --gpus 8", "--model = \"gpt-17\""},
+      {"--model gpt-17 --gpus 8", "model = \"gpt-17\" (no such file or built-in model"},
   };
   for (auto& c : cases) {
     INFO(c.args);

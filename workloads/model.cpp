@@ -1,6 +1,8 @@
 #include "workloads/model.hpp"
 
 #include <filesystem>
+#include <map>
+#include <mutex>
 
 #include "hwmodels/builtin.hpp"
 #include "hwmodels/json_view.hpp"
@@ -199,14 +201,18 @@ std::vector<std::string> builtin_model_ids() {
 }
 
 ModelSpec builtin_model(const std::string& id) {
+  static std::mutex mu;  // parsed once per process, as systems are
+  static std::map<std::string, ModelSpec> cache;
+  std::lock_guard lock(mu);
+  if (auto it = cache.find(id); it != cache.end()) return it->second;
   auto name = "models/" + id + ".json";
   auto text = builtin_file(name);
   if (!text) {
     std::string known;
     for (auto& k : builtin_model_ids()) known += (known.empty() ? "" : ", ") + k;
-    throw InputError("--model = \"" + id + "\" (no such file or built-in model; built-ins: " + known + ")");
+    throw InputError("model = \"" + id + "\" (no such file or built-in model; built-ins: " + known + ")");
   }
-  return load_model(parse_json_text(*text, "builtin:" + name), "builtin:" + name);
+  return cache[id] = load_model(parse_json_text(*text, "builtin:" + name), "builtin:" + name);
 }
 
 ModelSpec resolve_model(const std::string& name_or_path) {

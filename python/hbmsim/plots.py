@@ -44,13 +44,22 @@ def _title(result: Mapping[str, Any]) -> str:
 
 def hbm_timeline(result: Mapping[str, Any], path: str | os.PathLike | None = None) -> Figure:
     """HBM and pinned-host memory over one step, with both capacities, from a ``simulate(..., trace=True)``
-    result. The engine records totals over time, so HBM is one line; the panel on the right stacks the HBM
-    breakdown by category at the peak (``hbm_breakdown_bytes``)."""
+    result: HBM stacked by category over time (and its total as a line), and on the right the breakdown at
+    the peak (``hbm_breakdown_bytes``)."""
     if "timeline" not in result:
         raise ValueError("hbm_timeline needs a result simulated with trace=True")
     tl = np.asarray(result["timeline"], dtype=float).reshape(-1, 3)
     fig = _figure(10, 4.5)
     ax, bar = fig.subplots(1, 2, gridspec_kw={"width_ratios": [5, 1]})
+    if "timeline_hbm_by_category" in result:
+        # Stacked by category over the step; the line on top is the total.
+        names = list(result["timeline_categories"])
+        cats = np.asarray(result["timeline_hbm_by_category"], dtype=float).reshape(len(tl), len(names))
+        order = [names.index(c) for c in _CATEGORY_ORDER if c in names] + \
+            [i for i, c in enumerate(names) if c not in _CATEGORY_ORDER]
+        order = [i for i in order if cats[:, i].max(initial=0) > 0]
+        ax.stackplot(tl[:, 0], *(cats[:, i] / GIB for i in order), step="post", alpha=0.6,
+                     labels=[names[i] for i in order], colors=[f"C{k % 10}" for k in range(len(order))])
     ax.step(tl[:, 0], tl[:, 1] / GIB, where="post", color="tab:blue", label="HBM in use")
     ax.step(tl[:, 0], tl[:, 2] / GIB, where="post", color="tab:green", label="pinned host in use")
     ax.axhline(result["hbm_capacity_bytes"] / GIB, color="tab:blue", ls="--", lw=1, label="HBM capacity")
@@ -64,7 +73,7 @@ def hbm_timeline(result: Mapping[str, Any], path: str | os.PathLike | None = Non
     ax.set_title(_title(result), fontsize=10)
     ax.set_xlim(0, max(result.get("step_time_s", 0), tl[-1, 0] if len(tl) else 0))
     ax.set_ylim(bottom=0)
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper left", fontsize=6, ncol=2)
     ax.grid(alpha=0.3)
     breakdown = result.get("hbm_breakdown_bytes", {})
     bottom = 0.0
