@@ -72,8 +72,13 @@ def test_trace_equals_cli_trace_file(cli, tmp_path):
         assert got[key] == expected[key], key
     assert got.trace == json.loads(trace_path.read_text())
     # The timeline is the trace's memory counter track, in bytes.
-    counters = [e for e in got.trace["traceEvents"] if e["ph"] == "C"]
+    counters = [e for e in got.trace["traceEvents"] if e["ph"] == "C" and e["name"] == "memory GiB"]
     assert len(counters) == len(got.timeline) > 0
+    # The per-category counter track adds up to the total at every sample.
+    by_cat = [e for e in got.trace["traceEvents"] if e["ph"] == "C" and e["name"] == "HBM by category GiB"]
+    assert len(by_cat) == len(got.timeline)
+    for e, (_, hbm_bytes, _) in zip(by_cat, got.timeline):
+        assert sum(e["args"].values()) == pytest.approx(hbm_bytes / 2**30, rel=1e-9)
     for e, (t_s, hbm_bytes, host_bytes) in zip(counters, got.timeline):
         assert e["ts"] == pytest.approx(t_s * 1e6, rel=1e-12, abs=1e-9)
         assert e["args"]["hbm"] == pytest.approx(hbm_bytes / 2**30, rel=1e-12)
