@@ -272,6 +272,7 @@ void register_plan(CLI::App& app) {
 void register_plan_commands(CLI::App& app) {
   register_plan(app);
   register_calibrate(app);
+  register_bench_command(app);
 }
 
 int plan_exit_status() { return g_status; }

@@ -8,8 +8,15 @@
 namespace hbmsim {
 
 Topology::Topology(const System& system, int gpus) : system_(&system), gpus_(gpus) {
-  if (gpus <= 0) throw InputError("--gpus = " + std::to_string(gpus) + " (must be > 0)");
+  if (gpus <= 0) throw InputError("gpus = " + std::to_string(gpus) + " (must be > 0)");
   domain_gpus_ = std::min(gpus, system.scale_up.domain_gpus);
+}
+
+void Topology::ensure_graph() const {
+  if (built_) return;
+  built_ = true;
+  const System& system = *system_;
+  const int gpus = gpus_;
   const int cpus = (gpus + system.host_cpu.gpus_per_cpu - 1) / system.host_cpu.gpus_per_cpu;
   const int domains = (gpus + domain_gpus_ - 1) / domain_gpus_;
 
@@ -43,6 +50,7 @@ Topology::Topology(const System& system, int gpus) : system_(&system), gpus_(gpu
 }
 
 std::size_t Topology::cpu_vertex_of_gpu(int rank) const {
+  ensure_graph();
   return cpu_vertex_.at(rank / system_->host_cpu.gpus_per_cpu);
 }
 
@@ -54,6 +62,7 @@ double share_of(const TopoLink& l) {
 }  // namespace
 
 PathCost Topology::path(std::size_t from, std::size_t to) const {
+  ensure_graph();
   // Widest path (largest bottleneck share), ties broken by the lower summed latency: a Dijkstra-style
   // label-setting search, since the bottleneck only shrinks along a path.
   const auto n = boost::num_vertices(graph_);

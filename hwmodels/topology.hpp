@@ -41,9 +41,9 @@ class Topology {
 
   int gpus() const { return gpus_; }
   int domain_gpus() const { return domain_gpus_; }
-  const TopologyGraph& graph() const { return graph_; }
+  const TopologyGraph& graph() const { ensure_graph(); return graph_; }
 
-  std::size_t gpu_vertex(int rank) const { return gpu_vertex_.at(rank); }
+  std::size_t gpu_vertex(int rank) const { ensure_graph(); return gpu_vertex_.at(static_cast<std::size_t>(rank)); }
   std::size_t cpu_vertex_of_gpu(int rank) const;
 
   // Cheapest-latency path between two vertices, with every link's per-GPU share applied.
@@ -59,13 +59,17 @@ class Topology {
 
  private:
   double ring_s(double bytes, int group_gpus, double efficiency) const;
+  // The graph is built on the first path query: collective costs need only the fabric figures, and the
+  // simulator builds a Topology for every step.
+  void ensure_graph() const;
 
   const System* system_;
   int gpus_;
   int domain_gpus_;
-  TopologyGraph graph_;
-  std::vector<std::size_t> gpu_vertex_;
-  std::vector<std::size_t> cpu_vertex_;
+  mutable bool built_ = false;
+  mutable TopologyGraph graph_;
+  mutable std::vector<std::size_t> gpu_vertex_;
+  mutable std::vector<std::size_t> cpu_vertex_;
 };
 
 }  // namespace hbmsim

@@ -110,12 +110,15 @@ struct Evaluator {
   // Simulates the configs not seen yet (in parallel) and returns their candidates in input order.
   std::vector<const Candidate*> eval(const std::vector<RunConfig>& configs) {
     std::vector<SweepPoint> todo;
-    std::vector<std::string> keys;
+    std::vector<std::string> keys, todo_keys;
+    std::set<std::string> queued;
     for (auto& c : configs) {
       auto k = key_of(c);
       keys.push_back(k);
-      if (!seen.count(k) && std::find_if(todo.begin(), todo.end(), [&](auto& p) { return key_of(p.config) == k; }) == todo.end())
+      if (!seen.count(k) && queued.insert(k).second) {
         todo.push_back({todo.size(), {}, c});
+        todo_keys.push_back(k);
+      }
     }
     std::vector<std::optional<StepReport>> results(todo.size());
     std::string error;
@@ -125,9 +128,8 @@ struct Evaluator {
     });
     if (!error.empty()) throw InputError(error);
     for (std::size_t i = 0; i < todo.size(); ++i) {
-      auto k = key_of(todo[i].config);
-      seen[k] = Candidate{todo[i].config, *results[i]};
-      order.push_back(k);
+      seen[todo_keys[i]] = Candidate{todo[i].config, *results[i]};
+      order.push_back(todo_keys[i]);
     }
     std::vector<const Candidate*> out;
     for (auto& k : keys) out.push_back(&seen.at(k));

@@ -97,9 +97,10 @@ class Engine {
         remaining_[k] -= rate_[k] * dt;
         if (rate_[k] > 0 && remaining_[k] <= 1e-12 * std::max(1.0, p_.ops[k].amount)) finished.push_back(i);
       }
-      std::sort(finished.begin(), finished.end());
+      if (finished.size() > 1) std::sort(finished.begin(), finished.end());
       for (int i : finished) {
-        active_.erase(std::find(active_.begin(), active_.end(), i));
+        *std::find(active_.begin(), active_.end(), i) = active_.back();  // order in active_ is irrelevant
+        active_.pop_back();
         complete(i);
       }
       start_ready();
