@@ -25,6 +25,7 @@ std::shared_ptr<RunFlags> make_run_flags(CLI::App* cmd) {
        "full, minimal, minimal_with_context, save_qkv_proj, qkv_proj_offloaded, minimal_offloaded, custom"},
       {"--lhs", "lhs", "Latency-hiding scheduler: on or off"},
       {"--pipelined-transfers", "pipelined_transfers", "Pipelined host offloading: on or off"},
+      {"--pipelined-collectives", "pipelined_collectives", "FSDP all-gathers one layer ahead: on (default) or off"},
       {"--memory-limit-slop", "memory_limit_slop", "Fraction of HBM the LHS may plan for (0.95)"},
       {"--host-link-bw", "host_link_bytes_per_s", "What-if: host-link bytes/s per GPU per direction"},
       {"--hbm-bytes", "hbm_bytes", "What-if: HBM capacity in bytes"},

@@ -15,8 +15,8 @@ namespace hbmsim {
 const std::vector<std::string>& RunConfig::fields() {
   static const std::vector<std::string> f = {
       "system", "model", "gpus", "batch", "seq", "grad_accum", "fsdp", "tp", "ep", "dp", "weights",
-      "attention_dtype", "policy", "lhs", "pipelined_transfers", "memory_limit_slop", "host_link_bytes_per_s",
-      "hbm_bytes", "calibration"};
+      "attention_dtype", "policy", "lhs", "pipelined_transfers", "pipelined_collectives", "memory_limit_slop",
+      "host_link_bytes_per_s", "hbm_bytes", "calibration"};
   return f;
 }
 
@@ -80,6 +80,7 @@ void RunConfig::set(const std::string& field, const std::string& value, const st
   else if (field == "policy") policy = value;
   else if (field == "lhs") lhs = parse_bool(value, where);
   else if (field == "pipelined_transfers") pipelined_transfers = parse_bool(value, where);
+  else if (field == "pipelined_collectives") pipelined_collectives = parse_bool(value, where);
   else if (field == "memory_limit_slop") memory_limit_slop = parse_double(value, where);
   else if (field == "host_link_bytes_per_s") host_link_bytes_per_s = parse_double(value, where);
   else if (field == "hbm_bytes") hbm_bytes = parse_double(value, where);
@@ -97,6 +98,7 @@ nlohmann::json RunConfig::to_json() const {
                       {"grad_accum", grad_accum}, {"fsdp", fsdp}, {"tp", tp}, {"ep", ep}, {"dp", dp},
                       {"weights", weights}, {"attention_dtype", attention_dtype}, {"policy", policy},
                       {"tensors", tensors}, {"lhs", lhs}, {"pipelined_transfers", pipelined_transfers},
+                      {"pipelined_collectives", pipelined_collectives},
                       {"memory_limit_slop", memory_limit_slop}, {"calibration", calibration}};
   if (host_link_bytes_per_s) j["host_link_bytes_per_s"] = *host_link_bytes_per_s;
   if (hbm_bytes) j["hbm_bytes"] = *hbm_bytes;
@@ -106,7 +108,7 @@ nlohmann::json RunConfig::to_json() const {
 RunConfig RunConfig::from_json(const nlohmann::json& doc, const std::string& origin) {
   JsonView v(doc, origin);
   v.allow_only({"system", "model", "gpus", "batch", "seq", "grad_accum", "fsdp", "tp", "ep", "dp", "weights",
-                "attention_dtype", "policy", "tensors", "lhs", "pipelined_transfers", "memory_limit_slop",
+                "attention_dtype", "policy", "tensors", "lhs", "pipelined_transfers", "pipelined_collectives", "memory_limit_slop",
                 "host_link_bytes_per_s", "hbm_bytes", "calibration", "about"});
   RunConfig c;
   if (auto x = v.find("system")) c.system = x->string();
@@ -133,6 +135,7 @@ RunConfig RunConfig::from_json(const nlohmann::json& doc, const std::string& ori
   }
   if (auto x = v.find("lhs")) c.lhs = x->boolean();
   if (auto x = v.find("pipelined_transfers")) c.pipelined_transfers = x->boolean();
+  if (auto x = v.find("pipelined_collectives")) c.pipelined_collectives = x->boolean();
   if (auto x = v.find("memory_limit_slop")) c.memory_limit_slop = x->fraction();
   if (auto x = v.find("host_link_bytes_per_s")) c.host_link_bytes_per_s = x->positive();
   if (auto x = v.find("hbm_bytes")) c.hbm_bytes = x->positive();
@@ -183,6 +186,7 @@ PreparedRun prepare_run(const RunConfig& c, const Profile* extra) {
   PreparedRun r{sys, build_step_graph(model, t), make_policy(c.policy, c.tensors), SimOptions{}};
   r.options.lhs = c.lhs;
   r.options.pipelined_transfers = c.pipelined_transfers;
+  r.options.pipelined_collectives = c.pipelined_collectives;
   r.options.memory_limit_slop = c.memory_limit_slop;
   return r;
 }

@@ -29,6 +29,7 @@ struct RunConfig {
   std::map<std::string, std::string> tensors;  // per checkpoint name: device | remat | offload
   bool lhs = true;
   bool pipelined_transfers = false;
+  bool pipelined_collectives = true;    // FSDP all-gathers issued one layer ahead (XLA collective pipeliner)
   double memory_limit_slop = 0.95;
   std::optional<double> host_link_bytes_per_s;  // per GPU, per direction (what-if override)
   std::optional<double> hbm_bytes;              // what-if override

@@ -319,7 +319,7 @@ class ProgramBuilder {
     op(unembed_bwd).releases = {logits, embed_buf, input_buf};
     backward_start_ = unembed_bwd;
 
-    prefetch_backward_gather(L - 1, layers);
+    if (opt_.pipelined_collectives) prefetch_backward_gather(L - 1, layers);
     for (std::int64_t l = L - 1; l >= 0; --l) grad_carry = backward_layer(l, layers, grad_carry, rs_ops);
 
     int embed_grad = prog_.add_buffer(g_.embed_grad_bytes, MemCategory::collective_buffers);
@@ -351,7 +351,10 @@ class ProgramBuilder {
     const auto nt = t.tensors.size();
     const bool pipelined = opt_.lhs && opt_.pipelined_transfers;
     // FSDP all-gather one layer ahead: it may start once layer l-2 is done with its weights.
-    int ag_op = gather_layer(t, l, l >= 2 ? layers[static_cast<std::size_t>(l - 2)].fwd_last : -1, 'f');
+    // Pipelined collectives gather one layer ahead (from when layer l-2 is done with its weights); without
+    // them the gather sits at the top of its own iteration and the layer waits for it.
+    const auto prior = static_cast<std::size_t>(opt_.pipelined_collectives ? l - 2 : l - 1);
+    int ag_op = gather_layer(t, l, l >= (opt_.pipelined_collectives ? 2 : 1) ? layers[prior].fwd_last : -1, 'f');
     int gathered = gather_buf_;
 
     st.buf.assign(nt, -1);
@@ -444,7 +447,12 @@ class ProgramBuilder {
     const int iteration_start = last_compute_;
     // Issue the next layer's gather before this layer's reduce-scatter so the two never queue behind
     // each other; it may start once layer l+1 is done with its weights.
-    if (l >= 1) prefetch_backward_gather(l - 1, layers);
+    if (opt_.pipelined_collectives) {
+      if (l >= 1) prefetch_backward_gather(l - 1, layers);
+    } else {
+      st.ag_bwd = gather_layer(t, l, iteration_start, 'b');
+      st.gathered_bwd = gather_buf_;
+    }
     const int ag_op = st.ag_bwd, gathered = st.gathered_bwd;
 
     const auto& steps = p.steps;

@@ -18,6 +18,7 @@ struct SimOptions {
   bool lhs = true;                 // xla_gpu_enable_latency_hiding_scheduler
   bool pipelined_transfers = false;  // xla_gpu_enable_pipelined_host_offloading
   double memory_limit_slop = 0.95;   // xla_gpu_memory_limit_slop_factor / 100
+  bool pipelined_collectives = true;  // xla_gpu_enable_pipelined_all_gather: FSDP gathers one layer ahead
   bool record_trace = false;
 };
 
