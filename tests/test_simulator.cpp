@@ -2,6 +2,7 @@
 
 #include "helpers.hpp"
 #include "planner/reproduce.hpp"
+#include "hwmodels/profile.hpp"
 #include "planner/run_config.hpp"
 
 using namespace hbmsim;
@@ -149,4 +150,41 @@ TEST_CASE("every reference run simulates end to end with datasheet figures, with
     INFO(r.run.id);
     if (r.fits_right) CHECK(*r.fits_right);
   }
+}
+
+TEST_CASE("halving the measured H2D bandwidth in a profile lengthens an exposed offload by its copy time", "[sim][profile]") {
+  // Without LHS every H2D starts right before the op that reads it, so the compute stream waits for the whole
+  // copy. All copy rates scale with the H2D bandwidth: at half the bandwidth each copy takes exactly twice as
+  // long, so the exposed H2D time doubles and the step grows by exactly the exposed time at full bandwidth.
+  auto dir = test::temp_dir();
+  auto write_profile = [&](const std::string& name, double h2d) {
+    Profile p;
+    p.name = name;
+    p.h2d_bytes_per_s = h2d;
+    auto path = (dir / (name + ".json")).string();
+    save_profile_file(p, path);
+    return path;
+  };
+  RunConfig c = small("qkv_proj_offloaded", false);
+  c.calibration = write_profile("full-h2d", 40e9);
+  auto full = run_simulation(c);
+  c.calibration = write_profile("half-h2d", 20e9);
+  auto half = run_simulation(c);
+  REQUIRE(full.exposed_s.at("h2d") > 0);
+  CHECK(half.exposed_s.at("h2d") == Approx(2 * full.exposed_s.at("h2d")).epsilon(1e-9));
+  CHECK(half.step_time_s - full.step_time_s == Approx(full.exposed_s.at("h2d")).epsilon(1e-6));
+  // The D2H side is untouched by an H2D-only profile.
+  CHECK(half.exposed_s.at("d2h") == Approx(full.exposed_s.at("d2h")));
+  // Per layer the three copies move query (64 MiB) and key and value (16 MiB each) and run together; with
+  // LHS off none of it overlaps compute, so the exposed time is at least the bytes over the bandwidth.
+  const double layer_bytes = (8192.0 * 32 * 128 + 2 * 8192.0 * 8 * 128) * 2;
+  CHECK(full.exposed_s.at("h2d") >= 32 * layer_bytes / 40e9);
+}
+
+TEST_CASE("a malformed calibration profile exits with status 2 naming the file and JSON path", "[sim][profile][cli]") {
+  auto file = test::temp_dir() / "bad-profile.json";
+  test::write(file, R"({"format":"hbmsim-profile/1","host_link":{"h2d_bytes_per_s":0}})");
+  auto r = test::cli("simulate --system h200-hgx --model llama3.1-8b --gpus 8 --calibration " + file.string());
+  CHECK(r.status == 2);
+  CHECK(r.err.find(file.string() + ": host_link.h2d_bytes_per_s = 0 (must be > 0)") != std::string::npos);
 }
