@@ -4,5 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
-./scripts/build.sh >/dev/null
+BUILD_TARGET=hbmsim ./scripts/build.sh >/dev/null
 ./build/cli/hbmsim reproduce --calibration gb200-fitted "$@"

@@ -76,3 +76,15 @@ TEST_CASE("bad flags and bad run configs exit with status 2 and one line naming 
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
   }
 }
+
+TEST_CASE("calibrate measure without a GPU exits non-zero with one clear line and writes nothing", "[cli][calibration]") {
+  if (std::system("nvidia-smi -L >/dev/null 2>&1") == 0) SUCCEED("a GPU is visible; the no-GPU path is not testable here");
+  else {
+    auto out = test::temp_dir() / "never.json";
+    auto r = test::cli("calibrate measure -o " + out.string());
+    CHECK(r.status == 3);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK((r.err.find("no CUDA device") != std::string::npos || r.err.find("cannot run") != std::string::npos));
+    CHECK_FALSE(std::filesystem::exists(out));
+  }
+}
