@@ -1,36 +1,15 @@
 // Google Benchmark figures for the simulator core (issue 9). `hbmsim bench --json` reports the headline set.
 #include <benchmark/benchmark.h>
 
-#include "planner/run_config.hpp"
+#include "planner/reproduce.hpp"
 
 using namespace hbmsim;
 
 namespace {
 
-RunConfig dsv3() {
-  RunConfig c;
-  c.model = "deepseek-v3-671b";
-  c.gpus = 128;
-  c.ep = 64;
-  c.batch = 8;
-  c.seq = 4096;
-  c.policy = "custom";
-  c.tensors = {{"mla_q", "offload"}, {"mla_kv", "offload"}, {"moe_mlpwi_0", "offload"}, {"moe_mlpwi_1", "offload"}};
-  c.lhs = true;
-  c.pipelined_transfers = true;
-  return c;
-}
-
-RunConfig llama405b() {
-  RunConfig c;
-  c.model = "llama3.1-405b";
-  c.gpus = 128;
-  c.batch = 2;
-  c.seq = 8192;
-  c.weights = "nvfp4";
-  c.policy = "qkv_proj_offloaded";
-  return c;
-}
+// The measured GB200 runs' configurations (data/reference/seed_configs.json).
+RunConfig dsv3() { return reference_config("dsv3-offload-lhs-pipe-mbs8"); }
+RunConfig llama405b() { return reference_config("llama405b-qkv-offload-lhs"); }
 
 void BM_SimulatePrepared(benchmark::State& state, RunConfig c) {
   auto run = prepare_run(c);

@@ -11,6 +11,7 @@
 #include "cli/commands.hpp"
 #include "cli/format.hpp"
 #include "planner/plan.hpp"
+#include "planner/reproduce.hpp"
 #include "planner/sweep.hpp"
 
 namespace hbmsim::cli {
@@ -23,30 +24,9 @@ double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
-RunConfig dsv3() {
-  RunConfig c;
-  c.model = "deepseek-v3-671b";
-  c.gpus = 128;
-  c.ep = 64;
-  c.batch = 8;
-  c.seq = 4096;
-  c.policy = "custom";
-  c.tensors = {{"mla_q", "offload"}, {"mla_kv", "offload"}, {"moe_mlpwi_0", "offload"}, {"moe_mlpwi_1", "offload"}};
-  c.lhs = true;
-  c.pipelined_transfers = true;
-  return c;
-}
-
-RunConfig llama405b() {
-  RunConfig c;
-  c.model = "llama3.1-405b";
-  c.gpus = 128;
-  c.batch = 2;
-  c.seq = 8192;
-  c.weights = "nvfp4";
-  c.policy = "qkv_proj_offloaded";
-  return c;
-}
+// The measured GB200 runs' configurations (data/reference/seed_configs.json).
+RunConfig dsv3() { return reference_config("dsv3-offload-lhs-pipe-mbs8"); }
+RunConfig llama405b() { return reference_config("llama405b-qkv-offload-lhs"); }
 
 // Median over `reps` of the mean time of `inner` simulations of a prepared step, in microseconds.
 double step_us(const PreparedRun& run, int reps, int inner) {

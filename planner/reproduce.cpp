@@ -58,6 +58,12 @@ std::vector<ReferenceRun> load_reference_runs(const std::string& runs_path, cons
   return out;
 }
 
+RunConfig reference_config(const std::string& id) {
+  for (auto& r : load_reference_runs())
+    if (r.id == id) return r.config;
+  throw InputError("reference run \"" + id + "\" (no such id in the built-in seed_runs.json)");
+}
+
 std::vector<ReproRow> reproduce(const std::vector<ReferenceRun>& runs, const std::string& calibration) {
   std::vector<ReproRow> rows;
   for (const auto& run : runs) {

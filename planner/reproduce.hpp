@@ -20,6 +20,9 @@ struct ReferenceRun {
 // Loads the reference runs and the configs that reproduce them (built-in unless paths are given).
 std::vector<ReferenceRun> load_reference_runs(const std::string& runs_path = "", const std::string& configs_path = "");
 
+// The config of one built-in reference run by id (e.g. "dsv3-offload-lhs-pipe-mbs8"); benchmarks use these.
+RunConfig reference_config(const std::string& id);
+
 struct ReproRow {
   ReferenceRun run;
   StepReport predicted;
