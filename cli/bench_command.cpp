@@ -30,6 +30,7 @@ RunConfig llama405b() { return reference_config("llama405b-qkv-offload-lhs"); }
 
 // Median over `reps` of the mean time of `inner` simulations of a prepared step, in microseconds.
 double step_us(const PreparedRun& run, int reps, int inner) {
+  for (int i = 0; i < 2; ++i) (void)simulate(run.graph, run.system, run.policy, run.options);  // warm caches
   std::vector<double> t;
   for (int r = 0; r < reps; ++r) {
     auto t0 = clock_type::now();
