@@ -8,6 +8,7 @@
 
 #include "helpers.hpp"
 #include "planner/fit.hpp"
+#include "planner/plan.hpp"
 #include "planner/sweep.hpp"
 
 using namespace hbmsim;
@@ -145,4 +146,64 @@ TEST_CASE("MaxText metrics logs become measured runs (median after warm-up)", "[
   test::write(dir / "bad.jsonl", "{\"step\":0,\"perf/per_device_tflops_per_sec\":-3}\n{\"step\":1}\n{\"step\":2}\n");
   CHECK_THROWS_WITH(measured_from_maxtext_log((dir / "bad.jsonl").string(), (dir / "run.json").string()),
                     Catch::Contains("bad.jsonl:1: perf/per_device_tflops_per_sec = -3"));
+}
+
+namespace {
+RunConfig dsv3_seed(const std::string& where) {
+  RunConfig c = reference_config("dsv3-offload-lhs-pipe-mbs8");
+  for (auto& [name, place] : c.tensors) place = where;
+  return c;
+}
+}  // namespace
+
+TEST_CASE("the largest DeepSeek-V3 batch agrees with the measured fits and OOMs", "[planner][plan]") {
+  // Measured on GB200 NVL72: batch 2 fits with the selected activations on device, batch 8 does not;
+  // with them offloaded batch 8 fits.
+  auto device = largest_batch(dsv3_seed("device"), 64);
+  CHECK(device.batch >= 2);
+  CHECK(device.batch < 8);
+  auto offload = largest_batch(dsv3_seed("offload"), 64);
+  CHECK(offload.batch >= 8);
+  // The search is a bisection: it never simulates a batch twice and the answer's neighbour does not fit.
+  std::set<std::int64_t> tried;
+  for (auto& c : offload.tried) CHECK(tried.insert(c.config.batch).second);
+  RunConfig above = dsv3_seed("offload");
+  above.batch = offload.batch + 1;
+  CHECK_FALSE(run_simulation(above).fits);
+}
+
+TEST_CASE("the policy search beats or matches the seed's offload set and prints MaxText keys", "[planner][plan]") {
+  auto seed = dsv3_seed("offload");
+  auto seed_report = run_simulation(seed);
+  auto names = default_search_names(seed);
+  auto res = best_policy(seed, names, 2);
+  REQUIRE(res.found);
+  CHECK(res.best.report.fits);
+  CHECK(res.best.report.tflops_per_device >= seed_report.tflops_per_device);
+  auto keys = maxtext_settings(res.best.config);
+  CHECK(keys.find("remat_policy=custom") != std::string::npos);
+  for (auto& [name, place] : res.best.config.tensors) CHECK(keys.find(name + "=" + place) != std::string::npos);
+  auto flags = xla_flags(res.best.config);
+  CHECK(flags.find("--xla_gpu_enable_host_memory_offloading=true") != std::string::npos);
+  // Every point on the Pareto front fits, and HBM and TFLOP/s both rise along it.
+  auto front = pareto_front(res.evaluated);
+  REQUIRE(!front.empty());
+  for (std::size_t i = 1; i < front.size(); ++i) {
+    CHECK(front[i].report.hbm_peak_bytes >= front[i - 1].report.hbm_peak_bytes);
+    CHECK(front[i].report.tflops_per_device > front[i - 1].report.tflops_per_device);
+  }
+}
+
+TEST_CASE("the break-even host-link bandwidth comes with its curve, which rises with bandwidth", "[planner][plan]") {
+  RunConfig c = reference_config("llama405b-qkv-offload-nolhs");  // without LHS every copy is exposed
+  auto be = break_even_bandwidth(c, 0.01, 1e9, 4e12);
+  REQUIRE(be.curve.size() >= 10);
+  for (std::size_t i = 1; i < be.curve.size(); ++i) CHECK(be.curve[i].second >= be.curve[i - 1].second - 1e-9);
+  // The reference keeps the tensors on device, so offload can at best match it.
+  CHECK(be.curve.back().second <= be.reference_tflops * (1 + 1e-9));
+  if (be.bytes_per_s > 0) {
+    RunConfig at = c;
+    at.host_link_bytes_per_s = be.bytes_per_s;
+    CHECK(run_simulation(at).tflops_per_device >= 0.99 * be.reference_tflops);
+  }
 }
