@@ -11,7 +11,7 @@ namespace hbmsim {
 nlohmann::json parse_json_text(std::string_view text, const std::string& origin) {
   try {
     return nlohmann::json::parse(text.begin(), text.end());
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse errors, and numbers out of range (1e999)
     std::string what = e.what();
     // nlohmann prefixes "[json.exception.parse_error.101] "; keep the human part.
     auto pos = what.find("] ");

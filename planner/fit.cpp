@@ -85,6 +85,9 @@ MeasuredRun measured_from_maxtext_log(const std::string& log_path, const std::st
     // MaxText's TFLOP/s is model FLOPs over step time; recompute it from the config when only time is logged.
     auto prepared = prepare_run(m.config);
     m.tflops_per_device = prepared.graph.model_flops.total() / median(step_s) / 1e12;
+    if (!std::isfinite(*m.tflops_per_device))
+      throw InputError(log_path + ": perf/step_time_seconds median = " + std::to_string(median(step_s)) +
+                       " (too small to give a finite TFLOP/s)");
   } else {
     throw InputError(log_path + ": no step lines after " + std::to_string(skip_steps) +
                      " warm-up steps (expected perf/step_time_seconds or perf/per_device_tflops_per_sec)");

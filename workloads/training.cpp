@@ -19,6 +19,11 @@ void validate_training(TrainingSpec& t, const ModelSpec& m) {
   for (auto [name, v] : {std::pair{"tp", p.tp}, {"ep", p.ep}, {"dp", p.dp}})
     if (v <= 0) throw InputError(std::string(name) + " = " + str(v) + " (must be > 0)");
   if (p.fsdp < 0) throw InputError("fsdp = " + str(p.fsdp) + " (must be > 0)");
+  // Each degree divides the GPU count, so none may exceed it (and the products below cannot overflow).
+  for (auto [name, v] : {std::pair{"fsdp", p.fsdp}, {"tp", p.tp}, {"ep", p.ep}, {"dp", p.dp}})
+    if (v > t.gpus)
+      throw InputError(std::string(name) + " = " + str(v) + " (exceeds gpus = " + str(t.gpus) + ")");
+  if (t.gpus > (std::int64_t{1} << 24)) throw InputError("gpus = " + str(t.gpus) + " (above the supported 16777216)");
   std::int64_t other = p.tp * p.ep * p.dp;
   if (p.fsdp == 0) {
     if (t.gpus % other != 0)
