@@ -105,8 +105,9 @@ test::CliResult run_cli(const std::string& args, const fs::path& dir) {
 }
 
 void run_category(const std::string& category) {
-  std::size_t ran = 0, skipped = 0;
+  std::size_t ran = 0, skipped = 0, index = 0;
   for (auto& c : catalogue().at("cases")) {
+    ++index;
     if (c.at("category") != category) continue;
     const auto id = c.at("id").get<std::string>();
     if (c.contains("known_bug") && !run_known_bugs()) {
@@ -115,7 +116,8 @@ void run_category(const std::string& category) {
       continue;
     }
     ++ran;
-    auto dir = test::temp_dir() / "catalogue" / id;
+    // A neutral directory name: the case id would put the words a case expects into every path.
+    auto dir = test::temp_dir() / "bad" / std::to_string(index);
     fs::remove_all(dir);
     fs::create_directories(dir);
     Placeholders ph;
@@ -133,10 +135,19 @@ void run_category(const std::string& category) {
     CHECK(r.status == 2);
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
     CHECK((!r.err.empty() && r.err.back() == '\n'));
+    // Substrings that name no path are looked for with the case's paths blanked out, so that a word in a
+    // path cannot stand in for the message.
+    std::string err_without_paths = r.err;
+    auto by_length = ph.map;
+    std::sort(by_length.begin(), by_length.end(), [](auto& a, auto& b) { return a.second.size() > b.second.size(); });
+    for (auto& [k, v] : by_length) replace_all(err_without_paths, v, k);
     for (auto& e : c.at("expect")) {
-      auto want = ph.apply(e.get<std::string>());
+      const auto raw = e.get<std::string>();
+      bool names_path = false;
+      for (auto& [k, v] : ph.map) names_path = names_path || raw.find(k) != std::string::npos;
+      auto want = names_path ? ph.apply(raw) : raw;
       INFO("expected on stderr: " << want);
-      CHECK(r.err.find(want) != std::string::npos);
+      CHECK((names_path ? r.err : err_without_paths).find(want) != std::string::npos);
     }
   }
   INFO(category << ": " << ran << " cases run, " << skipped << " known bugs skipped");
