@@ -22,6 +22,16 @@ if [ -z "$CXX_FUZZ" ] || ! CXX_FUZZ=$(command -v "$CXX_FUZZ"); then
   echo "fuzz.sh: clang++ not found (scripts/install-deps.sh installs clang)" >&2
   exit 1
 fi
+# libFuzzer and clang's sanitizer runtimes are in libclang-rt-14-dev (only recommended by clang's packages).
+probe=$(mktemp -d)
+printf '#include <cstdint>\n#include <cstddef>\nextern "C" int LLVMFuzzerTestOneInput(const uint8_t*, size_t) { return 0; }\n' >"$probe/p.cpp"
+if ! "$CXX_FUZZ" -fsanitize=fuzzer,address,undefined "$probe/p.cpp" -o "$probe/p" >"$probe/log" 2>&1; then
+  cat "$probe/log" >&2
+  rm -rf "$probe"
+  echo "fuzz.sh: $CXX_FUZZ cannot link a libFuzzer harness; install libclang-rt-14-dev (apt-get install libclang-rt-14-dev)" >&2
+  exit 1
+fi
+rm -rf "$probe"
 
 start=$(date +%s)
 GEN=()

@@ -4,7 +4,7 @@ set -euo pipefail
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 PKGS=(
-  build-essential cmake ninja-build pkg-config clang
+  build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev
   catch2 libcli11-dev libfmt-dev libboost-graph-dev nlohmann-json3-dev libbenchmark-dev
   pybind11-dev python3-dev python3-pybind11 python3-numpy python3-pandas python3-matplotlib
   python3-pytest python3-distributed python3-nbclient python3-ipykernel python3-nbformat

@@ -2,12 +2,32 @@
 # Builds hbmsim with AddressSanitizer and UndefinedBehaviorSanitizer (HBMSIM_SANITIZE=ON, RelWithDebInfo)
 # into ${BUILD_DIR:-build-asan} and runs the whole ctest suite there, leaks checked, stopping at the first
 # sanitizer report of each test. Exits non-zero on any failure. Extra arguments go to ctest (e.g. -R cli).
-# Compiler: $HBMSIM_SANITIZE_CXX, else clang++ where installed (it builds this tree in half g++'s time),
-# else the default C++ compiler.
+# Compiler: $HBMSIM_SANITIZE_CXX, else clang++ where it links sanitized programs (it builds this tree in
+# half g++'s time), else g++.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build-asan}
-CXX_SANITIZE=${HBMSIM_SANITIZE_CXX:-$(command -v clang++ || command -v clang++-14 || true)}
+# clang's sanitizer runtimes are in libclang-rt-14-dev, which apt installs with clang only as a
+# recommendation: without it, fall back to the default compiler (g++ brings libasan and libubsan).
+links_sanitized() {
+  local probe
+  probe=$(mktemp -d)
+  printf 'int main() { return 0; }\n' >"$probe/p.cpp"
+  "$1" -fsanitize=address,undefined "$probe/p.cpp" -o "$probe/p" >/dev/null 2>&1
+  local ok=$?
+  rm -rf "$probe"
+  return $ok
+}
+if [ -n "${HBMSIM_SANITIZE_CXX:-}" ]; then
+  CXX_SANITIZE=$HBMSIM_SANITIZE_CXX
+else
+  CXX_SANITIZE=$(command -v clang++ || command -v clang++-14 || true)
+  if [ -n "$CXX_SANITIZE" ] && ! links_sanitized "$CXX_SANITIZE"; then
+    echo "sanitize.sh: $CXX_SANITIZE cannot link -fsanitize=address,undefined (libclang-rt-14-dev missing?); using g++" >&2
+    CXX_SANITIZE=""
+  fi
+  [ -n "$CXX_SANITIZE" ] || CXX_SANITIZE=$(command -v g++ || command -v c++ || true)
+fi
 COMPILER=()
 if [ -n "$CXX_SANITIZE" ]; then
   CXX_SANITIZE=$(command -v "$CXX_SANITIZE") || { echo "sanitize.sh: compiler $HBMSIM_SANITIZE_CXX not found" >&2; exit 1; }
