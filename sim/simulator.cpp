@@ -58,12 +58,15 @@ struct TemplatePlan {
   std::vector<int> producer;           // per tensor: op index, -1 for the layer input
   std::vector<int> last_fwd_use;       // per tensor: last forward op reading it (-1: none)
   std::vector<double> fwd_s, bwd_s;    // per op
+  std::vector<double> dx_s, dw_s;      // GEMMs: the two backward dots (input gradient, weight gradient)
+  std::vector<int> order;              // forward (and replay) issue order of the ops
+  std::vector<bool> hoisted;           // per op: moved under an all-to-all by LHS (independent of it)
   std::vector<bool> fwd_mem_bound;
   std::vector<int> offloaded;          // tensors offloaded
   double backward_working_set_bytes = 0;  // transient peak of one backward iteration (prefetch headroom)
   double gather_s = 0, reduce_scatter_s = 0;  // this layer's FSDP collectives
   std::vector<double> d2h_rate, h2d_rate;      // per tensor: copy rate at its size
-  struct Step { bool replay; std::size_t op; };
+  struct Step { bool replay; std::size_t op; bool a2a_follows; };
   std::vector<Step> steps;     // one backward iteration: replays in forward order, then backward ops reversed
   std::vector<int> last_read;  // per tensor: the last step that reads it (-1: none)
 };
@@ -71,9 +74,14 @@ struct TemplatePlan {
 // Replays in forward order, then backward ops in reverse: the order of one backward iteration.
 void plan_backward_steps(const LayerTemplate& t, TemplatePlan& p) {
   p.steps.clear();
-  for (std::size_t o = 0; o < t.ops.size(); ++o)
-    if (p.replay[o]) p.steps.push_back({true, o});
-  for (std::size_t o = t.ops.size(); o-- > 0;) p.steps.push_back({false, o});
+  for (int o : p.order)
+    if (p.replay[static_cast<std::size_t>(o)]) p.steps.push_back({true, static_cast<std::size_t>(o), false});
+  for (std::size_t o = t.ops.size(); o-- > 0;) p.steps.push_back({false, o, false});
+  bool later = false;
+  for (std::size_t s = p.steps.size(); s-- > 0;) {
+    p.steps[s].a2a_follows = later;
+    later = later || t.ops[p.steps[s].op].kind == OpKind::all_to_all;
+  }
   p.last_read.assign(t.tensors.size(), -1);
   for (std::size_t s = 0; s < p.steps.size(); ++s) {
     const auto& def = t.ops[p.steps[s].op];
@@ -117,7 +125,44 @@ double backward_working_set(const LayerTemplate& t, const TemplatePlan& p) {
   return peak;
 }
 
-TemplatePlan plan_template(const LayerTemplate& t, const Policy& policy, const Costs& c, const StepGraph& g) {
+// The forward issue order. Without LHS it is program order and an all-to-all blocks the compute stream.
+// With LHS the scheduler fills the all-to-all's flight time: every later op that does not need its
+// result (transitively) and whose inputs exist is issued right after it (the shared expert, in a MoE).
+void plan_forward_order(const LayerTemplate& t, bool lhs, TemplatePlan& p) {
+  const auto no = t.ops.size();
+  p.order.clear();
+  p.hoisted.assign(no, false);
+  std::vector<bool> issued(no, false), ready(t.tensors.size(), false);
+  ready[0] = true;
+  auto issue = [&](std::size_t o) {
+    issued[o] = true;
+    p.order.push_back(static_cast<int>(o));
+    for (int out : t.ops[o].outputs) ready[static_cast<std::size_t>(out)] = true;
+  };
+  for (std::size_t o = 0; o < no; ++o) {
+    if (issued[o]) continue;
+    issue(o);
+    if (!lhs || t.ops[o].kind != OpKind::all_to_all) continue;
+    std::vector<bool> tainted(t.tensors.size(), false);  // needs this all-to-all's result
+    for (int out : t.ops[o].outputs) tainted[static_cast<std::size_t>(out)] = true;
+    for (std::size_t q = o + 1; q < no; ++q) {
+      if (issued[q]) continue;
+      bool needs = false, inputs_ready = true;
+      for (int in : t.ops[q].inputs) {
+        needs = needs || tainted[static_cast<std::size_t>(in)];
+        inputs_ready = inputs_ready && ready[static_cast<std::size_t>(in)];
+      }
+      if (needs || !inputs_ready || t.ops[q].kind == OpKind::all_to_all) {
+        for (int out : t.ops[q].outputs) tainted[static_cast<std::size_t>(out)] = true;
+        continue;
+      }
+      p.hoisted[q] = true;
+      issue(q);
+    }
+  }
+}
+
+TemplatePlan plan_template(const LayerTemplate& t, const Policy& policy, const Costs& c, const StepGraph& g, bool lhs) {
   TemplatePlan p;
   const auto nt = t.tensors.size(), no = t.ops.size();
   p.placement.assign(nt, Placement::remat);
@@ -128,11 +173,13 @@ TemplatePlan plan_template(const LayerTemplate& t, const Policy& policy, const C
   for (std::size_t i = 0; i < nt; ++i)
     if (t.tensors[i].checkpoint) p.placement[i] = policy.placement(t.tensors[i].name);
   p.placement[0] = Placement::device;
+  plan_forward_order(t, lhs, p);
   for (std::size_t o = 0; o < no; ++o) {
     for (int out : t.ops[o].outputs) p.producer[static_cast<std::size_t>(out)] = static_cast<int>(o);
-    for (int in : t.ops[o].inputs) p.last_fwd_use[static_cast<std::size_t>(in)] = static_cast<int>(o);
     for (int s : t.ops[o].saved) p.needed_in_bwd[static_cast<std::size_t>(s)] = true;
   }
+  for (int o : p.order)
+    for (int in : t.ops[static_cast<std::size_t>(o)].inputs) p.last_fwd_use[static_cast<std::size_t>(in)] = o;
   // Tensors the backward needs but nobody saved are recomputed, and so are whatever their producers need.
   std::vector<int> work;
   for (std::size_t i = 0; i < nt; ++i)
@@ -149,12 +196,14 @@ TemplatePlan plan_template(const LayerTemplate& t, const Policy& policy, const C
   for (std::size_t i = 0; i < nt; ++i)
     if (p.placement[i] == Placement::offload) p.offloaded.push_back(static_cast<int>(i));
   for (const auto& op : t.ops) {
-    double f = 0, b = 0;
+    double f = 0, b = 0, dx = 0, dw = 0;
     bool mb = false;
     switch (op.kind) {
       case OpKind::gemm:
         f = c.gemm_s(op.flops, op.bytes, op.dtype);
         b = c.gemm_s(op.bwd_flops, op.bwd_bytes, op.dtype);
+        dx = c.gemm_s(op.bwd_flops / 2, op.bwd_bytes / 2, op.dtype);
+        dw = dx;
         mb = c.memory_bound_gemm(op.flops, op.bytes, op.dtype);
         break;
       case OpKind::attention:
@@ -173,6 +222,8 @@ TemplatePlan plan_template(const LayerTemplate& t, const Policy& policy, const C
     }
     p.fwd_s.push_back(f);
     p.bwd_s.push_back(b);
+    p.dx_s.push_back(dx);
+    p.dw_s.push_back(dw);
     p.fwd_mem_bound.push_back(mb);
   }
   plan_backward_steps(t, p);
@@ -209,7 +260,7 @@ class ProgramBuilder {
     prog_.ops.reserve(ops_estimate * static_cast<std::size_t>(g.training.grad_accum) + 16);
     prog_.buffers.reserve(ops_estimate * static_cast<std::size_t>(g.training.grad_accum) + 16);
     for (auto& t : g.templates) {
-      plans_.push_back(plan_template(t, policy, costs_, g));
+      plans_.push_back(plan_template(t, policy, costs_, g, opt.lhs));
       headroom = std::max(headroom, plans_.back().backward_working_set_bytes);
     }
     prog_.hbm_limit_bytes = opt.memory_limit_slop * sys.gpu.hbm_bytes - headroom;
@@ -253,13 +304,15 @@ class ProgramBuilder {
     if (names_) names_->push_back(std::move(name));
     return static_cast<int>(prog_.ops.size()) - 1;
   }
-  int compute_op(double seconds, bool mem_bound, double flops, char phase, int layer, std::string name) {
+  // `independent`: does not read the all-to-all in flight (LHS placed it under it).
+  int compute_op(double seconds, bool mem_bound, double flops, char phase, int layer, std::string name,
+                 bool independent = false) {
     ProgramOp& o = emplace(sim::compute, seconds);
     o.memory_bound = mem_bound;
     o.executed_flops = flops;
     o.phase = phase;
     o.layer = layer;
-    if (pending_a2a_ >= 0) o.deps.push_back(std::exchange(pending_a2a_, -1));
+    if (pending_a2a_ >= 0 && !independent) o.deps.push_back(std::exchange(pending_a2a_, -1));
     last_compute_ = named(std::move(name));
     return last_compute_;
   }
@@ -319,7 +372,7 @@ class ProgramBuilder {
     op(unembed_bwd).releases = {logits, embed_buf, input_buf};
     backward_start_ = unembed_bwd;
 
-    if (opt_.pipelined_collectives) prefetch_backward_gather(L - 1, layers);
+    if (pipelined_collectives_) prefetch_backward_gather(L - 1, layers);
     for (std::int64_t l = L - 1; l >= 0; --l) grad_carry = backward_layer(l, layers, grad_carry, rs_ops);
 
     int embed_grad = prog_.add_buffer(g_.embed_grad_bytes, MemCategory::collective_buffers);
@@ -353,8 +406,8 @@ class ProgramBuilder {
     // FSDP all-gather one layer ahead: it may start once layer l-2 is done with its weights.
     // Pipelined collectives gather one layer ahead (from when layer l-2 is done with its weights); without
     // them the gather sits at the top of its own iteration and the layer waits for it.
-    const auto prior = static_cast<std::size_t>(opt_.pipelined_collectives ? l - 2 : l - 1);
-    int ag_op = gather_layer(t, l, l >= (opt_.pipelined_collectives ? 2 : 1) ? layers[prior].fwd_last : -1, 'f');
+    const auto prior = static_cast<std::size_t>(pipelined_collectives_ ? l - 2 : l - 1);
+    int ag_op = gather_layer(t, l, l >= (pipelined_collectives_ ? 2 : 1) ? layers[prior].fwd_last : -1, 'f');
     int gathered = gather_buf_;
 
     st.buf.assign(nt, -1);
@@ -373,11 +426,13 @@ class ProgramBuilder {
     pending.clear();
     auto& op_id = op_id_;
     op_id.assign(t.ops.size(), -1);
-    for (std::size_t o = 0; o < t.ops.size(); ++o) {
+    for (int oi : p.order) {
+      const auto o = static_cast<std::size_t>(oi);
       const auto& def = t.ops[o];
       int id = def.kind == OpKind::all_to_all
                    ? a2a_op(p.fwd_s[o], 'f', static_cast<int>(l), label(def.name, l))
-                   : compute_op(p.fwd_s[o], p.fwd_mem_bound[o], def.flops, 'f', static_cast<int>(l), label(def.name, l));
+                   : compute_op(p.fwd_s[o], p.fwd_mem_bound[o], def.flops, 'f', static_cast<int>(l), label(def.name, l),
+                                p.hoisted[o]);
       op_id[o] = id;
       if (o == 0) {
         st.fwd_first = id;
@@ -447,7 +502,7 @@ class ProgramBuilder {
     const int iteration_start = last_compute_;
     // Issue the next layer's gather before this layer's reduce-scatter so the two never queue behind
     // each other; it may start once layer l+1 is done with its weights.
-    if (opt_.pipelined_collectives) {
+    if (pipelined_collectives_) {
       if (l >= 1) prefetch_backward_gather(l - 1, layers);
     } else {
       st.ag_bwd = gather_layer(t, l, iteration_start, 'b');
@@ -501,27 +556,68 @@ class ProgramBuilder {
     grad.assign(nt, -1);
     grad[static_cast<std::size_t>(t.output_tensor)] = grad_in;
     bool first = true;
+    auto begin_iteration = [&](int id) {
+      if (!first) return;
+      op(id).deps.push_back(ag_op);
+      op(id).allocs.push_back(grad_buf);
+      first = false;
+    };
+    // A GEMM's backward is two dots: the input gradient (on the critical path) and the weight gradient
+    // (read only by the reduce-scatter). LHS holds weight-gradient dots back to run under the next
+    // all-to-all of the iteration; without LHS each follows its input-gradient dot.
+    auto& deferred = deferred_;
+    deferred.clear();
+    auto emit_dw = [&](const PendingDw& d) {
+      const auto& def = t.ops[d.op];
+      int w = compute_op(p.dw_s[d.op], p.fwd_mem_bound[d.op], def.bwd_flops / 2, 'b', static_cast<int>(l),
+                         names_ ? "bwd_w " + def.name + " L" + std::to_string(l) : std::string(), true);
+      for (int dep : d.deps) op(w).deps.push_back(dep);
+      for (int b : d.releases) op(w).releases.push_back(b);
+    };
     for (std::size_t s = 0; s < steps.size(); ++s) {
       const std::size_t o = steps[s].op;
       const auto& def = t.ops[o];
       const bool replay = steps[s].replay;
       const auto& reads = replay ? def.inputs : def.saved;
-      // Without LHS the copy starts right before the first op that reads it.
-      for (int k : reads) {
-        auto kk = static_cast<std::size_t>(k);
-        if (p.placement[kk] == Placement::offload && h2d[kk] < 0 && !opt_.lhs)
-          make_h2d(kk, last_compute_ >= 0 ? std::vector<int>{last_compute_} : std::vector<int>{});
+      auto fetch_without_lhs = [&] {  // without LHS the copy starts right before the op that reads it
+        for (int k : reads) {
+          auto kk = static_cast<std::size_t>(k);
+          if (p.placement[kk] == Placement::offload && h2d[kk] < 0 && !opt_.lhs)
+            make_h2d(kk, last_compute_ >= 0 ? std::vector<int>{last_compute_} : std::vector<int>{});
+        }
+      };
+      if (!replay && def.kind == OpKind::gemm) {
+        int dx = compute_op(p.dx_s[o], p.fwd_mem_bound[o], def.bwd_flops / 2, 'b', static_cast<int>(l),
+                            names_ ? "bwd_x " + def.name + " L" + std::to_string(l) : std::string());
+        begin_iteration(dx);
+        for (int in : def.inputs) {
+          auto kk = static_cast<std::size_t>(in);
+          if (grad[kk] < 0) {
+            grad[kk] = prog_.add_buffer(t.tensors[kk].bytes, MemCategory::workspace);
+            op(dx).allocs.push_back(grad[kk]);
+          }
+        }
+        fetch_without_lhs();
+        PendingDw d{o, {}, {}};
+        for (int k : reads) {
+          auto kk = static_cast<std::size_t>(k);
+          if (h2d[kk] >= 0) d.deps.push_back(h2d[kk]);
+          if (last_read[kk] == static_cast<int>(s) && buf[kk] >= 0) d.releases.push_back(buf[kk]);
+        }
+        for (int out : def.outputs)
+          if (grad[static_cast<std::size_t>(out)] >= 0) d.releases.push_back(grad[static_cast<std::size_t>(out)]);
+        if (opt_.lhs && steps[s].a2a_follows) deferred.push_back(std::move(d));
+        else emit_dw(d);
+        continue;
       }
+      fetch_without_lhs();
       std::string name = names_ ? (replay ? "recompute " : "bwd ") + def.name + " L" + std::to_string(l) : std::string();
       int id = def.kind == OpKind::all_to_all
                    ? a2a_op(replay ? p.fwd_s[o] : p.bwd_s[o], replay ? 'r' : 'b', static_cast<int>(l), std::move(name))
                    : compute_op(replay ? p.fwd_s[o] : p.bwd_s[o], p.fwd_mem_bound[o], replay ? def.flops : def.bwd_flops,
-                                replay ? 'r' : 'b', static_cast<int>(l), std::move(name));
-      if (first) {
-        op(id).deps.push_back(ag_op);
-        op(id).allocs.push_back(grad_buf);
-        first = false;
-      }
+                                replay ? 'r' : 'b', static_cast<int>(l), std::move(name),
+                                replay && p.hoisted[o]);
+      begin_iteration(id);
       for (int k : reads) {
         auto kk = static_cast<std::size_t>(k);
         if (h2d[kk] >= 0) op(id).deps.push_back(h2d[kk]);
@@ -547,7 +643,13 @@ class ProgramBuilder {
         for (int out : def.outputs)
           if (grad[static_cast<std::size_t>(out)] >= 0) op(id).releases.push_back(grad[static_cast<std::size_t>(out)]);
       }
+      if (def.kind == OpKind::all_to_all) {
+        for (auto& d : deferred) emit_dw(d);
+        deferred.clear();
+      }
     }
+    for (auto& d : deferred) emit_dw(d);
+    deferred.clear();
     st.bwd_last = last_compute_;
     op(st.bwd_last).releases.push_back(gathered);
     // Saved tensors nobody read, and host copies nobody fetched, go at the end of the iteration.
@@ -568,6 +670,7 @@ class ProgramBuilder {
   const StepGraph& g_;
   const System& sys_;
   SimOptions opt_;
+  bool pipelined_collectives_ = opt_.pipelined_collectives;
   Topology topo_;
   Costs costs_;
   std::vector<std::string>* names_;
@@ -578,6 +681,8 @@ class ProgramBuilder {
   int gather_buf_ = -1;
   int backward_start_ = -1;
   struct PendingCopy { std::size_t tensor; int after, src; };
+  struct PendingDw { std::size_t op; std::vector<int> deps, releases; };
+  std::vector<PendingDw> deferred_;  // scratch: weight-gradient dots waiting for an all-to-all
   std::vector<PendingCopy> pending_;  // scratch, reused by every layer
   std::vector<int> op_id_, buf_, h2d_, grad_;
 };

@@ -188,3 +188,45 @@ TEST_CASE("a malformed calibration profile exits with status 2 naming the file a
   CHECK(r.status == 2);
   CHECK(r.err.find(file.string() + ": host_link.h2d_bytes_per_s = 0 (must be > 0)") != std::string::npos);
 }
+
+TEST_CASE("with LHS independent work runs under the expert all-to-all; without LHS it waits", "[sim][lhs]") {
+  // A DeepSeek-V3 layer on 8 GPUs with EP 8 (it need not fit; only the schedule matters).
+  RunConfig c;
+  c.system = "h200-hgx";
+  c.model = "deepseek-v3-671b";
+  c.gpus = 8;
+  c.ep = 8;
+  c.batch = 1;
+  c.seq = 1024;
+  c.policy = "full";
+  auto timeline = [&](bool lhs) {
+    c.lhs = lhs;
+    auto run = prepare_run(c);
+    std::vector<std::string> names;
+    auto program = build_program(run.graph, run.system, run.policy, run.options, &names);
+    return std::pair{names, sim::run_program(program, true)};
+  };
+  auto [on_names, on] = timeline(true);
+  auto [off_names, off] = timeline(false);
+  auto at = [](const std::vector<std::string>& names, const sim::EngineResult& r, const std::string& op) {
+    auto i = static_cast<std::size_t>(find_op(names, op));
+    return std::pair{r.start_s[i], r.end_s[i]};
+  };
+  const std::string l = " L10";
+  // Forward: the shared expert reads the normed input, not the dispatched tokens. LHS issues it under the
+  // dispatch; in program order it comes after the combine.
+  CHECK(at(on_names, on, "wi_0" + l).first == Approx(at(on_names, on, "dispatch_a2a" + l).first));
+  CHECK(at(off_names, off, "wi_0" + l).first >= at(off_names, off, "combine_a2a" + l).second);
+  // Backward: the routed experts' weight-gradient dots need nothing the dispatch's backward produces.
+  // LHS holds them back to start with it; the next op waits for whichever of the two finishes last.
+  auto a2a = at(on_names, on, "bwd dispatch_a2a" + l);
+  auto dw_first = at(on_names, on, "bwd_w moe_wo" + l), dw_last = at(on_names, on, "bwd_w moe_wi_0" + l);
+  CHECK(dw_first.first == Approx(a2a.first));
+  CHECK(at(on_names, on, "bwd route_permute" + l).first == Approx(std::max(a2a.second, dw_last.second)));
+  // Without LHS each weight-gradient dot follows its input-gradient dot and the all-to-all comes after.
+  CHECK(at(off_names, off, "bwd_w moe_wo" + l).first == Approx(at(off_names, off, "bwd_x moe_wo" + l).second));
+  CHECK(at(off_names, off, "bwd dispatch_a2a" + l).first >= at(off_names, off, "bwd_w moe_wi_0" + l).second);
+  CHECK(on.end_time_s < off.end_time_s);
+  // Splitting the backward GEMM into two dots keeps its FLOPs: the executed total is the same either way.
+  CHECK(on.executed_flops == Approx(off.executed_flops).epsilon(1e-12));
+}
