@@ -10,7 +10,7 @@
 
 namespace hbmsim {
 
-LargestBatch largest_batch(const RunConfig& base, std::int64_t max_batch) {
+LargestBatch largest_batch(const RunConfig& base, std::int64_t max_batch, bool powers_of_two) {
   LargestBatch out;
   std::map<std::int64_t, bool> fits;
   auto test = [&](std::int64_t b) {
@@ -27,6 +27,10 @@ LargestBatch largest_batch(const RunConfig& base, std::int64_t max_batch) {
   for (std::int64_t b = 2; b <= max_batch; b *= 2) {
     if (test(b)) good = b;
     else { bad = b; break; }
+  }
+  if (powers_of_two) {
+    out.batch = good;
+    return out;
   }
   if (bad == 0) {
     if (good < max_batch && test(max_batch)) good = max_batch;

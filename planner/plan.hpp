@@ -17,12 +17,13 @@ struct Candidate {
 };
 
 // Largest per-device batch in [1, max_batch] that fits (0 if even batch 1 does not), assuming fitting is
-// monotone in batch: doubling, then bisection. `tried` lists every batch simulated.
+// monotone in batch: doubling, then bisection. `tried` lists every batch simulated. With `powers_of_two`
+// only 1, 2, 4, ... are candidates (the grid capacity experiments usually step through).
 struct LargestBatch {
   std::int64_t batch = 0;
   std::vector<Candidate> tried;
 };
-LargestBatch largest_batch(const RunConfig& base, std::int64_t max_batch = 4096);
+LargestBatch largest_batch(const RunConfig& base, std::int64_t max_batch = 4096, bool powers_of_two = false);
 
 // Policy variants for largest-batch: "label=field:value;field:value".
 std::pair<std::string, RunConfig> parse_variant(const RunConfig& base, const std::string& spec);

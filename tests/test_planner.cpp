@@ -172,6 +172,22 @@ TEST_CASE("the largest DeepSeek-V3 batch agrees with the measured fits and OOMs"
   CHECK_FALSE(run_simulation(above).fits);
 }
 
+TEST_CASE("on the power-of-two grid the largest on-device DeepSeek-V3 batch is the measured 2", "[planner][plan]") {
+  // The measurements stepped 2 -> 8; on that grid the answer is the largest 2^k that fits, checked here by
+  // simulating 2 and 4 directly. The exact integer answer lies between it and the next power of two.
+  RunConfig c = reference_config("dsv3-device-mbs2");
+  auto grid = largest_batch(c, 64, true);
+  CHECK(grid.batch == 2);
+  for (auto& t : grid.tried) CHECK((t.config.batch & (t.config.batch - 1)) == 0);
+  c.batch = 2;
+  CHECK(run_simulation(c).fits);
+  c.batch = 4;
+  CHECK_FALSE(run_simulation(c).fits);
+  auto exact = largest_batch(reference_config("dsv3-device-mbs2"), 64);
+  CHECK(exact.batch >= grid.batch);
+  CHECK(exact.batch < 2 * grid.batch);
+}
+
 TEST_CASE("the policy search beats or matches the seed's offload set and prints MaxText keys", "[planner][plan]") {
   auto seed = dsv3_seed("offload");
   auto seed_report = run_simulation(seed);
