@@ -200,10 +200,11 @@ TemplatePlan plan_template(const LayerTemplate& t, const Policy& policy, const C
     bool mb = false;
     switch (op.kind) {
       case OpKind::gemm:
+        // The backward is two dots of the forward's size, each with its own efficiency and launch.
         f = c.gemm_s(op.flops, op.bytes, op.dtype);
-        b = c.gemm_s(op.bwd_flops, op.bwd_bytes, op.dtype);
         dx = c.gemm_s(op.bwd_flops / 2, op.bwd_bytes / 2, op.dtype);
         dw = dx;
+        b = dx + dw;
         mb = c.memory_bound_gemm(op.flops, op.bytes, op.dtype);
         break;
       case OpKind::attention:
@@ -564,7 +565,7 @@ class ProgramBuilder {
     };
     // A GEMM's backward is two dots: the input gradient (on the critical path) and the weight gradient
     // (read only by the reduce-scatter). LHS holds weight-gradient dots back to run under the next
-    // all-to-all of the iteration; without LHS each follows its input-gradient dot.
+    // all-to-all of the iteration; elsewhere the two run back to back and are simulated as one op.
     auto& deferred = deferred_;
     deferred.clear();
     auto emit_dw = [&](const PendingDw& d) {
@@ -586,7 +587,7 @@ class ProgramBuilder {
             make_h2d(kk, last_compute_ >= 0 ? std::vector<int>{last_compute_} : std::vector<int>{});
         }
       };
-      if (!replay && def.kind == OpKind::gemm) {
+      if (!replay && def.kind == OpKind::gemm && opt_.lhs && steps[s].a2a_follows) {
         int dx = compute_op(p.dx_s[o], p.fwd_mem_bound[o], def.bwd_flops / 2, 'b', static_cast<int>(l),
                             names_ ? "bwd_x " + def.name + " L" + std::to_string(l) : std::string());
         begin_iteration(dx);
@@ -606,8 +607,7 @@ class ProgramBuilder {
         }
         for (int out : def.outputs)
           if (grad[static_cast<std::size_t>(out)] >= 0) d.releases.push_back(grad[static_cast<std::size_t>(out)]);
-        if (opt_.lhs && steps[s].a2a_follows) deferred.push_back(std::move(d));
-        else emit_dw(d);
+        deferred.push_back(std::move(d));
         continue;
       }
       fetch_without_lhs();
