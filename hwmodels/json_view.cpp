@@ -1,12 +1,71 @@
 #include "hwmodels/json_view.hpp"
 
+#include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
 
 namespace hbmsim {
+
+std::string escape_control_characters(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char ch : text) {
+    auto c = static_cast<unsigned char>(ch);
+    if (c >= 0x20 && c != 0x7f) {
+      out += ch;
+      continue;
+    }
+    switch (c) {
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default: {
+        char buf[8];
+        std::snprintf(buf, sizeof buf, "\\u%04x", c);
+        out += buf;
+      }
+    }
+  }
+  return out;
+}
+
+std::string quote(std::string_view text) {
+  std::string out = "\"";
+  for (char ch : text) out += ch == '"' ? std::string("\\\"") : std::string(1, ch);
+  return escape_control_characters(out + "\"");
+}
+
+std::string format_number(double value) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, value);  // shortest round-trip form, locale-free
+  return ec == std::errc() ? std::string(buf, end) : std::string("?");
+}
+
+std::string dump_json(const nlohmann::json& value, int indent) {
+  return value.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::uintmax_t require_regular_file(const std::string& path, std::uintmax_t max_bytes, std::string_view what) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  auto status = fs::status(path, ec);
+  if (!fs::exists(status)) throw InputError(path + ": file does not exist");
+  if (fs::is_directory(status)) throw InputError(path + ": is a directory, expected " + std::string(what));
+  if (!fs::is_regular_file(status))
+    throw InputError(path + ": is not a regular file (a device, pipe or socket), expected " + std::string(what));
+  auto size = fs::file_size(path, ec);
+  if (ec) throw InputError(path + ": cannot be read (" + ec.message() + ")");
+  if (size > max_bytes)
+    throw InputError(path + ": is " + std::to_string(size) + " bytes, above the " + std::to_string(max_bytes >> 20) +
+                     " MiB limit for " + std::string(what));
+  return size;
+}
 
 nlohmann::json parse_json_text(std::string_view text, const std::string& origin) {
   try {
@@ -21,19 +80,20 @@ nlohmann::json parse_json_text(std::string_view text, const std::string& origin)
 }
 
 nlohmann::json parse_json_file(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (!fs::exists(path, ec)) throw InputError(path + ": file does not exist");
-  if (fs::is_directory(path, ec)) throw InputError(path + ": is a directory, expected a JSON file");
+  auto size = require_regular_file(path, kMaxJsonFileBytes, "a JSON file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path + ": cannot be opened for reading");
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  return parse_json_text(buffer.str(), path);
+  // Read one byte more than the size checked: a file that grew since then is refused, never read on.
+  std::string text(static_cast<std::size_t>(size) + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad()) throw InputError(path + ": read failed");
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  if (text.size() > size) throw InputError(path + ": changed while being read");
+  return parse_json_text(text, path);
 }
 
 std::string describe_json_value(const nlohmann::json& value) {
-  std::string s = value.dump();
+  std::string s = dump_json(value);
   if (s.size() > 60) s = s.substr(0, 57) + "...";
   return s;
 }
@@ -150,11 +210,17 @@ bool JsonView::boolean() const {
   return node_->get<bool>();
 }
 
-double JsonView::sourced_positive() const {
+double JsonView::positive_at_most(double max, std::string_view unit) const {
+  double v = positive();
+  if (v > max) fail("implausibly large, max " + format_number(max) + " " + std::string(unit));
+  return v;
+}
+
+double JsonView::sourced_positive(double max, std::string_view unit) const {
   allow_only({"value", "source", "note"});
   auto source = at("source").string();
   if (source.empty()) at("source").fail("must name a datasheet, measurement or estimate");
-  return at("value").positive();
+  return at("value").positive_at_most(max, unit);
 }
 
 }  // namespace hbmsim

@@ -11,19 +11,47 @@
 
 namespace hbmsim {
 
-// Bad user input. Carries a one-line message "FILE: PATH = VALUE (why)". Maps to exit status 2 in the
-// CLI and to ValueError in Python.
+// Control characters (NUL, newline, ...) written as JSON escapes (\u0000, \n), so that a message stays one
+// line and a C-string reader (what(), printf %s) sees all of it. Other bytes are kept as they are.
+std::string escape_control_characters(std::string_view text);
+// `text` as a double-quoted string for a message, control characters escaped: "a\u0000b".
+std::string quote(std::string_view text);
+// A number for a message: shortest round-trip form (1e-300, 0.5, 1e+15, nan), never std::to_string's
+// fixed six decimals (which print 1e-300 as 0.000000).
+std::string format_number(double value);
+// JSON text that never throws: bytes that are not UTF-8 (a path from the command line) become U+FFFD.
+std::string dump_json(const nlohmann::json& value, int indent = -1);
+
+// Bad user input. Carries a one-line message "FILE: PATH = VALUE (why)" (control characters escaped). Maps to
+// exit status 2 in the CLI and to ValueError in Python.
 class InputError : public std::invalid_argument {
  public:
-  explicit InputError(const std::string& message) : std::invalid_argument(message) {}
+  explicit InputError(const std::string& message) : std::invalid_argument(escape_control_characters(message)) {}
 };
 
-// Reads a whole file and parses it; a missing file, a directory or malformed JSON is an InputError.
+// Input files are read whole, so they must be regular files (not a directory, FIFO or device such as
+// /dev/zero, which never ends) of at most `max_bytes`; checked before anything is read. `what` names the
+// expected content for the messages ("a JSON file"). Returns the size.
+std::uintmax_t require_regular_file(const std::string& path, std::uintmax_t max_bytes, std::string_view what);
+// JSON inputs (systems, models, configs, profiles, measured runs) are kilobytes; 64 MiB is far above any.
+inline constexpr std::uintmax_t kMaxJsonFileBytes = std::uintmax_t{64} << 20;
+
+// Reads a whole file and parses it; a missing file, a directory, a device, a file above kMaxJsonFileBytes
+// or malformed JSON is an InputError.
 nlohmann::json parse_json_file(const std::string& path);
 nlohmann::json parse_json_text(std::string_view text, const std::string& origin);
 
 // Shortens a JSON value for error messages.
 std::string describe_json_value(const nlohmann::json& value);
+
+// Upper bounds for sourced hardware figures. Each is orders of magnitude above any part shipped or announced
+// (HBM per GPU ~3e11 bytes, host memory per CPU ~2e12 bytes, HBM bandwidth ~1.3e13 B/s, dense FP4 peak
+// ~3.5e16 FLOP/s, interconnect latency ~1e-6 s), so they only refuse typos and overflowed values (2^64
+// bytes of HBM), never a real or future system.
+inline constexpr double kMaxHardwareBytes = 1e15;            // 1 PB
+inline constexpr double kMaxHardwareBytesPerSecond = 1e15;   // 1 PB/s
+inline constexpr double kMaxHardwareFlopsPerSecond = 1e18;   // 1 EFLOP/s per GPU
+inline constexpr double kMaxHardwareSeconds = 1;             // latencies and launch overheads
 
 class JsonView {
  public:
@@ -60,8 +88,11 @@ class JsonView {
   std::string string() const;
   bool boolean() const;
 
-  // A hardware figure written as {"value": x, "source": "..."}: returns x (> 0), requires a source.
-  double sourced_positive() const;
+  // A hardware figure written as {"value": x, "source": "..."}: returns x (> 0 and <= max), requires a
+  // source. `unit` names max's unit in the message ("bytes").
+  double sourced_positive(double max, std::string_view unit) const;
+  // number() in (0, max].
+  double positive_at_most(double max, std::string_view unit) const;
 
  private:
   const nlohmann::json* node_;
