@@ -25,7 +25,7 @@ System builtin_system(const std::string& id) {
   if (!text) {
     std::string known;
     for (auto& k : builtin_system_ids()) known += (known.empty() ? "" : ", ") + k;
-    throw InputError("system = \"" + id + "\" (no such file or built-in system; built-ins: " + known + ")");
+    throw InputError("system = " + quote(id) + " (no such file or built-in system; built-ins: " + known + ")");
   }
   return cache[id] = load_system(parse_json_text(*text, "builtin:" + name), "builtin:" + name);
 }

@@ -18,6 +18,18 @@ const std::vector<std::string>& fitted_parameter_names() {
   return names;
 }
 
+namespace {
+
+// A measured latency or launch overhead: >= 0 (a fit may drive it to zero) and at most kMaxHardwareSeconds.
+double seconds(const JsonView& x) {
+  double v = x.non_negative();
+  if (v > kMaxHardwareSeconds)
+    x.fail("implausibly large, max " + format_number(kMaxHardwareSeconds) + " s");
+  return v;
+}
+
+}  // namespace
+
 Profile load_profile(const nlohmann::json& doc, const std::string& origin) {
   JsonView v(doc, origin);
   v.allow_only({"format", "name", "source", "metadata", "host_link", "hbm_bandwidth_bytes_per_s",
@@ -33,14 +45,14 @@ Profile load_profile(const nlohmann::json& doc, const std::string& origin) {
   }
   if (auto h = v.find("host_link")) {
     h->allow_only({"h2d_bytes_per_s", "d2h_bytes_per_s", "bidirectional_total_bytes_per_s", "latency_s"});
-    if (auto x = h->find("h2d_bytes_per_s")) p.h2d_bytes_per_s = x->positive();
-    if (auto x = h->find("d2h_bytes_per_s")) p.d2h_bytes_per_s = x->positive();
-    if (auto x = h->find("bidirectional_total_bytes_per_s")) p.bidirectional_total_bytes_per_s = x->positive();
-    if (auto x = h->find("latency_s")) p.host_latency_s = x->non_negative();
+    if (auto x = h->find("h2d_bytes_per_s")) p.h2d_bytes_per_s = x->positive_at_most(kMaxHardwareBytesPerSecond, "bytes/s");
+    if (auto x = h->find("d2h_bytes_per_s")) p.d2h_bytes_per_s = x->positive_at_most(kMaxHardwareBytesPerSecond, "bytes/s");
+    if (auto x = h->find("bidirectional_total_bytes_per_s")) p.bidirectional_total_bytes_per_s = x->positive_at_most(kMaxHardwareBytesPerSecond, "bytes/s");
+    if (auto x = h->find("latency_s")) p.host_latency_s = seconds(*x);
   }
-  if (auto x = v.find("hbm_bandwidth_bytes_per_s")) p.hbm_bandwidth_bytes_per_s = x->positive();
-  if (auto x = v.find("d2d_bandwidth_bytes_per_s")) p.d2d_bandwidth_bytes_per_s = x->positive();
-  if (auto x = v.find("launch_overhead_s")) p.launch_overhead_s = x->non_negative();
+  if (auto x = v.find("hbm_bandwidth_bytes_per_s")) p.hbm_bandwidth_bytes_per_s = x->positive_at_most(kMaxHardwareBytesPerSecond, "bytes/s");
+  if (auto x = v.find("d2d_bandwidth_bytes_per_s")) p.d2d_bandwidth_bytes_per_s = x->positive_at_most(kMaxHardwareBytesPerSecond, "bytes/s");
+  if (auto x = v.find("launch_overhead_s")) p.launch_overhead_s = seconds(*x);
   if (auto i = v.find("interference")) {
     i->allow_only({"compute_slowdown_during_copy"});
     if (auto x = i->find("compute_slowdown_during_copy")) {
@@ -114,7 +126,7 @@ void save_profile_file(const Profile& profile, const std::string& path) {
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) throw InputError(path + ": cannot be written");
-    out << profile.to_json().dump(2) << "\n";
+    out << dump_json(profile.to_json(), 2) << "\n";
     out.flush();
     if (!out) throw InputError(path + ": write failed");
   }

@@ -168,7 +168,7 @@ Efficiency load_efficiency(const nlohmann::json& doc, const std::string& origin)
 
 static int positive_int(const JsonView& v, int max_value = 1 << 20) {
   auto x = v.positive_integer();
-  if (x > max_value) v.fail("is implausibly large (max " + std::to_string(max_value) + ")");
+  if (x > max_value) v.fail("implausibly large, max " + std::to_string(max_value));
   return static_cast<int>(x);
 }
 
@@ -185,20 +185,20 @@ System load_system(const nlohmann::json& doc, const std::string& origin) {
   auto g = v.at("gpu");
   g.allow_only({"name", "hbm_bytes", "hbm_bandwidth_bytes_per_s", "dense_peak_flops", "launch_overhead_s"});
   s.gpu.name = g.at("name").string();
-  s.gpu.hbm_bytes = g.at("hbm_bytes").sourced_positive();
-  s.gpu.hbm_bandwidth_bytes_per_s = g.at("hbm_bandwidth_bytes_per_s").sourced_positive();
-  s.gpu.launch_overhead_s = g.at("launch_overhead_s").sourced_positive();
+  s.gpu.hbm_bytes = g.at("hbm_bytes").sourced_positive(kMaxHardwareBytes, "bytes");
+  s.gpu.hbm_bandwidth_bytes_per_s = g.at("hbm_bandwidth_bytes_per_s").sourced_positive(kMaxHardwareBytesPerSecond, "bytes/s");
+  s.gpu.launch_overhead_s = g.at("launch_overhead_s").sourced_positive(kMaxHardwareSeconds, "s");
   auto peaks = g.at("dense_peak_flops");
   peaks.allow_only({"bf16", "fp8", "nvfp4"});
   for (Dtype d : {Dtype::bf16, Dtype::fp8, Dtype::nvfp4})
-    if (auto p = peaks.find(to_string(d))) s.gpu.dense_peak_flops[d] = p->sourced_positive();
+    if (auto p = peaks.find(to_string(d))) s.gpu.dense_peak_flops[d] = p->sourced_positive(kMaxHardwareFlopsPerSecond, "FLOP/s");
   if (!s.gpu.dense_peak_flops.count(Dtype::bf16)) peaks.fail("bf16 is required");
 
   auto c = v.at("host_cpu");
   c.allow_only({"name", "memory_bytes", "memory_bandwidth_bytes_per_s", "gpus_per_cpu"});
   s.host_cpu.name = c.at("name").string();
-  s.host_cpu.memory_bytes = c.at("memory_bytes").sourced_positive();
-  s.host_cpu.memory_bandwidth_bytes_per_s = c.at("memory_bandwidth_bytes_per_s").sourced_positive();
+  s.host_cpu.memory_bytes = c.at("memory_bytes").sourced_positive(kMaxHardwareBytes, "bytes");
+  s.host_cpu.memory_bandwidth_bytes_per_s = c.at("memory_bandwidth_bytes_per_s").sourced_positive(kMaxHardwareBytesPerSecond, "bytes/s");
   s.host_cpu.gpus_per_cpu = positive_int(c.at("gpus_per_cpu"), 64);
 
   auto l = v.at("host_link");
@@ -216,31 +216,31 @@ System load_system(const nlohmann::json& doc, const std::string& origin) {
     l.at("gpus_sharing").fail("must be 1 for a dedicated link");
   if (s.host_link.gpus_sharing > s.host_cpu.gpus_per_cpu)
     l.at("gpus_sharing").fail("cannot exceed host_cpu.gpus_per_cpu = " + std::to_string(s.host_cpu.gpus_per_cpu));
-  s.host_link.per_direction_bytes_per_s = l.at("per_direction_bytes_per_s").sourced_positive();
-  if (auto m = l.find("measured_h2d_bytes_per_s")) s.host_link.measured_h2d_bytes_per_s = m->sourced_positive();
-  if (auto m = l.find("measured_d2h_bytes_per_s")) s.host_link.measured_d2h_bytes_per_s = m->sourced_positive();
-  s.host_link.latency_s = l.at("latency_s").sourced_positive();
+  s.host_link.per_direction_bytes_per_s = l.at("per_direction_bytes_per_s").sourced_positive(kMaxHardwareBytesPerSecond, "bytes/s");
+  if (auto m = l.find("measured_h2d_bytes_per_s")) s.host_link.measured_h2d_bytes_per_s = m->sourced_positive(kMaxHardwareBytesPerSecond, "bytes/s");
+  if (auto m = l.find("measured_d2h_bytes_per_s")) s.host_link.measured_d2h_bytes_per_s = m->sourced_positive(kMaxHardwareBytesPerSecond, "bytes/s");
+  s.host_link.latency_s = l.at("latency_s").sourced_positive(kMaxHardwareSeconds, "s");
   double share = s.host_link.per_direction_bytes_per_s / s.host_link.gpus_sharing;
   for (auto key : {"measured_h2d_bytes_per_s", "measured_d2h_bytes_per_s"})
     if (auto m = l.find(key); m && m->at("value").number() > share * 1.0001)
-      m->at("value").fail("exceeds the link's per-GPU share " + std::to_string(share));
+      m->at("value").fail("exceeds the link's per-GPU share " + format_number(share));
 
   auto u = v.at("scale_up");
   u.allow_only({"name", "per_gpu_bytes_per_s_per_direction", "domain_gpus", "latency_s"});
   s.scale_up.name = u.at("name").string();
-  s.scale_up.per_gpu_bytes_per_s_per_direction = u.at("per_gpu_bytes_per_s_per_direction").sourced_positive();
+  s.scale_up.per_gpu_bytes_per_s_per_direction = u.at("per_gpu_bytes_per_s_per_direction").sourced_positive(kMaxHardwareBytesPerSecond, "bytes/s");
   s.scale_up.domain_gpus = positive_int(u.at("domain_gpus"), 4096);
-  s.scale_up.latency_s = u.at("latency_s").sourced_positive();
+  s.scale_up.latency_s = u.at("latency_s").sourced_positive(kMaxHardwareSeconds, "s");
 
   auto o = v.at("scale_out");
   o.allow_only({"name", "per_gpu_bytes_per_s_per_direction", "latency_s"});
   s.scale_out.name = o.at("name").string();
-  s.scale_out.per_gpu_bytes_per_s_per_direction = o.at("per_gpu_bytes_per_s_per_direction").sourced_positive();
-  s.scale_out.latency_s = o.at("latency_s").sourced_positive();
+  s.scale_out.per_gpu_bytes_per_s_per_direction = o.at("per_gpu_bytes_per_s_per_direction").sourced_positive(kMaxHardwareBytesPerSecond, "bytes/s");
+  s.scale_out.latency_s = o.at("latency_s").sourced_positive(kMaxHardwareSeconds, "s");
 
   auto r = v.at("runtime");
   r.allow_only({"reserve_bytes", "host_pinned_fraction"});
-  s.runtime.reserve_bytes = r.at("reserve_bytes").sourced_positive();
+  s.runtime.reserve_bytes = r.at("reserve_bytes").sourced_positive(kMaxHardwareBytes, "bytes");
   if (s.runtime.reserve_bytes >= s.gpu.hbm_bytes) r.at("reserve_bytes").fail("must be below gpu.hbm_bytes");
   {
     auto f = r.at("host_pinned_fraction");
