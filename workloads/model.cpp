@@ -97,6 +97,17 @@ nlohmann::json ModelSpec::to_json() const {
   return j;
 }
 
+// The deepest published LLMs have about 60-130 layers. 100000 leaves three orders of magnitude for
+// experiments and still refuses a typo or an overflowed count (10^12) here, before the step graph keeps one
+// entry per layer and the simulator's event budget (which allows far fewer layers) is ever reached.
+constexpr std::int64_t kMaxLayers = 100000;
+
+static std::int64_t layer_count(const JsonView& v) {
+  auto n = v.positive_integer();
+  if (n > kMaxLayers) v.fail("implausibly large, max " + std::to_string(kMaxLayers) + " layers");
+  return n;
+}
+
 static void validate(ModelSpec& m, const JsonView& v, const char* heads_key, const char* kv_key,
                      const char* dense_key, const char* experts_key) {
   if (m.is_mla()) {
@@ -107,7 +118,8 @@ static void validate(ModelSpec& m, const JsonView& v, const char* heads_key, con
   }
   if (m.num_experts > 0) {
     if (m.first_dense_layers >= m.num_layers) v.at(dense_key).fail("must be below the number of layers");
-    if (m.experts_per_token > m.num_experts) v.fail(std::string(experts_key) + " exceeds the number of experts");
+    if (m.experts_per_token > m.num_experts)
+      v.at(experts_key).fail("exceeds the number of experts, " + std::to_string(m.num_experts));
   }
 }
 
@@ -125,7 +137,7 @@ ModelSpec load_model(const nlohmann::json& doc, const std::string& origin) {
   if (arch.string() == "llama") m.architecture = Architecture::llama;
   else if (arch.string() == "deepseek_v3") m.architecture = Architecture::deepseek_v3;
   else arch.fail("unknown architecture; expected llama or deepseek_v3");
-  m.num_layers = v.at("num_layers").positive_integer();
+  m.num_layers = layer_count(v.at("num_layers"));
   m.d_model = v.at("d_model").positive_integer();
   m.num_query_heads = v.at("num_query_heads").positive_integer();
   m.mlp_dim = v.at("mlp_dim").positive_integer();
@@ -162,7 +174,7 @@ ModelSpec load_hf_config(const nlohmann::json& doc, const std::string& origin) {
   m.id = origin;
   m.source = origin + " (HuggingFace config.json)";
   m.name = arch;
-  m.num_layers = v.at("num_hidden_layers").positive_integer();
+  m.num_layers = layer_count(v.at("num_hidden_layers"));
   m.d_model = v.at("hidden_size").positive_integer();
   m.num_query_heads = v.at("num_attention_heads").positive_integer();
   m.mlp_dim = v.at("intermediate_size").positive_integer();
@@ -210,7 +222,7 @@ ModelSpec builtin_model(const std::string& id) {
   if (!text) {
     std::string known;
     for (auto& k : builtin_model_ids()) known += (known.empty() ? "" : ", ") + k;
-    throw InputError("model = \"" + id + "\" (no such file or built-in model; built-ins: " + known + ")");
+    throw InputError("model = " + quote(id) + " (no such file or built-in model; built-ins: " + known + ")");
   }
   return cache[id] = load_model(parse_json_text(*text, "builtin:" + name), "builtin:" + name);
 }
