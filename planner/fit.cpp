@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <thread>
@@ -10,6 +11,11 @@
 #include "hwmodels/json_view.hpp"
 
 namespace hbmsim {
+
+namespace {
+// A MaxText metrics log has one line of a few hundred bytes per step: 1 GiB is millions of steps.
+constexpr std::uintmax_t kMaxLogBytes = std::uintmax_t{1} << 30;
+}  // namespace
 
 std::vector<FitParameter> load_fit_parameters(const std::string& path) {
   std::string origin = path.empty() ? "builtin:fit/parameters.json" : path;
@@ -28,6 +34,13 @@ std::vector<FitParameter> load_fit_parameters(const std::string& path) {
     if (std::find(known.begin(), known.end(), f.name) == known.end()) p.at("name").fail("unknown parameter");
     if (!(f.lo < f.hi)) p.at("hi").fail("must be above lo");
     if (f.lo < 0) p.at("lo").fail("must be >= 0");
+    // The fitted value must load back from the profile it is written to: the scales must stay > 0 (a
+    // saturated logistic reaches lo exactly) and copy_compute_interference, a fraction, below 1.
+    if (f.name == "copy_compute_interference") {
+      if (f.hi >= 1) p.at("hi").fail("copy_compute_interference is a slowdown fraction: must be below 1");
+    } else if (!(f.lo > 0)) {
+      p.at("lo").fail(f.name + " multiplies a figure: must be > 0");
+    }
     if (!(f.initial > f.lo && f.initial < f.hi)) p.at("initial").fail("must lie strictly between lo and hi");
     for (auto& o : out)
       if (o.name == f.name) p.at("name").fail("duplicate parameter");
@@ -51,6 +64,13 @@ MeasuredRun measured_from_maxtext_log(const std::string& log_path, const std::st
   MeasuredRun m;
   m.id = log_path;
   m.config = RunConfig::from_file(config_path);
+  {
+    std::error_code ec;
+    if (!std::filesystem::exists(log_path, ec))
+      throw InputError(log_path + ": cannot be opened (MaxText metrics log; file does not exist)");
+  }
+  // Logs are streamed line by line, but a device (/dev/zero) or pipe would never end: regular files only.
+  require_regular_file(log_path, kMaxLogBytes, "a MaxText metrics log (JSON lines)");
   std::ifstream in(log_path);
   if (!in) throw InputError(log_path + ": cannot be opened (MaxText metrics log)");
   std::vector<double> tflops, step_s;
@@ -86,7 +106,7 @@ MeasuredRun measured_from_maxtext_log(const std::string& log_path, const std::st
     auto prepared = prepare_run(m.config);
     m.tflops_per_device = prepared.graph.model_flops.total() / median(step_s) / 1e12;
     if (!std::isfinite(*m.tflops_per_device))
-      throw InputError(log_path + ": perf/step_time_seconds median = " + std::to_string(median(step_s)) +
+      throw InputError(log_path + ": perf/step_time_seconds median = " + format_number(median(step_s)) +
                        " (too small to give a finite TFLOP/s)");
   } else {
     throw InputError(log_path + ": no step lines after " + std::to_string(skip_steps) +
@@ -225,6 +245,7 @@ std::map<std::string, double> fit_once(const std::vector<MeasuredRun>& runs, con
 
 FitResult fit_parameters(const std::vector<MeasuredRun>& runs, const std::vector<FitParameter>& ps, const FitOptions& o) {
   if (ps.empty()) throw InputError("fit: no parameters to fit");
+  if (o.jobs < 1) throw InputError("--jobs = " + std::to_string(o.jobs) + " (must be >= 1)");
   std::size_t with_tflops = 0;
   for (auto& r : runs) with_tflops += r.tflops_per_device ? 1 : 0;
   if (with_tflops == 0) throw InputError("fit: no measured run reports TFLOP/s");
