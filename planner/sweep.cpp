@@ -29,6 +29,11 @@ SweepAxis parse_axis(const std::string& spec) {
 
 namespace {
 
+// Most points one sweep may have (the product of the axes' lengths).
+constexpr std::size_t kMaxSweepPoints = 1'000'000;
+// Most worker threads run_sweep accepts.
+constexpr int kMaxJobs = 1024;
+
 struct Condition {
   std::string field, op, value;
 };
@@ -91,10 +96,16 @@ std::string num(double v) {
 std::vector<SweepPoint> expand_sweep(const RunConfig& base, const std::vector<SweepAxis>& axes, const std::string& where) {
   auto conds = parse_where(where, axes);
   std::size_t total = 1;
+  std::string shape;
   for (auto& a : axes) {
     if (a.values.empty()) throw InputError("--axis " + a.field + " (no values)");
     total *= a.values.size();
-    if (total > 100'000'000) throw InputError("--axis: more than 100000000 points; narrow the sweep");
+    shape += (shape.empty() ? "" : " x ") + std::to_string(a.values.size());
+    // Every point (a RunConfig) is held in memory before the sweep runs, and a million simulations already
+    // take minutes to hours; the product is checked before the --where filter, which visits every point.
+    if (total > kMaxSweepPoints)
+      throw InputError("--axis: the sweep has more than " + std::to_string(kMaxSweepPoints) + " points (" + shape +
+                       (&a == &axes.back() ? "" : " x ...") + "); narrow the axes or split the sweep into several runs");
   }
   std::vector<SweepPoint> points;
   for (std::size_t i = 0; i < total; ++i) {
@@ -119,6 +130,7 @@ std::vector<SweepPoint> expand_sweep(const RunConfig& base, const std::vector<Sw
 void run_sweep(const std::vector<SweepPoint>& points, int jobs, const std::function<void(const SweepRow&)>& on_row,
                const std::set<std::size_t>& skip) {
   if (jobs < 1) throw InputError("--jobs = " + std::to_string(jobs) + " (must be >= 1)");
+  if (jobs > kMaxJobs) throw InputError("--jobs = " + std::to_string(jobs) + " (at most " + std::to_string(kMaxJobs) + " threads)");
   std::atomic<std::size_t> next{0};
   std::mutex emit;
   std::exception_ptr failure;
@@ -140,7 +152,14 @@ void run_sweep(const std::vector<SweepPoint>& points, int jobs, const std::funct
         return;
       }
       std::lock_guard lock(emit);
-      on_row(row);
+      if (failure) return;
+      try {
+        on_row(row);  // may throw (a write error, a row that cannot be formatted): end the sweep, never the process
+      } catch (...) {
+        failure = std::current_exception();
+        next = points.size();
+        return;
+      }
     }
   };
   std::vector<std::thread> threads;
