@@ -104,7 +104,8 @@ std::vector<std::string> default_search_names(const RunConfig& base) {
 
 namespace {
 
-std::string key_of(const RunConfig& c) { return c.to_json().dump(); }
+// dump_json: a path that is not UTF-8 (the model) must not throw; every key of one search shares it.
+std::string key_of(const RunConfig& c) { return dump_json(c.to_json()); }
 
 struct Evaluator {
   int jobs;
