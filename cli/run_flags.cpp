@@ -1,37 +1,208 @@
 #include "cli/run_flags.hpp"
 
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <string_view>
+
+#include "hwmodels/builtin.hpp"
+#include "hwmodels/catalog.hpp"
 #include "hwmodels/json_view.hpp"
+#include "sim/policy.hpp"
+#include "workloads/model.hpp"
+#include "workloads/training.hpp"
 
 namespace hbmsim::cli {
+
+namespace {
+
+struct Flag {
+  const char* flag;
+  const char* field;
+  const char* help;
+};
+
+const Flag kFlags[] = {
+    {"--system", "system", "Built-in system id or system JSON file (default gb200-nvl72)"},
+    {"--model", "model", "Built-in model id, model JSON or HuggingFace config.json"},
+    {"--gpus", "gpus", "Number of GPUs"},
+    {"--batch", "batch", "Per-device batch"},
+    {"--seq", "seq", "Sequence length"},
+    {"--grad-accum", "grad_accum", "Gradient accumulation steps"},
+    {"--fsdp", "fsdp", "FSDP degree (default: the GPUs left after tp, ep, dp)"},
+    {"--tp", "tp", "Tensor parallel degree"},
+    {"--ep", "ep", "Expert parallel degree"},
+    {"--dp", "dp", "Data parallel (replica) degree"},
+    {"--weights", "weights", "MLP GEMM dtype: bf16, fp8, nvfp4"},
+    {"--attention-dtype", "attention_dtype", "Attention/projection GEMM dtype"},
+    {"--policy", "policy",
+     "full, minimal, minimal_with_context, save_qkv_proj, qkv_proj_offloaded, minimal_offloaded, custom"},
+    {"--lhs", "lhs", "Latency-hiding scheduler: on or off"},
+    {"--pipelined-transfers", "pipelined_transfers", "Pipelined host offloading: on or off"},
+    {"--pipelined-collectives", "pipelined_collectives", "FSDP all-gathers one layer ahead: on (default) or off"},
+    {"--memory-limit-slop", "memory_limit_slop", "Fraction of HBM the LHS may plan for (0.95)"},
+    {"--host-link-bw", "host_link_bytes_per_s", "What-if: host-link bytes/s per GPU per direction"},
+    {"--hbm-bytes", "hbm_bytes", "What-if: HBM capacity in bytes"},
+    {"--calibration", "calibration", "Calibration profile JSON (or built-in profile name)"},
+};
+
+// Where each field of a resolved RunConfig came from, to name it in messages the way the user wrote it.
+struct Sources {
+  std::string config_file;                 // empty: no config file
+  std::set<std::string> config_keys;       // top-level keys of the config file
+  std::set<std::string> config_tensors;    // tensors.NAME keys of the config file
+  std::set<std::string> flag_fields;       // fields given as flags
+  std::set<std::string> flag_tensors;      // --tensor NAME=...
+
+  // "--hbm-bytes", "run.json: hbm_bytes", or just "hbm_bytes" for a default value.
+  std::string name(const std::string& field) const {
+    if (flag_fields.count(field)) return flag_for_field(field);
+    if (config_keys.count(field)) return config_file + ": " + field;
+    return field;
+  }
+  std::string tensor_name(const std::string& tensor) const {
+    if (flag_tensors.count(tensor)) return "--tensor " + tensor;
+    if (config_tensors.count(tensor)) return config_file + ": tensors." + tensor;
+    return "tensors." + tensor;
+  }
+  // A library message that starts with one of `fields` ("system = ...", "tp = 3 (...)") starts with the
+  // name of where that field came from instead.
+  std::string attribute(const std::string& message, std::initializer_list<std::string_view> fields) const {
+    for (auto f : fields) {
+      const std::string field(f);
+      if (message.rfind(field + " = ", 0) == 0 || message.rfind(field + " (", 0) == 0)
+        return name(field) + message.substr(field.size());
+    }
+    return message;
+  }
+};
+
+template <class F>
+auto attributed(const Sources& s, std::initializer_list<std::string_view> fields, F&& f) {
+  try {
+    return f();
+  } catch (const InputError& e) {
+    throw InputError(s.attribute(e.what(), fields));
+  }
+}
+
+void check_dtype(const Sources& s, const std::string& field, const std::string& value, bool fp32_allowed) {
+  std::optional<Dtype> d;
+  try {
+    d = parse_dtype(value);
+  } catch (const InputError&) {
+  }
+  if (!d || (*d == Dtype::fp32 && !fp32_allowed))
+    throw InputError(s.name(field) + " = " + quote(value) + " (" +
+                     (d ? std::string("fp32 is not an MLP GEMM dtype") : std::string("unknown dtype")) +
+                     (fp32_allowed ? "; expected bf16, fp8, nvfp4 or fp32)" : "; expected bf16, fp8 or nvfp4)"));
+}
+
+void check_calibration(const Sources& s, const std::string& calibration) {
+  if (calibration.empty() || builtin_file("profiles/" + calibration + ".json")) return;
+  std::error_code ec;
+  if (std::filesystem::exists(calibration, ec)) return;  // a file: its own errors name it
+  if (calibration.find('/') != std::string::npos || calibration.ends_with(".json"))
+    throw InputError(s.name("calibration") + " = " + quote(calibration) + " (file does not exist)");
+  std::string known;
+  for (auto& f : builtin_files("profiles/")) known += (known.empty() ? "" : ", ") + f.substr(9, f.size() - 9 - 5);
+  throw InputError(s.name("calibration") + " = " + quote(calibration) +
+                   " (file does not exist and no built-in profile has that name; built-ins: " + known + ")");
+}
+
+// A number flag past a double's range (--hbm-bytes 1e400) is out of range, not "not a number".
+void check_number_range(const std::string& field, const std::string& text) {
+  if (field != "hbm_bytes" && field != "host_link_bytes_per_s" && field != "memory_limit_slop") return;
+  if (text.empty() || std::isspace(static_cast<unsigned char>(text[0]))) return;
+  errno = 0;
+  char* end = nullptr;
+  std::strtod(text.c_str(), &end);
+  if (errno == ERANGE && end == text.c_str() + text.size())
+    throw InputError(flag_for_field(field) + " = " + text + " (out of the range of a double)");
+}
+
+void check_run_config(const RunConfig& c, const Sources& s, const std::set<std::string>& varied) {
+  auto fixed = [&](const char* field) { return varied.count(field) == 0; };
+  bool tensors_fixed = true;
+  for (auto& v : varied) tensors_fixed = tensors_fixed && v.rfind("tensor.", 0) != 0;
+
+  // What-if figures (a config file's were checked for > 0 when it was read; flags were not).
+  if (fixed("memory_limit_slop") && !(c.memory_limit_slop > 0 && c.memory_limit_slop <= 1))
+    throw InputError(s.name("memory_limit_slop") + " = " + format_number(c.memory_limit_slop) + " (must be in (0, 1])");
+  auto what_if = [&](const char* field, const std::optional<double>& v, double max, const char* unit) {
+    if (!fixed(field) || !v) return;
+    if (!(*v > 0) || !std::isfinite(*v)) throw InputError(s.name(field) + " = " + format_number(*v) + " (must be > 0)");
+    if (*v > max)
+      throw InputError(s.name(field) + " = " + format_number(*v) + " (implausibly large, max " + format_number(max) +
+                       " " + unit + ")");
+  };
+  what_if("hbm_bytes", c.hbm_bytes, kMaxHardwareBytes, "bytes");
+  what_if("host_link_bytes_per_s", c.host_link_bytes_per_s, kMaxHardwareBytesPerSecond, "bytes/s");
+
+  if (fixed("system")) attributed(s, {"system"}, [&] { return resolve_system(c.system); });
+  if (fixed("calibration")) {
+    check_calibration(s, c.calibration);
+    if (fixed("system")) attributed(s, {"calibration"}, [&] { return resolve_run_system(c); });
+  }
+  std::optional<ModelSpec> model;
+  if (fixed("model")) model = attributed(s, {"model"}, [&] { return resolve_model(c.model); });
+  if (fixed("weights")) check_dtype(s, "weights", c.weights, false);
+  if (fixed("attention_dtype")) check_dtype(s, "attention_dtype", c.attention_dtype, true);
+
+  if (fixed("policy") && tensors_fixed) {
+    // A config file's tensor names and placements were checked when it was read; the remat boundary rule
+    // is the policy's, so name the file here.
+    if (auto it = c.tensors.find("decoder_layer_input");
+        it != c.tensors.end() && it->second != "device" && !s.flag_tensors.count(it->first))
+      throw InputError(s.tensor_name(it->first) + " = " + quote(it->second) +
+                       " (the layer input is the remat boundary and stays on device)");
+    attributed(s, {"policy"}, [&] { return make_policy(c.policy, c.tensors); });
+  }
+
+  bool shape_fixed = model.has_value();
+  for (auto f : {"gpus", "batch", "seq", "grad_accum", "fsdp", "tp", "ep", "dp"}) shape_fixed = shape_fixed && fixed(f);
+  if (shape_fixed) {
+    TrainingSpec t;
+    t.gpus = c.gpus;
+    t.per_device_batch = c.batch;
+    t.seq_len = c.seq;
+    t.grad_accum = c.grad_accum;
+    t.parallelism = Parallelism{c.fsdp, c.tp, c.ep, c.dp};
+    attributed(s, {"gpus", "batch", "seq", "grad_accum", "fsdp", "tp", "ep", "dp"}, [&] {
+      validate_training(t, *model);
+      return 0;
+    });
+  }
+}
+
+Sources load_config_file(const std::string& path, RunConfig& c) {
+  Sources s;
+  s.config_file = path;
+  auto doc = parse_json_file(path);
+  c = RunConfig::from_json(doc, path);
+  for (auto& item : doc.items()) s.config_keys.insert(item.key());
+  if (auto it = doc.find("tensors"); it != doc.end() && it->is_object())
+    for (auto& item : it->items()) s.config_tensors.insert(item.key());
+  return s;
+}
+
+}  // namespace
+
+std::string flag_for_field(const std::string& field) {
+  for (const auto& f : kFlags)
+    if (field == f.field) return f.flag;
+  std::string flag = "--" + field;
+  for (auto& ch : flag)
+    if (ch == '_') ch = '-';
+  return flag;
+}
 
 std::shared_ptr<RunFlags> make_run_flags(CLI::App* cmd) {
   auto f = std::make_shared<RunFlags>();
   cmd->add_option("--config", f->config_file, "Run configuration JSON; flags override its fields");
-  struct Flag { const char* flag; const char* field; const char* help; };
-  static const Flag flags[] = {
-      {"--system", "system", "Built-in system id or system JSON file (default gb200-nvl72)"},
-      {"--model", "model", "Built-in model id, model JSON or HuggingFace config.json"},
-      {"--gpus", "gpus", "Number of GPUs"},
-      {"--batch", "batch", "Per-device batch"},
-      {"--seq", "seq", "Sequence length"},
-      {"--grad-accum", "grad_accum", "Gradient accumulation steps"},
-      {"--fsdp", "fsdp", "FSDP degree (default: the GPUs left after tp, ep, dp)"},
-      {"--tp", "tp", "Tensor parallel degree"},
-      {"--ep", "ep", "Expert parallel degree"},
-      {"--dp", "dp", "Data parallel (replica) degree"},
-      {"--weights", "weights", "MLP GEMM dtype: bf16, fp8, nvfp4"},
-      {"--attention-dtype", "attention_dtype", "Attention/projection GEMM dtype"},
-      {"--policy", "policy",
-       "full, minimal, minimal_with_context, save_qkv_proj, qkv_proj_offloaded, minimal_offloaded, custom"},
-      {"--lhs", "lhs", "Latency-hiding scheduler: on or off"},
-      {"--pipelined-transfers", "pipelined_transfers", "Pipelined host offloading: on or off"},
-      {"--pipelined-collectives", "pipelined_collectives", "FSDP all-gathers one layer ahead: on (default) or off"},
-      {"--memory-limit-slop", "memory_limit_slop", "Fraction of HBM the LHS may plan for (0.95)"},
-      {"--host-link-bw", "host_link_bytes_per_s", "What-if: host-link bytes/s per GPU per direction"},
-      {"--hbm-bytes", "hbm_bytes", "What-if: HBM capacity in bytes"},
-      {"--calibration", "calibration", "Calibration profile JSON (or built-in profile name)"},
-  };
-  for (const auto& fl : flags) {
+  for (const auto& fl : kFlags) {
     std::string field = fl.field;
     RunFlags* raw = f.get();
     cmd->add_option_function<std::string>(
@@ -41,15 +212,34 @@ std::shared_ptr<RunFlags> make_run_flags(CLI::App* cmd) {
   return f;
 }
 
-RunConfig resolve_run_flags(const RunFlags& f) {
-  RunConfig c = f.config_file.empty() ? RunConfig{} : RunConfig::from_file(f.config_file);
-  for (auto& [field, v] : f.values) c.set(field, v, "--" + field);
+RunConfig resolve_run_flags(const RunFlags& f, const std::set<std::string>& varied) {
+  RunConfig c;
+  Sources s;
+  if (!f.config_file.empty()) s = load_config_file(f.config_file, c);
+  for (auto& [field, v] : f.values) {
+    check_number_range(field, v);
+    c.set(field, v, flag_for_field(field));
+    s.flag_fields.insert(field);
+  }
   for (auto& t : f.tensors) {
     auto eq = t.find('=');
     if (eq == std::string::npos || eq == 0) throw InputError("--tensor " + t + " (expected NAME=device|remat|offload)");
     c.tensors[t.substr(0, eq)] = t.substr(eq + 1);
+    s.flag_tensors.insert(t.substr(0, eq));
   }
+  check_run_config(c, s, varied);
   return c;
+}
+
+void check_run_config_file(const std::string& path) {
+  RunConfig c;
+  auto s = load_config_file(path, c);
+  check_run_config(c, s, {});
+}
+
+void check_jobs(int jobs, const std::string& flag) {
+  if (jobs < 1) throw InputError(flag + " = " + std::to_string(jobs) + " (must be >= 1)");
+  if (jobs > 1024) throw InputError(flag + " = " + std::to_string(jobs) + " (at most 1024 threads)");
 }
 
 }  // namespace hbmsim::cli
