@@ -10,6 +10,8 @@
 
 #include "cli/commands.hpp"
 #include "cli/format.hpp"
+#include "cli/run_flags.hpp"
+#include "hwmodels/json_view.hpp"
 #include "planner/plan.hpp"
 #include "planner/reproduce.hpp"
 #include "planner/sweep.hpp"
@@ -77,6 +79,7 @@ void register_bench_command(CLI::App& app) {
   cmd->add_option("--jobs", *jobs, "Threads for the sweep and the policy search");
   cmd->add_flag("--quick", *quick, "Smaller sweep and search (for smoke tests)");
   cmd->callback([=] {
+    check_jobs(*jobs);
     const int reps = *quick ? 3 : 15, inner = *quick ? 3 : 20;
     nlohmann::json out;
     auto ds = prepare_run(dsv3()), ll = prepare_run(llama405b());
@@ -150,11 +153,11 @@ void register_bench_command(CLI::App& app) {
     out["peak_rss_bytes"] = peak_rss_bytes();
     out["jobs"] = *jobs;
     if (*json) {
-      std::cout << out.dump(2) << "\n";
+      std::cout << dump_json(out, 2) << "\n";
       return;
     }
     Table t{{"figure", "value"}, {}};
-    for (auto& [k, v] : out.items()) t.rows.push_back({k, v.is_number_float() ? fixed(v.get<double>(), 3) : v.dump()});
+    for (auto& [k, v] : out.items()) t.rows.push_back({k, v.is_number_float() ? fixed(v.get<double>(), 3) : dump_json(v)});
     std::cout << t.render();
   });
 }

@@ -58,7 +58,7 @@ void register_commands(CLI::App& app) {
                           fixed(s.host_h2d_bytes_per_s() / 1e9, 1), fixed(s.host_d2h_bytes_per_s() / 1e9, 1),
                           fixed(s.scale_up.per_gpu_bytes_per_s_per_direction / 1e9, 0), std::to_string(s.scale_up.domain_gpus)});
       }
-      if (*json) std::cout << arr.dump(2) << "\n";
+      if (*json) std::cout << dump_json(arr, 2) << "\n";
       else std::cout << t.render();
     });
   }
@@ -79,7 +79,7 @@ void register_commands(CLI::App& app) {
         t.rows.push_back({m.id, to_string(m.architecture), std::to_string(m.num_layers), std::to_string(m.d_model),
                           fixed(m.total_params() / 1e9, 1), fixed(m.activated_params() / 1e9, 1)});
       }
-      if (*json) std::cout << arr.dump(2) << "\n";
+      if (*json) std::cout << dump_json(arr, 2) << "\n";
       else std::cout << t.render();
     });
   }
@@ -119,11 +119,11 @@ void register_commands(CLI::App& app) {
     cmd->callback([flags, json, trace] {
       auto config = resolve_run_flags(*flags);
       auto report = run_simulation(config, !trace->empty());
-      if (!trace->empty()) write_file_atomically(*trace, report.trace.dump() + "\n");
+      if (!trace->empty()) write_file_atomically(*trace, dump_json(report.trace) + "\n");
       if (*json) {
         auto j = report.to_json();
         j["config"] = config.to_json();
-        std::cout << j.dump(2) << "\n";
+        std::cout << dump_json(j, 2) << "\n";
       } else {
         print_report(report);
       }

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <set>
+#include <sstream>
 
 #include "cli/commands.hpp"
 #include "cli/files.hpp"
@@ -20,6 +22,8 @@ namespace hbmsim::cli {
 namespace {
 
 int g_status = 0;
+// The largest per-device batch a run accepts (validate_training): --max-batch above it is refused.
+constexpr std::int64_t kMaxBatch = std::int64_t{1} << 20;
 
 // The CUDA measurement binary: next to hbmsim in the build tree, or on PATH.
 std::string find_calibration_binary() {
@@ -88,11 +92,14 @@ void register_calibrate(CLI::App& app) {
     cmd->add_flag("--json", *json, "Machine-readable output");
     cmd->add_option("--jobs", *jobs, "Threads for the simulations of one evaluation");
     cmd->callback([=] {
+      check_jobs(*jobs);
       std::vector<MeasuredRun> measured;
       if (!*no_seed) measured = measured_from_reference(load_reference_runs(*runs, *configs));
       for (auto& spec : *logs) {
         auto eq = spec.find('=');
         if (eq == std::string::npos) throw InputError("--maxtext " + spec + " (expected LOG.jsonl=CONFIG.json)");
+        // The config first, on its own: an error found after loading it (an unknown system) names the file.
+        check_run_config_file(spec.substr(eq + 1));
         measured.push_back(measured_from_maxtext_log(spec.substr(0, eq), spec.substr(eq + 1)));
       }
       FitOptions o;
@@ -102,9 +109,9 @@ void register_calibrate(CLI::App& app) {
       auto res = fit_parameters(measured, ps, o);
       std::string source = "hbmsim calibrate fit" + std::string(*loo ? " --leave-one-out" : "") + " over " +
                            std::to_string(measured.size()) + " measured runs";
-      if (!out->empty()) write_file_atomically(*out, res.profile(*name, source).to_json().dump(2) + "\n");
+      if (!out->empty()) write_file_atomically(*out, dump_json(res.profile(*name, source).to_json(), 2) + "\n");
       if (*json) {
-        std::cout << res.to_json().dump(2) << "\n";
+        std::cout << dump_json(res.to_json(), 2) << "\n";
         return;
       }
       Table p{{"parameter", "fitted", "lo", "hi"}, {}};
@@ -131,7 +138,7 @@ void register_calibrate(CLI::App& app) {
 
 void print_settings(const RunConfig& c) {
   auto s = runnable_settings(c);
-  std::printf("  simulate --config JSON: %s\n", s["simulate_config"].dump().c_str());
+  std::printf("  simulate --config JSON: %s\n", dump_json(s["simulate_config"]).c_str());
   std::printf("  MaxText: %s\n", s["maxtext"].get<std::string>().c_str());
   std::printf("  XLA_FLAGS: %s\n", s["xla_flags"].get<std::string>().c_str());
 }
@@ -156,14 +163,32 @@ void register_plan(CLI::App& app) {
     cmd->add_option("--max-batch", *max_batch, "Upper end of the search");
     cmd->add_flag("--json", *json, "Machine-readable output");
     cmd->callback([=] {
-      auto base = resolve_run_flags(*flags);
+      if (*max_batch < 1 || *max_batch > kMaxBatch)
+        throw InputError("--max-batch = " + std::to_string(*max_batch) + " (must be in [1, " + std::to_string(kMaxBatch) + "])");
+      // The search sets the batch, and each variant the fields it names: the base is checked without them.
+      std::set<std::string> varied = {"batch"};
+      for (auto& v : *variants) {
+        auto eq = v.find('=');
+        std::stringstream items(eq == std::string::npos ? std::string() : v.substr(eq + 1));
+        for (std::string item; std::getline(items, item, ';');)
+          if (auto colon = item.find(':'); colon != std::string::npos) varied.insert(item.substr(0, colon));
+      }
+      auto base = resolve_run_flags(*flags, varied);
       std::vector<std::pair<std::string, RunConfig>> vs;
       for (auto& v : *variants) vs.push_back(parse_variant(base, v));
       if (vs.empty()) vs = default_variants(base);
       auto arr = nlohmann::json::array();
       Table t{{"variant", "largest batch", "TFLOP/s there", "HBM GiB there"}, {}};
-      for (auto& [label, c] : vs) {
-        auto r = largest_batch(c, *max_batch);
+      for (std::size_t i = 0; i < vs.size(); ++i) {
+        auto& [label, c] = vs[i];
+        LargestBatch r;
+        try {
+          r = largest_batch(c, *max_batch);
+        } catch (const InputError& e) {
+          // The base was checked up front: what fails now is a field the variant set (or the batch searched).
+          if (variants->empty()) throw;
+          throw InputError("--variant " + (*variants)[i] + ": " + e.what());
+        }
         const Candidate* at = nullptr;
         for (auto& x : r.tried) if (x.config.batch == r.batch) at = &x;
         nlohmann::json j = {{"variant", label}, {"largest_batch", r.batch}};
@@ -175,7 +200,7 @@ void register_plan(CLI::App& app) {
         t.rows.push_back({label, std::to_string(r.batch), at ? fixed(at->report.tflops_per_device, 1) : "-",
                           at ? gib(at->report.hbm_peak_bytes) : "-"});
       }
-      if (*json) { std::cout << arr.dump(2) << "\n"; return; }
+      if (*json) { std::cout << dump_json(arr, 2) << "\n"; return; }
       std::cout << t.render();
     });
   }
@@ -191,7 +216,8 @@ void register_plan(CLI::App& app) {
     cmd->add_flag("--pareto", *pareto, "Also print the Pareto front of HBM peak vs TFLOP/s over every evaluated placement");
     cmd->add_flag("--json", *json, "Machine-readable output");
     cmd->callback([=] {
-      auto base = resolve_run_flags(*flags);
+      check_jobs(*jobs);
+      auto base = resolve_run_flags(*flags);  // checks --policy too, which the search replaces (custom)
       auto ns = names->empty() ? default_search_names(base) : *names;
       auto res = best_policy(base, ns, *jobs);
       auto front = pareto_front(res.evaluated);
@@ -205,7 +231,7 @@ void register_plan(CLI::App& app) {
         for (auto& c : front) f.push_back({{"placement", placement_label(c.config)}, {"hbm_peak_bytes", c.report.hbm_peak_bytes},
                                            {"tflops_per_device", c.report.tflops_per_device}});
         j["pareto"] = f;
-        std::cout << j.dump(2) << "\n";
+        std::cout << dump_json(j, 2) << "\n";
         return;
       }
       std::printf("searched %s; %zu placements evaluated\n", res.method.c_str(), res.evaluated.size());
@@ -228,13 +254,15 @@ void register_plan(CLI::App& app) {
     cmd->add_option("--tolerance", *tol, "Allowed slowdown (0.01 = 1%)");
     cmd->add_flag("--json", *json, "Machine-readable output");
     cmd->callback([=] {
-      auto c = resolve_run_flags(*flags);
+      if (!(*tol >= 0 && *tol < 1))
+        throw InputError("--tolerance = " + format_number(*tol) + " (must be in [0, 1): the slowdown allowed, 0.01 = 1%)");
+      auto c = resolve_run_flags(*flags, {"host_link_bytes_per_s"});  // the search sets the host link
       auto r = break_even_bandwidth(c, *tol);
       if (*json) {
         auto curve = nlohmann::json::array();
         for (auto& [bw, t] : r.curve) curve.push_back({{"host_link_bytes_per_s", bw}, {"tflops_per_device", t}});
-        std::cout << nlohmann::json{{"break_even_bytes_per_s", r.bytes_per_s}, {"reference_tflops", r.reference_tflops},
-                                    {"tolerance", *tol}, {"curve", curve}}.dump(2) << "\n";
+        std::cout << dump_json(nlohmann::json{{"break_even_bytes_per_s", r.bytes_per_s}, {"reference_tflops", r.reference_tflops},
+                                              {"tolerance", *tol}, {"curve", curve}}, 2) << "\n";
         return;
       }
       std::printf("same tensors on device: %.1f TFLOP/s/device\n", r.reference_tflops);
@@ -254,8 +282,8 @@ void register_plan(CLI::App& app) {
       auto c = resolve_run_flags(*flags);
       auto r = hbm_needed(c);
       if (*json) {
-        std::cout << nlohmann::json{{"hbm_needed_bytes", r.hbm_bytes}, {"host_needed_bytes", r.host_bytes},
-                                    {"hbm_capacity_bytes", r.capacity_bytes}, {"breakdown", r.report.hbm_breakdown_bytes}}.dump(2) << "\n";
+        std::cout << dump_json(nlohmann::json{{"hbm_needed_bytes", r.hbm_bytes}, {"host_needed_bytes", r.host_bytes},
+                                              {"hbm_capacity_bytes", r.capacity_bytes}, {"breakdown", r.report.hbm_breakdown_bytes}}, 2) << "\n";
         return;
       }
       std::printf("HBM needed %s GiB (the system has %s GiB), pinned host %s GiB\n", gib(r.hbm_bytes).c_str(),

@@ -63,7 +63,7 @@ void register_planner_commands(CLI::App& app) {
     cmd->callback([=] {
       auto rows = reproduce(load_reference_runs(*runs, *configs), *calibration);
       auto claims = check_claims(rows);
-      if (*json) std::cout << repro_json(rows, claims).dump(2) << "\n";
+      if (*json) std::cout << dump_json(repro_json(rows, claims), 2) << "\n";
       else print_repro(rows, claims, *calibration);
     });
   }
@@ -88,9 +88,15 @@ void register_planner_commands(CLI::App& app) {
     cmd->add_flag("--resume", *resume, "Keep the rows already in --out and run only the missing ones");
     cmd->add_option("--progress", *progress, "auto (when stderr is a terminal), on, off");
     cmd->callback([=] {
-      RunConfig b = resolve_run_flags(*flags);
+      if (*progress != "auto" && *progress != "on" && *progress != "off")
+        throw InputError("--progress = " + quote(*progress) + " (expected auto, on or off)");
       std::vector<SweepAxis> parsed;
-      for (auto& a : *axes) parsed.push_back(parse_axis(a));
+      std::set<std::string> varied;
+      for (auto& a : *axes) {
+        parsed.push_back(parse_axis(a));
+        varied.insert(parsed.back().field);
+      }
+      RunConfig b = resolve_run_flags(*flags, varied);
       auto points = expand_sweep(b, parsed, *where);
       std::string fmt = *format;
       if (fmt.empty()) fmt = out->size() > 6 && out->substr(out->size() - 6) == ".jsonl" ? "jsonl" : "csv";
@@ -116,7 +122,7 @@ void register_planner_commands(CLI::App& app) {
       const bool show = *progress == "on" || (*progress == "auto" && stderr_is_terminal());
       auto t0 = std::chrono::steady_clock::now();
       run_sweep(points, *jobs, [&](const SweepRow& row) {
-        std::string line = fmt == "csv" ? sweep_csv_line(row) : sweep_row_json(parsed, row).dump() + "\n";
+        std::string line = fmt == "csv" ? sweep_csv_line(row) : dump_json(sweep_row_json(parsed, row)) + "\n";
         std::fwrite(line.data(), 1, line.size(), f);  // whole lines, flushed: a kill never tears a finished row
         std::fflush(f);
         ++done;
