@@ -66,26 +66,135 @@ struct TemplatePlan {
   double backward_working_set_bytes = 0;  // transient peak of one backward iteration (prefetch headroom)
   double gather_s = 0, reduce_scatter_s = 0;  // this layer's FSDP collectives
   std::vector<double> d2h_rate, h2d_rate;      // per tensor: copy rate at its size
-  struct Step { bool replay; std::size_t op; bool a2a_follows; };
-  std::vector<Step> steps;     // one backward iteration: replays in forward order, then backward ops reversed
-  std::vector<int> last_read;  // per tensor: the last step that reads it (-1: none)
+  // One backward iteration: replays of forward ops, and backward ops. With LHS in a layer that has an
+  // all-to-all, a GEMM's backward is two steps (input-gradient and weight-gradient dots).
+  enum class Kind : std::uint8_t { replay, bwd, bwd_x, bwd_w };
+  struct Step { Kind kind; std::size_t op; };
+  std::vector<Step> steps;     // issue order
+  std::vector<int> last_read;  // per tensor: the last step that reads its forward value (-1: none)
+  std::vector<int> grad_last;  // per op: the last step that reads the gradients of its outputs
 };
 
-// Replays in forward order, then backward ops in reverse: the order of one backward iteration.
-void plan_backward_steps(const LayerTemplate& t, TemplatePlan& p) {
-  p.steps.clear();
+// What a step reads of the forward values: a replay its inputs; a backward its saved tensors; the input-
+// gradient dot of a GEMM only the weights.
+const std::vector<int>& step_reads(const OpDef& def, TemplatePlan::Kind k) {
+  static const std::vector<int> none;
+  if (k == TemplatePlan::Kind::replay) return def.inputs;
+  return k == TemplatePlan::Kind::bwd_x ? none : def.saved;
+}
+
+// The issue order of one backward iteration. Without LHS (or without an all-to-all to hide) it is program
+// order: replays in forward order, then the backward ops reversed. With LHS it is what a latency-hiding list
+// scheduler produces from the iteration's data dependencies and solo durations: each step issues at the
+// earliest time its inputs and its resource allow (ties: all-to-all first, then the longer critical path,
+// then program order), so compute that does not need an all-to-all in flight runs beside it and its
+// consumers wait until it ends.
+void plan_backward_steps(const LayerTemplate& t, bool lhs, TemplatePlan& p) {
+  using Kind = TemplatePlan::Kind;
+  const auto no = t.ops.size(), nt = t.tensors.size();
+  bool has_a2a = false;
+  for (const auto& op : t.ops) has_a2a = has_a2a || op.kind == OpKind::all_to_all;
+  const bool schedule = lhs && has_a2a;
+  auto& steps = p.steps;
+  steps.clear();
   for (int o : p.order)
-    if (p.replay[static_cast<std::size_t>(o)]) p.steps.push_back({true, static_cast<std::size_t>(o), false});
-  for (std::size_t o = t.ops.size(); o-- > 0;) p.steps.push_back({false, o, false});
-  bool later = false;
-  for (std::size_t s = p.steps.size(); s-- > 0;) {
-    p.steps[s].a2a_follows = later;
-    later = later || t.ops[p.steps[s].op].kind == OpKind::all_to_all;
+    if (p.replay[static_cast<std::size_t>(o)]) steps.push_back({Kind::replay, static_cast<std::size_t>(o)});
+  for (std::size_t o = no; o-- > 0;) {
+    if (schedule && t.ops[o].kind == OpKind::gemm) {
+      steps.push_back({Kind::bwd_x, o});
+      steps.push_back({Kind::bwd_w, o});
+    } else {
+      steps.push_back({Kind::bwd, o});
+    }
   }
-  p.last_read.assign(t.tensors.size(), -1);
-  for (std::size_t s = 0; s < p.steps.size(); ++s) {
-    const auto& def = t.ops[p.steps[s].op];
-    for (int k : p.steps[s].replay ? def.inputs : def.saved) p.last_read[static_cast<std::size_t>(k)] = static_cast<int>(s);
+  if (schedule) {
+    const auto n = steps.size();
+    std::vector<int> replay_step(no, -1), grad_step(no, -1);  // grad_step: writes the op's input gradients
+    for (std::size_t i = 0; i < n; ++i) {
+      if (steps[i].kind == Kind::replay) replay_step[steps[i].op] = static_cast<int>(i);
+      if (steps[i].kind == Kind::bwd || steps[i].kind == Kind::bwd_x) grad_step[steps[i].op] = static_cast<int>(i);
+    }
+    std::vector<std::vector<int>> consumers(nt);
+    for (std::size_t o = 0; o < no; ++o)
+      for (int in : t.ops[o].inputs) consumers[static_cast<std::size_t>(in)].push_back(static_cast<int>(o));
+    std::vector<std::vector<int>> succ(n);
+    std::vector<int> indeg(n, 0);
+    auto edge = [&](int from, std::size_t to) {
+      if (from < 0) return;
+      succ[static_cast<std::size_t>(from)].push_back(static_cast<int>(to));
+      ++indeg[to];
+    };
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto& def = t.ops[steps[i].op];
+      for (int k : step_reads(def, steps[i].kind)) {  // forward values regenerated in this iteration
+        int prod = p.producer[static_cast<std::size_t>(k)];
+        if (prod >= 0 && p.placement[static_cast<std::size_t>(k)] == Placement::remat) edge(replay_step[static_cast<std::size_t>(prod)], i);
+      }
+      if (steps[i].kind == Kind::replay) continue;
+      for (int out : def.outputs)  // the gradient of each output, from every consumer's backward
+        for (int c : consumers[static_cast<std::size_t>(out)]) edge(grad_step[static_cast<std::size_t>(c)], i);
+    }
+    auto duration = [&](const TemplatePlan::Step& st) {
+      switch (st.kind) {
+        case Kind::replay: return p.fwd_s[st.op];
+        case Kind::bwd: return p.bwd_s[st.op];
+        case Kind::bwd_x: return p.dx_s[st.op];
+        case Kind::bwd_w: return p.dw_s[st.op];
+      }
+      return 0.0;
+    };
+    // Bottom level: the longest chain of durations from a step to the iteration's end (critical path first).
+    std::vector<double> level(n, 0.0);
+    for (std::size_t i = n; i-- > 0;) {  // steps are in a topological order already
+      double tail = 0;
+      for (int s2 : succ[i]) tail = std::max(tail, level[static_cast<std::size_t>(s2)]);
+      level[i] = duration(steps[i]) + tail;
+    }
+    std::vector<double> ready(n, 0.0);
+    std::vector<int> avail;
+    for (std::size_t i = 0; i < n; ++i)
+      if (indeg[i] == 0) avail.push_back(static_cast<int>(i));
+    double free_at[2] = {0, 0};  // compute, all-to-all
+    std::vector<TemplatePlan::Step> order;
+    order.reserve(n);
+    while (!avail.empty()) {
+      std::size_t best = 0;
+      double best_start = 0;
+      bool best_a2a = false;
+      for (std::size_t a = 0; a < avail.size(); ++a) {
+        auto i = static_cast<std::size_t>(avail[a]);
+        bool a2a = t.ops[steps[i].op].kind == OpKind::all_to_all;
+        double start = std::max(ready[i], free_at[a2a ? 1 : 0]);
+        auto j = static_cast<std::size_t>(avail[best]);
+        bool better = a == 0 || start < best_start ||
+                      (start == best_start &&
+                       (a2a > best_a2a ||
+                        (a2a == best_a2a && (level[i] > level[j] || (level[i] == level[j] && avail[a] < avail[best])))));
+        if (better) {
+          best = a;
+          best_start = start;
+          best_a2a = a2a;
+        }
+      }
+      auto i = static_cast<std::size_t>(avail[best]);
+      avail.erase(avail.begin() + static_cast<long>(best));
+      double end = best_start + duration(steps[i]);
+      free_at[best_a2a ? 1 : 0] = end;
+      order.push_back(steps[i]);
+      for (int s2 : succ[i]) {
+        auto j = static_cast<std::size_t>(s2);
+        ready[j] = std::max(ready[j], end);
+        if (--indeg[j] == 0) avail.push_back(s2);
+      }
+    }
+    steps = std::move(order);
+  }
+  p.last_read.assign(nt, -1);
+  p.grad_last.assign(no, -1);
+  for (std::size_t s = 0; s < steps.size(); ++s) {
+    const auto& def = t.ops[steps[s].op];
+    for (int k : step_reads(def, steps[s].kind)) p.last_read[static_cast<std::size_t>(k)] = static_cast<int>(s);
+    if (steps[s].kind != Kind::replay) p.grad_last[steps[s].op] = static_cast<int>(s);
   }
 }
 
@@ -98,16 +207,18 @@ double backward_working_set(const LayerTemplate& t, const TemplatePlan& p) {
                 t.tensors[0].bytes;  // incoming gradient
   double peak = live;
   std::vector<bool> replayed(t.tensors.size(), false), grad(t.tensors.size(), false);
+  using Kind = TemplatePlan::Kind;
   for (std::size_t s = 0; s < steps.size(); ++s) {
     const auto& def = t.ops[steps[s].op];
-    if (steps[s].replay) {
+    const Kind kind = steps[s].kind;
+    if (kind == Kind::replay) {
       for (int out : def.outputs) {
         auto k = static_cast<std::size_t>(out);
         if (p.placement[k] != Placement::remat || replayed[k]) continue;
         replayed[k] = true;
         live += t.tensors[k].bytes;
       }
-    } else {
+    } else if (kind != Kind::bwd_w) {
       for (int in : def.inputs)
         if (!grad[static_cast<std::size_t>(in)]) {
           grad[static_cast<std::size_t>(in)] = true;
@@ -115,10 +226,10 @@ double backward_working_set(const LayerTemplate& t, const TemplatePlan& p) {
         }
     }
     peak = std::max(peak, live);
-    for (int k : steps[s].replay ? def.inputs : def.saved)
+    for (int k : step_reads(def, kind))
       if (last_read[static_cast<std::size_t>(k)] == static_cast<int>(s) && replayed[static_cast<std::size_t>(k)])
         live -= t.tensors[static_cast<std::size_t>(k)].bytes;
-    if (!steps[s].replay)
+    if (kind != Kind::replay && p.grad_last[steps[s].op] == static_cast<int>(s))
       for (int out : def.outputs)
         if (grad[static_cast<std::size_t>(out)]) live -= t.tensors[static_cast<std::size_t>(out)].bytes;
   }
@@ -227,7 +338,7 @@ TemplatePlan plan_template(const LayerTemplate& t, const Policy& policy, const C
     p.dw_s.push_back(dw);
     p.fwd_mem_bound.push_back(mb);
   }
-  plan_backward_steps(t, p);
+  plan_backward_steps(t, lhs, p);
   p.backward_working_set_bytes = backward_working_set(t, p);
   p.gather_s = c.all_gather_s(t.gathered_dense_bytes, g.fsdp_group) + c.all_gather_s(t.gathered_expert_bytes, g.expert_fsdp_group);
   p.reduce_scatter_s = c.reduce_scatter_s(t.grad_dense_bytes, g.fsdp_group) +
@@ -317,14 +428,16 @@ class ProgramBuilder {
     last_compute_ = named(std::move(name));
     return last_compute_;
   }
-  // An all-to-all waits for the compute before it, and the compute after it waits for it.
-  int a2a_op(double seconds, char phase, int layer, std::string name) {
+  // Chained: the all-to-all waits for the compute before it, and the compute after it waits for it.
+  // Otherwise the caller adds its dependencies.
+  int a2a_op(double seconds, char phase, int layer, std::string name, bool chain = true) {
     ProgramOp& o = emplace(sim::expert_a2a, seconds);
-    if (last_compute_ >= 0) o.deps.push_back(last_compute_);
+    if (chain && last_compute_ >= 0) o.deps.push_back(last_compute_);
     o.phase = phase;
     o.layer = layer;
-    pending_a2a_ = named(std::move(name));
-    return pending_a2a_;
+    int id = named(std::move(name));
+    if (chain) pending_a2a_ = id;
+    return id;
   }
   ProgramOp& op(int i) { return prog_.ops[static_cast<std::size_t>(i)]; }
   const TemplatePlan& plan(std::int64_t l) const {
@@ -556,68 +669,66 @@ class ProgramBuilder {
     auto& grad = grad_;
     grad.assign(nt, -1);
     grad[static_cast<std::size_t>(t.output_tensor)] = grad_in;
+    using Kind = TemplatePlan::Kind;
+    // With LHS the steps come in the list scheduler's order and cross-stream dependencies are explicit (an
+    // all-to-all waits for the ops that wrote its input; only the ops that read its result wait for it).
+    // Without LHS an all-to-all blocks the compute stream between its neighbours in program order.
+    const bool scheduled = opt_.lhs;
     bool first = true;
-    auto begin_iteration = [&](int id) {
+    auto begin_iteration = [&](int id) {  // the first compute op waits for the weights and opens the gradients
       if (!first) return;
       op(id).deps.push_back(ag_op);
       op(id).allocs.push_back(grad_buf);
       first = false;
     };
-    // A GEMM's backward is two dots: the input gradient (on the critical path) and the weight gradient
-    // (read only by the reduce-scatter). LHS holds weight-gradient dots back to run under the next
-    // all-to-all of the iteration; elsewhere the two run back to back and are simulated as one op.
-    auto& deferred = deferred_;
-    deferred.clear();
-    auto emit_dw = [&](const PendingDw& d) {
-      const auto& def = t.ops[d.op];
-      int w = compute_op(p.dw_s[d.op], p.fwd_mem_bound[d.op], def.bwd_flops / 2, 'b', static_cast<int>(l),
-                         names_ ? "bwd_w " + def.name + " L" + std::to_string(l) : std::string(), true);
-      for (int dep : d.deps) op(w).deps.push_back(dep);
-      for (int b : d.releases) op(w).releases.push_back(b);
-    };
+    auto& val_op = val_op_;      // per tensor: the op that regenerated its value in this iteration (-1: none)
+    auto& grad_ops = grad_ops_;  // per tensor: the ops that wrote its gradient in this iteration
+    val_op.assign(nt, -1);
+    if (grad_ops.size() < nt) grad_ops.resize(nt);
+    for (std::size_t k = 0; k < nt; ++k) grad_ops[k].clear();
+    auto is_a2a = [&](int id) { return op(id).stream == sim::expert_a2a; };
     for (std::size_t s = 0; s < steps.size(); ++s) {
       const std::size_t o = steps[s].op;
       const auto& def = t.ops[o];
-      const bool replay = steps[s].replay;
-      const auto& reads = replay ? def.inputs : def.saved;
-      auto fetch_without_lhs = [&] {  // without LHS the copy starts right before the op that reads it
-        for (int k : reads) {
-          auto kk = static_cast<std::size_t>(k);
-          if (p.placement[kk] == Placement::offload && h2d[kk] < 0 && !opt_.lhs)
-            make_h2d(kk, last_compute_ >= 0 ? std::vector<int>{last_compute_} : std::vector<int>{});
-        }
-      };
-      if (!replay && def.kind == OpKind::gemm && opt_.lhs && steps[s].a2a_follows) {
-        int dx = compute_op(p.dx_s[o], p.fwd_mem_bound[o], def.bwd_flops / 2, 'b', static_cast<int>(l),
-                            names_ ? "bwd_x " + def.name + " L" + std::to_string(l) : std::string());
-        begin_iteration(dx);
-        for (int in : def.inputs) {
-          auto kk = static_cast<std::size_t>(in);
-          if (grad[kk] < 0) {
-            grad[kk] = prog_.add_buffer(t.tensors[kk].bytes, MemCategory::workspace);
-            op(dx).allocs.push_back(grad[kk]);
+      const Kind kind = steps[s].kind;
+      const bool replay = kind == Kind::replay;
+      const auto& reads = step_reads(def, kind);
+      // Without LHS the copy starts right before the first op that reads it.
+      for (int k : reads) {
+        auto kk = static_cast<std::size_t>(k);
+        if (p.placement[kk] == Placement::offload && h2d[kk] < 0 && !opt_.lhs)
+          make_h2d(kk, last_compute_ >= 0 ? std::vector<int>{last_compute_} : std::vector<int>{});
+      }
+      double seconds = replay ? p.fwd_s[o] : kind == Kind::bwd ? p.bwd_s[o] : kind == Kind::bwd_x ? p.dx_s[o] : p.dw_s[o];
+      double flops = replay ? def.flops : kind == Kind::bwd ? def.bwd_flops : def.bwd_flops / 2;
+      const char* prefix = replay ? "recompute " : kind == Kind::bwd ? "bwd " : kind == Kind::bwd_x ? "bwd_x " : "bwd_w ";
+      std::string name = names_ ? prefix + def.name + " L" + std::to_string(l) : std::string();
+      int id;
+      if (def.kind == OpKind::all_to_all) {
+        id = a2a_op(seconds, replay ? 'r' : 'b', static_cast<int>(l), std::move(name), !scheduled);
+        if (scheduled) {
+          if (replay) {
+            for (int in : def.inputs)
+              if (val_op[static_cast<std::size_t>(in)] >= 0) op(id).deps.push_back(val_op[static_cast<std::size_t>(in)]);
+          } else {
+            for (int out : def.outputs) {
+              for (int g : grad_ops[static_cast<std::size_t>(out)]) op(id).deps.push_back(g);
+              if (out == t.output_tensor && iteration_start >= 0) op(id).deps.push_back(iteration_start);
+            }
           }
         }
-        fetch_without_lhs();
-        PendingDw d{o, {}, {}};
-        for (int k : reads) {
-          auto kk = static_cast<std::size_t>(k);
-          if (h2d[kk] >= 0) d.deps.push_back(h2d[kk]);
-          if (last_read[kk] == static_cast<int>(s) && buf[kk] >= 0) d.releases.push_back(buf[kk]);
+      } else {
+        id = compute_op(seconds, p.fwd_mem_bound[o], flops, replay ? 'r' : 'b', static_cast<int>(l), std::move(name));
+        begin_iteration(id);
+        if (scheduled) {
+          for (int k : reads)
+            if (int v = val_op[static_cast<std::size_t>(k)]; v >= 0 && is_a2a(v)) op(id).deps.push_back(v);
+          if (!replay)
+            for (int out : def.outputs)
+              for (int g : grad_ops[static_cast<std::size_t>(out)])
+                if (is_a2a(g)) op(id).deps.push_back(g);
         }
-        for (int out : def.outputs)
-          if (grad[static_cast<std::size_t>(out)] >= 0) d.releases.push_back(grad[static_cast<std::size_t>(out)]);
-        deferred.push_back(std::move(d));
-        continue;
       }
-      fetch_without_lhs();
-      std::string name = names_ ? (replay ? "recompute " : "bwd ") + def.name + " L" + std::to_string(l) : std::string();
-      int id = def.kind == OpKind::all_to_all
-                   ? a2a_op(replay ? p.fwd_s[o] : p.bwd_s[o], replay ? 'r' : 'b', static_cast<int>(l), std::move(name))
-                   : compute_op(replay ? p.fwd_s[o] : p.bwd_s[o], p.fwd_mem_bound[o], replay ? def.flops : def.bwd_flops,
-                                replay ? 'r' : 'b', static_cast<int>(l), std::move(name),
-                                replay && p.hoisted[o]);
-      begin_iteration(id);
       for (int k : reads) {
         auto kk = static_cast<std::size_t>(k);
         if (h2d[kk] >= 0) op(id).deps.push_back(h2d[kk]);
@@ -626,30 +737,30 @@ class ProgramBuilder {
       if (replay) {
         for (int out : def.outputs) {
           auto kk = static_cast<std::size_t>(out);
+          val_op[kk] = id;
           if (buf[kk] >= 0 || p.placement[kk] == Placement::offload) continue;
           buf[kk] = prog_.add_buffer(t.tensors[kk].bytes, MemCategory::workspace);
           op(id).allocs.push_back(buf[kk]);
           if (!read(kk) || last_read[kk] <= static_cast<int>(s)) op(id).releases.push_back(buf[kk]);
         }
-      } else {
-        // This op writes the gradients of its inputs and consumes the gradients of its outputs.
+        continue;
+      }
+      // A backward step writes the gradients of its inputs (the weight-gradient dot writes only the
+      // layer's weight gradients) and, as their last reader, drops the gradients of its outputs.
+      if (kind != Kind::bwd_w) {
         for (int in : def.inputs) {
           auto kk = static_cast<std::size_t>(in);
           if (grad[kk] < 0) {
             grad[kk] = prog_.add_buffer(t.tensors[kk].bytes, MemCategory::workspace);
             op(id).allocs.push_back(grad[kk]);
           }
+          grad_ops[kk].push_back(id);
         }
+      }
+      if (p.grad_last[o] == static_cast<int>(s))
         for (int out : def.outputs)
           if (grad[static_cast<std::size_t>(out)] >= 0) op(id).releases.push_back(grad[static_cast<std::size_t>(out)]);
-      }
-      if (def.kind == OpKind::all_to_all) {
-        for (auto& d : deferred) emit_dw(d);
-        deferred.clear();
-      }
     }
-    for (auto& d : deferred) emit_dw(d);
-    deferred.clear();
     st.bwd_last = last_compute_;
     op(st.bwd_last).releases.push_back(gathered);
     // Saved tensors nobody read, and host copies nobody fetched, go at the end of the iteration.
@@ -681,8 +792,8 @@ class ProgramBuilder {
   int gather_buf_ = -1;
   int backward_start_ = -1;
   struct PendingCopy { std::size_t tensor; int after, src; };
-  struct PendingDw { std::size_t op; std::vector<int> deps, releases; };
-  std::vector<PendingDw> deferred_;  // scratch: weight-gradient dots waiting for an all-to-all
+  std::vector<int> val_op_;
+  std::vector<std::vector<int>> grad_ops_;
   std::vector<PendingCopy> pending_;  // scratch, reused by every layer
   std::vector<int> op_id_, buf_, h2d_, grad_;
 };
