@@ -1,7 +1,7 @@
 // The bad-input catalogue (tests/bad_inputs/catalogue.json): every case runs the hbmsim binary on a broken
 // file or flag and must exit with status 2, print exactly one line on stderr, and name the file and JSON
 // path (or the flag) and the value. Cases marked "known_bug" are skipped with a warning until the lead
-// fixes them; HBMSIM_CATALOGUE_KNOWN_BUGS=1 runs them too (some of them exhaust memory: see the catalogue).
+// fixes them; HBMSIM_CATALOGUE_KNOWN_BUGS=1 runs them too (one marked "memory hazard" may exhaust memory).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
