@@ -1,6 +1,12 @@
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <sstream>
+
 #include "helpers.hpp"
+#include "hwmodels/json_view.hpp"
+#include "planner/fit.hpp"
+#include "planner/sweep.hpp"
 
 TEST_CASE("systems --json lists the five systems with HBM, peak FLOP/s and host-link bandwidth", "[cli]") {
   auto r = test::cli("systems --json");
@@ -64,7 +70,7 @@ TEST_CASE("bad flags and bad run configs exit with status 2 and one line naming 
       {"simulate --config " + (dir / "neg.json").string(), "neg.json: batch = -2 (must be > 0)"},
       {"simulate --config " + (dir / "missing.json").string(), "missing.json: file does not exist"},
       {"simulate --config " + dir.string(), "is a directory"},
-      {"simulate --weights fp64", "unknown dtype 'fp64'"},
+      {"simulate --weights fp64", "--weights = \"fp64\" (unknown dtype"},
       {"simulate --frobnicate 3", "frobnicate"},
       {"sweep --axis batch=", "--axis batch= (expected FIELD=v1,v2,...)"},
   };
@@ -87,4 +93,92 @@ TEST_CASE("calibrate measure without a GPU exits non-zero with one clear line an
     CHECK((r.err.find("no CUDA device") != std::string::npos || r.err.find("cannot run") != std::string::npos));
     CHECK_FALSE(std::filesystem::exists(out));
   }
+}
+
+namespace {
+
+// A copy of a built-in model under a file name that is not UTF-8 (Linux paths are bytes).
+std::filesystem::path non_utf8_model(const std::string& stem) {
+  auto dir = test::temp_dir() / "non-utf8";
+  std::filesystem::create_directories(dir);
+  auto path = dir / (stem + "\xff\xfe.json");
+  test::write(path, test::slurp(std::filesystem::path(HBMSIM_SOURCE_DIR) / "data" / "models" / "llama3.1-8b.json"));
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("a model path that is not UTF-8 gives valid JSON output (the bytes become U+FFFD), never a crash", "[cli]") {
+  auto path = non_utf8_model("simulate");
+  auto r = test::cli("simulate --model '" + path.string() + "' --gpus 8 --json");
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  auto j = nlohmann::json::parse(r.out);
+  CHECK(j["config"]["model"].get<std::string>().find("\xef\xbf\xbd") != std::string::npos);  // U+FFFD
+  CHECK(j["tflops_per_device"].get<double>() > 0);
+}
+
+TEST_CASE("a threaded JSON-lines sweep over a model path that is not UTF-8 writes every row and exits 0", "[cli]") {
+  auto path = non_utf8_model("sweep");
+  auto r = test::cli("sweep --gpus 8 --axis 'model=" + path.string() + ",llama3.1-8b' --axis batch=1,2 --jobs 4 --format jsonl");
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  CHECK(r.err.empty());
+  std::size_t rows = 0;
+  std::stringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    auto j = nlohmann::json::parse(line);
+    CHECK(j.contains("result"));
+    ++rows;
+  }
+  CHECK(rows == 4);
+}
+
+TEST_CASE("plan best-policy over a model path that is not UTF-8 runs (its search keys are JSON text)", "[cli]") {
+  auto path = non_utf8_model("best");
+  auto r = test::cli("plan best-policy --model '" + path.string() + "' --gpus 8 --names query_proj --json");
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  CHECK(nlohmann::json::parse(r.out)["evaluated"] == 3);
+}
+
+TEST_CASE("a config file above 64 MiB is refused before it is read", "[cli]") {
+  auto path = test::temp_dir() / "huge-config.json";
+  test::write(path, "{}");
+  std::filesystem::resize_file(path, (std::uintmax_t{64} << 20) + 1);  // sparse: nothing is written
+  auto r = test::cli("simulate --config " + path.string());
+  std::filesystem::remove(path);
+  CHECK(r.status == 2);
+  CHECK(r.err == "hbmsim: " + path.string() + ": is 67108865 bytes, above the 64 MiB limit for a JSON file\n");
+}
+
+TEST_CASE("a sweep whose row callback throws on a worker thread ends with that exception, not std::terminate",
+          "[planner]") {
+  hbmsim::RunConfig base;
+  base.gpus = 8;
+  auto points = hbmsim::expand_sweep(base, {{"batch", {"1", "2", "3", "4", "5", "6", "7", "8"}}});
+  std::size_t calls = 0;
+  auto on_row = [&](const hbmsim::SweepRow&) {
+    ++calls;
+    throw std::runtime_error("cannot write this row");
+  };
+  CHECK_THROWS_WITH(hbmsim::run_sweep(points, 4, on_row), "cannot write this row");
+  CHECK(calls == 1);  // the sweep stops at the first failure
+  CHECK_THROWS_WITH(hbmsim::run_sweep(points, 1025, [](const hbmsim::SweepRow&) {}),
+                    "--jobs = 1025 (at most 1024 threads)");
+}
+
+TEST_CASE("calibrate fit refuses fewer than one thread in the library too", "[planner]") {
+  hbmsim::FitOptions o;
+  o.jobs = 0;
+  CHECK_THROWS_WITH(hbmsim::fit_parameters({}, hbmsim::load_fit_parameters(), o), "--jobs = 0 (must be >= 1)");
+}
+
+TEST_CASE("messages stay one line and print numbers in full", "[hwmodels]") {
+  CHECK(std::string(hbmsim::InputError(std::string("a\0b\nc", 5)).what()) == "a\\u0000b\\nc");
+  CHECK(hbmsim::quote(std::string("x\"\ty", 4)) == "\"x\\\"\\ty\"");
+  CHECK(hbmsim::format_number(1e-300) == "1e-300");
+  CHECK(hbmsim::format_number(0.95) == "0.95");
+  CHECK(hbmsim::format_number(std::nan("")) == "nan");
+  CHECK(hbmsim::dump_json(nlohmann::json(std::string("a\xff"))) == "\"a\xef\xbf\xbd\"");
 }
