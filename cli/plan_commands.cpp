@@ -161,6 +161,8 @@ void register_plan(CLI::App& app) {
     auto json = std::make_shared<bool>(false);
     cmd->add_option("--variant", *variants, "LABEL=field:value;field:value (repeatable); default: device/remat/offload of the --tensor names, or MaxText presets");
     cmd->add_option("--max-batch", *max_batch, "Upper end of the search");
+    auto pow2 = std::make_shared<bool>(false);
+    cmd->add_flag("--powers-of-two", *pow2, "Only batches 1, 2, 4, ... (the grid capacity experiments usually step through)");
     cmd->add_flag("--json", *json, "Machine-readable output");
     cmd->callback([=] {
       if (*max_batch < 1 || *max_batch > kMaxBatch)
@@ -183,7 +185,7 @@ void register_plan(CLI::App& app) {
         auto& [label, c] = vs[i];
         LargestBatch r;
         try {
-          r = largest_batch(c, *max_batch);
+          r = largest_batch(c, *max_batch, *pow2);
         } catch (const InputError& e) {
           // The base was checked up front: what fails now is a field the variant set (or the batch searched).
           if (variants->empty()) throw;

@@ -182,3 +182,26 @@ TEST_CASE("messages stay one line and print numbers in full", "[hwmodels]") {
   CHECK(hbmsim::format_number(std::nan("")) == "nan");
   CHECK(hbmsim::dump_json(nlohmann::json(std::string("a\xff"))) == "\"a\xef\xbf\xbd\"");
 }
+
+TEST_CASE("plan largest-batch --powers-of-two answers on the grid the measurements used", "[cli][plan]") {
+  // Measured on GB200 NVL72 (seed documents): with the selected MLA and MoE activations on device batch 2
+  // fits and the runs stepped 2 -> 8. On the 2^k grid the answer is 2; the integer search may go past it,
+  // but never to the next power of two.
+  const std::string base = "plan largest-batch --model deepseek-v3-671b --gpus 128 --ep 64 --seq 4096 --policy custom "
+                           "--tensor mla_q=device --tensor mla_kv=device --tensor moe_mlpwi_0=device "
+                           "--tensor moe_mlpwi_1=device --lhs off --max-batch 64 --json";
+  auto batch_of = [](const std::string& out, const std::string& prefix) {
+    for (auto& v : nlohmann::json::parse(out))
+      if (v["variant"].get<std::string>().rfind(prefix, 0) == 0) return v["largest_batch"].get<long>();
+    FAIL("no variant " << prefix);
+    return -1L;
+  };
+  auto grid = test::cli(base + " --powers-of-two");
+  REQUIRE(grid.status == 0);
+  CHECK(batch_of(grid.out, "device") == 2);
+  CHECK(batch_of(grid.out, "offload") >= 8);
+  auto exact = test::cli(base);
+  REQUIRE(exact.status == 0);
+  CHECK(batch_of(exact.out, "device") >= 2);
+  CHECK(batch_of(exact.out, "device") < 4);
+}
