@@ -100,16 +100,23 @@ PathCost Topology::path(std::size_t from, std::size_t to) const {
   return cost;
 }
 
-double Topology::ring_s(double bytes, int group, double efficiency) const {
+// A group whose members are `stride` ranks apart has at most domain/stride of them in one NVLink domain.
+int Topology::members_per_domain(int group, int stride) const {
+  const int spacing = std::max(stride, 1);
+  return std::max(1, std::min(group, domain_gpus_ / spacing));
+}
+
+double Topology::ring_s(double bytes, int group, double efficiency, int stride) const {
   if (group <= 1 || bytes <= 0) return 0;
   group = std::min(group, gpus_);
-  const int in_domain = std::min(group, domain_gpus_);
+  const int in_domain = members_per_domain(group, stride);
   const int domains = (group + in_domain - 1) / in_domain;
   const auto& up = system_->scale_up;
   const auto& out = system_->scale_out;
   // Intra-domain ring over NVLink: each GPU receives (D-1)/D of its domain's share of the buffer.
-  double t = bytes * (in_domain - 1) / in_domain / (up.per_gpu_bytes_per_s_per_direction * efficiency) +
-             (in_domain - 1) * up.latency_s;
+  double t = in_domain > 1 ? bytes * (in_domain - 1) / in_domain / (up.per_gpu_bytes_per_s_per_direction * efficiency) +
+                                 (in_domain - 1) * up.latency_s
+                           : 0.0;
   if (domains > 1) {
     // Between domains only each GPU's own slice travels: (K-1)/G of the buffer per GPU over its NIC.
     t += bytes * (domains - 1) / group / (out.per_gpu_bytes_per_s_per_direction * efficiency) +
@@ -118,13 +125,17 @@ double Topology::ring_s(double bytes, int group, double efficiency) const {
   return t;
 }
 
-double Topology::all_gather_s(double bytes, int group, double efficiency) const { return ring_s(bytes, group, efficiency); }
-double Topology::reduce_scatter_s(double bytes, int group, double efficiency) const { return ring_s(bytes, group, efficiency); }
+double Topology::all_gather_s(double bytes, int group, double efficiency, int stride) const {
+  return ring_s(bytes, group, efficiency, stride);
+}
+double Topology::reduce_scatter_s(double bytes, int group, double efficiency, int stride) const {
+  return ring_s(bytes, group, efficiency, stride);
+}
 
-double Topology::all_to_all_s(double bytes, int group, double efficiency) const {
+double Topology::all_to_all_s(double bytes, int group, double efficiency, int stride) const {
   if (group <= 1 || bytes <= 0) return 0;
   group = std::min(group, gpus_);
-  const int in_domain = std::min(group, domain_gpus_);
+  const int in_domain = members_per_domain(group, stride);
   const auto& up = system_->scale_up;
   const auto& out = system_->scale_out;
   double leave_gpu = bytes * (group - 1) / group;

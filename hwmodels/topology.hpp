@@ -49,16 +49,17 @@ class Topology {
   // Cheapest-latency path between two vertices, with every link's per-GPU share applied.
   PathCost path(std::size_t from, std::size_t to) const;
 
-  // Collective time over a group of `group_gpus` consecutive ranks (one per GPU, SPMD), bandwidth terms
-  // scaled by `efficiency`. Hierarchical: inside an NVLink domain over scale-up, between domains over
-  // scale-out NICs. `bytes` is the full (gathered) buffer size for all-gather / reduce-scatter, and the
-  // bytes each GPU sends for all-to-all.
-  double all_gather_s(double bytes, int group_gpus, double efficiency) const;
-  double reduce_scatter_s(double bytes, int group_gpus, double efficiency) const;
-  double all_to_all_s(double bytes, int group_gpus, double efficiency) const;
+  // Collective time over a group of `group_gpus` ranks spaced `stride` apart (one per GPU, SPMD; stride 1:
+  // consecutive ranks, the innermost mesh axis), bandwidth terms scaled by `efficiency`. Hierarchical:
+  // inside an NVLink domain over scale-up, between domains over scale-out NICs. `bytes` is the full
+  // (gathered) buffer size for all-gather / reduce-scatter, and the bytes each GPU sends for all-to-all.
+  double all_gather_s(double bytes, int group_gpus, double efficiency, int stride = 1) const;
+  double reduce_scatter_s(double bytes, int group_gpus, double efficiency, int stride = 1) const;
+  double all_to_all_s(double bytes, int group_gpus, double efficiency, int stride = 1) const;
 
  private:
-  double ring_s(double bytes, int group_gpus, double efficiency) const;
+  double ring_s(double bytes, int group_gpus, double efficiency, int stride) const;
+  int members_per_domain(int group, int stride) const;
   // The graph is built on the first path query: collective costs need only the fabric figures, and the
   // simulator builds a Topology for every step.
   void ensure_graph() const;

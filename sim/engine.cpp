@@ -254,7 +254,7 @@ class Engine {
   }
 
   void update_rates() {
-    int collectives = 0, copies[stream_count] = {0, 0, 0, 0, 0};
+    int copies[stream_count] = {0, 0, 0, 0, 0};
     int best[stream_count] = {0, 0, 0, 0, 0};
     bool copy_active = false;
     for (int i : active_) {
@@ -264,7 +264,6 @@ class Engine {
         copies[op.stream] = 0;
       }
       if (is_pool(op.stream) && op.priority == best[op.stream]) ++copies[op.stream];
-      if (op.stream == collective || op.stream == expert_a2a) ++collectives;
       copy_active = copy_active || is_pool(op.stream);
     }
     // Both directions together may be capped below the sum of the two (bidirectional limit).
@@ -283,7 +282,8 @@ class Engine {
       double r = op.rate_cap;
       if (is_pool(op.stream))  // equal split of one direction within the most urgent class
         r = op.priority == best[op.stream] ? op.rate_cap / copies[op.stream] * dir_scale : 0.0;
-      else if (op.stream == collective || op.stream == expert_a2a) r = 1.0 / collectives;  // shared NVLink/NIC
+      else if (op.stream == collective || op.stream == expert_a2a)
+        r = 1.0;  // each stream runs one op at a time; the two use different links (EP group vs FSDP group)
       else if (op.memory_bound && copy_active) r = 1.0 - p_.copy_interference;
       rate_[k] = r;
     }

@@ -31,11 +31,11 @@ struct Costs {
   }
   double memory_s(double bytes) const { return memory_s_raw(bytes) + sys.gpu.launch_overhead_s; }
   double collective_eff(double bytes) const { return sys.efficiency.collective.at(std::max(bytes, 1.0)); }
-  double all_gather_s(double bytes, std::int64_t group) const {
-    return topo.all_gather_s(bytes, static_cast<int>(group), collective_eff(bytes));
+  double all_gather_s(double bytes, std::int64_t group, std::int64_t stride = 1) const {
+    return topo.all_gather_s(bytes, static_cast<int>(group), collective_eff(bytes), static_cast<int>(stride));
   }
-  double reduce_scatter_s(double bytes, std::int64_t group) const {
-    return topo.reduce_scatter_s(bytes, static_cast<int>(group), collective_eff(bytes));
+  double reduce_scatter_s(double bytes, std::int64_t group, std::int64_t stride = 1) const {
+    return topo.reduce_scatter_s(bytes, static_cast<int>(group), collective_eff(bytes), static_cast<int>(stride));
   }
   double all_to_all_s(double bytes, std::int64_t group) const {
     return topo.all_to_all_s(bytes, static_cast<int>(group), collective_eff(bytes));
@@ -340,9 +340,10 @@ TemplatePlan plan_template(const LayerTemplate& t, const Policy& policy, const C
   }
   plan_backward_steps(t, lhs, p);
   p.backward_working_set_bytes = backward_working_set(t, p);
-  p.gather_s = c.all_gather_s(t.gathered_dense_bytes, g.fsdp_group) + c.all_gather_s(t.gathered_expert_bytes, g.expert_fsdp_group);
+  p.gather_s = c.all_gather_s(t.gathered_dense_bytes, g.fsdp_group) +
+               c.all_gather_s(t.gathered_expert_bytes, g.expert_fsdp_group, g.expert_fsdp_stride);
   p.reduce_scatter_s = c.reduce_scatter_s(t.grad_dense_bytes, g.fsdp_group) +
-                       c.reduce_scatter_s(t.grad_expert_bytes, g.expert_fsdp_group);
+                       c.reduce_scatter_s(t.grad_expert_bytes, g.expert_fsdp_group, g.expert_fsdp_stride);
   for (auto& tensor : t.tensors) {
     p.d2h_rate.push_back(c.copy_rate(tensor.bytes, false));
     p.h2d_rate.push_back(c.copy_rate(tensor.bytes, true));

@@ -74,6 +74,16 @@ TEST_CASE("collective costs follow the hierarchical ring formula", "[hwmodels]")
   double inter = 1e9 * 1 / 128 / 50e9 + 5e-6;
   CHECK(topo.all_gather_s(1e9, 128, 1.0) == Approx(intra + inter));
   CHECK(topo.all_gather_s(1e9, 1, 1.0) == 0);
+  // Two members 64 ranks apart (the experts' FSDP pair under EP 64) sit in two domains: each receives the
+  // other's half over its NIC, one inter-domain hop.
+  CHECK(topo.all_gather_s(1e9, 2, 1.0, 64) == Approx(1e9 / 2 / 50e9 + 5e-6));
+  // Stride 8 keeps 9 members per 72-GPU domain: a 16-member group spans two domains.
+  CHECK(topo.reduce_scatter_s(1e9, 16, 1.0, 8) ==
+        Approx(1e9 * 8 / 9 / 900e9 + 8 * 3e-6 + 1e9 * 1 / 16 / 50e9 + 5e-6));
+  // An all-to-all over 64 consecutive ranks stays on NVLink; with stride 2 it spans both domains and the
+  // 28 of 64 peers in the other domain are reached through the NIC.
+  CHECK(topo.all_to_all_s(1e9, 64, 1.0) == Approx(1e9 * 63 / 64 / 900e9 + 3e-6));
+  CHECK(topo.all_to_all_s(1e9, 64, 1.0, 2) == Approx(1e9 * 28 / 64 / 50e9 + 5e-6));
 }
 
 TEST_CASE("piecewise efficiency tables interpolate in log space and clamp at the ends", "[hwmodels]") {

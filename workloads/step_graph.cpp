@@ -148,6 +148,7 @@ StepGraph build_step_graph(const ModelSpec& model, TrainingSpec training) {
   g.fsdp_group = p.fsdp * p.ep;
   g.expert_fsdp_group = p.fsdp;
   g.ep_group = p.ep;
+  g.expert_fsdp_stride = p.ep * p.tp;
 
   auto build = [&](bool moe) {
     TemplateBuilder b(moe ? "moe" : "dense");

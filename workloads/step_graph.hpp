@@ -68,6 +68,9 @@ struct StepGraph {
   double unembed_flops = 0;
   double optimizer_update_bytes = 0;  // HBM traffic of the Adam update
   std::int64_t fsdp_group = 1, expert_fsdp_group = 1, ep_group = 1;
+  // MaxText's mesh puts the expert axis innermost, then tensor: an expert group is consecutive GPUs and the
+  // experts' FSDP group strides over both (on 128 GB200s with EP 64, its two members sit in two racks).
+  std::int64_t expert_fsdp_stride = 1;
 
   const LayerTemplate& layer(std::int64_t i) const { return templates[static_cast<std::size_t>(layer_template[static_cast<std::size_t>(i)])]; }
   // Bytes of one checkpoint-named tensor in one layer of the given kind (0 when absent).
