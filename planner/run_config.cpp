@@ -39,6 +39,8 @@ double parse_double(const std::string& v, const std::string& where) {
     return d;
   } catch (const InputError&) {
     throw;
+  } catch (const std::out_of_range&) {
+    throw InputError(where + " = " + v + " (out of the range of a double)");
   } catch (const std::exception&) {
     throw InputError(where + " = \"" + v + "\" (expected a number)");
   }
@@ -157,17 +159,17 @@ System resolve_run_system(const RunConfig& c, const Profile* extra) {
   if (extra) sys = apply_profile(sys, *extra);
   if (c.host_link_bytes_per_s) {
     if (!(*c.host_link_bytes_per_s > 0) || !std::isfinite(*c.host_link_bytes_per_s))
-      throw InputError("host_link_bytes_per_s = " + std::to_string(*c.host_link_bytes_per_s) + " (must be > 0)");
+      throw InputError("host_link_bytes_per_s = " + format_number(*c.host_link_bytes_per_s) + " (must be > 0)");
     sys.host_link.measured_h2d_bytes_per_s = *c.host_link_bytes_per_s;
     sys.host_link.measured_d2h_bytes_per_s = *c.host_link_bytes_per_s;
   }
   if (c.hbm_bytes) {
     if (!(*c.hbm_bytes > 0) || !std::isfinite(*c.hbm_bytes))
-      throw InputError("hbm_bytes = " + std::to_string(*c.hbm_bytes) + " (must be > 0)");
+      throw InputError("hbm_bytes = " + format_number(*c.hbm_bytes) + " (must be > 0)");
     sys.gpu.hbm_bytes = *c.hbm_bytes;
   }
   if (!(c.memory_limit_slop > 0 && c.memory_limit_slop <= 1))
-    throw InputError("memory_limit_slop = " + std::to_string(c.memory_limit_slop) + " (must be in (0, 1])");
+    throw InputError("memory_limit_slop = " + format_number(c.memory_limit_slop) + " (must be in (0, 1])");
   return sys;
 }
 
@@ -180,8 +182,16 @@ PreparedRun prepare_run(const RunConfig& c, const Profile* extra) {
   t.seq_len = c.seq;
   t.grad_accum = c.grad_accum;
   t.parallelism = Parallelism{c.fsdp, c.tp, c.ep, c.dp};
-  t.mlp_gemm_dtype = parse_dtype(c.weights);
-  t.attention_gemm_dtype = parse_dtype(c.attention_dtype);
+  // The field named in the message: these come from sweep axes and Python as well as from flags.
+  auto dtype = [](const std::string& value, const char* field) {
+    try {
+      return parse_dtype(value);
+    } catch (const InputError& e) {
+      throw InputError(std::string(field) + ": " + e.what());
+    }
+  };
+  t.mlp_gemm_dtype = dtype(c.weights, "weights");
+  t.attention_gemm_dtype = dtype(c.attention_dtype, "attention_dtype");
   if (t.mlp_gemm_dtype == Dtype::fp32) throw InputError("weights = fp32 (expected bf16, fp8 or nvfp4)");
   PreparedRun r{sys, build_step_graph(model, t), make_policy(c.policy, c.tensors), SimOptions{}};
   r.options.lhs = c.lhs;

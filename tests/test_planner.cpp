@@ -223,3 +223,20 @@ TEST_CASE("the break-even host-link bandwidth comes with its curve, which rises 
     CHECK(run_simulation(at).tflops_per_device >= 0.99 * be.reference_tflops);
   }
 }
+
+TEST_CASE("run-config errors from sweeps and Python name the field and print the value in full", "[planner]") {
+  RunConfig c;
+  c.model = "llama3.1-8b";
+  c.system = "h200-hgx";
+  c.gpus = 8;
+  c.weights = "int8";
+  CHECK_THROWS_WITH(prepare_run(c), Catch::Contains("weights: unknown dtype 'int8'"));
+  c.weights = "bf16";
+  c.attention_dtype = "fp64";
+  CHECK_THROWS_WITH(prepare_run(c), Catch::Contains("attention_dtype: unknown dtype 'fp64'"));
+  c.attention_dtype = "bf16";
+  c.hbm_bytes = -1e-7;  // std::to_string would print -0.000000
+  CHECK_THROWS_WITH(prepare_run(c), Catch::Contains("hbm_bytes = -1e-07"));
+  c.hbm_bytes.reset();
+  CHECK_THROWS_WITH(c.set("hbm_bytes", "1e400", "--axis hbm_bytes"), Catch::Contains("out of the range of a double"));
+}
