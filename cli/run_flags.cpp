@@ -164,12 +164,7 @@ void check_run_config(const RunConfig& c, const Sources& s, const std::set<std::
   bool shape_fixed = model.has_value();
   for (auto f : {"gpus", "batch", "seq", "grad_accum", "fsdp", "tp", "ep", "dp"}) shape_fixed = shape_fixed && fixed(f);
   if (shape_fixed) {
-    TrainingSpec t;
-    t.gpus = c.gpus;
-    t.per_device_batch = c.batch;
-    t.seq_len = c.seq;
-    t.grad_accum = c.grad_accum;
-    t.parallelism = Parallelism{c.fsdp, c.tp, c.ep, c.dp};
+    TrainingSpec t = training_shape(c);
     attributed(s, {"gpus", "batch", "seq", "grad_accum", "fsdp", "tp", "ep", "dp"}, [&] {
       validate_training(t, *model);
       return 0;

@@ -173,15 +173,20 @@ System resolve_run_system(const RunConfig& c, const Profile* extra) {
   return sys;
 }
 
-PreparedRun prepare_run(const RunConfig& c, const Profile* extra) {
-  System sys = resolve_run_system(c, extra);
-  ModelSpec model = resolve_model(c.model);
+TrainingSpec training_shape(const RunConfig& c) {
   TrainingSpec t;
   t.gpus = c.gpus;
   t.per_device_batch = c.batch;
   t.seq_len = c.seq;
   t.grad_accum = c.grad_accum;
   t.parallelism = Parallelism{c.fsdp, c.tp, c.ep, c.dp};
+  return t;
+}
+
+PreparedRun prepare_run(const RunConfig& c, const Profile* extra) {
+  System sys = resolve_run_system(c, extra);
+  ModelSpec model = resolve_model(c.model);
+  TrainingSpec t = training_shape(c);
   // The field named in the message: these come from sweep axes and Python as well as from flags.
   auto dtype = [](const std::string& value, const char* field) {
     try {

@@ -55,6 +55,8 @@ struct PreparedRun {
 System resolve_run_system(const RunConfig& config, const Profile* extra = nullptr);
 // `extra` (optional) is applied after the config's own calibration: the fitter's trial parameters.
 PreparedRun prepare_run(const RunConfig& config, const Profile* extra = nullptr);
+// The training shape (GPUs, batch, sequence, accumulation, parallel degrees) of a config, unchecked.
+TrainingSpec training_shape(const RunConfig& config);
 StepReport run_simulation(const RunConfig& config, bool trace = false, const Profile* extra = nullptr);
 
 }  // namespace hbmsim
