@@ -58,7 +58,7 @@ struct TemplatePlan {
   std::vector<int> producer;           // per tensor: op index, -1 for the layer input
   std::vector<int> last_fwd_use;       // per tensor: last forward op reading it (-1: none)
   std::vector<double> fwd_s, bwd_s;    // per op
-  std::vector<double> dx_s, dw_s;      // GEMMs: the two backward dots (input gradient, weight gradient)
+  std::vector<double> dot_s;           // GEMMs: each of the two backward dots (input and weight gradient)
   std::vector<int> order;              // forward (and replay) issue order of the ops
   std::vector<bool> hoisted;           // per op: moved under an all-to-all by LHS (independent of it)
   std::vector<bool> fwd_mem_bound;
@@ -73,6 +73,16 @@ struct TemplatePlan {
   std::vector<Step> steps;     // issue order
   std::vector<int> last_read;  // per tensor: the last step that reads its forward value (-1: none)
   std::vector<int> grad_last;  // per op: the last step that reads the gradients of its outputs
+
+  double seconds(const Step& st) const {
+    switch (st.kind) {
+      case Kind::replay: return fwd_s[st.op];
+      case Kind::bwd: return bwd_s[st.op];
+      case Kind::bwd_x:
+      case Kind::bwd_w: return dot_s[st.op];
+    }
+    return 0.0;
+  }
 };
 
 // What a step reads of the forward values: a replay its inputs; a backward its saved tensors; the input-
@@ -134,21 +144,12 @@ void plan_backward_steps(const LayerTemplate& t, bool lhs, TemplatePlan& p) {
       for (int out : def.outputs)  // the gradient of each output, from every consumer's backward
         for (int c : consumers[static_cast<std::size_t>(out)]) edge(grad_step[static_cast<std::size_t>(c)], i);
     }
-    auto duration = [&](const TemplatePlan::Step& st) {
-      switch (st.kind) {
-        case Kind::replay: return p.fwd_s[st.op];
-        case Kind::bwd: return p.bwd_s[st.op];
-        case Kind::bwd_x: return p.dx_s[st.op];
-        case Kind::bwd_w: return p.dw_s[st.op];
-      }
-      return 0.0;
-    };
     // Bottom level: the longest chain of durations from a step to the iteration's end (critical path first).
     std::vector<double> level(n, 0.0);
     for (std::size_t i = n; i-- > 0;) {  // steps are in a topological order already
       double tail = 0;
       for (int s2 : succ[i]) tail = std::max(tail, level[static_cast<std::size_t>(s2)]);
-      level[i] = duration(steps[i]) + tail;
+      level[i] = p.seconds(steps[i]) + tail;
     }
     std::vector<double> ready(n, 0.0);
     std::vector<int> avail;
@@ -178,7 +179,7 @@ void plan_backward_steps(const LayerTemplate& t, bool lhs, TemplatePlan& p) {
       }
       auto i = static_cast<std::size_t>(avail[best]);
       avail.erase(avail.begin() + static_cast<long>(best));
-      double end = best_start + duration(steps[i]);
+      double end = best_start + p.seconds(steps[i]);
       free_at[best_a2a ? 1 : 0] = end;
       order.push_back(steps[i]);
       for (int s2 : succ[i]) {
@@ -307,15 +308,14 @@ TemplatePlan plan_template(const LayerTemplate& t, const Policy& policy, const C
   for (std::size_t i = 0; i < nt; ++i)
     if (p.placement[i] == Placement::offload) p.offloaded.push_back(static_cast<int>(i));
   for (const auto& op : t.ops) {
-    double f = 0, b = 0, dx = 0, dw = 0;
+    double f = 0, b = 0, dot = 0;
     bool mb = false;
     switch (op.kind) {
       case OpKind::gemm:
         // The backward is two dots of the forward's size, each with its own efficiency and launch.
         f = c.gemm_s(op.flops, op.bytes, op.dtype);
-        dx = c.gemm_s(op.bwd_flops / 2, op.bwd_bytes / 2, op.dtype);
-        dw = dx;
-        b = dx + dw;
+        dot = c.gemm_s(op.bwd_flops / 2, op.bwd_bytes / 2, op.dtype);
+        b = 2 * dot;
         mb = c.memory_bound_gemm(op.flops, op.bytes, op.dtype);
         break;
       case OpKind::attention:
@@ -334,8 +334,7 @@ TemplatePlan plan_template(const LayerTemplate& t, const Policy& policy, const C
     }
     p.fwd_s.push_back(f);
     p.bwd_s.push_back(b);
-    p.dx_s.push_back(dx);
-    p.dw_s.push_back(dw);
+    p.dot_s.push_back(dot);
     p.fwd_mem_bound.push_back(mb);
   }
   plan_backward_steps(t, lhs, p);
@@ -487,7 +486,7 @@ class ProgramBuilder {
     op(unembed_bwd).releases = {logits, embed_buf, input_buf};
     backward_start_ = unembed_bwd;
 
-    if (pipelined_collectives_) prefetch_backward_gather(L - 1, layers);
+    if (opt_.pipelined_collectives) prefetch_backward_gather(L - 1, layers);
     for (std::int64_t l = L - 1; l >= 0; --l) grad_carry = backward_layer(l, layers, grad_carry, rs_ops);
 
     int embed_grad = prog_.add_buffer(g_.embed_grad_bytes, MemCategory::collective_buffers);
@@ -521,8 +520,8 @@ class ProgramBuilder {
     // FSDP all-gather one layer ahead: it may start once layer l-2 is done with its weights.
     // Pipelined collectives gather one layer ahead (from when layer l-2 is done with its weights); without
     // them the gather sits at the top of its own iteration and the layer waits for it.
-    const auto prior = static_cast<std::size_t>(pipelined_collectives_ ? l - 2 : l - 1);
-    int ag_op = gather_layer(t, l, l >= (pipelined_collectives_ ? 2 : 1) ? layers[prior].fwd_last : -1, 'f');
+    const auto prior = static_cast<std::size_t>(opt_.pipelined_collectives ? l - 2 : l - 1);
+    int ag_op = gather_layer(t, l, l >= (opt_.pipelined_collectives ? 2 : 1) ? layers[prior].fwd_last : -1, 'f');
     int gathered = gather_buf_;
 
     st.buf.assign(nt, -1);
@@ -617,7 +616,7 @@ class ProgramBuilder {
     const int iteration_start = last_compute_;
     // Issue the next layer's gather before this layer's reduce-scatter so the two never queue behind
     // each other; it may start once layer l+1 is done with its weights.
-    if (pipelined_collectives_) {
+    if (opt_.pipelined_collectives) {
       if (l >= 1) prefetch_backward_gather(l - 1, layers);
     } else {
       st.ag_bwd = gather_layer(t, l, iteration_start, 'b');
@@ -700,7 +699,7 @@ class ProgramBuilder {
         if (p.placement[kk] == Placement::offload && h2d[kk] < 0 && !opt_.lhs)
           make_h2d(kk, last_compute_ >= 0 ? std::vector<int>{last_compute_} : std::vector<int>{});
       }
-      double seconds = replay ? p.fwd_s[o] : kind == Kind::bwd ? p.bwd_s[o] : kind == Kind::bwd_x ? p.dx_s[o] : p.dw_s[o];
+      const double seconds = p.seconds(steps[s]);
       double flops = replay ? def.flops : kind == Kind::bwd ? def.bwd_flops : def.bwd_flops / 2;
       const char* prefix = replay ? "recompute " : kind == Kind::bwd ? "bwd " : kind == Kind::bwd_x ? "bwd_x " : "bwd_w ";
       std::string name = names_ ? prefix + def.name + " L" + std::to_string(l) : std::string();
@@ -782,7 +781,6 @@ class ProgramBuilder {
   const StepGraph& g_;
   const System& sys_;
   SimOptions opt_;
-  bool pipelined_collectives_ = opt_.pipelined_collectives;
   Topology topo_;
   Costs costs_;
   std::vector<std::string>* names_;
