@@ -1,15 +1,11 @@
 // Google Benchmark figures for the simulator core (issue 9). `hbmsim bench --json` reports the headline set.
 #include <benchmark/benchmark.h>
 
-#include "planner/reproduce.hpp"
+#include "planner/bench_configs.hpp"
 
 using namespace hbmsim;
 
 namespace {
-
-// The measured GB200 runs' configurations (data/reference/seed_configs.json).
-RunConfig dsv3() { return reference_config("dsv3-offload-lhs-pipe-mbs8"); }
-RunConfig llama405b() { return reference_config("llama405b-qkv-offload-lhs"); }
 
 void BM_SimulatePrepared(benchmark::State& state, RunConfig c) {
   auto run = prepare_run(c);
@@ -22,12 +18,7 @@ void BM_PrepareAndSimulate(benchmark::State& state, RunConfig c) {
 
 // Cost against the number of layers: a Llama 8B shape with L layers.
 void BM_LayersLinear(benchmark::State& state) {
-  RunConfig c;
-  c.system = "h200-hgx";
-  c.gpus = 8;
-  c.model = "llama3.1-8b";
-  c.policy = "qkv_proj_offloaded";
-  auto run = prepare_run(c);
+  auto run = prepare_run(bench_scaling_base());
   auto model = run.graph.model;
   model.num_layers = state.range(0);
   auto graph = build_step_graph(model, run.graph.training);
@@ -36,10 +27,8 @@ void BM_LayersLinear(benchmark::State& state) {
 }
 
 void BM_GradAccumLinear(benchmark::State& state) {
-  RunConfig c;
-  c.system = "h200-hgx";
-  c.gpus = 8;
-  c.model = "llama3.1-8b";
+  RunConfig c = bench_scaling_base();
+  c.policy = "full";
   c.grad_accum = state.range(0);
   auto run = prepare_run(c);
   for (auto _ : state) benchmark::DoNotOptimize(simulate(run.graph, run.system, run.policy, run.options));
@@ -48,10 +37,10 @@ void BM_GradAccumLinear(benchmark::State& state) {
 
 }  // namespace
 
-BENCHMARK_CAPTURE(BM_SimulatePrepared, dsv3_step, dsv3())->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_SimulatePrepared, llama405b_step, llama405b())->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_PrepareAndSimulate, dsv3_config, dsv3())->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_PrepareAndSimulate, llama405b_config, llama405b())->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_SimulatePrepared, dsv3_step, bench_dsv3())->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_SimulatePrepared, llama405b_step, bench_llama405b())->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_PrepareAndSimulate, dsv3_config, bench_dsv3())->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_PrepareAndSimulate, llama405b_config, bench_llama405b())->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_LayersLinear)->RangeMultiplier(2)->Range(8, 256)->Complexity(benchmark::oN)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_GradAccumLinear)->RangeMultiplier(2)->Range(1, 16)->Complexity(benchmark::oN)->Unit(benchmark::kMicrosecond);
 BENCHMARK_MAIN();

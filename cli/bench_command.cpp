@@ -12,6 +12,7 @@
 #include "cli/format.hpp"
 #include "cli/run_flags.hpp"
 #include "hwmodels/json_view.hpp"
+#include "planner/bench_configs.hpp"
 #include "planner/plan.hpp"
 #include "planner/reproduce.hpp"
 #include "planner/sweep.hpp"
@@ -25,10 +26,6 @@ using clock_type = std::chrono::steady_clock;
 double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
-
-// The measured GB200 runs' configurations (data/reference/seed_configs.json).
-RunConfig dsv3() { return reference_config("dsv3-offload-lhs-pipe-mbs8"); }
-RunConfig llama405b() { return reference_config("llama405b-qkv-offload-lhs"); }
 
 // Median over `reps` of the mean time of `inner` simulations of a prepared step, in microseconds.
 double step_us(const PreparedRun& run, int reps, int inner) {
@@ -82,17 +79,13 @@ void register_bench_command(CLI::App& app) {
     check_jobs(*jobs);
     const int reps = *quick ? 3 : 15, inner = *quick ? 3 : 20;
     nlohmann::json out;
-    auto ds = prepare_run(dsv3()), ll = prepare_run(llama405b());
+    auto ds = prepare_run(bench_dsv3()), ll = prepare_run(bench_llama405b());
     out["dsv3_step_us"] = step_us(ds, reps, inner);
     out["llama405b_step_us"] = step_us(ll, reps, inner);
     out["step_peak_rss_bytes"] = peak_rss_bytes();  // after step simulations only, trace off
 
     // Cost against layers and against gradient-accumulation steps (Llama 8B shape on H200).
-    RunConfig small;
-    small.system = "h200-hgx";
-    small.gpus = 8;
-    small.model = "llama3.1-8b";
-    small.policy = "qkv_proj_offloaded";
+    RunConfig small = bench_scaling_base();
     auto base = prepare_run(small);
     std::vector<double> xs, ys, ga, gy;
     for (std::int64_t layers : {8, 16, 32, 64, 128}) {
@@ -138,12 +131,12 @@ void register_bench_command(CLI::App& app) {
 
     // Exhaustive DeepSeek-V3 placement search: every device/remat/offload choice of its six largest
     // checkpoint names (3^6 = 729) at each batch 1..16.
-    auto names = default_search_names(dsv3());
+    auto names = default_search_names(bench_dsv3());
     names.resize(6);
     t0 = clock_type::now();
     std::size_t evaluated = 0;
     for (std::int64_t b = 1; b <= (*quick ? 2 : 16); ++b) {
-      RunConfig c = dsv3();
+      RunConfig c = bench_dsv3();
       c.batch = b;
       c.tensors.clear();
       evaluated += best_policy(c, names, *jobs).evaluated.size();

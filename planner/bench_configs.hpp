@@ -1,0 +1,22 @@
+// The configurations hbmsim's speed figures are measured on, shared by `hbmsim bench` and the Google
+// Benchmark target so that both time the same steps.
+#pragma once
+#include "planner/reproduce.hpp"
+
+namespace hbmsim {
+
+// Two of the measured GB200 runs (data/reference/seed_configs.json).
+inline RunConfig bench_dsv3() { return reference_config("dsv3-offload-lhs-pipe-mbs8"); }
+inline RunConfig bench_llama405b() { return reference_config("llama405b-qkv-offload-lhs"); }
+
+// The scaling shape: Llama 3.1 8B on 8 H200s with QKV offload, varied in layers or accumulation steps.
+inline RunConfig bench_scaling_base() {
+  RunConfig c;
+  c.system = "h200-hgx";
+  c.gpus = 8;
+  c.model = "llama3.1-8b";
+  c.policy = "qkv_proj_offloaded";
+  return c;
+}
+
+}  // namespace hbmsim
