@@ -35,6 +35,8 @@ const Flag kFlags[] = {
     {"--tp", "tp", "Tensor parallel degree"},
     {"--ep", "ep", "Expert parallel degree"},
     {"--dp", "dp", "Data parallel (replica) degree"},
+    {"--moe-batch-split", "moe_batch_split",
+     "MoE layers as this many micro-batches, so one's all-to-all overlaps another's compute under LHS (1)"},
     {"--weights", "weights", "MLP GEMM dtype: bf16, fp8, nvfp4"},
     {"--attention-dtype", "attention_dtype", "Attention/projection GEMM dtype"},
     {"--policy", "policy",
@@ -162,10 +164,11 @@ void check_run_config(const RunConfig& c, const Sources& s, const std::set<std::
   }
 
   bool shape_fixed = model.has_value();
-  for (auto f : {"gpus", "batch", "seq", "grad_accum", "fsdp", "tp", "ep", "dp"}) shape_fixed = shape_fixed && fixed(f);
+  for (auto f : {"gpus", "batch", "seq", "grad_accum", "fsdp", "tp", "ep", "dp", "moe_batch_split"})
+    shape_fixed = shape_fixed && fixed(f);
   if (shape_fixed) {
     TrainingSpec t = training_shape(c);
-    attributed(s, {"gpus", "batch", "seq", "grad_accum", "fsdp", "tp", "ep", "dp"}, [&] {
+    attributed(s, {"gpus", "batch", "seq", "grad_accum", "fsdp", "tp", "ep", "dp", "moe_batch_split"}, [&] {
       validate_training(t, *model);
       return 0;
     });

@@ -12,36 +12,37 @@ namespace hbmsim {
 
 LargestBatch largest_batch(const RunConfig& base, std::int64_t max_batch, bool powers_of_two) {
   LargestBatch out;
+  // A batch split needs a batch it divides: search in units of it (batch = k * unit).
+  const std::int64_t unit = std::max<std::int64_t>(1, base.moe_batch_split);
+  const std::int64_t max_k = max_batch / unit;
   std::map<std::int64_t, bool> fits;
-  auto test = [&](std::int64_t b) {
-    auto it = fits.find(b);
+  auto test = [&](std::int64_t k) {
+    auto it = fits.find(k);
     if (it != fits.end()) return it->second;
     RunConfig c = base;
-    c.batch = b;
+    c.batch = k * unit;
     auto r = run_simulation(c);
     out.tried.push_back({c, r});
-    return fits[b] = r.fits;
+    return fits[k] = r.fits;
   };
-  if (!test(1)) return out;
+  if (max_k < 1 || !test(1)) return out;
   std::int64_t good = 1, bad = 0;
-  for (std::int64_t b = 2; b <= max_batch; b *= 2) {
-    if (test(b)) good = b;
-    else { bad = b; break; }
+  for (std::int64_t k = 2; k <= max_k; k *= 2) {
+    if (test(k)) good = k;
+    else { bad = k; break; }
   }
-  if (powers_of_two) {
-    out.batch = good;
-    return out;
+  if (!powers_of_two) {
+    if (bad == 0) {
+      if (good < max_k && test(max_k)) good = max_k;
+      else if (good < max_k) bad = max_k;
+    }
+    while (bad > good + 1) {
+      auto mid = good + (bad - good) / 2;
+      if (test(mid)) good = mid;
+      else bad = mid;
+    }
   }
-  if (bad == 0) {
-    if (good < max_batch && test(max_batch)) good = max_batch;
-    else if (good < max_batch) bad = max_batch;
-  }
-  while (bad > good + 1) {
-    auto mid = good + (bad - good) / 2;
-    if (test(mid)) good = mid;
-    else bad = mid;
-  }
-  out.batch = good;
+  out.batch = good * unit;
   return out;
 }
 
@@ -307,6 +308,8 @@ std::string maxtext_settings(const RunConfig& c) {
     if (p != Placement::remat) out += " " + n + "=" + to_string(p);
   }
   out += " scan_layers=true";
+  if (c.moe_batch_split > 1)
+    out += " use_batch_split_schedule=true batch_split_factor=" + std::to_string(c.moe_batch_split);
   return out;
 }
 

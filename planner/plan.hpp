@@ -16,9 +16,10 @@ struct Candidate {
   StepReport report;
 };
 
-// Largest per-device batch in [1, max_batch] that fits (0 if even batch 1 does not), assuming fitting is
-// monotone in batch: doubling, then bisection. `tried` lists every batch simulated. With `powers_of_two`
-// only 1, 2, 4, ... are candidates (the grid capacity experiments usually step through).
+// Largest per-device batch in [1, max_batch] that fits (0 if even the smallest does not), assuming fitting
+// is monotone in batch: doubling, then bisection. Candidates are multiples of the config's moe_batch_split.
+// `tried` lists every batch simulated. With `powers_of_two` only split * (1, 2, 4, ...) are candidates (the
+// grid capacity experiments usually step through).
 struct LargestBatch {
   std::int64_t batch = 0;
   std::vector<Candidate> tried;

@@ -14,8 +14,8 @@ namespace hbmsim {
 
 const std::vector<std::string>& RunConfig::fields() {
   static const std::vector<std::string> f = {
-      "system", "model", "gpus", "batch", "seq", "grad_accum", "fsdp", "tp", "ep", "dp", "weights",
-      "attention_dtype", "policy", "lhs", "pipelined_transfers", "pipelined_collectives", "memory_limit_slop",
+      "system", "model", "gpus", "batch", "seq", "grad_accum", "fsdp", "tp", "ep", "dp", "moe_batch_split",
+      "weights", "attention_dtype", "policy", "lhs", "pipelined_transfers", "pipelined_collectives", "memory_limit_slop",
       "host_link_bytes_per_s", "hbm_bytes", "calibration"};
   return f;
 }
@@ -77,6 +77,7 @@ void RunConfig::set(const std::string& field, const std::string& value, const st
   else if (field == "tp") tp = parse_int(value, where);
   else if (field == "ep") ep = parse_int(value, where);
   else if (field == "dp") dp = parse_int(value, where);
+  else if (field == "moe_batch_split") moe_batch_split = parse_int(value, where);
   else if (field == "weights") weights = value;
   else if (field == "attention_dtype") attention_dtype = value;
   else if (field == "policy") policy = value;
@@ -98,7 +99,7 @@ void RunConfig::set(const std::string& field, const std::string& value, const st
 nlohmann::json RunConfig::to_json() const {
   nlohmann::json j = {{"system", system}, {"model", model}, {"gpus", gpus}, {"batch", batch}, {"seq", seq},
                       {"grad_accum", grad_accum}, {"fsdp", fsdp}, {"tp", tp}, {"ep", ep}, {"dp", dp},
-                      {"weights", weights}, {"attention_dtype", attention_dtype}, {"policy", policy},
+                      {"moe_batch_split", moe_batch_split}, {"weights", weights}, {"attention_dtype", attention_dtype}, {"policy", policy},
                       {"tensors", tensors}, {"lhs", lhs}, {"pipelined_transfers", pipelined_transfers},
                       {"pipelined_collectives", pipelined_collectives},
                       {"memory_limit_slop", memory_limit_slop}, {"calibration", calibration}};
@@ -109,14 +110,15 @@ nlohmann::json RunConfig::to_json() const {
 
 RunConfig RunConfig::from_json(const nlohmann::json& doc, const std::string& origin) {
   JsonView v(doc, origin);
-  v.allow_only({"system", "model", "gpus", "batch", "seq", "grad_accum", "fsdp", "tp", "ep", "dp", "weights",
+  v.allow_only({"system", "model", "gpus", "batch", "seq", "grad_accum", "fsdp", "tp", "ep", "dp", "moe_batch_split", "weights",
                 "attention_dtype", "policy", "tensors", "lhs", "pipelined_transfers", "pipelined_collectives", "memory_limit_slop",
                 "host_link_bytes_per_s", "hbm_bytes", "calibration", "about"});
   RunConfig c;
   if (auto x = v.find("system")) c.system = x->string();
   if (auto x = v.find("model")) c.model = x->string();
   for (auto [key, field] : {std::pair{"gpus", &c.gpus}, {"batch", &c.batch}, {"seq", &c.seq},
-                            {"grad_accum", &c.grad_accum}, {"tp", &c.tp}, {"ep", &c.ep}, {"dp", &c.dp}})
+                            {"grad_accum", &c.grad_accum}, {"tp", &c.tp}, {"ep", &c.ep}, {"dp", &c.dp},
+                            {"moe_batch_split", &c.moe_batch_split}})
     if (auto x = v.find(key)) *field = x->positive_integer();
   if (auto x = v.find("fsdp")) {
     c.fsdp = x->integer();
@@ -179,6 +181,7 @@ TrainingSpec training_shape(const RunConfig& c) {
   t.per_device_batch = c.batch;
   t.seq_len = c.seq;
   t.grad_accum = c.grad_accum;
+  t.moe_batch_split = c.moe_batch_split;
   t.parallelism = Parallelism{c.fsdp, c.tp, c.ep, c.dp};
   return t;
 }

@@ -23,6 +23,7 @@ struct RunConfig {
   std::int64_t seq = 4096;
   std::int64_t grad_accum = 1;
   std::int64_t fsdp = 0, tp = 1, ep = 1, dp = 1;
+  std::int64_t moe_batch_split = 1;     // MoE layers run as this many micro-batches (MaxText batch split)
   std::string weights = "bf16";         // MLP GEMM dtype: bf16, fp8, nvfp4
   std::string attention_dtype = "bf16"; // projection/attention GEMM dtype
   std::string policy = "full";

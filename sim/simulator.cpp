@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "hwmodels/topology.hpp"
 
@@ -60,7 +61,6 @@ struct TemplatePlan {
   std::vector<double> fwd_s, bwd_s;    // per op
   std::vector<double> dot_s;           // GEMMs: each of the two backward dots (input and weight gradient)
   std::vector<int> order;              // forward (and replay) issue order of the ops
-  std::vector<bool> hoisted;           // per op: moved under an all-to-all by LHS (independent of it)
   std::vector<bool> fwd_mem_bound;
   std::vector<int> offloaded;          // tensors offloaded
   double backward_working_set_bytes = 0;  // transient peak of one backward iteration (prefetch headroom)
@@ -93,6 +93,88 @@ const std::vector<int>& step_reads(const OpDef& def, TemplatePlan::Kind k) {
   return k == TemplatePlan::Kind::bwd_x ? none : def.saved;
 }
 
+bool has_all_to_all(const LayerTemplate& t) {
+  return std::any_of(t.ops.begin(), t.ops.end(), [](const OpDef& op) { return op.kind == OpKind::all_to_all; });
+}
+
+// Steps of one layer iteration and their data dependencies, listed in a topological order.
+struct ScheduleDag {
+  std::vector<double> seconds;
+  std::vector<bool> a2a;  // runs on the all-to-all stream; everything else on the compute stream
+  std::vector<std::vector<int>> succ;
+  std::vector<int> indeg;
+
+  explicit ScheduleDag(std::size_t n) : seconds(n, 0.0), a2a(n, false), succ(n), indeg(n, 0) {}
+  void edge(int from, std::size_t to) {
+    if (from < 0) return;
+    succ[static_cast<std::size_t>(from)].push_back(static_cast<int>(to));
+    ++indeg[to];
+  }
+  // What a latency-hiding list scheduler produces: each step issues at the earliest time its inputs and its
+  // stream allow. Ties: an all-to-all first; with `feed_a2a_first`, the compute step closest to starting the
+  // next all-to-all (so a micro-batch reaches its dispatch before the other's attention runs beside it);
+  // then the longer critical path; then listing order. The backward keeps critical path first: it has
+  // weight-gradient dots to fill the all-to-alls with, and feeding them first was slower there.
+  std::vector<std::size_t> list_schedule(bool feed_a2a_first) const {
+    const auto n = seconds.size();
+    constexpr double kNever = std::numeric_limits<double>::infinity();
+    std::vector<double> level(n, 0.0);  // bottom level: the longest chain of durations to the iteration's end
+    std::vector<double> to_a2a(n, kNever);  // compute seconds from a step's start to the next all-to-all
+    for (std::size_t i = n; i-- > 0;) {
+      double tail = 0, next = kNever;
+      for (int s2 : succ[i]) {
+        auto j = static_cast<std::size_t>(s2);
+        tail = std::max(tail, level[j]);
+        next = std::min(next, a2a[j] ? 0.0 : to_a2a[j]);
+      }
+      level[i] = seconds[i] + tail;
+      to_a2a[i] = a2a[i] ? 0.0 : seconds[i] + next;
+    }
+    std::vector<int> deg = indeg;
+    std::vector<double> ready(n, 0.0);
+    std::vector<int> avail;
+    for (std::size_t i = 0; i < n; ++i)
+      if (deg[i] == 0) avail.push_back(static_cast<int>(i));
+    double free_at[2] = {0, 0};  // compute, all-to-all
+    std::vector<std::size_t> order;
+    order.reserve(n);
+    while (!avail.empty()) {
+      std::size_t best = 0;
+      double best_start = 0;
+      bool best_a2a = false;
+      for (std::size_t a = 0; a < avail.size(); ++a) {
+        auto i = static_cast<std::size_t>(avail[a]);
+        bool on_a2a = a2a[i];
+        double start = std::max(ready[i], free_at[on_a2a ? 1 : 0]);
+        auto j = static_cast<std::size_t>(avail[best]);
+        bool better = a == 0 || start < best_start ||
+                      (start == best_start &&
+                       (on_a2a > best_a2a ||
+                        (on_a2a == best_a2a &&
+                         ((feed_a2a_first && to_a2a[i] < to_a2a[j]) ||
+                          ((!feed_a2a_first || to_a2a[i] == to_a2a[j]) &&
+                           (level[i] > level[j] || (level[i] == level[j] && avail[a] < avail[best])))))));
+        if (better) {
+          best = a;
+          best_start = start;
+          best_a2a = on_a2a;
+        }
+      }
+      auto i = static_cast<std::size_t>(avail[best]);
+      avail.erase(avail.begin() + static_cast<long>(best));
+      double end = best_start + seconds[i];
+      free_at[best_a2a ? 1 : 0] = end;
+      order.push_back(i);
+      for (int s2 : succ[i]) {
+        auto j = static_cast<std::size_t>(s2);
+        ready[j] = std::max(ready[j], end);
+        if (--deg[j] == 0) avail.push_back(s2);
+      }
+    }
+    return order;
+  }
+};
+
 // The issue order of one backward iteration. Without LHS (or without an all-to-all to hide) it is program
 // order: replays in forward order, then the backward ops reversed. With LHS it is what a latency-hiding list
 // scheduler produces from the iteration's data dependencies and solo durations: each step issues at the
@@ -102,9 +184,7 @@ const std::vector<int>& step_reads(const OpDef& def, TemplatePlan::Kind k) {
 void plan_backward_steps(const LayerTemplate& t, bool lhs, TemplatePlan& p) {
   using Kind = TemplatePlan::Kind;
   const auto no = t.ops.size(), nt = t.tensors.size();
-  bool has_a2a = false;
-  for (const auto& op : t.ops) has_a2a = has_a2a || op.kind == OpKind::all_to_all;
-  const bool schedule = lhs && has_a2a;
+  const bool schedule = lhs && has_all_to_all(t);
   auto& steps = p.steps;
   steps.clear();
   for (int o : p.order)
@@ -127,67 +207,23 @@ void plan_backward_steps(const LayerTemplate& t, bool lhs, TemplatePlan& p) {
     std::vector<std::vector<int>> consumers(nt);
     for (std::size_t o = 0; o < no; ++o)
       for (int in : t.ops[o].inputs) consumers[static_cast<std::size_t>(in)].push_back(static_cast<int>(o));
-    std::vector<std::vector<int>> succ(n);
-    std::vector<int> indeg(n, 0);
-    auto edge = [&](int from, std::size_t to) {
-      if (from < 0) return;
-      succ[static_cast<std::size_t>(from)].push_back(static_cast<int>(to));
-      ++indeg[to];
-    };
+    ScheduleDag dag(n);
     for (std::size_t i = 0; i < n; ++i) {
       const auto& def = t.ops[steps[i].op];
+      dag.seconds[i] = p.seconds(steps[i]);
+      dag.a2a[i] = def.kind == OpKind::all_to_all;
       for (int k : step_reads(def, steps[i].kind)) {  // forward values regenerated in this iteration
         int prod = p.producer[static_cast<std::size_t>(k)];
-        if (prod >= 0 && p.placement[static_cast<std::size_t>(k)] == Placement::remat) edge(replay_step[static_cast<std::size_t>(prod)], i);
+        if (prod >= 0 && p.placement[static_cast<std::size_t>(k)] == Placement::remat)
+          dag.edge(replay_step[static_cast<std::size_t>(prod)], i);
       }
       if (steps[i].kind == Kind::replay) continue;
       for (int out : def.outputs)  // the gradient of each output, from every consumer's backward
-        for (int c : consumers[static_cast<std::size_t>(out)]) edge(grad_step[static_cast<std::size_t>(c)], i);
+        for (int c : consumers[static_cast<std::size_t>(out)]) dag.edge(grad_step[static_cast<std::size_t>(c)], i);
     }
-    // Bottom level: the longest chain of durations from a step to the iteration's end (critical path first).
-    std::vector<double> level(n, 0.0);
-    for (std::size_t i = n; i-- > 0;) {  // steps are in a topological order already
-      double tail = 0;
-      for (int s2 : succ[i]) tail = std::max(tail, level[static_cast<std::size_t>(s2)]);
-      level[i] = p.seconds(steps[i]) + tail;
-    }
-    std::vector<double> ready(n, 0.0);
-    std::vector<int> avail;
-    for (std::size_t i = 0; i < n; ++i)
-      if (indeg[i] == 0) avail.push_back(static_cast<int>(i));
-    double free_at[2] = {0, 0};  // compute, all-to-all
     std::vector<TemplatePlan::Step> order;
     order.reserve(n);
-    while (!avail.empty()) {
-      std::size_t best = 0;
-      double best_start = 0;
-      bool best_a2a = false;
-      for (std::size_t a = 0; a < avail.size(); ++a) {
-        auto i = static_cast<std::size_t>(avail[a]);
-        bool a2a = t.ops[steps[i].op].kind == OpKind::all_to_all;
-        double start = std::max(ready[i], free_at[a2a ? 1 : 0]);
-        auto j = static_cast<std::size_t>(avail[best]);
-        bool better = a == 0 || start < best_start ||
-                      (start == best_start &&
-                       (a2a > best_a2a ||
-                        (a2a == best_a2a && (level[i] > level[j] || (level[i] == level[j] && avail[a] < avail[best])))));
-        if (better) {
-          best = a;
-          best_start = start;
-          best_a2a = a2a;
-        }
-      }
-      auto i = static_cast<std::size_t>(avail[best]);
-      avail.erase(avail.begin() + static_cast<long>(best));
-      double end = best_start + p.seconds(steps[i]);
-      free_at[best_a2a ? 1 : 0] = end;
-      order.push_back(steps[i]);
-      for (int s2 : succ[i]) {
-        auto j = static_cast<std::size_t>(s2);
-        ready[j] = std::max(ready[j], end);
-        if (--indeg[j] == 0) avail.push_back(s2);
-      }
-    }
+    for (std::size_t i : dag.list_schedule(false)) order.push_back(steps[i]);
     steps = std::move(order);
   }
   p.last_read.assign(nt, -1);
@@ -237,41 +273,24 @@ double backward_working_set(const LayerTemplate& t, const TemplatePlan& p) {
   return peak;
 }
 
-// The forward issue order. Without LHS it is program order and an all-to-all blocks the compute stream.
-// With LHS the scheduler fills the all-to-all's flight time: every later op that does not need its
-// result (transitively) and whose inputs exist is issued right after it (the shared expert, in a MoE).
+// The forward issue order. Without LHS (or without an all-to-all to hide) it is program order and an
+// all-to-all blocks the compute stream. With LHS the list scheduler orders the ops by their data
+// dependencies, so work that does not need an all-to-all in flight (the shared expert; with a batch split,
+// the other micro-batch) runs beside it.
 void plan_forward_order(const LayerTemplate& t, bool lhs, TemplatePlan& p) {
   const auto no = t.ops.size();
   p.order.clear();
-  p.hoisted.assign(no, false);
-  std::vector<bool> issued(no, false), ready(t.tensors.size(), false);
-  ready[0] = true;
-  auto issue = [&](std::size_t o) {
-    issued[o] = true;
-    p.order.push_back(static_cast<int>(o));
-    for (int out : t.ops[o].outputs) ready[static_cast<std::size_t>(out)] = true;
-  };
-  for (std::size_t o = 0; o < no; ++o) {
-    if (issued[o]) continue;
-    issue(o);
-    if (!lhs || t.ops[o].kind != OpKind::all_to_all) continue;
-    std::vector<bool> tainted(t.tensors.size(), false);  // needs this all-to-all's result
-    for (int out : t.ops[o].outputs) tainted[static_cast<std::size_t>(out)] = true;
-    for (std::size_t q = o + 1; q < no; ++q) {
-      if (issued[q]) continue;
-      bool needs = false, inputs_ready = true;
-      for (int in : t.ops[q].inputs) {
-        needs = needs || tainted[static_cast<std::size_t>(in)];
-        inputs_ready = inputs_ready && ready[static_cast<std::size_t>(in)];
-      }
-      if (needs || !inputs_ready || t.ops[q].kind == OpKind::all_to_all) {
-        for (int out : t.ops[q].outputs) tainted[static_cast<std::size_t>(out)] = true;
-        continue;
-      }
-      p.hoisted[q] = true;
-      issue(q);
-    }
+  if (!lhs || !has_all_to_all(t)) {
+    for (std::size_t o = 0; o < no; ++o) p.order.push_back(static_cast<int>(o));
+    return;
   }
+  ScheduleDag dag(no);
+  for (std::size_t o = 0; o < no; ++o) {
+    dag.seconds[o] = p.fwd_s[o];
+    dag.a2a[o] = t.ops[o].kind == OpKind::all_to_all;
+    for (int in : t.ops[o].inputs) dag.edge(p.producer[static_cast<std::size_t>(in)], o);
+  }
+  for (std::size_t o : dag.list_schedule(true)) p.order.push_back(static_cast<int>(o));
 }
 
 TemplatePlan plan_template(const LayerTemplate& t, const Policy& policy, const Costs& c, const StepGraph& g, bool lhs) {
@@ -285,13 +304,10 @@ TemplatePlan plan_template(const LayerTemplate& t, const Policy& policy, const C
   for (std::size_t i = 0; i < nt; ++i)
     if (t.tensors[i].checkpoint) p.placement[i] = policy.placement(t.tensors[i].name);
   p.placement[0] = Placement::device;
-  plan_forward_order(t, lhs, p);
   for (std::size_t o = 0; o < no; ++o) {
     for (int out : t.ops[o].outputs) p.producer[static_cast<std::size_t>(out)] = static_cast<int>(o);
     for (int s : t.ops[o].saved) p.needed_in_bwd[static_cast<std::size_t>(s)] = true;
   }
-  for (int o : p.order)
-    for (int in : t.ops[static_cast<std::size_t>(o)].inputs) p.last_fwd_use[static_cast<std::size_t>(in)] = o;
   // Tensors the backward needs but nobody saved are recomputed, and so are whatever their producers need.
   std::vector<int> work;
   for (std::size_t i = 0; i < nt; ++i)
@@ -337,6 +353,9 @@ TemplatePlan plan_template(const LayerTemplate& t, const Policy& policy, const C
     p.dot_s.push_back(dot);
     p.fwd_mem_bound.push_back(mb);
   }
+  plan_forward_order(t, lhs, p);
+  for (int o : p.order)
+    for (int in : t.ops[static_cast<std::size_t>(o)].inputs) p.last_fwd_use[static_cast<std::size_t>(in)] = o;
   plan_backward_steps(t, lhs, p);
   p.backward_working_set_bytes = backward_working_set(t, p);
   p.gather_s = c.all_gather_s(t.gathered_dense_bytes, g.fsdp_group) +
@@ -416,7 +435,7 @@ class ProgramBuilder {
     if (names_) names_->push_back(std::move(name));
     return static_cast<int>(prog_.ops.size()) - 1;
   }
-  // `independent`: does not read the all-to-all in flight (LHS placed it under it).
+  // `independent`: does not wait for the all-to-all in flight (its dependencies are explicit).
   int compute_op(double seconds, bool mem_bound, double flops, char phase, int layer, std::string name,
                  bool independent = false) {
     ProgramOp& o = emplace(sim::compute, seconds);
@@ -540,15 +559,25 @@ class ProgramBuilder {
     pending.clear();
     auto& op_id = op_id_;
     op_id.assign(t.ops.size(), -1);
+    // With LHS the ops come in the list scheduler's order with explicit cross-stream dependencies (an
+    // all-to-all waits for the ops that wrote its input; only the ops that read its result wait for it).
+    // Without LHS an all-to-all blocks the compute stream between its neighbours in program order.
+    const bool scheduled = opt_.lhs;
     for (int oi : p.order) {
       const auto o = static_cast<std::size_t>(oi);
       const auto& def = t.ops[o];
-      int id = def.kind == OpKind::all_to_all
-                   ? a2a_op(p.fwd_s[o], 'f', static_cast<int>(l), label(def.name, l))
+      const bool a2a = def.kind == OpKind::all_to_all;
+      int id = a2a ? a2a_op(p.fwd_s[o], 'f', static_cast<int>(l), label(def.name, l), !scheduled)
                    : compute_op(p.fwd_s[o], p.fwd_mem_bound[o], def.flops, 'f', static_cast<int>(l), label(def.name, l),
-                                p.hoisted[o]);
+                                scheduled);
       op_id[o] = id;
-      if (o == 0) {
+      if (scheduled)
+        for (int in : def.inputs)
+          if (int prod = p.producer[static_cast<std::size_t>(in)]; prod >= 0) {
+            int pid = op_id[static_cast<std::size_t>(prod)];
+            if (a2a || op(pid).stream == sim::expert_a2a) op(id).deps.push_back(pid);
+          }
+      if (st.fwd_first < 0) {
         st.fwd_first = id;
         op(id).deps.push_back(ag_op);
         for (int c : barrier[static_cast<std::size_t>(l)]) op(id).deps.push_back(c);

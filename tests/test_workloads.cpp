@@ -145,3 +145,62 @@ TEST_CASE("the layer graph is a DAG that graph --dot writes as Graphviz", "[work
   CHECK(r.out.find("dispatch_a2a") != std::string::npos);
   CHECK(r.out.find("moe_mlpwi_0") != std::string::npos);
 }
+
+TEST_CASE("a MoE batch split halves each micro-batch and keeps the layer's work, bytes and tensors", "[workloads][split]") {
+  // DeepSeek-V3, batch 8 x seq 4096 on 128 GPUs with EP 64. Split 2: two copies of the layer body over
+  // 16384 tokens each. GEMM FLOPs are linear in tokens, MLA attention FLOPs (2*T*S*H*(dn+dr+dv)/2) too,
+  // so each sum equals the unsplit layer's; so do all-to-all bytes and every checkpoint-named tensor.
+  auto t = training(128, 8, 4096);
+  t.parallelism.ep = 64;
+  auto whole = build_step_graph(builtin_model("deepseek-v3-671b"), t);
+  t.moe_batch_split = 2;
+  auto split = build_step_graph(builtin_model("deepseek-v3-671b"), t);
+  const auto& a = whole.templates[1];
+  const auto& b = split.templates[1];
+  REQUIRE(a.kind == "moe");
+  REQUIRE(b.kind == "moe");
+  auto sum = [](const LayerTemplate& l, OpKind k, bool bytes) {
+    double s = 0;
+    for (auto& op : l.ops)
+      if (op.kind == k) s += bytes ? op.bytes : op.flops;
+    return s;
+  };
+  CHECK(sum(b, OpKind::gemm, false) == Approx(sum(a, OpKind::gemm, false)).epsilon(1e-12));
+  CHECK(sum(b, OpKind::attention, false) == Approx(sum(a, OpKind::attention, false)).epsilon(1e-12));
+  CHECK(sum(b, OpKind::all_to_all, true) == Approx(sum(a, OpKind::all_to_all, true)).epsilon(1e-12));
+  // One body per micro-batch plus the merge; the dense template is not split.
+  CHECK(b.ops.size() == 2 * a.ops.size() + 1);
+  CHECK(split.templates[0].ops.size() == whole.templates[0].ops.size());
+  int dispatches = 0;
+  for (auto& op : b.ops) dispatches += op.name == "mb0/dispatch_a2a" || op.name == "mb1/dispatch_a2a";
+  CHECK(dispatches == 2);
+  for (auto name : {"mla_q", "mla_kv", "moe_mlpwi_0", "moe_mlpwi_1", "query_proj"})
+    CHECK(split.tensor_bytes(name, "moe") == whole.tensor_bytes(name, "moe"));
+  // Per micro-batch: half the tokens (16384 * 8 chosen experts * 2048 * 2 bytes).
+  int wi0 = 0;
+  for (auto& tensor : b.tensors)
+    if (tensor.name == "moe_mlpwi_0") {
+      CHECK(tensor.bytes == 16384.0 * 8 * 2048 * 2);
+      ++wi0;
+    }
+  CHECK(wi0 == 2);
+  // The layer input and output stay whole.
+  CHECK(b.tensors[0].bytes == a.tensors[0].bytes);
+  CHECK(b.tensors[static_cast<std::size_t>(b.output_tensor)].bytes == a.tensors[static_cast<std::size_t>(a.output_tensor)].bytes);
+  CHECK(split.model_flops.total() == whole.model_flops.total());
+}
+
+TEST_CASE("a MoE batch split must divide the batch and needs MoE layers", "[workloads][split]") {
+  auto t = training(128, 3, 4096);
+  t.parallelism.ep = 64;
+  t.moe_batch_split = 2;
+  CHECK_THROWS_WITH(build_step_graph(builtin_model("deepseek-v3-671b"), t),
+                    "moe_batch_split = 2 (batch = 3 is not divisible by it)");
+  t.per_device_batch = 2;
+  t.moe_batch_split = 0;
+  CHECK_THROWS_WITH(build_step_graph(builtin_model("deepseek-v3-671b"), t), "moe_batch_split = 0 (must be > 0)");
+  auto dense = training(8, 2, 4096);
+  dense.moe_batch_split = 2;
+  CHECK_THROWS_WITH(build_step_graph(builtin_model("llama3.1-8b"), dense),
+                    "moe_batch_split = 2 (the model has no MoE layers to split)");
+}

@@ -41,8 +41,10 @@ int LayerTemplate::find_tensor(const std::string& name) const {
 double StepGraph::tensor_bytes(const std::string& name, const std::string& kind) const {
   for (auto& t : templates) {
     if (!kind.empty() && t.kind != kind) continue;
-    int i = t.find_tensor(name);
-    if (i >= 0) return t.tensors[static_cast<std::size_t>(i)].bytes;
+    double sum = 0;  // with a batch split, each micro-batch has its own
+    for (const auto& tensor : t.tensors)
+      if (tensor.name == name) sum += tensor.bytes;
+    if (sum > 0) return sum;
   }
   return 0;
 }
@@ -59,16 +61,23 @@ class TemplateBuilder {
     return static_cast<int>(t_.tensors.size()) - 1;
   }
   double bytes(int tensor) const { return t_.tensors[static_cast<std::size_t>(tensor)].bytes; }
+  // With a batch split, each micro-batch's ops carry a name prefix and read only their share of the layer
+  // input (one buffer, sliced).
+  void micro_batch(int index, std::int64_t count) {
+    prefix_ = count > 1 ? "mb" + std::to_string(index) + "/" : "";
+    input_share_ = 1.0 / static_cast<double>(count);
+  }
+  double traffic(int tensor) const { return tensor == 0 ? bytes(tensor) * input_share_ : bytes(tensor); }
 
   // A GEMM [rows x k] x [k x n]: backward is dgrad + wgrad, twice the forward work; it reads its input.
   void gemm(const std::string& name, int in, int out, double rows, double k, double n, Dtype dtype, double act_bytes) {
     OpDef op;
-    op.name = name;
+    op.name = prefix_ + name;
     op.kind = OpKind::gemm;
     op.dtype = dtype;
     op.flops = 2 * rows * k * n;
     double weight_bytes = k * n * dtype_bytes(dtype);
-    op.bytes = bytes(in) + weight_bytes + rows * n * act_bytes;
+    op.bytes = traffic(in) + weight_bytes + rows * n * act_bytes;
     op.bwd_flops = 2 * op.flops;
     op.bwd_bytes = 2 * op.bytes;
     op.inputs = {in};
@@ -79,10 +88,10 @@ class TemplateBuilder {
   // Elementwise/norm kernels: HBM-bound; backward reads the saved tensors and the incoming gradient.
   void memory(const std::string& name, std::vector<int> in, std::vector<int> out, std::vector<int> saved) {
     OpDef op;
-    op.name = name;
+    op.name = prefix_ + name;
     op.kind = OpKind::memory;
     op.dtype = Dtype::bf16;
-    for (int i : in) op.bytes += bytes(i);
+    for (int i : in) op.bytes += traffic(i);
     for (int o : out) op.bytes += bytes(o);
     op.bwd_bytes = 2 * op.bytes;
     op.flops = op.bytes;  // a few FLOPs per byte; irrelevant next to the bandwidth term
@@ -96,7 +105,7 @@ class TemplateBuilder {
   // 5 matmuls against the forward's 2, so 2.5x.
   void attention(int q, int k, int v, int out, double flops) {
     OpDef op;
-    op.name = "attention";
+    op.name = prefix_ + "attention";
     op.kind = OpKind::attention;
     op.dtype = Dtype::bf16;
     op.flops = flops;
@@ -110,12 +119,21 @@ class TemplateBuilder {
   }
   void all_to_all(const std::string& name, int in, int out) {
     OpDef op;
-    op.name = name;
+    op.name = prefix_ + name;
     op.kind = OpKind::all_to_all;
     op.dtype = Dtype::bf16;
     op.bytes = bytes(in);
     op.bwd_bytes = bytes(in);
     op.inputs = {in};
+    op.outputs = {out};
+    t_.ops.push_back(op);
+  }
+  // The micro-batches' outputs are slices of one layer output: no traffic, one launch.
+  void merge(const std::string& name, std::vector<int> parts, int out) {
+    OpDef op;
+    op.name = name;
+    op.kind = OpKind::memory;
+    op.inputs = std::move(parts);
     op.outputs = {out};
     t_.ops.push_back(op);
   }
@@ -127,6 +145,8 @@ class TemplateBuilder {
 
  private:
   LayerTemplate t_;
+  std::string prefix_;
+  double input_share_ = 1;
 };
 
 }  // namespace
@@ -150,9 +170,8 @@ StepGraph build_step_graph(const ModelSpec& model, TrainingSpec training) {
   g.ep_group = p.ep;
   g.expert_fsdp_stride = p.ep * p.tp;
 
-  auto build = [&](bool moe) {
-    TemplateBuilder b(moe ? "moe" : "dense");
-    int dli = b.tensor("decoder_layer_input", T * d * a);
+  // One layer body over T tokens (B sequences) that reads the layer input `dli`; returns its output tensor.
+  auto body = [&](TemplateBuilder& b, int dli, bool moe, double T, double B) {
     int norm = b.tensor("attn_norm", T * d * a);
     b.memory("attn_norm", {dli}, {norm}, {dli});
     int ctx;
@@ -253,6 +272,26 @@ StepGraph build_step_graph(const ModelSpec& model, TrainingSpec training) {
       std::vector<int> ins = {res, moe_out};
       if (parts != moe_out) ins.push_back(parts);
       b.memory("residual_mlp", ins, {out}, {});
+    }
+    return out;
+  };
+  auto build = [&](bool moe) {
+    TemplateBuilder b(moe ? "moe" : "dense");
+    int dli = b.tensor("decoder_layer_input", T * d * a);
+    const std::int64_t split = moe ? training.moe_batch_split : 1;
+    int out;
+    if (split == 1) {
+      out = body(b, dli, moe, T, B);
+    } else {
+      const double n = static_cast<double>(split);
+      std::vector<int> parts;
+      for (std::int64_t m = 0; m < split; ++m) {
+        b.micro_batch(static_cast<int>(m), split);
+        parts.push_back(body(b, dli, moe, T / n, B / n));
+      }
+      b.micro_batch(0, 1);
+      out = b.tensor("layer_output", T * d * a);
+      b.merge("batch_merge", std::move(parts), out);
     }
     auto t = b.finish(out);
     // FSDP traffic: weights gathered in the GEMM dtype (quantized before the gather, as TE does),

@@ -40,6 +40,12 @@ void validate_training(TrainingSpec& t, const ModelSpec& m) {
   if (p.ep > 1 && m.num_experts == 0) throw InputError("ep = " + str(p.ep) + " (the model has no experts)");
   if (m.num_experts > 0 && m.num_experts % p.ep != 0)
     throw InputError("ep = " + str(p.ep) + " (num_experts = " + str(m.num_experts) + " is not divisible by it)");
+  if (t.moe_batch_split <= 0) throw InputError("moe_batch_split = " + str(t.moe_batch_split) + " (must be > 0)");
+  if (t.moe_batch_split > 1 && m.num_experts == 0)
+    throw InputError("moe_batch_split = " + str(t.moe_batch_split) + " (the model has no MoE layers to split)");
+  if (t.per_device_batch % t.moe_batch_split != 0)
+    throw InputError("moe_batch_split = " + str(t.moe_batch_split) + " (batch = " + str(t.per_device_batch) +
+                     " is not divisible by it)");
   if (m.mlp_dim % p.tp != 0) throw InputError("tp = " + str(p.tp) + " (mlp_dim is not divisible by it)");
 }
 

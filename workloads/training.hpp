@@ -20,6 +20,9 @@ struct TrainingSpec {
   std::int64_t per_device_batch = 1;
   std::int64_t seq_len = 4096;
   std::int64_t grad_accum = 1;
+  // MaxText use_batch_split_schedule/batch_split_factor (DeepSeek): each MoE layer runs as this many
+  // micro-batches so that one micro-batch's all-to-all can overlap another's compute.
+  std::int64_t moe_batch_split = 1;
   Parallelism parallelism;
   Dtype activation_dtype = Dtype::bf16;
   Dtype mlp_gemm_dtype = Dtype::bf16;        // --weights nvfp4/fp8: MaxText te_nvfp4 / fp8 recipes
