@@ -138,6 +138,7 @@ void register_bench_command(CLI::App& app) {
     for (std::int64_t b = 1; b <= (*quick ? 2 : 16); ++b) {
       RunConfig c = bench_dsv3();
       c.batch = b;
+      c.moe_batch_split = 1;  // odd batches cannot be split
       c.tensors.clear();
       evaluated += best_policy(c, names, *jobs).evaluated.size();
     }
