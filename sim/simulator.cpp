@@ -469,14 +469,22 @@ class ProgramBuilder {
     const double T = static_cast<double>(g_.training.tokens_per_device());
     const double d = static_cast<double>(g_.model.d_model);
 
-    int embed_buf = prog_.add_buffer(g_.embed_gathered_bytes, MemCategory::gathered_weights);
-    ProgramOp& ag = emplace(sim::collective, costs_.all_gather_s(g_.embed_gathered_bytes, g_.fsdp_group));
-    ag.allocs = {embed_buf};
-    int ag_embed = named("all_gather embedding");
+    // The two tables are gathered where they are used: the input embedding for the lookup (then freed; its
+    // gradient is a scatter that does not read it), the unembedding one layer ahead of the head.
+    const double table_bytes = g_.embed_gathered_bytes / 2;
+    auto gather_table = [&](const char* name, int after) {
+      int buf = prog_.add_buffer(table_bytes, MemCategory::gathered_weights);
+      ProgramOp& ag = emplace(sim::collective, costs_.all_gather_s(table_bytes, g_.fsdp_group));
+      ag.allocs = {buf};
+      if (after >= 0) ag.deps.push_back(after);
+      return std::pair{named(name), buf};
+    };
+    auto [ag_embed, embed_buf] = gather_table("all_gather embedding", -1);
     int input_buf = prog_.add_buffer(T * d * act, MemCategory::saved_activations);
     int lookup = compute_op(costs_.memory_s(2 * T * d * act), true, 0, 'f', -1, "embedding_lookup");
     op(lookup).deps.push_back(ag_embed);
     op(lookup).allocs.push_back(input_buf);
+    op(lookup).releases.push_back(embed_buf);
 
     std::vector<LayerState> layers(static_cast<std::size_t>(L));
     std::vector<std::vector<int>> barrier(static_cast<std::size_t>(L) + 2);  // copies iteration l must wait for
@@ -486,6 +494,7 @@ class ProgramBuilder {
       forward_layer(l, layers, barrier);
       input_buf = st.output_buf;
     }
+    auto [ag_head, head_buf] = gather_table("all_gather unembedding", L >= 2 ? layers[static_cast<std::size_t>(L - 2)].fwd_last : lookup);
 
     // Head: final norm, unembedding and loss, then their backward. The loss runs in fp32 (MaxText casts
     // logits to float32 for cross-entropy): bf16 logits, their fp32 copy and the fp32 gradient.
@@ -497,12 +506,13 @@ class ProgramBuilder {
     int unembed = compute_op(costs_.gemm_s(g_.unembed_flops, g_.logits_bytes, Dtype::bf16), false, g_.unembed_flops,
                              'f', -1, "unembed");
     op(unembed).allocs.push_back(logits);
+    op(unembed).deps.push_back(ag_head);
     compute_op(costs_.memory_s(3 * g_.logits_bytes), true, 0, 'f', -1, "softmax_cross_entropy");
     int grad_carry = prog_.add_buffer(T * d * act, MemCategory::workspace);
     int unembed_bwd = compute_op(costs_.gemm_s(2 * g_.unembed_flops, 2 * g_.logits_bytes, Dtype::bf16), false,
                                  2 * g_.unembed_flops, 'b', -1, "unembed_bwd");
     op(unembed_bwd).allocs.push_back(grad_carry);
-    op(unembed_bwd).releases = {logits, embed_buf, input_buf};
+    op(unembed_bwd).releases = {logits, head_buf, input_buf};
     backward_start_ = unembed_bwd;
 
     if (opt_.pipelined_collectives) prefetch_backward_gather(L - 1, layers);

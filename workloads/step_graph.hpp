@@ -63,7 +63,7 @@ struct StepGraph {
   double local_params = 0;          // parameters this device stores
   double parameter_bytes = 0, optimizer_bytes = 0, gradient_bytes = 0;
   // Embedding and head (unembedding + loss), per micro-batch.
-  double embed_gathered_bytes = 0, embed_grad_bytes = 0;
+  double embed_gathered_bytes = 0, embed_grad_bytes = 0;  // both tables (input embedding and unembedding)
   double logits_bytes = 0;
   double unembed_flops = 0;
   double optimizer_update_bytes = 0;  // HBM traffic of the Adam update
