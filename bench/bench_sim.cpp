@@ -38,6 +38,7 @@ void BM_GradAccumLinear(benchmark::State& state) {
 }  // namespace
 
 BENCHMARK_CAPTURE(BM_SimulatePrepared, dsv3_step, bench_dsv3())->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_SimulatePrepared, dsv3_split_step, bench_dsv3_split())->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_SimulatePrepared, llama405b_step, bench_llama405b())->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_PrepareAndSimulate, dsv3_config, bench_dsv3())->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_PrepareAndSimulate, llama405b_config, bench_llama405b())->Unit(benchmark::kMicrosecond);

@@ -81,6 +81,7 @@ void register_bench_command(CLI::App& app) {
     nlohmann::json out;
     auto ds = prepare_run(bench_dsv3()), ll = prepare_run(bench_llama405b());
     out["dsv3_step_us"] = step_us(ds, reps, inner);
+    out["dsv3_split_step_us"] = step_us(prepare_run(bench_dsv3_split()), reps, inner);
     out["llama405b_step_us"] = step_us(ll, reps, inner);
     out["step_peak_rss_bytes"] = peak_rss_bytes();  // after step simulations only, trace off
 
@@ -138,7 +139,6 @@ void register_bench_command(CLI::App& app) {
     for (std::int64_t b = 1; b <= (*quick ? 2 : 16); ++b) {
       RunConfig c = bench_dsv3();
       c.batch = b;
-      c.moe_batch_split = 1;  // odd batches cannot be split
       c.tensors.clear();
       evaluated += best_policy(c, names, *jobs).evaluated.size();
     }
