@@ -44,6 +44,8 @@ const Flag kFlags[] = {
     {"--lhs", "lhs", "Latency-hiding scheduler: on or off"},
     {"--pipelined-transfers", "pipelined_transfers", "Pipelined host offloading: on or off"},
     {"--pipelined-collectives", "pipelined_collectives", "FSDP all-gathers one layer ahead: on (default) or off"},
+    {"--double-buffering", "double_buffering",
+     "While-loop double buffering (two layers per scan body, so transfers cross one layer boundary): on or off (default)"},
     {"--memory-limit-slop", "memory_limit_slop", "Fraction of HBM the LHS may plan for (0.95)"},
     {"--host-link-bw", "host_link_bytes_per_s", "What-if: host-link bytes/s per GPU per direction"},
     {"--hbm-bytes", "hbm_bytes", "What-if: HBM capacity in bytes"},

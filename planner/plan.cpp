@@ -322,6 +322,7 @@ std::string xla_flags(const RunConfig& c) {
   out += std::string(" --xla_gpu_enable_pipelined_host_offloading=") + (c.pipelined_transfers ? "true" : "false");
   out += std::string(" --xla_gpu_enable_pipelined_all_gather=") + (c.pipelined_collectives ? "true" : "false");
   out += std::string(" --xla_gpu_enable_pipelined_reduce_scatter=") + (c.pipelined_collectives ? "true" : "false");
+  out += std::string(" --xla_gpu_enable_while_loop_double_buffering=") + (c.double_buffering ? "true" : "false");
   out += " --xla_gpu_memory_limit_slop_factor=" + std::to_string(static_cast<int>(std::lround(c.memory_limit_slop * 100)));
   return out;
 }

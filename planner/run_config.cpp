@@ -15,8 +15,8 @@ namespace hbmsim {
 const std::vector<std::string>& RunConfig::fields() {
   static const std::vector<std::string> f = {
       "system", "model", "gpus", "batch", "seq", "grad_accum", "fsdp", "tp", "ep", "dp", "moe_batch_split",
-      "weights", "attention_dtype", "policy", "lhs", "pipelined_transfers", "pipelined_collectives", "memory_limit_slop",
-      "host_link_bytes_per_s", "hbm_bytes", "calibration"};
+      "weights", "attention_dtype", "policy", "lhs", "pipelined_transfers", "pipelined_collectives", "double_buffering",
+      "memory_limit_slop", "host_link_bytes_per_s", "hbm_bytes", "calibration"};
   return f;
 }
 
@@ -84,6 +84,7 @@ void RunConfig::set(const std::string& field, const std::string& value, const st
   else if (field == "lhs") lhs = parse_bool(value, where);
   else if (field == "pipelined_transfers") pipelined_transfers = parse_bool(value, where);
   else if (field == "pipelined_collectives") pipelined_collectives = parse_bool(value, where);
+  else if (field == "double_buffering") double_buffering = parse_bool(value, where);
   else if (field == "memory_limit_slop") memory_limit_slop = parse_double(value, where);
   else if (field == "host_link_bytes_per_s") host_link_bytes_per_s = parse_double(value, where);
   else if (field == "hbm_bytes") hbm_bytes = parse_double(value, where);
@@ -101,7 +102,7 @@ nlohmann::json RunConfig::to_json() const {
                       {"grad_accum", grad_accum}, {"fsdp", fsdp}, {"tp", tp}, {"ep", ep}, {"dp", dp},
                       {"moe_batch_split", moe_batch_split}, {"weights", weights}, {"attention_dtype", attention_dtype}, {"policy", policy},
                       {"tensors", tensors}, {"lhs", lhs}, {"pipelined_transfers", pipelined_transfers},
-                      {"pipelined_collectives", pipelined_collectives},
+                      {"pipelined_collectives", pipelined_collectives}, {"double_buffering", double_buffering},
                       {"memory_limit_slop", memory_limit_slop}, {"calibration", calibration}};
   if (host_link_bytes_per_s) j["host_link_bytes_per_s"] = *host_link_bytes_per_s;
   if (hbm_bytes) j["hbm_bytes"] = *hbm_bytes;
@@ -111,8 +112,8 @@ nlohmann::json RunConfig::to_json() const {
 RunConfig RunConfig::from_json(const nlohmann::json& doc, const std::string& origin) {
   JsonView v(doc, origin);
   v.allow_only({"system", "model", "gpus", "batch", "seq", "grad_accum", "fsdp", "tp", "ep", "dp", "moe_batch_split", "weights",
-                "attention_dtype", "policy", "tensors", "lhs", "pipelined_transfers", "pipelined_collectives", "memory_limit_slop",
-                "host_link_bytes_per_s", "hbm_bytes", "calibration", "about"});
+                "attention_dtype", "policy", "tensors", "lhs", "pipelined_transfers", "pipelined_collectives", "double_buffering",
+                "memory_limit_slop", "host_link_bytes_per_s", "hbm_bytes", "calibration", "about"});
   RunConfig c;
   if (auto x = v.find("system")) c.system = x->string();
   if (auto x = v.find("model")) c.model = x->string();
@@ -140,6 +141,7 @@ RunConfig RunConfig::from_json(const nlohmann::json& doc, const std::string& ori
   if (auto x = v.find("lhs")) c.lhs = x->boolean();
   if (auto x = v.find("pipelined_transfers")) c.pipelined_transfers = x->boolean();
   if (auto x = v.find("pipelined_collectives")) c.pipelined_collectives = x->boolean();
+  if (auto x = v.find("double_buffering")) c.double_buffering = x->boolean();
   if (auto x = v.find("memory_limit_slop")) c.memory_limit_slop = x->fraction();
   if (auto x = v.find("host_link_bytes_per_s")) c.host_link_bytes_per_s = x->positive();
   if (auto x = v.find("hbm_bytes")) c.hbm_bytes = x->positive();
@@ -205,6 +207,7 @@ PreparedRun prepare_run(const RunConfig& c, const Profile* extra) {
   r.options.lhs = c.lhs;
   r.options.pipelined_transfers = c.pipelined_transfers;
   r.options.pipelined_collectives = c.pipelined_collectives;
+  r.options.double_buffering = c.double_buffering;
   r.options.memory_limit_slop = c.memory_limit_slop;
   return r;
 }

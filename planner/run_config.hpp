@@ -31,6 +31,7 @@ struct RunConfig {
   bool lhs = true;
   bool pipelined_transfers = false;
   bool pipelined_collectives = true;    // FSDP all-gathers issued one layer ahead (XLA collective pipeliner)
+  bool double_buffering = false;        // XLA while-loop double buffering: two layers per scan body
   double memory_limit_slop = 0.95;
   std::optional<double> host_link_bytes_per_s;  // per GPU, per direction (what-if override)
   std::optional<double> hbm_bytes;              // what-if override

@@ -418,7 +418,27 @@ class ProgramBuilder {
     std::vector<int> d2h;       // per tensor: the D2H op
     int fwd_first = -1, fwd_last = -1, bwd_last = -1;
     int ag_bwd = -1, gathered_bwd = -1;  // backward all-gather, issued one layer ahead
+    int bwd_iteration_start = -1;        // the op the layer's backward iteration starts after
   };
+
+  // With while-loop double buffering a scan body holds two consecutive layers of the same template (in
+  // the order the loop runs them), so LHS may move a transfer across the first layer's iteration boundary
+  // (compute is not reordered across the two layers here). Without LHS nothing moves it. These give the
+  // first layer of l's body: forward, and backward (which runs the layers in reverse).
+  bool double_buffered() const { return opt_.double_buffering && opt_.lhs; }
+  std::int64_t forward_body_first(std::int64_t l) const {
+    if (!double_buffered()) return l;
+    std::int64_t first = l;
+    while (first > 0 && g_.layer_template[static_cast<std::size_t>(first - 1)] == g_.layer_template[static_cast<std::size_t>(l)]) --first;
+    return first + (l - first) / 2 * 2;
+  }
+  std::int64_t backward_body_first(std::int64_t l) const {
+    if (!double_buffered()) return l;
+    const auto L = g_.model.num_layers;
+    std::int64_t last = l;
+    while (last + 1 < L && g_.layer_template[static_cast<std::size_t>(last + 1)] == g_.layer_template[static_cast<std::size_t>(l)]) ++last;
+    return last - (last - l) / 2 * 2;
+  }
 
   std::string label(const std::string& what, std::int64_t layer) const {
     return names_ ? what + " L" + std::to_string(layer) : std::string();
@@ -624,8 +644,10 @@ class ProgramBuilder {
       copy.phase = 'c';
       st.host_buf[k] = host;
       st.d2h[k] = named(label("d2h ", t.tensors[k].name, l));
-      // LHS: done by the end of this iteration; pipelined: by the end of the next one.
-      barrier[static_cast<std::size_t>(l) + (pipelined ? 2 : 1)].push_back(st.d2h[k]);
+      // LHS: done by the end of this iteration (double buffering: of this loop body); pipelined: by the end
+      // of the next one.
+      const std::int64_t body_end = std::min(forward_body_first(l) + (double_buffered() ? 2 : 1), g_.model.num_layers);
+      barrier[static_cast<std::size_t>(pipelined ? l + 2 : std::max(body_end, l + 1))].push_back(st.d2h[k]);
     }
     // Forward-only tensors die after their last forward reader (or at once if nobody reads them).
     for (std::size_t k = 1; k < nt; ++k) {
@@ -653,6 +675,9 @@ class ProgramBuilder {
     const auto nt = t.tensors.size();
     const bool pipelined = opt_.lhs && opt_.pipelined_transfers;
     const int iteration_start = last_compute_;
+    st.bwd_iteration_start = iteration_start;
+    // Transfers may start from the start of the loop body, which double buffering makes two layers long.
+    const int body_start = layers[static_cast<std::size_t>(backward_body_first(l))].bwd_iteration_start;
     // Issue the next layer's gather before this layer's reduce-scatter so the two never queue behind
     // each other; it may start once layer l+1 is done with its weights.
     if (opt_.pipelined_collectives) {
@@ -697,8 +722,8 @@ class ProgramBuilder {
           // Pipelined: the copy may cross iteration boundaries back to the start of the backward pass;
           // the memory limit is what holds it back.
           deps.push_back(backward_start_);
-        } else if (iteration_start >= 0) {
-          deps.push_back(iteration_start);
+        } else if (body_start >= 0) {
+          deps.push_back(body_start);
         }
         make_h2d(k, std::move(deps));
       }

@@ -19,6 +19,7 @@ struct SimOptions {
   bool pipelined_transfers = false;  // xla_gpu_enable_pipelined_host_offloading
   double memory_limit_slop = 0.95;   // xla_gpu_memory_limit_slop_factor / 100
   bool pipelined_collectives = true;  // xla_gpu_enable_pipelined_all_gather: FSDP gathers one layer ahead
+  bool double_buffering = false;      // xla_gpu_enable_while_loop_double_buffering: scan bodies hold two layers
   bool record_trace = false;
 };
 

@@ -312,3 +312,35 @@ TEST_CASE("each embedding table is gathered where it is used and freed after its
   CHECK(result.start_s[id("all_gather unembedding")] >= result.end_s[id("mb0/attn_norm L59")] - 1e-12);
   CHECK(result.end_s[id("all_gather unembedding")] <= result.start_s[id("unembed")] + 1e-12);
 }
+
+TEST_CASE("with double buffering LHS starts a layer's prefetch at the start of its two-layer loop body", "[sim][lhs]") {
+  // Llama 3.1 405B, QKV offloaded, LHS without pipelined transfers. The backward loop runs layers 125,
+  // 124, ...; double buffered, 125 and 124 share a body, so layer 124's query prefetch starts with 125's,
+  // while otherwise it waits for layer 124's own iteration. The other half of the layers still wait, so the
+  // exposed H2D time about halves. Without LHS nothing moves a copy, and the option changes nothing.
+  RunConfig c = reference_config("llama405b-qkv-offload-lhs");
+  auto timeline = [&](bool lhs, bool db) {
+    c.lhs = lhs;
+    c.double_buffering = db;
+    auto run = prepare_run(c);
+    std::vector<std::string> names;
+    auto program = build_program(run.graph, run.system, run.policy, run.options, &names);
+    return std::pair{names, sim::run_program(program, true)};
+  };
+  auto [db_names, db] = timeline(true, true);
+  auto [sb_names, sb] = timeline(true, false);
+  auto start = [](const std::vector<std::string>& names, const sim::EngineResult& r, const std::string& op) {
+    return r.start_s[static_cast<std::size_t>(find_op(names, op))];
+  };
+  CHECK(start(db_names, db, "h2d query_proj L124") == Approx(start(db_names, db, "h2d query_proj L125")));
+  CHECK(start(sb_names, sb, "h2d query_proj L124") > start(sb_names, sb, "h2d query_proj L125") + 1e-3);
+  // Layers 123 and 122 form the next body: 122 starts with 123, not with 124.
+  CHECK(start(db_names, db, "h2d query_proj L122") == Approx(start(db_names, db, "h2d query_proj L123")));
+  CHECK(start(db_names, db, "h2d query_proj L123") > start(db_names, db, "h2d query_proj L124") + 1e-3);
+  const double exposed_db = db.exposed_s[sim::h2d], exposed_sb = sb.exposed_s[sim::h2d];
+  CHECK(exposed_sb > 0);
+  CHECK(exposed_db < 0.6 * exposed_sb);
+  CHECK(exposed_db > 0.4 * exposed_sb);
+  CHECK(db.end_time_s < sb.end_time_s);
+  CHECK(timeline(false, true).second.end_time_s == timeline(false, false).second.end_time_s);
+}

@@ -2,9 +2,10 @@
 models, reproduce the measured reference runs.
 
 Configurations are dicts with the keys of a ``simulate --config`` JSON file (see ``hbmsim.fields()``):
-system, model, gpus, batch, seq, grad_accum, fsdp, tp, ep, dp, moe_batch_split, weights, attention_dtype, policy,
-tensors ({checkpoint name: "device" | "remat" | "offload"}), lhs, pipelined_transfers, memory_limit_slop,
-host_link_bytes_per_s, hbm_bytes, calibration. Bad input raises ValueError naming the field and value.
+system, model, gpus, batch, seq, grad_accum, fsdp, tp, ep, dp, moe_batch_split, weights, attention_dtype,
+policy, tensors ({checkpoint name: "device" | "remat" | "offload"}), lhs, pipelined_transfers,
+pipelined_collectives, double_buffering, memory_limit_slop, host_link_bytes_per_s, hbm_bytes, calibration.
+Bad input raises ValueError naming the field and value.
 """
 from __future__ import annotations
 
