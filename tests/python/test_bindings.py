@@ -20,6 +20,7 @@ CONFIGS = {
     "defaults": {},
     "llama405b-qkv-offload": LLAMA_405B,
     "dsv3-offload-lhs-pipe": DSV3,
+    "dsv3-split-double-buffered": {**DSV3, "moe_batch_split": 2, "double_buffering": True},
     "llama8b-what-if": {"model": "llama3.1-8b", "gpus": 8, "batch": 4, "policy": "minimal_offloaded",
                         "host_link_bytes_per_s": 3.3e10, "hbm_bytes": 9.6e10, "memory_limit_slop": 0.9,
                         "weights": "fp8", "system": "h200-hgx"},
@@ -118,6 +119,9 @@ def test_systems_and_models_equal_cli(cli):
     ({"memory_limit_slop": 1.5}, ["memory_limit_slop"]),
     ({"system": "no-such-system"}, ["no-such-system"]),
     ({"policy": "no-such-policy"}, ["no-such-policy"]),
+    ({"model": "deepseek-v3-671b", "gpus": 128, "ep": 64, "batch": 3, "moe_batch_split": 2},
+     ["moe_batch_split", "batch = 3"]),
+    ({"double_buffering": "sometimes"}, ["double_buffering"]),
 ])
 def test_bad_config_raises_value_error_like_cli(cli, tmp_path, config, names):
     with pytest.raises(ValueError) as err:
