@@ -28,6 +28,42 @@ int find_op(const std::vector<std::string>& names, const std::string& name) {
   FAIL("no op named " << name);
   return -1;
 }
+
+// One simulated step: its program and every op's start and end, looked up by the op's name.
+struct Timeline {
+  std::vector<std::string> names;
+  sim::Program program;
+  sim::EngineResult result;
+
+  std::size_t id(const std::string& op) const { return static_cast<std::size_t>(find_op(names, op)); }
+  std::pair<double, double> at(const std::string& op) const {
+    auto i = id(op);
+    return {result.start_s[i], result.end_s[i]};
+  }
+};
+
+Timeline timeline(const RunConfig& c) {
+  Timeline t;
+  auto run = prepare_run(c);
+  t.program = build_program(run.graph, run.system, run.policy, run.options, &t.names);
+  t.result = sim::run_program(t.program, true);
+  return t;
+}
+
+// DeepSeek-V3 on 128 GB200 GPUs with EP 64; the routed experts' up-projection outputs are offloaded, the
+// rest recomputed.
+RunConfig dsv3_experts_offloaded(std::int64_t batch, std::int64_t seq) {
+  RunConfig c;
+  c.system = "gb200-nvl72";
+  c.model = "deepseek-v3-671b";
+  c.gpus = 128;
+  c.ep = 64;
+  c.batch = batch;
+  c.seq = seq;
+  c.policy = "custom";
+  c.tensors = {{"moe_mlpwi_0", "offload"}, {"moe_mlpwi_1", "offload"}};
+  return c;
+}
 }  // namespace
 
 TEST_CASE("an offloaded tensor leaves HBM when its D2H completes and returns when its H2D starts", "[sim]") {
@@ -190,112 +226,74 @@ TEST_CASE("a malformed calibration profile exits with status 2 naming the file a
 }
 
 TEST_CASE("with LHS independent work runs under the expert all-to-all; without LHS it waits", "[sim][lhs]") {
-  // DeepSeek-V3 on 128 GB200 GPUs with EP 64 at a small batch (it fits, so no prefetch is held back by
-  // the memory limit). The routed experts' up-projection outputs are offloaded, the rest recomputed.
-  RunConfig c;
-  c.system = "gb200-nvl72";
-  c.model = "deepseek-v3-671b";
-  c.gpus = 128;
-  c.ep = 64;
-  c.batch = 1;
-  c.seq = 1024;
-  c.policy = "custom";
-  c.tensors = {{"moe_mlpwi_0", "offload"}, {"moe_mlpwi_1", "offload"}};
-  auto timeline = [&](bool lhs) {
-    c.lhs = lhs;
-    auto run = prepare_run(c);
-    std::vector<std::string> names;
-    auto program = build_program(run.graph, run.system, run.policy, run.options, &names);
-    return std::pair{names, sim::run_program(program, true)};
-  };
-  auto [on_names, on] = timeline(true);
-  auto [off_names, off] = timeline(false);
-  auto at = [](const std::vector<std::string>& names, const sim::EngineResult& r, const std::string& op) {
-    auto i = static_cast<std::size_t>(find_op(names, op));
-    return std::pair{r.start_s[i], r.end_s[i]};
-  };
+  // DeepSeek-V3 at a small batch (it fits, so no prefetch is held back by the memory limit).
+  RunConfig c = dsv3_experts_offloaded(1, 1024);
+  c.lhs = true;
+  const auto on = timeline(c);
+  c.lhs = false;
+  const auto off = timeline(c);
   const std::string l = " L10";
   // Forward: the shared expert reads the normed input, not the dispatched tokens. LHS issues it under the
   // dispatch; in program order it comes after the combine.
-  CHECK(at(on_names, on, "wi_0" + l).first == Approx(at(on_names, on, "dispatch_a2a" + l).first));
-  CHECK(at(off_names, off, "wi_0" + l).first >= at(off_names, off, "combine_a2a" + l).second);
+  CHECK(on.at("wi_0" + l).first == Approx(on.at("dispatch_a2a" + l).first));
+  CHECK(off.at("wi_0" + l).first >= off.at("combine_a2a" + l).second);
   // Backward with LHS: the dispatch's backward starts as soon as its input, the last input-gradient dot,
   // is done, and a weight-gradient dot (needed by nothing but the reduce-scatter) runs beside it.
-  auto a2a = at(on_names, on, "bwd dispatch_a2a" + l);
-  CHECK(a2a.first == Approx(at(on_names, on, "bwd_x moe_wi_0" + l).second));
+  auto a2a = on.at("bwd dispatch_a2a" + l);
+  CHECK(a2a.first == Approx(on.at("bwd_x moe_wi_0" + l).second));
   bool filled = false;
   for (const char* w : {"bwd_w moe_wo", "bwd_w moe_wi_1", "bwd_w moe_wi_0"})
-    filled = filled || at(on_names, on, w + l).first == Approx(a2a.first);
+    filled = filled || on.at(w + l).first == Approx(a2a.first);
   CHECK(filled);
   // The replayed dispatch is read only by the up-projections' weight gradients (their outputs come back
   // from the host), so the experts' backward starts before it has finished.
-  CHECK(at(on_names, on, "bwd_x moe_wo" + l).first < at(on_names, on, "recompute dispatch_a2a" + l).second);
+  CHECK(on.at("bwd_x moe_wo" + l).first < on.at("recompute dispatch_a2a" + l).second);
   // Without LHS each GEMM's backward (both dots, one op) runs in program order and the all-to-all after it.
-  CHECK(at(off_names, off, "bwd dispatch_a2a" + l).first >= at(off_names, off, "bwd moe_wi_0" + l).second);
-  CHECK(at(off_names, off, "recompute dispatch_a2a" + l).second <= at(off_names, off, "bwd moe_wo" + l).first);
-  CHECK(at(off_names, off, "bwd moe_wo" + l).second - at(off_names, off, "bwd moe_wo" + l).first ==
-        Approx((at(on_names, on, "bwd_w moe_wo" + l).second - at(on_names, on, "bwd_w moe_wo" + l).first) +
-               (at(on_names, on, "bwd_x moe_wo" + l).second - at(on_names, on, "bwd_x moe_wo" + l).first))
+  CHECK(off.at("bwd dispatch_a2a" + l).first >= off.at("bwd moe_wi_0" + l).second);
+  CHECK(off.at("recompute dispatch_a2a" + l).second <= off.at("bwd moe_wo" + l).first);
+  CHECK(off.at("bwd moe_wo" + l).second - off.at("bwd moe_wo" + l).first ==
+        Approx((on.at("bwd_w moe_wo" + l).second - on.at("bwd_w moe_wo" + l).first) +
+               (on.at("bwd_x moe_wo" + l).second - on.at("bwd_x moe_wo" + l).first))
             .epsilon(1e-9));
-  CHECK(on.end_time_s < off.end_time_s);
+  CHECK(on.result.end_time_s < off.result.end_time_s);
   // Splitting the backward GEMM into two dots keeps its FLOPs: the executed total is the same either way.
-  CHECK(on.executed_flops == Approx(off.executed_flops).epsilon(1e-12));
+  CHECK(on.result.executed_flops == Approx(off.result.executed_flops).epsilon(1e-12));
 }
 
 TEST_CASE("with a batch split LHS overlaps one micro-batch's all-to-all with the other's compute", "[sim][lhs][split]") {
-  // DeepSeek-V3 on 128 GB200s, EP 64, batch 8 x seq 4096 (the measured runs' shape; at small batches the
-  // all-to-alls are too short for the split to pay for its smaller GEMMs), custom policy with the MoE
-  // up-projections offloaded. Split 2: under LHS, micro-batch 1's attention runs while micro-batch 0's
-  // dispatch is in flight; without LHS each all-to-all blocks the compute stream, so the split cannot help.
-  RunConfig c;
-  c.system = "gb200-nvl72";
-  c.model = "deepseek-v3-671b";
-  c.gpus = 128;
-  c.ep = 64;
-  c.batch = 8;
-  c.seq = 4096;
-  c.policy = "custom";
-  c.tensors = {{"moe_mlpwi_0", "offload"}, {"moe_mlpwi_1", "offload"}};
-  auto timeline = [&](bool lhs, std::int64_t split) {
+  // DeepSeek-V3 at batch 8 x seq 4096 (the measured runs' shape; at small batches the all-to-alls are too
+  // short for the split to pay for its smaller GEMMs). Split 2: under LHS, micro-batch 1's attention runs
+  // while micro-batch 0's dispatch is in flight; without LHS each all-to-all blocks the compute stream, so
+  // the split cannot help.
+  RunConfig c = dsv3_experts_offloaded(8, 4096);
+  auto run_with = [&](bool lhs, std::int64_t split) {
     c.lhs = lhs;
     c.moe_batch_split = split;
-    auto run = prepare_run(c);
-    std::vector<std::string> names;
-    auto program = build_program(run.graph, run.system, run.policy, run.options, &names);
-    return std::pair{names, sim::run_program(program, true)};
+    return timeline(c);
   };
-  auto [on_names, on] = timeline(true, 2);
-  auto [off_names, off] = timeline(false, 2);
-  auto on1 = timeline(true, 1).second;
-  auto off1 = timeline(false, 1).second;
-  auto at = [](const std::vector<std::string>& names, const sim::EngineResult& r, const std::string& op) {
-    auto i = static_cast<std::size_t>(find_op(names, op));
-    return std::pair{r.start_s[i], r.end_s[i]};
-  };
+  const auto on = run_with(true, 2), off = run_with(false, 2);
+  const auto on1 = run_with(true, 1).result, off1 = run_with(false, 1).result;
   const std::string l = " L10";
-  auto d0 = at(on_names, on, "mb0/dispatch_a2a" + l);
-  auto attn1 = at(on_names, on, "mb1/attention" + l);
+  auto d0 = on.at("mb0/dispatch_a2a" + l);
+  auto attn1 = on.at("mb1/attention" + l);
   CHECK(attn1.first < d0.second);
   CHECK(attn1.second > d0.first);
   // Without LHS the other micro-batch's attention waits for the dispatch (and the whole first micro-batch).
-  CHECK(at(off_names, off, "mb1/attention" + l).first >= at(off_names, off, "mb0/combine_a2a" + l).second);
+  CHECK(off.at("mb1/attention" + l).first >= off.at("mb0/combine_a2a" + l).second);
   // The split hides all-to-all time only under LHS, and it never changes the executed FLOPs.
-  CHECK(on.end_time_s < on1.end_time_s);
-  CHECK(off.end_time_s >= off1.end_time_s);
-  CHECK(on.executed_flops == Approx(on1.executed_flops).epsilon(1e-9));
-  CHECK(off.executed_flops == Approx(off1.executed_flops).epsilon(1e-9));
+  CHECK(on.result.end_time_s < on1.end_time_s);
+  CHECK(off.result.end_time_s >= off1.end_time_s);
+  CHECK(on.result.executed_flops == Approx(on1.executed_flops).epsilon(1e-9));
+  CHECK(off.result.executed_flops == Approx(off1.executed_flops).epsilon(1e-9));
 }
 
 TEST_CASE("each embedding table is gathered where it is used and freed after its last reader", "[sim][memory]") {
   // DeepSeek-V3 has separate input and output tables of 129280 x 7168 bf16 (1.85 GB each, gathered over
   // all 128 GPUs). The input table is read only by the lookup; the unembedding is gathered one layer ahead
   // of the head and freed after the head's backward, so the two are never held together.
-  RunConfig c = reference_config("dsv3-offload-mbs8");
-  auto run = prepare_run(c);
-  std::vector<std::string> names;
-  auto program = build_program(run.graph, run.system, run.policy, run.options, &names);
-  auto result = sim::run_program(program, true);
-  auto id = [&](const std::string& n) { return static_cast<std::size_t>(find_op(names, n)); };
+  const auto t = timeline(reference_config("dsv3-offload-mbs8"));
+  const auto& program = t.program;
+  auto id = [&](const std::string& n) { return t.id(n); };
   const auto& embed = program.ops[id("all_gather embedding")];
   const auto& head = program.ops[id("all_gather unembedding")];
   REQUIRE(embed.allocs.size() == 1);
@@ -309,8 +307,8 @@ TEST_CASE("each embedding table is gathered where it is used and freed after its
   CHECK(std::count(unembed_bwd.releases.begin(), unembed_bwd.releases.end(), head.allocs[0]) == 1);
   // Timing: the head's table arrives after the lookup is long done (during the last layers' forward) and
   // before the unembedding reads it.
-  CHECK(result.start_s[id("all_gather unembedding")] >= result.end_s[id("mb0/attn_norm L59")] - 1e-12);
-  CHECK(result.end_s[id("all_gather unembedding")] <= result.start_s[id("unembed")] + 1e-12);
+  CHECK(t.at("all_gather unembedding").first >= t.at("mb0/attn_norm L59").second - 1e-12);
+  CHECK(t.at("all_gather unembedding").second <= t.at("unembed").first + 1e-12);
 }
 
 TEST_CASE("with double buffering LHS starts a layer's prefetch at the start of its two-layer loop body", "[sim][lhs]") {
@@ -319,28 +317,22 @@ TEST_CASE("with double buffering LHS starts a layer's prefetch at the start of i
   // while otherwise it waits for layer 124's own iteration. The other half of the layers still wait, so the
   // exposed H2D time about halves. Without LHS nothing moves a copy, and the option changes nothing.
   RunConfig c = reference_config("llama405b-qkv-offload-lhs");
-  auto timeline = [&](bool lhs, bool db) {
+  auto run_with = [&](bool lhs, bool db) {
     c.lhs = lhs;
     c.double_buffering = db;
-    auto run = prepare_run(c);
-    std::vector<std::string> names;
-    auto program = build_program(run.graph, run.system, run.policy, run.options, &names);
-    return std::pair{names, sim::run_program(program, true)};
+    return timeline(c);
   };
-  auto [db_names, db] = timeline(true, true);
-  auto [sb_names, sb] = timeline(true, false);
-  auto start = [](const std::vector<std::string>& names, const sim::EngineResult& r, const std::string& op) {
-    return r.start_s[static_cast<std::size_t>(find_op(names, op))];
-  };
-  CHECK(start(db_names, db, "h2d query_proj L124") == Approx(start(db_names, db, "h2d query_proj L125")));
-  CHECK(start(sb_names, sb, "h2d query_proj L124") > start(sb_names, sb, "h2d query_proj L125") + 1e-3);
+  const auto db = run_with(true, true), sb = run_with(true, false);
+  auto start = [](const Timeline& t, const std::string& op) { return t.at(op).first; };
+  CHECK(start(db, "h2d query_proj L124") == Approx(start(db, "h2d query_proj L125")));
+  CHECK(start(sb, "h2d query_proj L124") > start(sb, "h2d query_proj L125") + 1e-3);
   // Layers 123 and 122 form the next body: 122 starts with 123, not with 124.
-  CHECK(start(db_names, db, "h2d query_proj L122") == Approx(start(db_names, db, "h2d query_proj L123")));
-  CHECK(start(db_names, db, "h2d query_proj L123") > start(db_names, db, "h2d query_proj L124") + 1e-3);
-  const double exposed_db = db.exposed_s[sim::h2d], exposed_sb = sb.exposed_s[sim::h2d];
+  CHECK(start(db, "h2d query_proj L122") == Approx(start(db, "h2d query_proj L123")));
+  CHECK(start(db, "h2d query_proj L123") > start(db, "h2d query_proj L124") + 1e-3);
+  const double exposed_db = db.result.exposed_s[sim::h2d], exposed_sb = sb.result.exposed_s[sim::h2d];
   CHECK(exposed_sb > 0);
   CHECK(exposed_db < 0.6 * exposed_sb);
   CHECK(exposed_db > 0.4 * exposed_sb);
-  CHECK(db.end_time_s < sb.end_time_s);
-  CHECK(timeline(false, true).second.end_time_s == timeline(false, false).second.end_time_s);
+  CHECK(db.result.end_time_s < sb.result.end_time_s);
+  CHECK(run_with(false, true).result.end_time_s == run_with(false, false).result.end_time_s);
 }
