@@ -396,6 +396,7 @@ class ProgramBuilder {
     }
     prog_.hbm_limit_bytes = opt.memory_limit_slop * sys.gpu.hbm_bytes - headroom;
     prog_.copy_interference = sys.efficiency.compute_slowdown_during_copy;
+    plan_loop_bodies();
   }
 
   void build() {
@@ -422,22 +423,24 @@ class ProgramBuilder {
   };
 
   // With while-loop double buffering a scan body holds two consecutive layers of the same template (in
-  // the order the loop runs them), so LHS may move a transfer across the first layer's iteration boundary
-  // (compute is not reordered across the two layers here). Without LHS nothing moves it. These give the
-  // first layer of l's body: forward, and backward (which runs the layers in reverse).
-  bool double_buffered() const { return opt_.double_buffering && opt_.lhs; }
-  std::int64_t forward_body_first(std::int64_t l) const {
-    if (!double_buffered()) return l;
-    std::int64_t first = l;
-    while (first > 0 && g_.layer_template[static_cast<std::size_t>(first - 1)] == g_.layer_template[static_cast<std::size_t>(l)]) --first;
-    return first + (l - first) / 2 * 2;
-  }
-  std::int64_t backward_body_first(std::int64_t l) const {
-    if (!double_buffered()) return l;
-    const auto L = g_.model.num_layers;
-    std::int64_t last = l;
-    while (last + 1 < L && g_.layer_template[static_cast<std::size_t>(last + 1)] == g_.layer_template[static_cast<std::size_t>(l)]) ++last;
-    return last - (last - l) / 2 * 2;
+  // the order the loop runs them; a body never spans two scans), so LHS may move a transfer across the
+  // first layer's iteration boundary (compute is not reordered across the two layers here). Without LHS
+  // nothing moves it. Per layer: the layer after its forward body, and the first layer of its backward body
+  // (the backward runs the layers in reverse).
+  void plan_loop_bodies() {
+    const auto L = static_cast<std::size_t>(g_.model.num_layers);
+    fwd_body_end_.resize(L);
+    bwd_body_first_.resize(L);
+    const std::size_t len = opt_.double_buffering && opt_.lhs ? 2 : 1;
+    for (std::size_t first = 0; first < L;) {  // one scan per run of layers of the same template
+      std::size_t end = first;
+      while (end < L && g_.layer_template[end] == g_.layer_template[first]) ++end;
+      for (std::size_t l = first; l < end; ++l) {
+        fwd_body_end_[l] = static_cast<std::int64_t>(std::min(first + (l - first) / len * len + len, end));
+        bwd_body_first_[l] = static_cast<std::int64_t>(end - 1 - (end - 1 - l) / len * len);
+      }
+      first = end;
+    }
   }
 
   std::string label(const std::string& what, std::int64_t layer) const {
@@ -631,7 +634,9 @@ class ProgramBuilder {
     }
     st.fwd_last = last_compute_;
     // Copies are added after the layer's ops: without LHS an async copy starts right before the op that
-    // waits for it, which is the iteration's end; with LHS right after its producer.
+    // waits for it, which is the iteration's end; with LHS right after its producer. LHS: done by the end of
+    // this iteration (double buffering: of this loop body); pipelined: by the end of the next one.
+    const auto done_by = static_cast<std::size_t>(pipelined ? l + 2 : fwd_body_end_[static_cast<std::size_t>(l)]);
     for (auto& pc : pending) {
       const auto k = pc.tensor;
       int host = prog_.add_buffer(t.tensors[k].bytes, MemCategory::offload_buffers, true);
@@ -644,10 +649,7 @@ class ProgramBuilder {
       copy.phase = 'c';
       st.host_buf[k] = host;
       st.d2h[k] = named(label("d2h ", t.tensors[k].name, l));
-      // LHS: done by the end of this iteration (double buffering: of this loop body); pipelined: by the end
-      // of the next one.
-      const std::int64_t body_end = std::min(forward_body_first(l) + (double_buffered() ? 2 : 1), g_.model.num_layers);
-      barrier[static_cast<std::size_t>(pipelined ? l + 2 : std::max(body_end, l + 1))].push_back(st.d2h[k]);
+      barrier[done_by].push_back(st.d2h[k]);
     }
     // Forward-only tensors die after their last forward reader (or at once if nobody reads them).
     for (std::size_t k = 1; k < nt; ++k) {
@@ -677,7 +679,7 @@ class ProgramBuilder {
     const int iteration_start = last_compute_;
     st.bwd_iteration_start = iteration_start;
     // Transfers may start from the start of the loop body, which double buffering makes two layers long.
-    const int body_start = layers[static_cast<std::size_t>(backward_body_first(l))].bwd_iteration_start;
+    const int body_start = layers[static_cast<std::size_t>(bwd_body_first_[static_cast<std::size_t>(l)])].bwd_iteration_start;
     // Issue the next layer's gather before this layer's reduce-scatter so the two never queue behind
     // each other; it may start once layer l+1 is done with its weights.
     if (opt_.pipelined_collectives) {
@@ -859,6 +861,7 @@ class ProgramBuilder {
   std::vector<std::vector<int>> grad_ops_;
   std::vector<PendingCopy> pending_;  // scratch, reused by every layer
   std::vector<int> op_id_, buf_, h2d_, grad_;
+  std::vector<std::int64_t> fwd_body_end_, bwd_body_first_;  // plan_loop_bodies()
 };
 
 // Dense peak weighted by where the model FLOPs run: MLP GEMMs in their dtype, the rest in bf16.

@@ -336,3 +336,24 @@ TEST_CASE("with double buffering LHS starts a layer's prefetch at the start of i
   CHECK(db.result.end_time_s < sb.result.end_time_s);
   CHECK(run_with(false, true).result.end_time_s == run_with(false, false).result.end_time_s);
 }
+
+TEST_CASE("a double-buffered loop body never spans two scans", "[sim][lhs]") {
+  // DeepSeek-V3: layers 0-2 are one scan (dense), 3-60 another (MoE). Double buffered, the dense bodies
+  // are (0, 1) and (2): layer 0's D2H must be done before layer 2 starts, layer 1's too, and layer 2's
+  // before layer 3, the first of the next scan, not one layer later.
+  RunConfig c = dsv3_experts_offloaded(2, 1024);
+  c.tensors = {{"mla_q", "offload"}};
+  c.lhs = true;
+  c.double_buffering = true;
+  const auto t = timeline(c);
+  auto waits_for = [&](const std::string& op, const std::string& dep) {
+    const auto& deps = t.program.ops[t.id(op)].deps;
+    return std::count(deps.begin(), deps.end(), static_cast<int>(t.id(dep))) == 1;
+  };
+  CHECK(waits_for("attn_norm L2", "d2h mla_q L0"));
+  CHECK(waits_for("attn_norm L2", "d2h mla_q L1"));
+  CHECK_FALSE(waits_for("attn_norm L1", "d2h mla_q L0"));
+  CHECK(waits_for("attn_norm L3", "d2h mla_q L2"));
+  CHECK(waits_for("attn_norm L5", "d2h mla_q L3"));
+  CHECK(waits_for("attn_norm L5", "d2h mla_q L4"));
+}
