@@ -443,6 +443,11 @@ class ProgramBuilder {
     }
   }
 
+  // With LHS a layer's ops come in the list scheduler's order and cross-stream dependencies are explicit (an
+  // all-to-all waits for the ops that wrote its input; only the ops that read its result wait for it).
+  // Without LHS an all-to-all blocks the compute stream between its neighbours in program order.
+  bool scheduled_by_lhs() const { return opt_.lhs; }
+
   std::string label(const std::string& what, std::int64_t layer) const {
     return names_ ? what + " L" + std::to_string(layer) : std::string();
   }
@@ -592,10 +597,7 @@ class ProgramBuilder {
     pending.clear();
     auto& op_id = op_id_;
     op_id.assign(t.ops.size(), -1);
-    // With LHS the ops come in the list scheduler's order with explicit cross-stream dependencies (an
-    // all-to-all waits for the ops that wrote its input; only the ops that read its result wait for it).
-    // Without LHS an all-to-all blocks the compute stream between its neighbours in program order.
-    const bool scheduled = opt_.lhs;
+    const bool scheduled = scheduled_by_lhs();
     for (int oi : p.order) {
       const auto o = static_cast<std::size_t>(oi);
       const auto& def = t.ops[o];
@@ -736,10 +738,7 @@ class ProgramBuilder {
     grad.assign(nt, -1);
     grad[static_cast<std::size_t>(t.output_tensor)] = grad_in;
     using Kind = TemplatePlan::Kind;
-    // With LHS the steps come in the list scheduler's order and cross-stream dependencies are explicit (an
-    // all-to-all waits for the ops that wrote its input; only the ops that read its result wait for it).
-    // Without LHS an all-to-all blocks the compute stream between its neighbours in program order.
-    const bool scheduled = opt_.lhs;
+    const bool scheduled = scheduled_by_lhs();
     bool first = true;
     auto begin_iteration = [&](int id) {  // the first compute op waits for the weights and opens the gradients
       if (!first) return;
