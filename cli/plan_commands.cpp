@@ -16,6 +16,7 @@
 #include "hwmodels/json_view.hpp"
 #include "planner/fit.hpp"
 #include "planner/plan.hpp"
+#include "planner/sweep.hpp"
 
 namespace hbmsim::cli {
 

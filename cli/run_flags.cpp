@@ -237,9 +237,4 @@ void check_run_config_file(const std::string& path) {
   check_run_config(c, s, {});
 }
 
-void check_jobs(int jobs, const std::string& flag) {
-  if (jobs < 1) throw InputError(flag + " = " + std::to_string(jobs) + " (must be >= 1)");
-  if (jobs > 1024) throw InputError(flag + " = " + std::to_string(jobs) + " (at most 1024 threads)");
-}
-
 }  // namespace hbmsim::cli

@@ -34,7 +34,4 @@ RunConfig resolve_run_flags(const RunFlags& flags, const std::set<std::string>& 
 // The same up-front check for a run config file on its own (calibrate fit --maxtext LOG=CONFIG).
 void check_run_config_file(const std::string& path);
 
-// --jobs: between 1 and 1024 worker threads.
-void check_jobs(int jobs, const std::string& flag = "--jobs");
-
 }  // namespace hbmsim::cli

@@ -9,6 +9,7 @@
 
 #include "hwmodels/builtin.hpp"
 #include "hwmodels/json_view.hpp"
+#include "planner/sweep.hpp"
 
 namespace hbmsim {
 
@@ -245,7 +246,7 @@ std::map<std::string, double> fit_once(const std::vector<MeasuredRun>& runs, con
 
 FitResult fit_parameters(const std::vector<MeasuredRun>& runs, const std::vector<FitParameter>& ps, const FitOptions& o) {
   if (ps.empty()) throw InputError("fit: no parameters to fit");
-  if (o.jobs < 1) throw InputError("--jobs = " + std::to_string(o.jobs) + " (must be >= 1)");
+  check_jobs(o.jobs);
   std::size_t with_tflops = 0;
   for (auto& r : runs) with_tflops += r.tflops_per_device ? 1 : 0;
   if (with_tflops == 0) throw InputError("fit: no measured run reports TFLOP/s");

@@ -31,8 +31,6 @@ namespace {
 
 // Most points one sweep may have (the product of the axes' lengths).
 constexpr std::size_t kMaxSweepPoints = 1'000'000;
-// Most worker threads run_sweep accepts.
-constexpr int kMaxJobs = 1024;
 
 struct Condition {
   std::string field, op, value;
@@ -127,10 +125,15 @@ std::vector<SweepPoint> expand_sweep(const RunConfig& base, const std::vector<Sw
   return points;
 }
 
+void check_jobs(int jobs, const std::string& flag) {
+  constexpr int kMaxJobs = 1024;
+  if (jobs < 1) throw InputError(flag + " = " + std::to_string(jobs) + " (must be >= 1)");
+  if (jobs > kMaxJobs) throw InputError(flag + " = " + std::to_string(jobs) + " (at most " + std::to_string(kMaxJobs) + " threads)");
+}
+
 void run_sweep(const std::vector<SweepPoint>& points, int jobs, const std::function<void(const SweepRow&)>& on_row,
                const std::set<std::size_t>& skip) {
-  if (jobs < 1) throw InputError("--jobs = " + std::to_string(jobs) + " (must be >= 1)");
-  if (jobs > kMaxJobs) throw InputError("--jobs = " + std::to_string(jobs) + " (at most " + std::to_string(kMaxJobs) + " threads)");
+  check_jobs(jobs);
   std::atomic<std::size_t> next{0};
   std::mutex emit;
   std::exception_ptr failure;

@@ -40,6 +40,9 @@ struct SweepRow {
   std::string error;  // bad input for this point (exit-2 class), empty when report is set
 };
 
+// A worker-thread count (--jobs): between 1 and 1024; `flag` names it in the message.
+void check_jobs(int jobs, const std::string& flag = "--jobs");
+
 // Runs every point not in `skip` on `jobs` threads and calls `on_row` once per finished point, one call at a
 // time (never concurrently), in completion order.
 void run_sweep(const std::vector<SweepPoint>& points, int jobs, const std::function<void(const SweepRow&)>& on_row,
