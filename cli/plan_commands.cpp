@@ -7,7 +7,6 @@
 #include <iostream>
 #include <memory>
 #include <set>
-#include <sstream>
 
 #include "cli/commands.hpp"
 #include "cli/files.hpp"
@@ -170,12 +169,8 @@ void register_plan(CLI::App& app) {
         throw InputError("--max-batch = " + std::to_string(*max_batch) + " (must be in [1, " + std::to_string(kMaxBatch) + "])");
       // The search sets the batch, and each variant the fields it names: the base is checked without them.
       std::set<std::string> varied = {"batch"};
-      for (auto& v : *variants) {
-        auto eq = v.find('=');
-        std::stringstream items(eq == std::string::npos ? std::string() : v.substr(eq + 1));
-        for (std::string item; std::getline(items, item, ';');)
-          if (auto colon = item.find(':'); colon != std::string::npos) varied.insert(item.substr(0, colon));
-      }
+      for (auto& v : *variants)
+        for (auto& setting : split_variant(v).settings) varied.insert(setting.first);
       auto base = resolve_run_flags(*flags, varied);
       std::vector<std::pair<std::string, RunConfig>> vs;
       for (auto& v : *variants) vs.push_back(parse_variant(base, v));

@@ -46,10 +46,10 @@ LargestBatch largest_batch(const RunConfig& base, std::int64_t max_batch, bool p
   return out;
 }
 
-std::pair<std::string, RunConfig> parse_variant(const RunConfig& base, const std::string& spec) {
+VariantSpec split_variant(const std::string& spec) {
   auto eq = spec.find('=');
   if (eq == std::string::npos || eq == 0) throw InputError("--variant " + spec + " (expected LABEL=field:value;field:value)");
-  RunConfig c = base;
+  VariantSpec v{spec.substr(0, eq), {}};
   std::string rest = spec.substr(eq + 1);
   std::size_t pos = 0;
   while (pos <= rest.size()) {
@@ -58,12 +58,19 @@ std::pair<std::string, RunConfig> parse_variant(const RunConfig& base, const std
     if (!item.empty()) {
       auto colon = item.find(':');
       if (colon == std::string::npos) throw InputError("--variant " + spec + " (\"" + item + "\" is not field:value)");
-      c.set(item.substr(0, colon), item.substr(colon + 1), "--variant " + spec);
+      v.settings.emplace_back(item.substr(0, colon), item.substr(colon + 1));
     }
     if (end == std::string::npos) break;
     pos = end + 1;
   }
-  return {spec.substr(0, eq), c};
+  return v;
+}
+
+std::pair<std::string, RunConfig> parse_variant(const RunConfig& base, const std::string& spec) {
+  auto v = split_variant(spec);
+  RunConfig c = base;
+  for (auto& [field, value] : v.settings) c.set(field, value, "--variant " + spec);
+  return {v.label, c};
 }
 
 std::vector<std::pair<std::string, RunConfig>> default_variants(const RunConfig& base) {

@@ -27,6 +27,11 @@ struct LargestBatch {
 LargestBatch largest_batch(const RunConfig& base, std::int64_t max_batch = 4096, bool powers_of_two = false);
 
 // Policy variants for largest-batch: "label=field:value;field:value".
+struct VariantSpec {
+  std::string label;
+  std::vector<std::pair<std::string, std::string>> settings;  // field, value, in the order given
+};
+VariantSpec split_variant(const std::string& spec);
 std::pair<std::string, RunConfig> parse_variant(const RunConfig& base, const std::string& spec);
 // Default variants: with per-tensor settings in `base`, those names kept on device, rematerialized,
 // offloaded, and as given; otherwise MaxText's presets.
