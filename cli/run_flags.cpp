@@ -135,15 +135,11 @@ void check_run_config(const RunConfig& c, const Sources& s, const std::set<std::
   // What-if figures (a config file's were checked for > 0 when it was read; flags were not).
   if (fixed("memory_limit_slop") && !(c.memory_limit_slop > 0 && c.memory_limit_slop <= 1))
     throw InputError(s.name("memory_limit_slop") + " = " + format_number(c.memory_limit_slop) + " (must be in (0, 1])");
-  auto what_if = [&](const char* field, const std::optional<double>& v, double max, const char* unit) {
-    if (!fixed(field) || !v) return;
-    if (!(*v > 0) || !std::isfinite(*v)) throw InputError(s.name(field) + " = " + format_number(*v) + " (must be > 0)");
-    if (*v > max)
-      throw InputError(s.name(field) + " = " + format_number(*v) + " (implausibly large, max " + format_number(max) +
-                       " " + unit + ")");
-  };
-  what_if("hbm_bytes", c.hbm_bytes, kMaxHardwareBytes, "bytes");
-  what_if("host_link_bytes_per_s", c.host_link_bytes_per_s, kMaxHardwareBytesPerSecond, "bytes/s");
+  for (const char* field : {"hbm_bytes", "host_link_bytes_per_s"}) {
+    const auto& v = std::string(field) == "hbm_bytes" ? c.hbm_bytes : c.host_link_bytes_per_s;
+    if (!fixed(field) || !v) continue;
+    if (auto why = what_if_problem(field, *v)) throw InputError(s.name(field) + " = " + format_number(*v) + " (" + *why + ")");
+  }
 
   if (fixed("system")) attributed(s, {"system"}, [&] { return resolve_system(c.system); });
   if (fixed("calibration")) {

@@ -151,6 +151,15 @@ RunConfig RunConfig::from_json(const nlohmann::json& doc, const std::string& ori
 
 RunConfig RunConfig::from_file(const std::string& path) { return from_json(parse_json_file(path), path); }
 
+std::optional<std::string> what_if_problem(const std::string& field, double v) {
+  const bool bandwidth = field == "host_link_bytes_per_s";
+  if (!bandwidth && field != "hbm_bytes") throw std::logic_error("what_if_problem: not a what-if field: " + field);
+  if (!(v > 0) || !std::isfinite(v)) return "must be > 0";
+  const double max = bandwidth ? kMaxHardwareBytesPerSecond : kMaxHardwareBytes;
+  if (v > max) return "implausibly large, max " + format_number(max) + (bandwidth ? " bytes/s" : " bytes");
+  return std::nullopt;
+}
+
 System resolve_run_system(const RunConfig& c, const Profile* extra) {
   System sys = resolve_system(c.system);
   if (!c.calibration.empty()) {
@@ -161,17 +170,15 @@ System resolve_run_system(const RunConfig& c, const Profile* extra) {
       sys = apply_profile(sys, load_profile_file(c.calibration));
   }
   if (extra) sys = apply_profile(sys, *extra);
+  auto what_if = [](const char* field, double v) {
+    if (auto why = what_if_problem(field, v)) throw InputError(std::string(field) + " = " + format_number(v) + " (" + *why + ")");
+    return v;
+  };
   if (c.host_link_bytes_per_s) {
-    if (!(*c.host_link_bytes_per_s > 0) || !std::isfinite(*c.host_link_bytes_per_s))
-      throw InputError("host_link_bytes_per_s = " + format_number(*c.host_link_bytes_per_s) + " (must be > 0)");
-    sys.host_link.measured_h2d_bytes_per_s = *c.host_link_bytes_per_s;
+    sys.host_link.measured_h2d_bytes_per_s = what_if("host_link_bytes_per_s", *c.host_link_bytes_per_s);
     sys.host_link.measured_d2h_bytes_per_s = *c.host_link_bytes_per_s;
   }
-  if (c.hbm_bytes) {
-    if (!(*c.hbm_bytes > 0) || !std::isfinite(*c.hbm_bytes))
-      throw InputError("hbm_bytes = " + format_number(*c.hbm_bytes) + " (must be > 0)");
-    sys.gpu.hbm_bytes = *c.hbm_bytes;
-  }
+  if (c.hbm_bytes) sys.gpu.hbm_bytes = what_if("hbm_bytes", *c.hbm_bytes);
   if (!(c.memory_limit_slop > 0 && c.memory_limit_slop <= 1))
     throw InputError("memory_limit_slop = " + format_number(c.memory_limit_slop) + " (must be in (0, 1])");
   return sys;

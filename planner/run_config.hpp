@@ -53,6 +53,9 @@ struct PreparedRun {
   SimOptions options;
 };
 
+// Why a what-if override (hbm_bytes, host_link_bytes_per_s) cannot be used, e.g. "must be > 0"; nullopt when
+// it can. One rule for every front end: flags, config files, sweep axes, Python.
+std::optional<std::string> what_if_problem(const std::string& field, double value);
 // The system a run sees: the config's system with its calibration profile and what-if overrides applied.
 System resolve_run_system(const RunConfig& config, const Profile* extra = nullptr);
 // `extra` (optional) is applied after the config's own calibration: the fitter's trial parameters.

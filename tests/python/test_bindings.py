@@ -122,6 +122,9 @@ def test_systems_and_models_equal_cli(cli):
     ({"model": "deepseek-v3-671b", "gpus": 128, "ep": 64, "batch": 3, "moe_batch_split": 2},
      ["moe_batch_split", "batch = 3"]),
     ({"double_buffering": "sometimes"}, ["double_buffering"]),
+    # The what-if limits are the planner's (1 PB, 1 PB/s), so Python and sweeps refuse what the CLI refuses.
+    ({"hbm_bytes": 2e15}, ["hbm_bytes = 2e+15", "implausibly large, max 1e+15 bytes"]),
+    ({"host_link_bytes_per_s": 3e15}, ["host_link_bytes_per_s = 3e+15", "implausibly large, max 1e+15 bytes/s"]),
 ])
 def test_bad_config_raises_value_error_like_cli(cli, tmp_path, config, names):
     with pytest.raises(ValueError) as err:
