@@ -380,7 +380,12 @@ class ProgramBuilder {
     prog_.resident.clear();
     double headroom = 0;
     std::size_t ops_estimate = 0;
-    for (std::int64_t l = 0; l < g.model.num_layers; ++l) ops_estimate += 3 * g.layer(l).ops.size() + 8;
+    std::size_t ops_bound = 0;  // per layer at most: forward, replay and two backward dots per op, stage, D2H
+                                // and H2D per tensor, gathers and reduce-scatter (reserved: no relocation)
+    for (std::int64_t l = 0; l < g.model.num_layers; ++l) {
+      ops_estimate += 3 * g.layer(l).ops.size() + 8;
+      ops_bound += 4 * g.layer(l).ops.size() + 3 * g.layer(l).tensors.size() + 8;
+    }
     // Event budget: a step larger than this would take seconds and gigabytes; refuse it up front.
     constexpr std::size_t kMaxOps = 4'000'000;
     const double total_ops = static_cast<double>(ops_estimate) * static_cast<double>(g.training.grad_accum);
@@ -388,8 +393,8 @@ class ProgramBuilder {
       throw InputError("layers x grad_accum = " + std::to_string(g.model.num_layers) + " x " +
                        std::to_string(g.training.grad_accum) + " (the step would need about " +
                        std::to_string(static_cast<long long>(total_ops)) + " simulated ops; the budget is 4000000)");
-    prog_.ops.reserve(ops_estimate * static_cast<std::size_t>(g.training.grad_accum) + 16);
-    prog_.buffers.reserve(ops_estimate * static_cast<std::size_t>(g.training.grad_accum) + 16);
+    prog_.ops.reserve(ops_bound * static_cast<std::size_t>(g.training.grad_accum) + 16);
+    prog_.buffers.reserve(ops_bound * static_cast<std::size_t>(g.training.grad_accum) + 16);
     for (auto& t : g.templates) {
       plans_.push_back(plan_template(t, policy, costs_, g, opt.lhs));
       headroom = std::max(headroom, plans_.back().backward_working_set_bytes);
