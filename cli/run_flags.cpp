@@ -135,11 +135,12 @@ void check_run_config(const RunConfig& c, const Sources& s, const std::set<std::
   // What-if figures (a config file's were checked for > 0 when it was read; flags were not).
   if (fixed("memory_limit_slop") && !(c.memory_limit_slop > 0 && c.memory_limit_slop <= 1))
     throw InputError(s.name("memory_limit_slop") + " = " + format_number(c.memory_limit_slop) + " (must be in (0, 1])");
-  for (const char* field : {"hbm_bytes", "host_link_bytes_per_s"}) {
-    const auto& v = std::string(field) == "hbm_bytes" ? c.hbm_bytes : c.host_link_bytes_per_s;
-    if (!fixed(field) || !v) continue;
+  auto what_if = [&](const char* field, const std::optional<double>& v) {
+    if (!fixed(field) || !v) return;
     if (auto why = what_if_problem(field, *v)) throw InputError(s.name(field) + " = " + format_number(*v) + " (" + *why + ")");
-  }
+  };
+  what_if("hbm_bytes", c.hbm_bytes);
+  what_if("host_link_bytes_per_s", c.host_link_bytes_per_s);
 
   if (fixed("system")) attributed(s, {"system"}, [&] { return resolve_system(c.system); });
   if (fixed("calibration")) {

@@ -175,8 +175,9 @@ System resolve_run_system(const RunConfig& c, const Profile* extra) {
     return v;
   };
   if (c.host_link_bytes_per_s) {
-    sys.host_link.measured_h2d_bytes_per_s = what_if("host_link_bytes_per_s", *c.host_link_bytes_per_s);
-    sys.host_link.measured_d2h_bytes_per_s = *c.host_link_bytes_per_s;
+    const double bw = what_if("host_link_bytes_per_s", *c.host_link_bytes_per_s);
+    sys.host_link.measured_h2d_bytes_per_s = bw;
+    sys.host_link.measured_d2h_bytes_per_s = bw;
   }
   if (c.hbm_bytes) sys.gpu.hbm_bytes = what_if("hbm_bytes", *c.hbm_bytes);
   if (!(c.memory_limit_slop > 0 && c.memory_limit_slop <= 1))
