@@ -27,17 +27,32 @@ int exit_status() { return g_exit_status != 0 ? g_exit_status : plan_exit_status
 
 void print_report(const StepReport& r) {
   std::printf("system %s, model %s, policy %s\n", r.system_id.c_str(), r.model_id.c_str(), r.policy.c_str());
+  std::printf("layout              %s\n", r.mesh.c_str());
+  std::printf("global batch        %10lld sequences (grad accum %lld), %.0f tokens per device per step\n",
+              static_cast<long long>(r.global_batch), static_cast<long long>(r.grad_accum), r.tokens_per_device_per_step);
   std::printf("step time           %10.3f s\n", r.step_time_s);
   std::printf("model TFLOP/s/dev   %10.1f   (MFU %.1f%%)\n", r.tflops_per_device, 100 * r.mfu);
+  std::printf("tokens/s/dev        %10.1f\n", r.tokens_per_s_per_device);
   std::printf("fits                %10s   %s\n", r.fits ? "yes" : "NO", r.fits_reason.c_str());
   std::printf("HBM peak            %10s GiB of %s GiB at t=%.3f s\n", gib(r.hbm_peak_bytes).c_str(),
               gib(r.hbm_capacity_bytes).c_str(), r.hbm_peak_time_s);
   for (auto& [k, v] : r.hbm_breakdown_bytes)
     if (v > 0) std::printf("  %-18s%10s GiB\n", k.c_str(), gib(v).c_str());
   std::printf("pinned host peak    %10s GiB of %s GiB\n", gib(r.host_peak_bytes).c_str(), gib(r.host_capacity_bytes).c_str());
-  std::printf("exposed (compute waited on):");
-  for (auto& [k, v] : r.exposed_s) std::printf("  %s %.3f s", k.c_str(), v);
-  std::printf("\n");
+  // Queues the step used, in report order: how long compute waited on each, and what each sent.
+  std::string exposed, sent;
+  for (const auto& q : report_queues()) {
+    if (q == "compute" || r.busy_s.at(q) <= 0) continue;
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "  %s %.3f s", q.c_str(), r.exposed_s.at(q));
+    exposed += buf;
+    if (auto it = r.comm_bytes.find(q); it != r.comm_bytes.end() && it->second > 0) {
+      std::snprintf(buf, sizeof buf, "  %s %s GiB", q.c_str(), gib(it->second).c_str());
+      sent += buf;
+    }
+  }
+  std::printf("exposed (compute waited on):%s\n", exposed.empty() ? "  nothing" : exposed.c_str());
+  if (!sent.empty()) std::printf("sent per device:%s\n", sent.c_str());
 }
 
 void register_commands(CLI::App& app) {

@@ -10,6 +10,7 @@
 #include "hwmodels/builtin.hpp"
 #include "hwmodels/catalog.hpp"
 #include "hwmodels/json_view.hpp"
+#include "planner/run_fields.hpp"
 #include "sim/policy.hpp"
 #include "workloads/model.hpp"
 #include "workloads/training.hpp"
@@ -17,40 +18,6 @@
 namespace hbmsim::cli {
 
 namespace {
-
-struct Flag {
-  const char* flag;
-  const char* field;
-  const char* help;
-};
-
-const Flag kFlags[] = {
-    {"--system", "system", "Built-in system id or system JSON file (default gb200-nvl72)"},
-    {"--model", "model", "Built-in model id, model JSON or HuggingFace config.json"},
-    {"--gpus", "gpus", "Number of GPUs"},
-    {"--batch", "batch", "Per-device batch"},
-    {"--seq", "seq", "Sequence length"},
-    {"--grad-accum", "grad_accum", "Gradient accumulation steps"},
-    {"--fsdp", "fsdp", "FSDP degree (default: the GPUs left after tp, ep, dp)"},
-    {"--tp", "tp", "Tensor parallel degree"},
-    {"--ep", "ep", "Expert parallel degree"},
-    {"--dp", "dp", "Data parallel (replica) degree"},
-    {"--moe-batch-split", "moe_batch_split",
-     "MoE layers as this many micro-batches, so one's all-to-all overlaps another's compute under LHS (1)"},
-    {"--weights", "weights", "MLP GEMM dtype: bf16, fp8, nvfp4"},
-    {"--attention-dtype", "attention_dtype", "Attention/projection GEMM dtype"},
-    {"--policy", "policy",
-     "full, minimal, minimal_with_context, save_qkv_proj, qkv_proj_offloaded, minimal_offloaded, custom"},
-    {"--lhs", "lhs", "Latency-hiding scheduler: on or off"},
-    {"--pipelined-transfers", "pipelined_transfers", "Pipelined host offloading: on or off"},
-    {"--pipelined-collectives", "pipelined_collectives", "FSDP all-gathers one layer ahead: on (default) or off"},
-    {"--double-buffering", "double_buffering",
-     "While-loop double buffering (two layers per scan body, so transfers cross one layer boundary): on or off (default)"},
-    {"--memory-limit-slop", "memory_limit_slop", "Fraction of HBM the LHS may plan for (0.95)"},
-    {"--host-link-bw", "host_link_bytes_per_s", "What-if: host-link bytes/s per GPU per direction"},
-    {"--hbm-bytes", "hbm_bytes", "What-if: HBM capacity in bytes"},
-    {"--calibration", "calibration", "Calibration profile JSON (or built-in profile name)"},
-};
 
 // Where each field of a resolved RunConfig came from, to name it in messages the way the user wrote it.
 struct Sources {
@@ -162,15 +129,19 @@ void check_run_config(const RunConfig& c, const Sources& s, const std::set<std::
     attributed(s, {"policy"}, [&] { return make_policy(c.policy, c.tensors); });
   }
 
+  // The training shape: every field validate_training reads.
+  const auto shape = {"gpus", "batch", "micro_batch", "global_batch", "seq", "grad_accum", "fsdp", "tp", "ep", "dp",
+                      "cp", "pp", "mesh_order", "sequence_parallel", "cp_exchange", "moe_batch_split"};
   bool shape_fixed = model.has_value();
-  for (auto f : {"gpus", "batch", "seq", "grad_accum", "fsdp", "tp", "ep", "dp", "moe_batch_split"})
-    shape_fixed = shape_fixed && fixed(f);
+  for (auto f : shape) shape_fixed = shape_fixed && fixed(f);
   if (shape_fixed) {
-    TrainingSpec t = training_shape(c);
-    attributed(s, {"gpus", "batch", "seq", "grad_accum", "fsdp", "tp", "ep", "dp", "moe_batch_split"}, [&] {
-      validate_training(t, *model);
-      return 0;
-    });
+    attributed(s, {"gpus", "batch", "micro_batch", "global_batch", "seq", "grad_accum", "fsdp", "tp", "ep", "dp", "cp",
+                   "pp", "mesh_order", "sequence_parallel", "cp_exchange", "moe_batch_split"},
+               [&] {
+                 TrainingSpec t = training_shape(c);
+                 validate_training(t, *model);
+                 return 0;
+               });
   }
 }
 
@@ -188,8 +159,7 @@ Sources load_config_file(const std::string& path, RunConfig& c) {
 }  // namespace
 
 std::string flag_for_field(const std::string& field) {
-  for (const auto& f : kFlags)
-    if (field == f.field) return f.flag;
+  if (const RunField* f = find_run_field(field)) return std::string(f->flag);
   std::string flag = "--" + field;
   for (auto& ch : flag)
     if (ch == '_') ch = '-';
@@ -199,11 +169,13 @@ std::string flag_for_field(const std::string& field) {
 std::shared_ptr<RunFlags> make_run_flags(CLI::App* cmd) {
   auto f = std::make_shared<RunFlags>();
   cmd->add_option("--config", f->config_file, "Run configuration JSON; flags override its fields");
-  for (const auto& fl : kFlags) {
-    std::string field = fl.field;
+  for (const auto& field : run_fields()) {
+    std::string name(field.name), help(field.help);
+    if (auto d = field.default_text(); !d.empty()) help += " (default " + d + ")";
     RunFlags* raw = f.get();
     cmd->add_option_function<std::string>(
-        fl.flag, [raw, field](const std::string& v) { raw->values[field] = v; }, fl.help);
+           std::string(field.flag), [raw, name](const std::string& v) { raw->values[name] = v; }, help)
+        ->type_name(field.type() == "on/off" ? "on|off" : field.type() == "text" ? "TEXT" : field.type() == "integer" ? "INT" : "NUMBER");
   }
   cmd->add_option("--tensor", f->tensors, "Per checkpoint name: NAME=device|remat|offload (repeatable)");
   return f;

@@ -109,6 +109,10 @@ void JsonView::expect_object() const {
 }
 
 void JsonView::allow_only(std::initializer_list<std::string_view> allowed) const {
+  allow_only(std::vector<std::string_view>(allowed));
+}
+
+void JsonView::allow_only(const std::vector<std::string_view>& allowed) const {
   expect_object();
   for (const auto& item : node_->items()) {
     bool known = false;

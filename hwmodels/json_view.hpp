@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -69,6 +70,7 @@ class JsonView {
   void expect_object() const;
   // Every key must be one of `allowed`; the first other key is an error.
   void allow_only(std::initializer_list<std::string_view> allowed) const;
+  void allow_only(const std::vector<std::string_view>& allowed) const;
   bool has(std::string_view key) const;
   JsonView at(std::string_view key) const;  // required key
   std::optional<JsonView> find(std::string_view key) const;

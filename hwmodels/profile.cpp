@@ -140,6 +140,7 @@ System apply_profile(System s, const Profile& p) {
   auto& l = s.host_link;
   if (p.h2d_bytes_per_s) l.measured_h2d_bytes_per_s = *p.h2d_bytes_per_s;
   if (p.d2h_bytes_per_s) l.measured_d2h_bytes_per_s = *p.d2h_bytes_per_s;
+  if (p.bidirectional_total_bytes_per_s) l.bidirectional_total_bytes_per_s = *p.bidirectional_total_bytes_per_s;
   if (p.host_latency_s) l.latency_s = *p.host_latency_s;
   if (p.hbm_bandwidth_bytes_per_s) s.gpu.hbm_bandwidth_bytes_per_s = *p.hbm_bandwidth_bytes_per_s;
   if (p.launch_overhead_s) s.gpu.launch_overhead_s = *p.launch_overhead_s;

@@ -70,6 +70,8 @@ struct HostLinkSpec {
   double per_direction_bytes_per_s = 0;      // whole link, one direction (nominal)
   std::optional<double> measured_h2d_bytes_per_s;  // per GPU, all sharers active (published)
   std::optional<double> measured_d2h_bytes_per_s;
+  // Per GPU, both directions at once, when that is below the sum of the two (measured by a profile).
+  std::optional<double> bidirectional_total_bytes_per_s;
   double latency_s = 0;
 };
 

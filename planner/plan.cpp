@@ -307,7 +307,14 @@ HbmNeeded hbm_needed(const RunConfig& config) {
 
 std::string maxtext_settings(const RunConfig& c) {
   auto policy = make_policy(c.policy, c.tensors);
-  std::string out = "per_device_batch_size=" + std::to_string(c.batch) + " max_target_length=" + std::to_string(c.seq);
+  const double per_device = c.batch ? *c.batch
+                                    : c.micro_batch > 0 ? static_cast<double>(c.micro_batch) / static_cast<double>(c.tp * c.cp)
+                                                        : 1.0;
+  std::string out = "per_device_batch_size=" + format_number(per_device) + " max_target_length=" + std::to_string(c.seq);
+  for (auto [key, v] : {std::pair{"dcn_data_parallelism", c.dp}, {"ici_fsdp_parallelism", c.fsdp},
+                        {"ici_context_parallelism", c.cp}, {"ici_tensor_parallelism", c.tp}, {"ici_expert_parallelism", c.ep}})
+    if (v > 1) out += std::string(" ") + key + "=" + std::to_string(v);
+  if (c.cp > 1) out += std::string(" context_parallel_load_balance=true");
   out += " remat_policy=custom";
   for (auto& n : checkpoint_names()) {
     if (n == "decoder_layer_input") continue;

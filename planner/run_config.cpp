@@ -9,48 +9,20 @@
 #include "hwmodels/catalog.hpp"
 #include "hwmodels/json_view.hpp"
 #include "hwmodels/profile.hpp"
+#include "planner/run_fields.hpp"
 
 namespace hbmsim {
 
 const std::vector<std::string>& RunConfig::fields() {
-  static const std::vector<std::string> f = {
-      "system", "model", "gpus", "batch", "seq", "grad_accum", "fsdp", "tp", "ep", "dp", "moe_batch_split",
-      "weights", "attention_dtype", "policy", "lhs", "pipelined_transfers", "pipelined_collectives", "double_buffering",
-      "memory_limit_slop", "host_link_bytes_per_s", "hbm_bytes", "calibration"};
+  static const std::vector<std::string> f = [] {
+    std::vector<std::string> names;
+    for (const auto& field : run_fields()) names.emplace_back(field.name);
+    return names;
+  }();
   return f;
 }
 
 namespace {
-
-std::int64_t parse_int(const std::string& v, const std::string& where) {
-  std::int64_t out = 0;
-  auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
-  if (ec == std::errc::result_out_of_range) throw InputError(where + " = " + v + " (out of range)");
-  if (ec != std::errc() || ptr != v.data() + v.size()) throw InputError(where + " = \"" + v + "\" (expected an integer)");
-  return out;
-}
-
-double parse_double(const std::string& v, const std::string& where) {
-  try {
-    std::size_t used = 0;
-    double d = std::stod(v, &used);
-    if (used != v.size()) throw std::invalid_argument("trailing");
-    if (!std::isfinite(d)) throw InputError(where + " = " + v + " (must be finite)");
-    return d;
-  } catch (const InputError&) {
-    throw;
-  } catch (const std::out_of_range&) {
-    throw InputError(where + " = " + v + " (out of the range of a double)");
-  } catch (const std::exception&) {
-    throw InputError(where + " = \"" + v + "\" (expected a number)");
-  }
-}
-
-bool parse_bool(const std::string& v, const std::string& where) {
-  if (v == "on" || v == "true" || v == "1" || v == "yes") return true;
-  if (v == "off" || v == "false" || v == "0" || v == "no") return false;
-  throw InputError(where + " = \"" + v + "\" (expected on or off)");
-}
 
 // Built-in profiles are parsed once per process: sweeps resolve one per point.
 const Profile& builtin_profile(const std::string& name) {
@@ -67,30 +39,11 @@ const Profile& builtin_profile(const std::string& name) {
 }  // namespace
 
 void RunConfig::set(const std::string& field, const std::string& value, const std::string& where) {
-  if (field == "system") system = value;
-  else if (field == "model") model = value;
-  else if (field == "gpus") gpus = parse_int(value, where);
-  else if (field == "batch") batch = parse_int(value, where);
-  else if (field == "seq") seq = parse_int(value, where);
-  else if (field == "grad_accum") grad_accum = parse_int(value, where);
-  else if (field == "fsdp") fsdp = parse_int(value, where);
-  else if (field == "tp") tp = parse_int(value, where);
-  else if (field == "ep") ep = parse_int(value, where);
-  else if (field == "dp") dp = parse_int(value, where);
-  else if (field == "moe_batch_split") moe_batch_split = parse_int(value, where);
-  else if (field == "weights") weights = value;
-  else if (field == "attention_dtype") attention_dtype = value;
-  else if (field == "policy") policy = value;
-  else if (field == "lhs") lhs = parse_bool(value, where);
-  else if (field == "pipelined_transfers") pipelined_transfers = parse_bool(value, where);
-  else if (field == "pipelined_collectives") pipelined_collectives = parse_bool(value, where);
-  else if (field == "double_buffering") double_buffering = parse_bool(value, where);
-  else if (field == "memory_limit_slop") memory_limit_slop = parse_double(value, where);
-  else if (field == "host_link_bytes_per_s") host_link_bytes_per_s = parse_double(value, where);
-  else if (field == "hbm_bytes") hbm_bytes = parse_double(value, where);
-  else if (field == "calibration") calibration = value;
-  else if (field.rfind("tensor.", 0) == 0 && field.size() > 7) tensors[field.substr(7)] = value;
-  else {
+  if (const RunField* f = find_run_field(field)) {
+    f->set(*this, value, where);
+  } else if (field.rfind("tensor.", 0) == 0 && field.size() > 7) {
+    tensors[field.substr(7)] = value;
+  } else {
     std::string list;
     for (auto& f : fields()) list += (list.empty() ? "" : ", ") + f;
     throw InputError(where + " (unknown field \"" + field + "\"; fields: " + list + ", tensor.NAME)");
@@ -98,36 +51,21 @@ void RunConfig::set(const std::string& field, const std::string& value, const st
 }
 
 nlohmann::json RunConfig::to_json() const {
-  nlohmann::json j = {{"system", system}, {"model", model}, {"gpus", gpus}, {"batch", batch}, {"seq", seq},
-                      {"grad_accum", grad_accum}, {"fsdp", fsdp}, {"tp", tp}, {"ep", ep}, {"dp", dp},
-                      {"moe_batch_split", moe_batch_split}, {"weights", weights}, {"attention_dtype", attention_dtype}, {"policy", policy},
-                      {"tensors", tensors}, {"lhs", lhs}, {"pipelined_transfers", pipelined_transfers},
-                      {"pipelined_collectives", pipelined_collectives}, {"double_buffering", double_buffering},
-                      {"memory_limit_slop", memory_limit_slop}, {"calibration", calibration}};
-  if (host_link_bytes_per_s) j["host_link_bytes_per_s"] = *host_link_bytes_per_s;
-  if (hbm_bytes) j["hbm_bytes"] = *hbm_bytes;
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& f : run_fields())
+    if (auto v = f.json(*this)) j[std::string(f.name)] = *v;
+  j["tensors"] = tensors;
   return j;
 }
 
 RunConfig RunConfig::from_json(const nlohmann::json& doc, const std::string& origin) {
   JsonView v(doc, origin);
-  v.allow_only({"system", "model", "gpus", "batch", "seq", "grad_accum", "fsdp", "tp", "ep", "dp", "moe_batch_split", "weights",
-                "attention_dtype", "policy", "tensors", "lhs", "pipelined_transfers", "pipelined_collectives", "double_buffering",
-                "memory_limit_slop", "host_link_bytes_per_s", "hbm_bytes", "calibration", "about"});
+  std::vector<std::string_view> keys = {"tensors", "about"};
+  for (const auto& f : run_fields()) keys.push_back(f.name);
+  v.allow_only(keys);
   RunConfig c;
-  if (auto x = v.find("system")) c.system = x->string();
-  if (auto x = v.find("model")) c.model = x->string();
-  for (auto [key, field] : {std::pair{"gpus", &c.gpus}, {"batch", &c.batch}, {"seq", &c.seq},
-                            {"grad_accum", &c.grad_accum}, {"tp", &c.tp}, {"ep", &c.ep}, {"dp", &c.dp},
-                            {"moe_batch_split", &c.moe_batch_split}})
-    if (auto x = v.find(key)) *field = x->positive_integer();
-  if (auto x = v.find("fsdp")) {
-    c.fsdp = x->integer();
-    if (c.fsdp < 0) x->fail("must be >= 0 (0: the GPUs left over)");
-  }
-  if (auto x = v.find("weights")) c.weights = x->string();
-  if (auto x = v.find("attention_dtype")) c.attention_dtype = x->string();
-  if (auto x = v.find("policy")) c.policy = x->string();
+  for (const auto& f : run_fields())
+    if (auto x = v.find(f.name)) f.read(c, *x);
   if (auto x = v.find("tensors")) {
     x->expect_object();
     for (auto& item : x->raw().items()) {
@@ -138,14 +76,6 @@ RunConfig RunConfig::from_json(const nlohmann::json& doc, const std::string& ori
       c.tensors[item.key()] = value;
     }
   }
-  if (auto x = v.find("lhs")) c.lhs = x->boolean();
-  if (auto x = v.find("pipelined_transfers")) c.pipelined_transfers = x->boolean();
-  if (auto x = v.find("pipelined_collectives")) c.pipelined_collectives = x->boolean();
-  if (auto x = v.find("double_buffering")) c.double_buffering = x->boolean();
-  if (auto x = v.find("memory_limit_slop")) c.memory_limit_slop = x->fraction();
-  if (auto x = v.find("host_link_bytes_per_s")) c.host_link_bytes_per_s = x->positive();
-  if (auto x = v.find("hbm_bytes")) c.hbm_bytes = x->positive();
-  if (auto x = v.find("calibration")) c.calibration = x->string();
   return c;
 }
 
@@ -189,10 +119,24 @@ TrainingSpec training_shape(const RunConfig& c) {
   TrainingSpec t;
   t.gpus = c.gpus;
   t.per_device_batch = c.batch;
+  t.micro_batch = c.micro_batch;
+  t.global_batch = c.global_batch;
   t.seq_len = c.seq;
   t.grad_accum = c.grad_accum;
   t.moe_batch_split = c.moe_batch_split;
-  t.parallelism = Parallelism{c.fsdp, c.tp, c.ep, c.dp};
+  auto& p = t.parallelism;
+  p.fsdp = c.fsdp;
+  p.tp = c.tp;
+  p.ep = c.ep;
+  p.dp = c.dp;
+  p.cp = c.cp;
+  p.pp = c.pp;
+  p.order = parse_mesh_order(c.mesh_order, "mesh_order");
+  p.sequence_parallel = c.sequence_parallel;
+  if (c.cp_exchange == "ring") p.cp_exchange = CpExchange::ring;
+  else if (c.cp_exchange == "all_gather") p.cp_exchange = CpExchange::all_gather;
+  else throw InputError("cp_exchange = " + quote(c.cp_exchange) + " (expected ring or all_gather)");
+  p.sharded_optimizer = c.sharded_optimizer;
   return t;
 }
 
@@ -217,6 +161,8 @@ PreparedRun prepare_run(const RunConfig& c, const Profile* extra) {
   r.options.pipelined_collectives = c.pipelined_collectives;
   r.options.double_buffering = c.double_buffering;
   r.options.memory_limit_slop = c.memory_limit_slop;
+  r.options.tp_comm_overlap = c.tp_comm_overlap;
+  r.options.dp_overlap = c.dp_overlap;
   return r;
 }
 

@@ -15,14 +15,25 @@
 
 namespace hbmsim {
 
+// Every field is listed once, with its JSON key, flag, help and check, in planner/run_fields.cpp; set,
+// to_json and from_json read that table.
 struct RunConfig {
   std::string system = "gb200-nvl72";
   std::string model = "llama3.1-8b";
   std::int64_t gpus = 8;
-  std::int64_t batch = 1;
+  // The batch in MaxText's meaning (per-device batch; 1 when neither it nor micro_batch is given), or in
+  // Megatron's: micro_batch sequences per model replica, global_batch sequences per step (0: not given).
+  std::optional<double> batch;
+  std::int64_t micro_batch = 0, global_batch = 0;
   std::int64_t seq = 4096;
   std::int64_t grad_accum = 1;
-  std::int64_t fsdp = 0, tp = 1, ep = 1, dp = 1;
+  std::int64_t fsdp = 0, tp = 1, ep = 1, dp = 1, cp = 1, pp = 1;
+  std::string mesh_order = "maxtext";   // maxtext, megatron, or the axes outermost first
+  bool sequence_parallel = true;
+  std::string cp_exchange = "all_gather";  // ring (Megatron p2p) or all_gather (MaxText)
+  bool sharded_optimizer = false;
+  bool tp_comm_overlap = false;
+  bool dp_overlap = true;
   std::int64_t moe_batch_split = 1;     // MoE layers run as this many micro-batches (MaxText batch split)
   std::string weights = "bf16";         // MLP GEMM dtype: bf16, fp8, nvfp4
   std::string attention_dtype = "bf16"; // projection/attention GEMM dtype

@@ -175,9 +175,12 @@ void run_sweep(const std::vector<SweepPoint>& points, int jobs, const std::funct
 std::vector<std::string> sweep_columns(const std::vector<SweepAxis>& axes) {
   std::vector<std::string> cols = {"index"};
   for (auto& a : axes) cols.push_back(a.field);
-  for (auto c : {"step_time_s", "tflops_per_device", "mfu", "fits", "hbm_peak_bytes", "host_peak_bytes",
-                 "exposed_h2d_s", "exposed_d2h_s", "exposed_collective_s", "exposed_a2a_s", "error"})
+  for (auto c : {"step_time_s", "tflops_per_device", "mfu", "tokens_per_s_per_device", "fits", "hbm_peak_bytes",
+                 "host_peak_bytes"})
     cols.push_back(c);
+  for (const auto& q : report_queues())
+    if (q != "compute") cols.push_back("exposed_" + q + "_s");
+  cols.push_back("error");
   return cols;
 }
 
@@ -198,19 +201,20 @@ std::string sweep_csv_line(const SweepRow& row) {
   }
   if (row.report) {
     const auto& r = *row.report;
-    for (double v : {r.step_time_s, r.tflops_per_device, r.mfu}) {
+    for (double v : {r.step_time_s, r.tflops_per_device, r.mfu, r.tokens_per_s_per_device}) {
       out += ',';
       out += num(v);
     }
     out += r.fits ? ",true" : ",false";
-    for (double v : {r.hbm_peak_bytes, r.host_peak_bytes, r.exposed_s.at("h2d"), r.exposed_s.at("d2h"),
-                     r.exposed_s.at("collective"), r.exposed_s.at("expert_a2a")}) {
+    for (double v : {r.hbm_peak_bytes, r.host_peak_bytes}) {
       out += ',';
       out += num(v);
     }
+    for (const auto& q : report_queues())
+      if (q != "compute") out += "," + num(r.exposed_s.at(q));
     out += ",";
   } else {
-    out += ",,,,,,,,,,,";
+    out += std::string(sweep_columns({}).size() - 1, ',');  // every report column empty, then the error
     out += csv_escape(row.error);
   }
   return out + "\n";

@@ -6,11 +6,6 @@
 
 namespace hbmsim::sim {
 
-const char* stream_name(int s) {
-  static const char* names[] = {"compute", "collective", "expert_a2a", "d2h", "h2d"};
-  return (s >= 0 && s < stream_count) ? names[s] : "?";
-}
-
 const char* to_string(MemCategory c) {
   static const char* names[] = {"parameters", "optimizer_state", "gradients", "gathered_weights",
                                 "saved_activations", "offload_buffers", "collective_buffers", "workspace",
@@ -19,16 +14,48 @@ const char* to_string(MemCategory c) {
   return (i >= 0 && i < kMemCategories) ? names[i] : "?";
 }
 
-namespace {
+void Program::clear() {
+  queues.clear();
+  resources.clear();
+  ops.clear();
+  uses.clear();
+  buffers.clear();
+  resident.clear();
+  hbm_limit_bytes = 0;
+  copy_interference = 0;
+  queues.push_back(Queue{"compute", QueueKind::serial, false});
+}
 
-bool is_pool(int stream) { return stream == d2h || stream == h2d; }
+int Program::queue(const std::string& name, QueueKind kind, bool host_copy) {
+  for (std::size_t i = 0; i < queues.size(); ++i)
+    if (queues[i].name == name) return static_cast<int>(i);
+  queues.push_back(Queue{name, kind, host_copy});
+  return static_cast<int>(queues.size()) - 1;
+}
+
+void Program::use(int op, int resource, double bytes_per_s) {
+  auto& o = ops.at(static_cast<std::size_t>(op));
+  if (o.use_count == 0) o.use_begin = static_cast<std::uint32_t>(uses.size());
+  if (o.use_begin + o.use_count != uses.size()) throw std::logic_error("link uses must be added to the last op");
+  uses.push_back(Use{resource, bytes_per_s});
+  ++o.use_count;
+}
+
+int Program::resource(const std::string& name, double capacity_bytes_per_s) {
+  for (std::size_t i = 0; i < resources.size(); ++i)
+    if (resources[i].name == name) return static_cast<int>(i);
+  resources.push_back(Resource{name, capacity_bytes_per_s});
+  return static_cast<int>(resources.size()) - 1;
+}
+
+namespace {
 
 // Per-thread working arrays, kept between runs: a sweep simulates thousands of steps per thread, and
 // fresh arrays each time cost more in page faults than the simulation itself.
 struct Scratch {
-  std::vector<int> unmet, succ_start, succ, refs, fill, active, finished;
-  std::vector<double> remaining, rate, start, end;
-  std::array<std::vector<int>, stream_count> queues;
+  std::vector<int> unmet, succ_start, succ, refs, fill, active, finished, flows, unfrozen;
+  std::vector<double> remaining, rate, start, end, cap_left, weight;
+  std::vector<std::vector<int>> queues;
 };
 Scratch& scratch() {
   thread_local Scratch s;
@@ -39,15 +66,24 @@ class Engine {
  public:
   Engine(const Program& p, bool timeline) : p_(p), record_(timeline) {
     const auto n = p.ops.size();
+    const auto nq = p.queues.size();
     unmet_.resize(n);
     succ_start_.assign(n + 1, 0);
     for (std::size_t i = 0; i < n; ++i) {
-      unmet_[i] = static_cast<int>(p.ops[i].deps.size());
-      for (int d : p.ops[i].deps) {
+      const auto& op = p.ops[i];
+      if (op.queue < 0 || static_cast<std::size_t>(op.queue) >= nq)
+        throw std::logic_error("program op " + std::to_string(i) + " is on no queue");
+      unmet_[i] = static_cast<int>(op.deps.size());
+      for (int d : op.deps) {
         if (d < 0 || static_cast<std::size_t>(d) >= i)
           throw std::logic_error("program op " + std::to_string(i) + " depends on a later op");
         ++succ_start_[static_cast<std::size_t>(d) + 1];
       }
+      if (op.use_begin + op.use_count > p.uses.size()) throw std::logic_error("program op " + std::to_string(i) + " has no such link uses");
+      for (std::uint32_t u = op.use_begin; u < op.use_begin + op.use_count; ++u)
+        if (p.uses[u].resource < 0 || static_cast<std::size_t>(p.uses[u].resource) >= p.resources.size() ||
+            !(p.uses[u].bytes_per_s > 0))
+          throw std::logic_error("program op " + std::to_string(i) + " uses no valid resource");
     }
     for (std::size_t i = 0; i < n; ++i) succ_start_[i + 1] += succ_start_[i];
     succ_.resize(succ_start_[n]);
@@ -58,12 +94,15 @@ class Engine {
     refs_.assign(p.buffers.size(), 0);
     for (auto& op : p.ops)
       for (int b : op.releases) ++refs_[static_cast<std::size_t>(b)];
-    for (std::size_t s = 0; s < stream_count; ++s) {
-      queue_pos_[s] = 0;
-      queues_[s].clear();
-    }
+    if (queues_.size() < nq) queues_.resize(nq);
+    for (std::size_t q = 0; q < nq; ++q) queues_[q].clear();
+    queue_pos_.assign(nq, 0);
+    running_.assign(nq, 0);
+    r_.exposed_s.assign(nq, 0);
+    r_.busy_s.assign(nq, 0);
+    r_.bytes_sent.assign(nq, 0);
     active_.clear();
-    for (std::size_t i = 0; i < n; ++i) queues_[static_cast<std::size_t>(p.ops[i].stream)].push_back(static_cast<int>(i));
+    for (std::size_t i = 0; i < n; ++i) queues_[static_cast<std::size_t>(p.ops[i].queue)].push_back(static_cast<int>(i));
     if (record_) {
       r_.buffer_alloc_s.assign(p.buffers.size(), -1);
       r_.buffer_free_s.assign(p.buffers.size(), -1);
@@ -72,7 +111,6 @@ class Engine {
     end_.assign(n, -1);
     remaining_.assign(n, 0);
     rate_.assign(n, 0);
-    last_done_stream_ = compute;
   }
 
   EngineResult run() {
@@ -82,20 +120,23 @@ class Engine {
     start_ready();
     while (done_ < n) {
       if (active_.empty() && !force_gated()) throw std::logic_error("simulation deadlock at op " + std::to_string(first_unstarted()));
-      update_rates();
+      if (rates_stale_) update_rates();
       double dt = std::numeric_limits<double>::infinity();
       for (int i : active_)
         if (rate_[static_cast<std::size_t>(i)] > 0)
           dt = std::min(dt, remaining_[static_cast<std::size_t>(i)] / rate_[static_cast<std::size_t>(i)]);
+      if (!(dt < std::numeric_limits<double>::infinity())) throw std::logic_error("simulation stalled: no active op progresses");
       now_ += dt;
       ++r_.events;
+      for (std::size_t q = 0; q < running_.size(); ++q)
+        if (running_[q] > 0) r_.busy_s[q] += dt;
       // Complete every op that finishes now (within rounding), in sequence order.
       auto& finished = finished_;
       finished.clear();
       for (int i : active_) {
         auto k = static_cast<std::size_t>(i);
         remaining_[k] -= rate_[k] * dt;
-        if (rate_[k] > 0 && remaining_[k] <= 1e-12 * std::max(1.0, p_.ops[k].amount)) finished.push_back(i);
+        if (rate_[k] > 0 && remaining_[k] <= 1e-12 * std::max(1.0, p_.ops[k].seconds)) finished.push_back(i);
       }
       if (finished.size() > 1) std::sort(finished.begin(), finished.end());
       for (int i : finished) {
@@ -115,14 +156,17 @@ class Engine {
   }
 
  private:
-  // When nothing runs, a prefetch held back by the memory limit would wait forever: XLA would issue it
-  // anyway (and the step then needs that memory), so start the first one that is otherwise ready.
+  bool concurrent(std::size_t q) const { return p_.queues[q].kind == QueueKind::concurrent; }
+
+  // When nothing runs, an op held back by the memory limit would wait forever: XLA would issue it anyway
+  // (and the step then needs that memory), so start the first one that is otherwise ready.
   bool force_gated() {
-    for (int s : {d2h, h2d}) {
-      auto& q = queues_[static_cast<std::size_t>(s)];
-      auto& pos = queue_pos_[static_cast<std::size_t>(s)];
-      if (pos < q.size() && unmet_[static_cast<std::size_t>(q[pos])] == 0) {
-        start(q[pos++]);
+    for (std::size_t q = 0; q < queues_.size() && q < p_.queues.size(); ++q) {
+      if (!concurrent(q)) continue;
+      auto& qu = queues_[q];
+      auto& pos = queue_pos_[q];
+      if (pos < qu.size() && unmet_[static_cast<std::size_t>(qu[pos])] == 0) {
+        start(qu[pos++]);
         start_ready();
         return true;
       }
@@ -178,18 +222,21 @@ class Engine {
   void start(int i) {
     auto k = static_cast<std::size_t>(i);
     const auto& op = p_.ops[k];
-    if (op.stream == compute && compute_idle_since_ >= 0) {
+    if (op.queue == kComputeQueue && compute_idle_since_ >= 0) {
       double gap = now_ - compute_idle_since_;
-      if (gap > 0) r_.exposed_s[static_cast<std::size_t>(blame_stream(i))] += gap;
+      if (gap > 0) r_.exposed_s[static_cast<std::size_t>(blame_queue(i))] += gap;
       compute_idle_since_ = -1;
     }
     start_[k] = now_;
-    remaining_[k] = op.amount;
+    remaining_[k] = op.seconds;
     for (int b : op.allocs) alloc(b);
-    if (is_pool(op.stream)) ++pool_active_[static_cast<std::size_t>(op.stream)];
-    else busy_[static_cast<std::size_t>(op.stream)] = true;
+    ++running_[static_cast<std::size_t>(op.queue)];
+    if (p_.queues[static_cast<std::size_t>(op.queue)].host_copy) ++copies_running_;
     active_.push_back(i);
-    if (op.amount <= 0) {
+    // A transfer changes how links are shared (and a copy, the interference); anything else only needs its own rate.
+    if (op.use_count > 0 || p_.queues[static_cast<std::size_t>(op.queue)].host_copy) rates_stale_ = true;
+    else rate_[k] = solo_rate(op);
+    if (op.seconds <= 0) {
       remaining_[k] = 0;
       ++zero_active_;
     }
@@ -197,29 +244,31 @@ class Engine {
   }
 
   // The dependency that finished last is what the compute stream was waiting for.
-  int blame_stream(int i) const {
+  int blame_queue(int i) const {
     double latest = -1;
-    int stream = compute;
+    int queue = kComputeQueue;
     for (int d : p_.ops[static_cast<std::size_t>(i)].deps) {
       double e = end_[static_cast<std::size_t>(d)];
       if (e > latest) {
         latest = e;
-        stream = p_.ops[static_cast<std::size_t>(d)].stream;
+        queue = p_.ops[static_cast<std::size_t>(d)].queue;
       }
     }
-    return stream;
+    return queue;
   }
 
   void complete(int i) {
     auto k = static_cast<std::size_t>(i);
     const auto& op = p_.ops[k];
+    const auto q = static_cast<std::size_t>(op.queue);
     end_[k] = now_;
     ++done_;
-    r_.busy_s[static_cast<std::size_t>(op.stream)] += now_ - start_[k];
     r_.executed_flops += op.executed_flops;
-    if (is_pool(op.stream)) --pool_active_[static_cast<std::size_t>(op.stream)];
-    else busy_[static_cast<std::size_t>(op.stream)] = false;
-    if (op.stream == compute) compute_idle_since_ = now_;
+    r_.bytes_sent[q] += op.bytes_sent;
+    --running_[q];
+    if (p_.queues[q].host_copy) --copies_running_;
+    if (op.use_count > 0 || p_.queues[q].host_copy) rates_stale_ = true;
+    if (op.queue == kComputeQueue) compute_idle_since_ = now_;
     for (int b : op.releases) release(b);
     for (int s = succ_start_[k]; s < succ_start_[k + 1]; ++s) --unmet_[static_cast<std::size_t>(succ_[static_cast<std::size_t>(s)])];
     sample();
@@ -229,20 +278,19 @@ class Engine {
     // Starting an op never makes another ready (only completions and frees do), so one pass suffices,
     // unless a zero-length op completes on the spot and releases its successors.
     for (;;) {
-      for (int s = 0; s < stream_count; ++s) {
-        auto& q = queues_[static_cast<std::size_t>(s)];
-        auto& pos = queue_pos_[static_cast<std::size_t>(s)];
-        if (is_pool(s)) {
-          // Copies start in program order as soon as they are ready; a gated one holds the ones behind it.
-          while (pos < q.size() && can_start(q[pos])) start(q[pos++]);
-        } else if (!busy_[static_cast<std::size_t>(s)] && pos < q.size() && can_start(q[pos])) {
-          start(q[pos++]);
+      for (std::size_t q = 0; q < p_.queues.size(); ++q) {
+        auto& qu = queues_[q];
+        auto& pos = queue_pos_[q];
+        if (concurrent(q)) {
+          while (pos < qu.size() && can_start(qu[pos])) start(qu[pos++]);
+        } else if (running_[q] == 0 && pos < qu.size() && can_start(qu[pos])) {
+          start(qu[pos++]);
         }
       }
       if (zero_active_ == 0) return;
       for (std::size_t a = 0; a < active_.size();) {
         int i = active_[a];
-        if (p_.ops[static_cast<std::size_t>(i)].amount <= 0) {
+        if (p_.ops[static_cast<std::size_t>(i)].seconds <= 0) {
           active_.erase(active_.begin() + static_cast<long>(a));
           complete(i);
         } else {
@@ -253,39 +301,84 @@ class Engine {
     }
   }
 
+  // Rates: ops that use no link run at full speed (memory-bound kernels slower while a host copy runs).
+  // Ops that use links share them max-min fairly by progressive filling, one priority class after another:
+  // a class takes what it can of every link before the next class sees what is left.
+  struct Span {
+    const Use *b, *e;
+    const Use* begin() const { return b; }
+    const Use* end() const { return e; }
+  };
+  Span uses_of(int i) const {
+    const auto& op = p_.ops[static_cast<std::size_t>(i)];
+    const Use* first = p_.uses.data() + op.use_begin;
+    return {first, first + op.use_count};
+  }
+
+  double solo_rate(const ProgramOp& op) const {
+    return op.memory_bound && copies_running_ > 0 ? 1.0 - p_.copy_interference : 1.0;
+  }
+
   void update_rates() {
-    int copies[stream_count] = {0, 0, 0, 0, 0};
-    int best[stream_count] = {0, 0, 0, 0, 0};
-    bool copy_active = false;
+    rates_stale_ = false;
+    auto& flows = flows_;
+    flows.clear();
     for (int i : active_) {
-      const auto& op = p_.ops[static_cast<std::size_t>(i)];
-      if (is_pool(op.stream) && (!copies[op.stream] || op.priority < best[op.stream])) {
-        best[op.stream] = op.priority;
-        copies[op.stream] = 0;
-      }
-      if (is_pool(op.stream) && op.priority == best[op.stream]) ++copies[op.stream];
-      copy_active = copy_active || is_pool(op.stream);
-    }
-    // Both directions together may be capped below the sum of the two (bidirectional limit).
-    double dir_scale = 1.0;
-    if (p_.bidirectional_total_bytes_per_s > 0 && copies[d2h] > 0 && copies[h2d] > 0) {
-      double want = 0;
-      for (int i : active_) {
-        const auto& op = p_.ops[static_cast<std::size_t>(i)];
-        if (is_pool(op.stream) && op.priority == best[op.stream]) want += op.rate_cap / copies[op.stream];
-      }
-      if (want > p_.bidirectional_total_bytes_per_s) dir_scale = p_.bidirectional_total_bytes_per_s / want;
-    }
-    for (int i : active_) {
-      auto k = static_cast<std::size_t>(i);
+      const auto k = static_cast<std::size_t>(i);
       const auto& op = p_.ops[k];
-      double r = op.rate_cap;
-      if (is_pool(op.stream))  // equal split of one direction within the most urgent class
-        r = op.priority == best[op.stream] ? op.rate_cap / copies[op.stream] * dir_scale : 0.0;
-      else if (op.stream == collective || op.stream == expert_a2a)
-        r = 1.0;  // each stream runs one op at a time; the two use different links (EP group vs FSDP group)
-      else if (op.memory_bound && copy_active) r = 1.0 - p_.copy_interference;
-      rate_[k] = r;
+      if (op.use_count > 0) {
+        flows.push_back(i);
+        rate_[k] = 0;
+      } else {
+        rate_[k] = solo_rate(op);
+      }
+    }
+    if (flows.empty()) return;
+    const auto nr = p_.resources.size();
+    cap_left_.resize(nr);
+    weight_.assign(nr, 0.0);
+    for (int i : flows)
+      for (const auto& u : uses_of(i)) weight_[static_cast<std::size_t>(u.resource)] += u.bytes_per_s;
+    // Most of the time no link is oversubscribed and every transfer runs at full speed.
+    bool contended = false;
+    for (std::size_t r = 0; r < nr; ++r) contended = contended || weight_[r] > p_.resources[r].capacity_bytes_per_s;
+    if (!contended) {
+      for (int i : flows) rate_[static_cast<std::size_t>(i)] = 1.0;
+      return;
+    }
+    std::sort(flows.begin(), flows.end(), [&](int a, int b) {
+      const int pa = p_.ops[static_cast<std::size_t>(a)].priority, pb = p_.ops[static_cast<std::size_t>(b)].priority;
+      return pa != pb ? pa < pb : a < b;
+    });
+    for (std::size_t r = 0; r < nr; ++r) cap_left_[r] = p_.resources[r].capacity_bytes_per_s;
+    for (std::size_t f = 0; f < flows.size();) {
+      const int cls = p_.ops[static_cast<std::size_t>(flows[f])].priority;
+      auto& unfrozen = unfrozen_;
+      unfrozen.clear();
+      for (; f < flows.size() && p_.ops[static_cast<std::size_t>(flows[f])].priority == cls; ++f) unfrozen.push_back(flows[f]);
+      double level = 0;  // every unfrozen flow of the class runs at this rate
+      while (!unfrozen.empty()) {
+        std::fill(weight_.begin(), weight_.end(), 0.0);
+        for (int i : unfrozen)
+          for (const auto& u : uses_of(i)) weight_[static_cast<std::size_t>(u.resource)] += u.bytes_per_s;
+        double inc = 1.0 - level;
+        for (std::size_t r = 0; r < nr; ++r)
+          if (weight_[r] > 0) inc = std::min(inc, std::max(0.0, cap_left_[r]) / weight_[r]);
+        level += inc;
+        for (std::size_t r = 0; r < nr; ++r) cap_left_[r] -= inc * weight_[r];
+        std::size_t kept = 0;
+        for (int i : unfrozen) {
+          const auto k = static_cast<std::size_t>(i);
+          bool frozen = level >= 1.0 - 1e-12;
+          for (const auto& u : uses_of(i)) {
+            const auto r = static_cast<std::size_t>(u.resource);
+            frozen = frozen || cap_left_[r] <= 1e-12 * p_.resources[r].capacity_bytes_per_s;
+          }
+          rate_[k] = level;
+          if (!frozen) unfrozen[kept++] = i;
+        }
+        unfrozen.resize(kept);
+      }
     }
   }
 
@@ -297,15 +390,16 @@ class Engine {
   std::array<double, kMemCategories> by_cat_{};
   std::vector<int>&unmet_ = scratch().unmet, &succ_start_ = scratch().succ_start, &succ_ = scratch().succ,
                   &refs_ = scratch().refs;
-  std::array<std::vector<int>, stream_count>& queues_ = scratch().queues;
-  std::array<std::size_t, stream_count> queue_pos_{};
-  std::array<bool, stream_count> busy_{};
-  std::array<int, stream_count> pool_active_{};
-  std::vector<int>&active_ = scratch().active, &finished_ = scratch().finished;
+  std::vector<std::vector<int>>& queues_ = scratch().queues;
+  std::vector<std::size_t> queue_pos_;
+  std::vector<int> running_;  // active ops per queue
+  int copies_running_ = 0;
+  std::vector<int>&active_ = scratch().active, &finished_ = scratch().finished, &flows_ = scratch().flows,
+                  &unfrozen_ = scratch().unfrozen;
   std::vector<double>&remaining_ = scratch().remaining, &rate_ = scratch().rate, &start_ = scratch().start,
-                     &end_ = scratch().end;
+                     &end_ = scratch().end, &cap_left_ = scratch().cap_left, &weight_ = scratch().weight;
   double compute_idle_since_ = 0;
-  int last_done_stream_;
+  bool rates_stale_ = true;  // a transfer or copy started or ended since the rates were computed
   std::size_t done_ = 0;
   int zero_active_ = 0;
 };

@@ -1,6 +1,7 @@
-// Deterministic fluid discrete-event engine. A Program is a set of ops on streams with dependencies and
-// buffers; the engine advances time from one completion to the next (ties broken by op sequence number),
-// sharing bandwidth between the transfers that run at the same time.
+// Deterministic fluid discrete-event engine. A Program is ops on queues with dependencies, buffers and the
+// link bandwidth they use; the engine advances time from one completion to the next (ties broken by op
+// sequence number). Ops that use the same link share it max-min fairly (a more urgent class first), whatever
+// queue they come from, so a new kind of communication needs no engine code.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -11,8 +12,28 @@
 
 namespace hbmsim::sim {
 
-enum Stream : int { compute = 0, collective = 1, expert_a2a = 2, d2h = 3, h2d = 4, stream_count = 5 };
-const char* stream_name(int s);
+// serial: one op at a time, in program order (the compute stream, one NCCL-style stream per mesh axis).
+// concurrent: every ready op starts at once, in program order; a held-back op holds the ones behind it
+// (the copy engines).
+enum class QueueKind : std::uint8_t { serial, concurrent };
+
+struct Queue {
+  std::string name;
+  QueueKind kind = QueueKind::serial;
+  bool host_copy = false;  // its ops take HBM bandwidth from memory-bound kernels (Program::copy_interference)
+};
+
+// A physical link direction (NVLink out, NIC in, host link H2D, ...), bytes per second.
+struct Resource {
+  std::string name;
+  double capacity_bytes_per_s = 0;
+};
+
+// What an op moves through a resource while it runs at full speed (bytes/s).
+struct Use {
+  int resource = -1;
+  double bytes_per_s = 0;
+};
 
 enum class MemCategory : int {
   parameters, optimizer_state, gradients, gathered_weights, saved_activations, offload_buffers,
@@ -27,16 +48,20 @@ struct Buffer {
   bool host = false;
 };
 
+constexpr int kComputeQueue = 0;  // every program's first queue
+
 struct ProgramOp {
   ProgramOp() = default;
-  ProgramOp(int s, double amount_, double cap = 1) : stream(s), amount(amount_), rate_cap(cap) {}
-  int stream = compute;
-  double amount = 0;          // solo seconds (compute, collectives) or bytes (copies)
-  double rate_cap = 1;        // copies: bytes/s this copy gets alone; others: 1 (solo speed)
+  ProgramOp(int q, double s) : queue(q), seconds(s) {}
+  int queue = kComputeQueue;
+  double seconds = 0;         // alone, at full speed
+  // Its link uses, Program::uses[use_begin, use_begin + use_count): sharing a saturated link slows the op.
+  std::uint32_t use_begin = 0, use_count = 0;
   bool memory_bound = false;  // slowed while a host copy runs (HBM interference)
   double executed_flops = 0;
+  double bytes_sent = 0;      // communication this device sends (reports)
   double gate_bytes = 0;      // > 0: start only when live HBM + gate_bytes <= the memory limit
-  int priority = 0;           // copies: a direction serves its lowest class first, sharing within it
+  int priority = 0;           // on a shared link, a lower class is served first, sharing within it
   SmallVec<int, 4> deps;      // ops that must complete first
   SmallVec<int, 3> allocs;    // buffers that come alive when this op starts
   SmallVec<int, 3> releases;  // buffer references dropped when this op completes
@@ -45,21 +70,35 @@ struct ProgramOp {
 };
 
 struct Program {
+  Program() { clear(); }
+
+  std::vector<Queue> queues;
+  std::vector<Resource> resources;
   std::vector<ProgramOp> ops;
+  std::vector<Use> uses;  // every op's link uses, contiguous per op (kept apart: most ops have none)
   std::vector<Buffer> buffers;
   std::vector<int> resident;  // buffers alive for the whole step (allocated at t = 0, never freed)
-  double hbm_limit_bytes = 0;                 // LHS memory limit for gated prefetches
-  double bidirectional_total_bytes_per_s = 0; // 0: directions independent
-  double copy_interference = 0;               // memory-bound slowdown while a host copy is active
+  double hbm_limit_bytes = 0;    // LHS memory limit for gated prefetches
+  double copy_interference = 0;  // memory-bound slowdown while a host copy is active
+
+  // Empties the program (keeping its memory) and creates the compute queue.
+  void clear();
+  // The queue or resource of that name, created on first use.
+  int queue(const std::string& name, QueueKind kind = QueueKind::serial, bool host_copy = false);
+  int resource(const std::string& name, double capacity_bytes_per_s);
 
   int add_buffer(double bytes, MemCategory c, bool host = false) {
     buffers.push_back(Buffer{bytes, c, host});
     return static_cast<int>(buffers.size()) - 1;
   }
   int add(ProgramOp op) {
+    op.use_begin = static_cast<std::uint32_t>(uses.size());
+    op.use_count = 0;
     ops.push_back(std::move(op));
     return static_cast<int>(ops.size()) - 1;
   }
+  // Op `op` (the last one added) moves `bytes_per_s` through `resource` at full speed.
+  void use(int op, int resource, double bytes_per_s);
 };
 
 struct MemorySample {
@@ -74,8 +113,9 @@ struct EngineResult {
   std::vector<double> start_s, end_s;  // per op, only when asked (record_timeline)
   double hbm_peak_bytes = 0, hbm_peak_time_s = 0, host_peak_bytes = 0;
   std::array<double, kMemCategories> hbm_at_peak{};
-  std::array<double, stream_count> exposed_s{};  // compute stream idle, blamed on the stream it waited for
-  std::array<double, stream_count> busy_s{};
+  // Per queue: compute idle time blamed on the queue it waited for; union of the queue's busy spans; bytes
+  // its ops sent.
+  std::vector<double> exposed_s, busy_s, bytes_sent;
   double executed_flops = 0;
   std::vector<MemorySample> timeline;  // only when asked
   std::vector<double> buffer_alloc_s, buffer_free_s;  // only when asked; -1: never

@@ -73,7 +73,7 @@ TEST_CASE("bad flags and bad run configs exit with status 2 and one line naming 
       {"simulate --weights fp64", "--weights = \"fp64\" (unknown dtype"},
       {"simulate --frobnicate 3", "frobnicate"},
       {"simulate --model deepseek-v3-671b --gpus 128 --ep 64 --batch 3 --moe-batch-split 2",
-       "--moe-batch-split = 2 (batch = 3 is not divisible by it)"},
+       "--moe-batch-split = 2 (sequences per model replica, batch x tp x cp = 3, is not divisible by it)"},
       {"simulate --moe-batch-split 2", "--moe-batch-split = 2 (the model has no MoE layers to split)"},
       {"simulate --moe-batch-split 0", "--moe-batch-split = 0 (must be > 0)"},
       {"sweep --axis batch=", "--axis batch= (expected FIELD=v1,v2,...)"},

@@ -6,7 +6,9 @@
 #include "hwmodels/builtin.hpp"
 #include "hwmodels/catalog.hpp"
 #include "hwmodels/profile.hpp"
+#include "hwmodels/mesh.hpp"
 #include "hwmodels/topology.hpp"
+#include "sim/comm.hpp"
 
 using namespace hbmsim;
 
@@ -62,28 +64,108 @@ TEST_CASE("the GB200 GPU-to-own-CPU path gives the C2C per-direction bandwidth s
   CHECK(far.bytes_per_s == Approx(50e9));
 }
 
+TEST_CASE("a job fills each NVLink domain with the most GPUs that divide its count", "[hwmodels][mesh]") {
+  auto s = builtin_system("gb200-nvl72");
+  // 72 divides 144; 128 GPUs use 64 per rack (the largest divisor of 128 not above 72); 96 use 48.
+  CHECK(Topology(s, 144).domain_gpus() == 72);
+  CHECK(Topology(s, 128).domain_gpus() == 64);
+  CHECK(Topology(s, 96).domain_gpus() == 48);
+  CHECK(Topology(s, 8).domain_gpus() == 8);
+  Topology t(s, 128);
+  CHECK(t.domain_of(63) == 0);
+  CHECK(t.domain_of(64) == 1);
+  CHECK(t.domain_of(1000) == 15);  // beyond the graph's window the same rule repeats
+}
+
+TEST_CASE("mesh orders give the strides MaxText and Megatron-Core use", "[hwmodels][mesh]") {
+  Mesh m;
+  m.sizes = {2, 1, 4, 8, 2, 4};  // dp, pp, fsdp, ep, cp, tp
+  // MaxText, outermost first dp, pp, fsdp, cp, tp, ep: ep innermost (stride 1), then tp (8), cp (32),
+  // fsdp (64), pp and dp (256).
+  CHECK(m.stride(Axis::ep) == 1);
+  CHECK(m.stride(Axis::tp) == 8);
+  CHECK(m.stride(Axis::cp) == 32);
+  CHECK(m.stride(Axis::fsdp) == 64);
+  CHECK(m.stride(Axis::dp) == 256);
+  CHECK(m.devices() == 512);
+  // Megatron "tp-cp-ep-dp-pp" (innermost first), FSDP beside dp: tp 1, cp 4, ep 8, fsdp 64, dp 256.
+  m.order = megatron_mesh_order();
+  CHECK(m.stride(Axis::tp) == 1);
+  CHECK(m.stride(Axis::cp) == 4);
+  CHECK(m.stride(Axis::ep) == 8);
+  CHECK(m.stride(Axis::fsdp) == 64);
+  CHECK(m.stride(Axis::dp) == 256);
+  CHECK(parse_mesh_order("pp,dp,fsdp,ep,cp,tp", "mesh_order") == megatron_mesh_order());
+  CHECK(mesh_order_name(parse_mesh_order("megatron", "x")) == "megatron");
+  CHECK_THROWS_WITH(parse_mesh_order("dp,tp", "mesh_order"),
+                    "mesh_order = \"dp,tp\" (every axis must be placed; expected maxtext, megatron, or all of "
+                    "dp,pp,fsdp,ep,cp,tp outermost first)");
+  CHECK_THROWS_WITH(parse_mesh_order("dp,pp,fsdp,ep,cp,xp", "mesh_order"),
+                    Catch::Contains("unknown axis \"xp\""));
+}
+
+TEST_CASE("group placement comes from the slowest instance of the group and the graph's paths", "[hwmodels][mesh]") {
+  auto s = builtin_system("gb200-nvl72");
+  Topology topo(s, 128);  // 64 GPUs per rack
+  Mesh m;
+  m.sizes = {1, 1, 2, 64, 1, 1};  // fsdp 2 x ep 64, MaxText order: ep consecutive, fsdp 64 apart
+  // The experts' FSDP pairs {r, r+64} sit in two racks in every instance: one member per domain.
+  auto pairs = place_group(topo, m, AxisSet{Axis::fsdp});
+  CHECK(pairs.size == 2);
+  CHECK(pairs.domains == 2);
+  CHECK(pairs.per_domain == 1);
+  CHECK(pairs.inter.bytes_per_s == Approx(50e9));  // the NIC
+  CHECK(pairs.inter.bottleneck == "ConnectX-7 400G");
+  CHECK(pairs.inter.latency_s == Approx(5e-6));    // end to end, as the system file gives it
+  // An expert group is one rack: 64 members, all local; the path is NVLink at 900 GB/s.
+  auto ep = place_group(topo, m, AxisSet{Axis::ep});
+  CHECK(ep.domains == 1);
+  CHECK(ep.local == 64);
+  CHECK(ep.intra.bytes_per_s == Approx(900e9));
+  CHECK(ep.intra.latency_s == Approx(3e-6));
+  // The dense weights' group {fsdp, ep} is all 128 GPUs: two racks of 64.
+  auto dense = place_group(topo, m, AxisSet{Axis::fsdp, Axis::ep});
+  CHECK(dense.size == 128);
+  CHECK(dense.domains == 2);
+  CHECK(dense.per_domain == 64);
+  // A group that does not align with the domains: 96 GPUs, 48 per domain, fsdp 3 members 32 apart.
+  // Instance {b, b+32, b+64}: for b < 16 the domains are 0, 0, 1; for b >= 16 they are 0, 1, 1. Every
+  // instance spans 2 domains with at most 2 members in one, and some member is alone in its domain.
+  Topology t96(s, 96);
+  Mesh odd;
+  odd.sizes = {1, 1, 3, 32, 1, 1};
+  auto uneven = place_group(t96, odd, AxisSet{Axis::fsdp});
+  CHECK(uneven.domains == 2);
+  CHECK(uneven.per_domain == 2);
+  CHECK(uneven.local == 1);
+}
+
 TEST_CASE("collective costs follow the hierarchical ring formula", "[hwmodels]") {
   auto s = builtin_system("gb200-nvl72");
-  Topology topo(s, 128);
-  // All-gather of 1 GB over 64 GPUs in one domain at 100% efficiency: 63/64 of it over 900 GB/s,
-  // plus 63 hops of 3 us latency.
-  CHECK(topo.all_gather_s(1e9, 64, 1.0) == Approx(1e9 * 63 / 64 / 900e9 + 63 * 3e-6));
-  // Over 128 GPUs (two domains of 72 and 56, treated as domains of 72): intra part plus (K-1)/G of the
-  // buffer over the 50 GB/s NIC.
-  double intra = 1e9 * 71 / 72 / 900e9 + 71 * 3e-6;
-  double inter = 1e9 * 1 / 128 / 50e9 + 5e-6;
-  CHECK(topo.all_gather_s(1e9, 128, 1.0) == Approx(intra + inter));
-  CHECK(topo.all_gather_s(1e9, 1, 1.0) == 0);
-  // Two members 64 ranks apart (the experts' FSDP pair under EP 64) sit in two domains: each receives the
-  // other's half over its NIC, one inter-domain hop.
-  CHECK(topo.all_gather_s(1e9, 2, 1.0, 64) == Approx(1e9 / 2 / 50e9 + 5e-6));
-  // Stride 8 keeps 9 members per 72-GPU domain: a 16-member group spans two domains.
-  CHECK(topo.reduce_scatter_s(1e9, 16, 1.0, 8) ==
-        Approx(1e9 * 8 / 9 / 900e9 + 8 * 3e-6 + 1e9 * 1 / 16 / 50e9 + 5e-6));
-  // An all-to-all over 64 consecutive ranks stays on NVLink; with stride 2 it spans both domains and the
-  // 28 of 64 peers in the other domain are reached through the NIC.
-  CHECK(topo.all_to_all_s(1e9, 64, 1.0) == Approx(1e9 * 63 / 64 / 900e9 + 3e-6));
-  CHECK(topo.all_to_all_s(1e9, 64, 1.0, 2) == Approx(1e9 * 28 / 64 / 50e9 + 5e-6));
+  s.efficiency.collective = PiecewiseTable::constant(1.0);
+  Mesh m;
+  m.sizes = {1, 1, 128, 1, 1, 1};
+  Network net(s, m);
+  // All-gather of 1 GB over 128 GPUs in two racks of 64 at 100% efficiency: 63/64 of it over NVLink's
+  // 900 GB/s with 63 hops of 3 us, then (K-1)/G = 1/128 of it over the 50 GB/s NIC with one 5 us hop.
+  const double intra = 1e9 * 63 / 64 / 900e9 + 63 * 3e-6, inter = 1e9 / 128 / 50e9 + 5e-6;
+  auto ag = net.cost(CommKind::all_gather, 1e9, AxisSet{Axis::fsdp});
+  CHECK(ag.seconds == Approx(intra + inter));
+  CHECK(ag.links[0].bytes == Approx(1e9 * 63 / 64));
+  CHECK(ag.links[1].bytes == Approx(1e9 / 128));
+  CHECK(net.cost(CommKind::reduce_scatter, 1e9, AxisSet{Axis::fsdp}).seconds == Approx(intra + inter));
+  // All-reduce: a reduce-scatter then an all-gather.
+  CHECK(net.cost(CommKind::all_reduce, 1e9, AxisSet{Axis::fsdp}).seconds == Approx(2 * (intra + inter)));
+  CHECK(net.cost(CommKind::all_gather, 1e9, AxisSet{Axis::tp}).seconds == 0);  // a group of one
+  // An all-to-all over 64 GPUs of one rack: 63/64 of the buffer over NVLink, one latency.
+  Mesh e;
+  e.sizes = {1, 1, 2, 64, 1, 1};
+  Network ep(s, e);
+  CHECK(ep.cost(CommKind::all_to_all, 1e9, AxisSet{Axis::ep}).seconds == Approx(1e9 * 63 / 64 / 900e9 + 3e-6));
+  // The experts' FSDP pair across racks: each receives the other's half over its NIC.
+  CHECK(ep.cost(CommKind::all_gather, 1e9, AxisSet{Axis::fsdp}).seconds == Approx(1e9 / 2 / 50e9 + 5e-6));
+  // A send to the next member of a pair in two racks crosses the NIC: bytes / 50 GB/s + 5 us.
+  CHECK(ep.cost(CommKind::send_recv, 1e9, AxisSet{Axis::fsdp}).seconds == Approx(1e9 / 50e9 + 5e-6));
 }
 
 TEST_CASE("piecewise efficiency tables interpolate in log space and clamp at the ends", "[hwmodels]") {

@@ -165,12 +165,12 @@ TEST_CASE("the largest DeepSeek-V3 batch agrees with the measured fits and OOMs"
   auto offload = largest_batch(dsv3_seed("offload"), 64);
   CHECK(offload.batch >= 8);
   // The search is a bisection: it never simulates a batch twice and the answer's neighbour does not fit.
-  std::set<std::int64_t> tried;
-  for (auto& c : offload.tried) CHECK(tried.insert(c.config.batch).second);
+  std::set<double> tried;
+  for (auto& c : offload.tried) CHECK(tried.insert(*c.config.batch).second);
   // Batches step in units of the batch split (2 in the seed configs): the next one up does not fit.
   RunConfig above = dsv3_seed("offload");
   REQUIRE(above.moe_batch_split == 2);
-  for (auto& c : offload.tried) CHECK(c.config.batch % 2 == 0);
+  for (auto& c : offload.tried) CHECK(static_cast<std::int64_t>(*c.config.batch) % 2 == 0);
   above.batch = offload.batch + 2;
   CHECK_FALSE(run_simulation(above).fits);
 }
@@ -181,7 +181,10 @@ TEST_CASE("on the power-of-two grid the largest on-device DeepSeek-V3 batch is t
   RunConfig c = reference_config("dsv3-device-mbs2");
   auto grid = largest_batch(c, 64, true);
   CHECK(grid.batch == 2);
-  for (auto& t : grid.tried) CHECK((t.config.batch & (t.config.batch - 1)) == 0);
+  for (auto& t : grid.tried) {
+    const auto b = static_cast<std::int64_t>(*t.config.batch);
+    CHECK((b & (b - 1)) == 0);
+  }
   c.batch = 2;
   CHECK(run_simulation(c).fits);
   c.batch = 4;

@@ -104,7 +104,7 @@ TEST_CASE("bad training specs exit with status 2 naming the field", "[workloads]
   struct Case { std::string args, expect; };
   std::vector<Case> cases = {
       {"--model llama3.1-8b --gpus 8 --fsdp 3", "gpus = 8 (must equal fsdp*tp*ep*dp"},
-      {"--model llama3.1-8b --gpus 8 --tp 3", "gpus = 8 (not divisible by tp*ep*dp = 3)"},
+      {"--model llama3.1-8b --gpus 8 --tp 3", "gpus = 8 (not divisible by tp*ep*dp*cp*pp = 3)"},
       {"--model llama3.1-405b --gpus 12 --tp 12", "tp = 12 (num_query_heads = 128 is not divisible by it)"},
       {"--model deepseek-v3-671b --gpus 96 --ep 96", "ep = 96 (num_experts = 256 is not divisible by it)"},
       {"--model llama3.1-8b --gpus 8 --ep 2", "ep = 2 (the model has no experts)"},
@@ -167,7 +167,7 @@ TEST_CASE("a MoE batch split halves each micro-batch and keeps the layer's work,
   };
   CHECK(sum(b, OpKind::gemm, false) == Approx(sum(a, OpKind::gemm, false)).epsilon(1e-12));
   CHECK(sum(b, OpKind::attention, false) == Approx(sum(a, OpKind::attention, false)).epsilon(1e-12));
-  CHECK(sum(b, OpKind::all_to_all, true) == Approx(sum(a, OpKind::all_to_all, true)).epsilon(1e-12));
+  CHECK(sum(b, OpKind::comm, true) == Approx(sum(a, OpKind::comm, true)).epsilon(1e-12));
   // One body per micro-batch plus the merge; the dense template is not split.
   CHECK(b.ops.size() == 2 * a.ops.size() + 1);
   CHECK(split.templates[0].ops.size() == whole.templates[0].ops.size());
@@ -195,7 +195,7 @@ TEST_CASE("a MoE batch split must divide the batch and needs MoE layers", "[work
   t.parallelism.ep = 64;
   t.moe_batch_split = 2;
   CHECK_THROWS_WITH(build_step_graph(builtin_model("deepseek-v3-671b"), t),
-                    "moe_batch_split = 2 (batch = 3 is not divisible by it)");
+                    "moe_batch_split = 2 (sequences per model replica, batch x tp x cp = 3, is not divisible by it)");
   t.per_device_batch = 2;
   t.moe_batch_split = 0;
   CHECK_THROWS_WITH(build_step_graph(builtin_model("deepseek-v3-671b"), t), "moe_batch_split = 0 (must be > 0)");

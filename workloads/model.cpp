@@ -50,8 +50,8 @@ double ModelSpec::activated_params() const {
   return p;
 }
 
-ModelSpec::Flops ModelSpec::model_flops(std::int64_t B, std::int64_t S, std::int64_t grad_accum) const {
-  const double BS = static_cast<double>(B) * S, E = static_cast<double>(d_model), H = static_cast<double>(num_query_heads);
+ModelSpec::Flops ModelSpec::model_flops(double B, std::int64_t S, std::int64_t grad_accum) const {
+  const double BS = B * static_cast<double>(S), E = static_cast<double>(d_model), H = static_cast<double>(num_query_heads);
   const double L = static_cast<double>(num_layers);
   auto ffn = [&](double m) { return 6.0 * BS * m * E; };  // gated SwiGLU: wi_0, wi_1, wo
   double ffn_total = 0, qkv = 0, proj = 0, attn = 0;
@@ -71,7 +71,7 @@ ModelSpec::Flops ModelSpec::model_flops(std::int64_t B, std::int64_t S, std::int
     proj = 2.0 * BS * E * H * v_head_dim;
   } else {
     qkv = 2.0 * BS * E * (H + 2.0 * num_kv_heads) * head_dim;
-    attn = 4.0 * B * static_cast<double>(S) * S * H * head_dim / 2;
+    attn = 4.0 * B * static_cast<double>(S) * static_cast<double>(S) * H * static_cast<double>(head_dim) / 2;
     proj = 2.0 * BS * E * H * head_dim;
   }
   double embedding = 2.0 * BS * E * vocab_size;  // the unembedding matmul; the lookup is free

@@ -40,7 +40,8 @@ struct ModelSpec {
     double attention_flops = 0;  // causal attention x3 (halved)
     double total() const { return weights_flops + attention_flops; }
   };
-  Flops model_flops(std::int64_t per_device_batch, std::int64_t seq_len, std::int64_t grad_accum = 1) const;
+  // per_device_batch may be a fraction (MaxText allows one when each model replica's sequences are whole).
+  Flops model_flops(double per_device_batch, std::int64_t seq_len, std::int64_t grad_accum = 1) const;
 
   nlohmann::json to_json() const;
 };

@@ -27,7 +27,19 @@ const char* to_string(OpKind k) {
     case OpKind::gemm: return "gemm";
     case OpKind::attention: return "attention";
     case OpKind::memory: return "memory";
-    case OpKind::all_to_all: return "all_to_all";
+    case OpKind::comm: return "comm";
+  }
+  return "?";
+}
+
+const char* to_string(CommKind k) {
+  switch (k) {
+    case CommKind::none: return "none";
+    case CommKind::all_gather: return "all_gather";
+    case CommKind::reduce_scatter: return "reduce_scatter";
+    case CommKind::all_reduce: return "all_reduce";
+    case CommKind::all_to_all: return "all_to_all";
+    case CommKind::send_recv: return "send_recv";
   }
   return "?";
 }
@@ -102,29 +114,32 @@ class TemplateBuilder {
     t_.ops.push_back(op);
   }
   // Flash attention: forward FLOPs as MaxText counts them (causal half); backward recomputes the scores,
-  // 5 matmuls against the forward's 2, so 2.5x.
-  void attention(int q, int k, int v, int out, double flops) {
+  // 5 matmuls against the forward's 2, so 2.5x. `saved`: what its backward reads (inputs and the output).
+  void attention(const std::string& name, std::vector<int> in, int out, double flops, std::vector<int> saved) {
     OpDef op;
-    op.name = prefix_ + "attention";
+    op.name = prefix_ + name;
     op.kind = OpKind::attention;
     op.dtype = Dtype::bf16;
     op.flops = flops;
     op.bwd_flops = 2.5 * flops;
-    op.bytes = bytes(q) + bytes(k) + bytes(v) + bytes(out);
+    for (int i : in) op.bytes += bytes(i);
+    op.bytes += bytes(out);
     op.bwd_bytes = 2 * op.bytes;
-    op.inputs = {q, k, v};
+    op.inputs = std::move(in);
     op.outputs = {out};
-    op.saved = {q, k, v, out};
+    op.saved = std::move(saved);
     t_.ops.push_back(op);
   }
-  void all_to_all(const std::string& name, int in, int out) {
+  // A collective: its backward is the mirrored collective (CommDef::backward) and reads no forward value.
+  void comm(const std::string& name, std::vector<int> in, int out, const CommDef& c) {
     OpDef op;
     op.name = prefix_ + name;
-    op.kind = OpKind::all_to_all;
-    op.dtype = Dtype::bf16;
-    op.bytes = bytes(in);
-    op.bwd_bytes = bytes(in);
-    op.inputs = {in};
+    op.kind = OpKind::comm;
+    op.dtype = c.dtype;
+    op.bytes = c.bytes;
+    op.bwd_bytes = c.bytes;
+    op.comm = c;
+    op.inputs = std::move(in);
     op.outputs = {out};
     t_.ops.push_back(op);
   }
@@ -151,180 +166,341 @@ class TemplateBuilder {
 
 }  // namespace
 
+namespace {
+
+// The blocks of one layer body over T tokens (the tensor-parallel group's tokens of one micro-batch slice),
+// on this device's share of the heads and MLP width. Each block returns the tensor it produces.
+class BodyBuilder {
+ public:
+  BodyBuilder(TemplateBuilder& b, const ModelSpec& m, const TrainingSpec& t) : b_(b), m_(m) {
+    const auto& p = t.parallelism;
+    a_ = dtype_bytes(t.activation_dtype);
+    d_ = static_cast<double>(m.d_model);
+    tp_ = static_cast<double>(p.tp);
+    cp_ = p.cp;
+    sp_ = p.sequence_parallel && p.tp > 1;
+    cp_exchange_ = p.cp_exchange;
+    ep_ = p.ep;
+    heads_ = static_cast<double>(m.num_query_heads) / tp_;
+    seq_ = static_cast<double>(t.seq_len);
+    attn_dt_ = t.attention_gemm_dtype;
+    mlp_dt_ = t.mlp_gemm_dtype;
+  }
+
+  // Tokens of the norm/residual activations: sharded over tp with sequence parallelism.
+  double sharded(double T) const { return sp_ ? T / tp_ : T; }
+
+  int layer(int input, bool moe, double T) {
+    const int res = attention_block(input, T);
+    return moe ? moe_block(res, T) : dense_mlp_block(res, T);
+  }
+
+ private:
+  CommDef tp_comm(CommKind fwd, CommKind bwd, double bytes) const {
+    return CommDef{fwd, bwd, Axis::tp, AxisSet{Axis::tp}, bytes, Dtype::bf16, false};
+  }
+  // Into a tensor-parallel block: with sequence parallelism the sharded input is all-gathered (its
+  // backward reduce-scatters the gradient); without, the input is already whole and the backward
+  // all-reduces its gradient (Megatron's f).
+  int tp_enter(const std::string& name, int x, double full_bytes) {
+    if (tp_ == 1) return x;
+    int out = b_.tensor(name + (sp_ ? "_gathered" : "_tp"), full_bytes);
+    b_.comm(name + (sp_ ? "_all_gather" : "_tp_enter"), {x}, out,
+            sp_ ? tp_comm(CommKind::all_gather, CommKind::reduce_scatter, full_bytes)
+                : tp_comm(CommKind::none, CommKind::all_reduce, full_bytes));
+    return out;
+  }
+  // Out of one: the partial sums are reduce-scattered (sequence parallelism; the backward all-gathers) or
+  // all-reduced (Megatron's g; the backward is an identity).
+  int tp_exit(const std::string& name, int x, double sharded_bytes) {
+    if (tp_ == 1) return x;
+    const double full = b_.bytes(x);
+    int out = b_.tensor(name + (sp_ ? "_scattered" : "_reduced"), sp_ ? sharded_bytes : full);
+    b_.comm(name + (sp_ ? "_reduce_scatter" : "_all_reduce"), {x}, out,
+            sp_ ? tp_comm(CommKind::reduce_scatter, CommKind::all_gather, full)
+                : tp_comm(CommKind::all_reduce, CommKind::none, full));
+    return out;
+  }
+
+  // Causal attention over this device's queries (T tokens, a 1/cp share of each sequence, load-balanced)
+  // against the whole sequence: `flops` in all. With cp > 1 the other ranks' keys and values arrive by
+  // all-gather, or by a ring of send/recv steps each overlapped with the attention over the chunk in hand.
+  int attention_core(int q, int k, int v, double ctx_bytes, double flops) {
+    int ctx = b_.tensor("context", ctx_bytes);
+    if (cp_ == 1) {
+      b_.attention("attention", {q, k, v}, ctx, flops, {q, k, v, ctx});
+      return ctx;
+    }
+    const double kv_bytes = b_.bytes(k) + b_.bytes(v);
+    const CommDef base{CommKind::none, CommKind::none, Axis::cp, AxisSet{Axis::cp}, 0, Dtype::bf16, false};
+    if (cp_exchange_ == CpExchange::all_gather) {
+      const double gathered = kv_bytes * static_cast<double>(cp_);
+      int kvg = b_.tensor("kv_gathered", gathered);
+      CommDef c = base;
+      c.forward = CommKind::all_gather;
+      c.backward = CommKind::reduce_scatter;
+      c.bytes = gathered;
+      b_.comm("cp_all_gather_kv", {k, v}, kvg, c);
+      b_.attention("attention", {q, kvg}, ctx, flops, {q, kvg, ctx});
+      return ctx;
+    }
+    CommDef step = base;
+    step.forward = step.backward = CommKind::send_recv;
+    step.bytes = kv_bytes;
+    step.async = true;
+    std::vector<int> kv = {k, v};
+    int partial = -1;
+    for (std::int64_t j = 0; j < cp_; ++j) {
+      const std::string n = std::to_string(j);
+      if (j > 0) {
+        int next = b_.tensor("kv_ring_" + n, kv_bytes);
+        b_.comm("cp_send_recv_" + n, kv, next, step);
+        kv = {next};
+      }
+      int out = j + 1 == cp_ ? ctx : b_.tensor("attention_partial_" + n, ctx_bytes);
+      std::vector<int> in = {q}, saved = {q};
+      in.insert(in.end(), kv.begin(), kv.end());
+      saved.insert(saved.end(), kv.begin(), kv.end());
+      saved.push_back(ctx);
+      if (partial >= 0) in.push_back(partial);
+      b_.attention("attention_chunk_" + n, std::move(in), out, flops / static_cast<double>(cp_), std::move(saved));
+      partial = out;
+    }
+    return ctx;
+  }
+
+  int attention_block(int dli, double T) {
+    const double a = a_, d = d_, H = heads_;
+    int norm = b_.tensor("attn_norm", sharded(T) * d * a);
+    b_.memory("attn_norm", {dli}, {norm}, {dli});
+    int x = tp_enter("attn_norm", norm, T * d * a);
+    int ctx;
+    double ctx_width;
+    if (m_.is_mla()) {
+      const double qlr = static_cast<double>(m_.q_lora_rank), kvlr = static_cast<double>(m_.kv_lora_rank);
+      const double dn = static_cast<double>(m_.qk_nope_head_dim), dr = static_cast<double>(m_.qk_rope_head_dim);
+      const double dv = static_cast<double>(m_.v_head_dim);
+      int q;
+      // The low-rank down-projections are not split over tp: every rank runs them on the whole input.
+      if (m_.q_lora_rank > 0) {
+        int qwa = b_.tensor("query_wa_proj", T * qlr * a);
+        b_.gemm("wq_a", x, qwa, T, d, qlr, attn_dt_, a);
+        int mq = b_.tensor("mla_q", T * qlr * a);
+        b_.memory("q_norm", {qwa}, {mq}, {qwa});
+        q = b_.tensor("query_proj", T * H * (dn + dr) * a);
+        b_.gemm("wq_b", mq, q, T, qlr, H * (dn + dr), attn_dt_, a);
+      } else {
+        q = b_.tensor("query_proj", T * H * (dn + dr) * a);
+        b_.gemm("wq", x, q, T, d, H * (dn + dr), attn_dt_, a);
+      }
+      int kvwa = b_.tensor("kv_wa_proj", T * (kvlr + dr) * a);
+      b_.gemm("wkv_a", x, kvwa, T, d, kvlr + dr, attn_dt_, a);
+      int mkv = b_.tensor("mla_kv", T * kvlr * a);
+      b_.memory("kv_norm", {kvwa}, {mkv}, {kvwa});
+      int kv = b_.tensor("kv_up", T * H * (dn + dv) * a);
+      b_.gemm("wkv_b", mkv, kv, T, kvlr, H * (dn + dv), attn_dt_, a);
+      // Keys get the shared rope part broadcast to every head (MaxText key_proj is [B,S,H,dn+dr]).
+      int k = b_.tensor("key_proj", T * H * (dn + dr) * a);
+      int v = b_.tensor("value_proj", T * H * dv * a);
+      b_.memory("split_kv_rope", {kv, kvwa}, {k, v}, {});
+      ctx = attention_core(q, k, v, T * H * dv * a, 2.0 * T * seq_ * H * (dn + dr + dv) / 2);
+      ctx_width = H * dv;
+    } else {
+      const double hd = static_cast<double>(m_.head_dim);
+      // With tp above the KV head count each rank keeps a replica of one KV head.
+      const double Hkv = std::max(1.0, static_cast<double>(m_.num_kv_heads) / tp_);
+      int q = b_.tensor("query_proj", T * H * hd * a);
+      int k = b_.tensor("key_proj", T * Hkv * hd * a);
+      int v = b_.tensor("value_proj", T * Hkv * hd * a);
+      b_.gemm("wq", x, q, T, d, H * hd, attn_dt_, a);
+      b_.gemm("wk", x, k, T, d, Hkv * hd, attn_dt_, a);
+      b_.gemm("wv", x, v, T, d, Hkv * hd, attn_dt_, a);
+      ctx = attention_core(q, k, v, T * H * hd * a, 4.0 * T * seq_ * H * hd / 2);
+      ctx_width = H * hd;
+    }
+    int o = b_.tensor("out_proj", T * d * a);
+    b_.gemm("wo_attn", ctx, o, T, ctx_width, d, attn_dt_, a);
+    int r = tp_exit("attn_out", o, sharded(T) * d * a);
+    int res = b_.tensor("attention_out", sharded(T) * d * a);
+    b_.memory("residual_attn", {dli, r}, {res}, {});
+    return res;
+  }
+
+  // A gated MLP of width F (this rank's share) over `rows` rows; returns its output.
+  int mlp(const std::string& prefix, int in, double rows, double F) {
+    int w0 = b_.tensor(prefix + "mlpwi_0", rows * F * a_);
+    int w1 = b_.tensor(prefix + "mlpwi_1", rows * F * a_);
+    b_.gemm(prefix + "wi_0", in, w0, rows, d_, F, mlp_dt_, a_);
+    b_.gemm(prefix + "wi_1", in, w1, rows, d_, F, mlp_dt_, a_);
+    int act = b_.tensor(prefix + "mlp_act", rows * F * a_);
+    b_.memory(prefix + "swiglu", {w0, w1}, {act}, {w0, w1});
+    int out = b_.tensor(prefix + "mlpwo", rows * d_ * a_);
+    b_.gemm(prefix + "wo", act, out, rows, F, d_, mlp_dt_, a_);
+    return out;
+  }
+
+  int mlp_norm(int res, double T) {
+    int mnorm = b_.tensor("mlp_norm", sharded(T) * d_ * a_);
+    b_.memory("mlp_norm", {res}, {mnorm}, {res});
+    return mnorm;
+  }
+
+  int dense_mlp_block(int res, double T) {
+    int mnorm = mlp_norm(res, T);
+    int x = tp_enter("mlp_norm", mnorm, T * d_ * a_);
+    int wo = mlp("", x, T, static_cast<double>(m_.mlp_dim) / tp_);
+    int r = tp_exit("mlp_out", wo, sharded(T) * d_ * a_);
+    int out = b_.tensor("layer_output", sharded(T) * d_ * a_);
+    b_.memory("residual_mlp", {res, r}, {out}, {});
+    return out;
+  }
+
+  // Routed experts as Megatron-Core runs them under tp: each rank routes its sequence shard, the tokens
+  // travel to their experts' ranks (all-to-all over ep), are all-gathered over tp (each tp rank holds a
+  // slice of every local expert's width), and return the same way.
+  int moe_block(int res, double T) {
+    const double a = a_, d = d_;
+    const double X = static_cast<double>(m_.num_experts), k = static_cast<double>(m_.experts_per_token);
+    const double Fm = static_cast<double>(m_.moe_mlp_dim) / tp_;
+    const double Ts = sharded(T);
+    int mnorm = mlp_norm(res, T);
+    int logits = b_.tensor("router_logits", Ts * X * 4);
+    b_.gemm("router", mnorm, logits, Ts, d, X, Dtype::bf16, 4);
+    int disp = b_.tensor("moe_permuted", Ts * k * d * a);
+    b_.memory("route_permute", {logits, mnorm}, {disp}, {logits});
+    const CommDef a2a{CommKind::all_to_all, CommKind::all_to_all, Axis::ep, AxisSet{Axis::ep}, Ts * k * d * a, Dtype::bf16, false};
+    int moe_in = disp;
+    if (ep_ > 1) {
+      moe_in = b_.tensor("moe_dispatched", Ts * k * d * a);
+      b_.comm("dispatch_a2a", {disp}, moe_in, a2a);
+    }
+    if (tp_ > 1) {
+      int g = b_.tensor("moe_dispatched_gathered", T * k * d * a);
+      b_.comm("moe_all_gather", {moe_in}, g, tp_comm(CommKind::all_gather, CommKind::reduce_scatter, T * k * d * a));
+      moe_in = g;
+    }
+    int back = mlp("moe_", moe_in, T * k, Fm);
+    if (tp_ > 1) {
+      int s = b_.tensor("moe_returned_scattered", Ts * k * d * a);
+      b_.comm("moe_reduce_scatter", {back}, s, tp_comm(CommKind::reduce_scatter, CommKind::all_gather, T * k * d * a));
+      back = s;
+    }
+    if (ep_ > 1) {
+      int ret = b_.tensor("moe_returned", Ts * k * d * a);
+      b_.comm("combine_a2a", {back}, ret, a2a);
+      back = ret;
+    }
+    int moe_out = b_.tensor("moe_out", Ts * d * a);
+    b_.memory("unpermute_combine", {back, logits}, {moe_out}, {back, logits});
+    std::vector<int> ins = {res, moe_out};
+    if (m_.shared_experts > 0) {
+      int x = tp_enter("mlp_norm", mnorm, T * d * a);
+      int shared = mlp("", x, T, Fm * static_cast<double>(m_.shared_experts));
+      ins.push_back(tp_exit("shared_out", shared, Ts * d * a));
+    }
+    int out = b_.tensor("layer_output", Ts * d * a);
+    b_.memory("residual_mlp", ins, {out}, {});
+    return out;
+  }
+
+  TemplateBuilder& b_;
+  const ModelSpec& m_;
+  double a_ = 2, d_ = 0, tp_ = 1, heads_ = 0, seq_ = 0;
+  std::int64_t cp_ = 1, ep_ = 1;
+  bool sp_ = false;
+  CpExchange cp_exchange_ = CpExchange::all_gather;
+  Dtype attn_dt_ = Dtype::bf16, mlp_dt_ = Dtype::bf16;
+};
+
+LayerTemplate build_template(const ModelSpec& model, const TrainingSpec& training, bool moe) {
+  TemplateBuilder b(moe ? "moe" : "dense");
+  BodyBuilder body(b, model, training);
+  const double T = training.layer_tokens();
+  const double a = dtype_bytes(training.activation_dtype), d = static_cast<double>(model.d_model);
+  int dli = b.tensor("decoder_layer_input", body.sharded(T) * d * a);
+  const std::int64_t split = moe ? training.moe_batch_split : 1;
+  int out;
+  if (split == 1) {
+    out = body.layer(dli, moe, T);
+  } else {
+    const double n = static_cast<double>(split);
+    std::vector<int> parts;
+    for (std::int64_t m = 0; m < split; ++m) {
+      b.micro_batch(static_cast<int>(m), split);
+      parts.push_back(body.layer(dli, moe, T / n));
+    }
+    b.micro_batch(0, 1);
+    out = b.tensor("layer_output", body.sharded(T) * d * a);
+    b.merge("batch_merge", std::move(parts), out);
+  }
+  auto t = b.finish(out);
+  // Weights are gathered in the GEMM dtype (quantized before the gather, as TE does), gradients
+  // reduce-scattered in the weight storage dtype.
+  const auto& p = training.parallelism;
+  const double tp = static_cast<double>(p.tp);
+  double attn_params = model.attention_params_per_layer() / tp;
+  double mlp_params = moe ? model.moe_nonexpert_params_per_layer() / tp : model.dense_mlp_params_per_layer() / tp;
+  double expert_params = moe ? model.expert_params_per_layer() / (tp * static_cast<double>(p.ep)) : 0;
+  t.gathered_dense_bytes = attn_params * dtype_bytes(training.attention_gemm_dtype) + mlp_params * dtype_bytes(training.mlp_gemm_dtype);
+  t.gathered_expert_bytes = expert_params * dtype_bytes(training.mlp_gemm_dtype);
+  double wb = dtype_bytes(training.weight_storage_dtype);
+  t.grad_dense_bytes = (attn_params + mlp_params) * wb;
+  t.grad_expert_bytes = expert_params * wb;
+  return t;
+}
+
+}  // namespace
+
 StepGraph build_step_graph(const ModelSpec& model, TrainingSpec training) {
   validate_training(training, model);
   StepGraph g;
   g.model = model;
   g.training = training;
   const auto& p = training.parallelism;
-  const double T = static_cast<double>(training.tokens_per_device());
-  const double S = static_cast<double>(training.seq_len);
-  const double B = static_cast<double>(training.per_device_batch);
+  g.mesh = p.mesh();
+  g.tokens = training.layer_tokens();
+  const bool sp = p.sequence_parallel && p.tp > 1;
+  g.sharded_tokens = sp ? g.tokens / static_cast<double>(p.tp) : g.tokens;
+
+  g.templates.push_back(build_template(model, training, false));
+  if (model.num_experts > 0) g.templates.push_back(build_template(model, training, true));
+  for (std::int64_t i = 0; i < model.num_layers; ++i) g.layer_template.push_back(model.is_moe_layer(i) ? 1 : 0);
+
+  g.model_flops = model.model_flops(training.device_batch(), training.seq_len, training.grad_accum);
+  const double T = g.tokens;
   const double a = dtype_bytes(training.activation_dtype);
   const double d = static_cast<double>(model.d_model);
   const double tp = static_cast<double>(p.tp);
-  const double H = static_cast<double>(model.num_query_heads) / tp;
-  const Dtype attn_dt = training.attention_gemm_dtype, mlp_dt = training.mlp_gemm_dtype;
-  g.fsdp_group = p.fsdp * p.ep;
-  g.expert_fsdp_group = p.fsdp;
-  g.ep_group = p.ep;
-  g.expert_fsdp_stride = p.ep * p.tp;
-
-  // One layer body over T tokens (B sequences) that reads the layer input `dli`; returns its output tensor.
-  auto body = [&](TemplateBuilder& b, int dli, bool moe, double T, double B) {
-    int norm = b.tensor("attn_norm", T * d * a);
-    b.memory("attn_norm", {dli}, {norm}, {dli});
-    int ctx;
-    if (model.is_mla()) {
-      const double qlr = static_cast<double>(model.q_lora_rank), kvlr = static_cast<double>(model.kv_lora_rank);
-      const double dn = static_cast<double>(model.qk_nope_head_dim), dr = static_cast<double>(model.qk_rope_head_dim);
-      const double dv = static_cast<double>(model.v_head_dim);
-      int q;
-      if (model.q_lora_rank > 0) {
-        int qwa = b.tensor("query_wa_proj", T * qlr * a);
-        b.gemm("wq_a", norm, qwa, T, d, qlr, attn_dt, a);
-        int mq = b.tensor("mla_q", T * qlr * a);
-        b.memory("q_norm", {qwa}, {mq}, {qwa});
-        q = b.tensor("query_proj", T * H * (dn + dr) * a);
-        b.gemm("wq_b", mq, q, T, qlr, H * (dn + dr), attn_dt, a);
-      } else {
-        q = b.tensor("query_proj", T * H * (dn + dr) * a);
-        b.gemm("wq", norm, q, T, d, H * (dn + dr), attn_dt, a);
-      }
-      int kvwa = b.tensor("kv_wa_proj", T * (kvlr + dr) * a);
-      b.gemm("wkv_a", norm, kvwa, T, d, kvlr + dr, attn_dt, a);
-      int mkv = b.tensor("mla_kv", T * kvlr * a);
-      b.memory("kv_norm", {kvwa}, {mkv}, {kvwa});
-      int kv = b.tensor("kv_up", T * H * (dn + dv) * a);
-      b.gemm("wkv_b", mkv, kv, T, kvlr, H * (dn + dv), attn_dt, a);
-      // Keys get the shared rope part broadcast to every head (MaxText key_proj is [B,S,H,dn+dr]).
-      int k = b.tensor("key_proj", T * H * (dn + dr) * a);
-      int v = b.tensor("value_proj", T * H * dv * a);
-      b.memory("split_kv_rope", {kv, kvwa}, {k, v}, {});
-      ctx = b.tensor("context", T * H * dv * a);
-      b.attention(q, k, v, ctx, 2.0 * T * S * H * (dn + dr + dv) / 2);
-      int o = b.tensor("out_proj", T * d * a);
-      b.gemm("wo_attn", ctx, o, T, H * dv, d, attn_dt, a);
-      ctx = o;
-    } else {
-      const double hd = static_cast<double>(model.head_dim);
-      const double Hkv = std::max(1.0, static_cast<double>(model.num_kv_heads) / tp);
-      int q = b.tensor("query_proj", T * H * hd * a);
-      int k = b.tensor("key_proj", T * Hkv * hd * a);
-      int v = b.tensor("value_proj", T * Hkv * hd * a);
-      b.gemm("wq", norm, q, T, d, H * hd, attn_dt, a);
-      b.gemm("wk", norm, k, T, d, Hkv * hd, attn_dt, a);
-      b.gemm("wv", norm, v, T, d, Hkv * hd, attn_dt, a);
-      int c = b.tensor("context", T * H * hd * a);
-      b.attention(q, k, v, c, 4.0 * B * S * S * H * hd / 2);
-      int o = b.tensor("out_proj", T * d * a);
-      b.gemm("wo_attn", c, o, T, H * hd, d, attn_dt, a);
-      ctx = o;
-    }
-    int res = b.tensor("attention_out", T * d * a);
-    b.memory("residual_attn", {dli, ctx}, {res}, {});
-    int mnorm = b.tensor("mlp_norm", T * d * a);
-    b.memory("mlp_norm", {res}, {mnorm}, {res});
-    auto mlp = [&](const std::string& prefix, int in, double rows, double F, int& out) {
-      int w0 = b.tensor(prefix + "mlpwi_0", rows * F * a);
-      int w1 = b.tensor(prefix + "mlpwi_1", rows * F * a);
-      b.gemm(prefix + "wi_0", in, w0, rows, d, F, mlp_dt, a);
-      b.gemm(prefix + "wi_1", in, w1, rows, d, F, mlp_dt, a);
-      int act = b.tensor(prefix + "mlp_act", rows * F * a);
-      b.memory(prefix + "swiglu", {w0, w1}, {act}, {w0, w1});
-      out = b.tensor(prefix + "mlpwo", rows * d * a);
-      b.gemm(prefix + "wo", act, out, rows, F, d, mlp_dt, a);
-    };
-    int out;
-    if (!moe) {
-      int wo;
-      mlp("", mnorm, T, static_cast<double>(model.mlp_dim) / tp, wo);
-      out = b.tensor("layer_output", T * d * a);
-      b.memory("residual_mlp", {res, wo}, {out}, {});
-    } else {
-      const double X = static_cast<double>(model.num_experts), k = static_cast<double>(model.experts_per_token);
-      const double Fm = static_cast<double>(model.moe_mlp_dim) / tp;
-      int logits = b.tensor("router_logits", T * X * 4);
-      b.gemm("router", mnorm, logits, T, d, X, Dtype::bf16, 4);
-      int disp = b.tensor("moe_permuted", T * k * d * a);
-      b.memory("route_permute", {logits, mnorm}, {disp}, {logits});
-      int moe_in = disp;
-      if (p.ep > 1) {
-        moe_in = b.tensor("moe_dispatched", T * k * d * a);
-        b.all_to_all("dispatch_a2a", disp, moe_in);
-      }
-      int moe_wo;
-      mlp("moe_", moe_in, T * k, Fm, moe_wo);
-      int back = moe_wo;
-      if (p.ep > 1) {
-        back = b.tensor("moe_returned", T * k * d * a);
-        b.all_to_all("combine_a2a", moe_wo, back);
-      }
-      int moe_out = b.tensor("moe_out", T * d * a);
-      b.memory("unpermute_combine", {back, logits}, {moe_out}, {back, logits});
-      int parts = moe_out;
-      if (model.shared_experts > 0) {
-        int shared_wo;
-        mlp("", mnorm, T, Fm * static_cast<double>(model.shared_experts), shared_wo);
-        parts = shared_wo;
-      }
-      out = b.tensor("layer_output", T * d * a);
-      std::vector<int> ins = {res, moe_out};
-      if (parts != moe_out) ins.push_back(parts);
-      b.memory("residual_mlp", ins, {out}, {});
-    }
-    return out;
-  };
-  auto build = [&](bool moe) {
-    TemplateBuilder b(moe ? "moe" : "dense");
-    int dli = b.tensor("decoder_layer_input", T * d * a);
-    const std::int64_t split = moe ? training.moe_batch_split : 1;
-    int out;
-    if (split == 1) {
-      out = body(b, dli, moe, T, B);
-    } else {
-      const double n = static_cast<double>(split);
-      std::vector<int> parts;
-      for (std::int64_t m = 0; m < split; ++m) {
-        b.micro_batch(static_cast<int>(m), split);
-        parts.push_back(body(b, dli, moe, T / n, B / n));
-      }
-      b.micro_batch(0, 1);
-      out = b.tensor("layer_output", T * d * a);
-      b.merge("batch_merge", std::move(parts), out);
-    }
-    auto t = b.finish(out);
-    // FSDP traffic: weights gathered in the GEMM dtype (quantized before the gather, as TE does),
-    // gradients reduce-scattered in the weight storage dtype.
-    double attn_params = model.attention_params_per_layer() / tp;
-    double mlp_params = moe ? model.moe_nonexpert_params_per_layer() / tp : model.dense_mlp_params_per_layer() / tp;
-    double expert_params = moe ? model.expert_params_per_layer() / (tp * static_cast<double>(p.ep)) : 0;
-    t.gathered_dense_bytes = attn_params * dtype_bytes(attn_dt) + mlp_params * dtype_bytes(mlp_dt);
-    t.gathered_expert_bytes = expert_params * dtype_bytes(mlp_dt);
-    double wb = dtype_bytes(training.weight_storage_dtype);
-    t.grad_dense_bytes = (attn_params + mlp_params) * wb;
-    t.grad_expert_bytes = expert_params * wb;
-    return t;
-  };
-
-  g.templates.push_back(build(false));
-  if (model.num_experts > 0) g.templates.push_back(build(true));
-  for (std::int64_t i = 0; i < model.num_layers; ++i) g.layer_template.push_back(model.is_moe_layer(i) ? 1 : 0);
-
-  g.model_flops = model.model_flops(training.per_device_batch, training.seq_len, training.grad_accum);
+  // Every weight is split over tp and sharded over fsdp (and ep: the routed experts by partition, the rest
+  // FSDP-style over the expert axis too, as MaxText does).
   const double shards = static_cast<double>(p.fsdp * p.ep * p.tp);
   g.local_params = model.total_params() / shards;
   g.parameter_bytes = g.local_params * dtype_bytes(training.weight_storage_dtype);
   g.optimizer_bytes = g.local_params * training.optimizer_bytes_per_param;
+  if (p.sharded_optimizer) g.optimizer_bytes /= static_cast<double>(g.mesh.size(g.grad_sync));
   g.gradient_bytes = g.local_params * training.gradient_bytes_per_param;
   const double V = static_cast<double>(model.vocab_size);
   g.embed_gathered_bytes = 2 * V * d / tp * dtype_bytes(Dtype::bf16);
   g.embed_grad_bytes = 2 * V * d / tp * dtype_bytes(training.weight_storage_dtype);
   g.logits_bytes = T * V / tp * a;
   g.unembed_flops = 2 * T * d * V / tp;
-  // Adam reads param, gradient and two moments and writes param and moments.
-  g.optimizer_update_bytes = g.local_params * (2 * dtype_bytes(training.weight_storage_dtype) +
-                                               training.gradient_bytes_per_param + 2 * training.optimizer_bytes_per_param);
+  if (p.tp > 1) {
+    const CommDef tp_base{CommKind::none, CommKind::none, Axis::tp, AxisSet{Axis::tp}, T * d * a, Dtype::bf16, false};
+    g.embed_exit = g.head_enter = tp_base;
+    g.embed_exit.forward = sp ? CommKind::reduce_scatter : CommKind::all_reduce;
+    g.embed_exit.backward = sp ? CommKind::all_gather : CommKind::none;
+    g.head_enter.forward = sp ? CommKind::all_gather : CommKind::none;
+    g.head_enter.backward = sp ? CommKind::reduce_scatter : CommKind::all_reduce;
+    // Vocab-parallel cross-entropy: the max, the sum of exponentials and the target logit per token, fp32.
+    g.loss_stats = tp_base;
+    g.loss_stats.forward = CommKind::all_reduce;
+    g.loss_stats.bytes = 3 * T * 4;
+    g.loss_stats.dtype = Dtype::fp32;
+  }
+  // Adam reads param, gradient and two moments and writes param and moments (its shard of them).
+  const double updated = p.sharded_optimizer ? g.local_params / static_cast<double>(g.mesh.size(g.grad_sync)) : g.local_params;
+  g.optimizer_update_bytes = updated * (2 * dtype_bytes(training.weight_storage_dtype) + training.gradient_bytes_per_param +
+                                        2 * training.optimizer_bytes_per_param);
   return g;
 }
 
@@ -352,6 +528,8 @@ std::string layer_dot(const LayerTemplate& t, const std::string& title) {
     const auto& op = t.ops[i];
     os << "  op" << i << " [label=\"" << op.name << "\\n" << to_string(op.kind);
     if (op.kind == OpKind::gemm || op.kind == OpKind::attention) os << " " << op.flops / 1e12 << " TFLOP";
+    if (op.kind == OpKind::comm)
+      os << " " << to_string(op.comm.forward) << "/" << to_string(op.comm.backward) << " over " << op.comm.group.name();
     os << "\"];\n";
   }
   auto [e, end] = boost::edges(dag);

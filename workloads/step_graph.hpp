@@ -17,8 +17,24 @@ namespace hbmsim {
 const std::vector<std::string>& checkpoint_names();
 bool is_checkpoint_name(const std::string& name);
 
-enum class OpKind { gemm, attention, memory, all_to_all };
+enum class OpKind { gemm, attention, memory, comm };
 const char* to_string(OpKind k);
+
+enum class CommKind : std::uint8_t { none, all_gather, reduce_scatter, all_reduce, all_to_all, send_recv };
+const char* to_string(CommKind k);
+
+// A communication op as data: what it does in each direction (none: an identity, free), the mesh axis whose
+// queue issues it, the axes its group spans, and its buffer (the whole gathered buffer for all-gather,
+// reduce-scatter and all-reduce; what each device sends for all-to-all and send/recv).
+struct CommDef {
+  CommKind forward = CommKind::none, backward = CommKind::none;
+  Axis axis = Axis::tp;
+  AxisSet group;
+  double bytes = 0;
+  Dtype dtype = Dtype::bf16;
+  bool async = false;  // issued asynchronously by its library even without LHS (the CP ring's send/recv)
+  CommKind kind(bool backward_pass) const { return backward_pass ? backward : forward; }
+};
 
 struct TensorDef {
   std::string name;
@@ -34,6 +50,7 @@ struct OpDef {
   double bytes = 0;      // forward HBM traffic (inputs + weights + outputs), or bytes sent for all-to-all
   double bwd_flops = 0;  // backward, executed
   double bwd_bytes = 0;
+  CommDef comm;              // kind == comm
   std::vector<int> inputs;   // tensor indices in the template
   std::vector<int> outputs;
   std::vector<int> saved;    // forward tensors the backward op reads
@@ -44,10 +61,10 @@ struct LayerTemplate {
   std::vector<TensorDef> tensors;  // tensors[0] is decoder_layer_input, produced by the previous layer
   std::vector<OpDef> ops;          // forward program order; backward runs them in reverse
   int output_tensor = -1;          // becomes the next layer's decoder_layer_input
-  // FSDP traffic of one layer, per device: gathered bytes and group sizes.
-  double gathered_dense_bytes = 0;   // non-expert weights, gathered over fsdp*ep
-  double gathered_expert_bytes = 0;  // local experts' weights, gathered over fsdp
-  double grad_dense_bytes = 0;       // reduce-scattered gradients (weight storage dtype)
+  // Weight traffic of one layer, per device (this device's tensor-parallel share of the layer).
+  double gathered_dense_bytes = 0;   // non-expert weights, gathered over StepGraph::dense_shard
+  double gathered_expert_bytes = 0;  // local experts' weights, gathered over StepGraph::expert_shard
+  double grad_dense_bytes = 0;       // unsharded gradients, reduce-scattered (weight storage dtype)
   double grad_expert_bytes = 0;
 
   int find_tensor(const std::string& name) const;
@@ -64,13 +81,18 @@ struct StepGraph {
   double parameter_bytes = 0, optimizer_bytes = 0, gradient_bytes = 0;
   // Embedding and head (unembedding + loss), per micro-batch.
   double embed_gathered_bytes = 0, embed_grad_bytes = 0;  // both tables (input embedding and unembedding)
-  double logits_bytes = 0;
+  double logits_bytes = 0;          // this device's vocab shard of the logits, activation dtype
   double unembed_flops = 0;
   double optimizer_update_bytes = 0;  // HBM traffic of the Adam update
-  std::int64_t fsdp_group = 1, expert_fsdp_group = 1, ep_group = 1;
-  // MaxText's mesh puts the expert axis innermost, then tensor: an expert group is consecutive GPUs and the
-  // experts' FSDP group strides over both (on 128 GB200s with EP 64, its two members sit in two racks).
-  std::int64_t expert_fsdp_stride = 1;
+  Mesh mesh;
+  // Weights are sharded over these groups (gathered before use, gradients reduce-scattered back), and the
+  // gradient shards are then summed over grad_sync: the axes that see other data but hold the same weights.
+  AxisSet dense_shard{Axis::fsdp, Axis::ep}, expert_shard{Axis::fsdp}, grad_sync{Axis::dp, Axis::cp};
+  // Embedding and head with tensor parallelism (vocab-parallel tables): the lookup's partial sums leave
+  // over tp, the head's input is gathered over tp, and the loss reduces its statistics over tp.
+  CommDef embed_exit, head_enter, loss_stats;
+  double tokens = 0;          // layer_tokens: what the column-parallel GEMMs see per micro-step
+  double sharded_tokens = 0;  // tokens of the sequence-parallel (norm/residual) activations
 
   const LayerTemplate& layer(std::int64_t i) const { return templates[static_cast<std::size_t>(layer_template[static_cast<std::size_t>(i)])]; }
   // Bytes of one checkpoint-named tensor in one layer of the given kind (0 when absent).

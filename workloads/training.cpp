@@ -1,52 +1,146 @@
 #include "workloads/training.hpp"
 
+#include <cmath>
+
 #include "hwmodels/json_view.hpp"
 
 namespace hbmsim {
 
-static std::string str(std::int64_t v) { return std::to_string(v); }
+const char* to_string(CpExchange c) { return c == CpExchange::ring ? "ring" : "all_gather"; }
 
-void validate_training(TrainingSpec& t, const ModelSpec& m) {
+Mesh Parallelism::mesh() const {
+  Mesh m;
+  m.order = order;
+  for (auto [axis, size] : {std::pair{Axis::dp, dp}, {Axis::pp, pp}, {Axis::fsdp, fsdp}, {Axis::ep, ep},
+                            {Axis::cp, cp}, {Axis::tp, tp}})
+    m.sizes[static_cast<std::size_t>(axis)] = size;
+  return m;
+}
+
+std::int64_t TrainingSpec::replicas() const {
+  const auto& p = parallelism;
+  return gpus / (p.tp * p.cp * p.pp);
+}
+
+double TrainingSpec::device_batch() const {
+  return static_cast<double>(replica_batch) / static_cast<double>(parallelism.tp * parallelism.cp);
+}
+
+double TrainingSpec::layer_tokens() const {
+  return static_cast<double>(replica_batch) * static_cast<double>(seq_len) / static_cast<double>(parallelism.cp);
+}
+
+namespace {
+
+std::string str(std::int64_t v) { return std::to_string(v); }
+// A count that may be fractional: whole values print as integers ("2000000", not "2e+06").
+std::string count(double v) {
+  return v == std::floor(v) && std::abs(v) < 1e15 ? std::to_string(static_cast<long long>(v)) : format_number(v);
+}
+
+void check_degrees(TrainingSpec& t) {
   auto& p = t.parallelism;
   if (t.gpus <= 0) throw InputError("gpus = " + str(t.gpus) + " (must be > 0)");
-  if (t.per_device_batch <= 0) throw InputError("batch = " + str(t.per_device_batch) + " (must be > 0)");
-  if (t.seq_len <= 0) throw InputError("seq = " + str(t.seq_len) + " (must be > 0)");
-  if (t.grad_accum <= 0) throw InputError("grad_accum = " + str(t.grad_accum) + " (must be > 0)");
-  if (t.seq_len > (std::int64_t{1} << 24))
-    throw InputError("seq = " + str(t.seq_len) + " (above the supported 16777216 tokens)");
-  if (t.per_device_batch > (std::int64_t{1} << 20))
-    throw InputError("batch = " + str(t.per_device_batch) + " (above the supported 1048576)");
-  for (auto [name, v] : {std::pair{"tp", p.tp}, {"ep", p.ep}, {"dp", p.dp}})
+  if (t.gpus > (std::int64_t{1} << 24)) throw InputError("gpus = " + str(t.gpus) + " (above the supported 16777216)");
+  for (auto [name, v] : {std::pair{"tp", p.tp}, {"ep", p.ep}, {"dp", p.dp}, {"cp", p.cp}, {"pp", p.pp}})
     if (v <= 0) throw InputError(std::string(name) + " = " + str(v) + " (must be > 0)");
   if (p.fsdp < 0) throw InputError("fsdp = " + str(p.fsdp) + " (must be > 0)");
   // Each degree divides the GPU count, so none may exceed it (and the products below cannot overflow).
-  for (auto [name, v] : {std::pair{"fsdp", p.fsdp}, {"tp", p.tp}, {"ep", p.ep}, {"dp", p.dp}})
-    if (v > t.gpus)
-      throw InputError(std::string(name) + " = " + str(v) + " (exceeds gpus = " + str(t.gpus) + ")");
-  if (t.gpus > (std::int64_t{1} << 24)) throw InputError("gpus = " + str(t.gpus) + " (above the supported 16777216)");
-  std::int64_t other = p.tp * p.ep * p.dp;
+  for (auto [name, v] : {std::pair{"fsdp", p.fsdp}, {"tp", p.tp}, {"ep", p.ep}, {"dp", p.dp}, {"cp", p.cp}, {"pp", p.pp}})
+    if (v > t.gpus) throw InputError(std::string(name) + " = " + str(v) + " (exceeds gpus = " + str(t.gpus) + ")");
+  if (p.pp > 1)
+    throw InputError("pp = " + str(p.pp) + " (pipeline parallelism is not simulated yet; the mesh has its axis, the "
+                     "stage-by-stage simulation is the next step)");
+  std::int64_t other = 1;
+  for (std::int64_t v : {p.tp, p.ep, p.dp, p.cp, p.pp}) {
+    other *= v;
+    if (other > t.gpus)
+      throw InputError("gpus = " + str(t.gpus) + " (fewer than tp*ep*dp*cp*pp = " + str(p.tp) + "*" + str(p.ep) + "*" +
+                       str(p.dp) + "*" + str(p.cp) + "*" + str(p.pp) + ")");
+  }
   if (p.fsdp == 0) {
     if (t.gpus % other != 0)
-      throw InputError("gpus = " + str(t.gpus) + " (not divisible by tp*ep*dp = " + str(other) + ")");
+      throw InputError("gpus = " + str(t.gpus) + " (not divisible by tp*ep*dp*cp*pp = " + str(other) + ")");
     p.fsdp = t.gpus / other;
   }
   if (p.fsdp * other != t.gpus)
-    throw InputError("gpus = " + str(t.gpus) + " (must equal fsdp*tp*ep*dp = " + str(p.fsdp) + "*" + str(p.tp) + "*" +
-                     str(p.ep) + "*" + str(p.dp) + " = " + str(p.fsdp * other) + ")");
+    throw InputError("gpus = " + str(t.gpus) + " (must equal fsdp*tp*ep*dp*cp*pp = " + str(p.fsdp) + "*" + str(p.tp) +
+                     "*" + str(p.ep) + "*" + str(p.dp) + "*" + str(p.cp) + "*" + str(p.pp) + " = " + str(p.fsdp * other) + ")");
+}
+
+void check_model_split(const TrainingSpec& t, const ModelSpec& m) {
+  const auto& p = t.parallelism;
   if (m.num_query_heads % p.tp != 0)
     throw InputError("tp = " + str(p.tp) + " (num_query_heads = " + str(m.num_query_heads) + " is not divisible by it)");
   if (!m.is_mla() && m.num_kv_heads % p.tp != 0 && p.tp % m.num_kv_heads != 0)
     throw InputError("tp = " + str(p.tp) + " (num_kv_heads = " + str(m.num_kv_heads) + " neither divides nor is divided by it)");
+  if (m.mlp_dim % p.tp != 0)
+    throw InputError("tp = " + str(p.tp) + " (mlp_dim = " + str(m.mlp_dim) + " is not divisible by it)");
+  if (m.num_experts > 0 && m.moe_mlp_dim % p.tp != 0)
+    throw InputError("tp = " + str(p.tp) + " (moe_mlp_dim = " + str(m.moe_mlp_dim) + " is not divisible by it)");
+  if (m.num_experts > 0 && p.tp > 1 && !p.sequence_parallel)
+    throw InputError("sequence_parallel = off (MoE layers with tp > 1 need sequence parallelism, as Megatron-Core requires)");
   if (p.ep > 1 && m.num_experts == 0) throw InputError("ep = " + str(p.ep) + " (the model has no experts)");
   if (m.num_experts > 0 && m.num_experts % p.ep != 0)
     throw InputError("ep = " + str(p.ep) + " (num_experts = " + str(m.num_experts) + " is not divisible by it)");
+  // Causal load balancing gives each context rank two chunks of the sequence, one from each end.
+  if (p.cp > 1 && t.seq_len % (2 * p.cp) != 0)
+    throw InputError("cp = " + str(p.cp) + " (seq = " + str(t.seq_len) + " is not divisible by 2 x cp = " + str(2 * p.cp) +
+                     ", which causal load balancing needs)");
+}
+
+// The sequences one model replica runs per micro-step, from either meaning of the batch, and the
+// accumulation count a global batch implies.
+void resolve_batch(TrainingSpec& t) {
+  const auto& p = t.parallelism;
+  const std::int64_t replicas = t.replicas();
+  if (t.micro_batch != 0) {
+    if (t.per_device_batch)
+      throw InputError("micro_batch = " + str(t.micro_batch) + " (give the batch either as batch, MaxText's per-device "
+                       "batch, or as micro_batch/global_batch, Megatron's; not both)");
+    if (t.micro_batch < 0) throw InputError("micro_batch = " + str(t.micro_batch) + " (must be > 0)");
+    if (t.micro_batch > (std::int64_t{1} << 24)) throw InputError("micro_batch = " + str(t.micro_batch) + " (above the supported 16777216)");
+    t.replica_batch = t.micro_batch;
+  } else {
+    const double b = t.per_device_batch.value_or(1.0);
+    if (!(b > 0) || !std::isfinite(b)) throw InputError("batch = " + count(b) + " (must be > 0)");
+    if (b > static_cast<double>(std::int64_t{1} << 20)) throw InputError("batch = " + count(b) + " (above the supported 1048576)");
+    const double per_replica = b * static_cast<double>(p.tp * p.cp);
+    const double whole = std::round(per_replica);
+    if (whole < 1 || std::abs(per_replica - whole) > 1e-9 * whole)
+      throw InputError("batch = " + count(b) + " (sequences per model replica, batch x tp x cp = " + count(b) + " x " +
+                       str(p.tp) + " x " + str(p.cp) + " = " + count(per_replica) + ", must be whole)");
+    t.replica_batch = static_cast<std::int64_t>(whole);
+  }
+  if (t.grad_accum <= 0) throw InputError("grad_accum = " + str(t.grad_accum) + " (must be > 0)");
+  if (t.global_batch < 0) throw InputError("global_batch = " + str(t.global_batch) + " (must be > 0)");
+  if (t.global_batch > 0) {
+    const std::int64_t per_step = t.replica_batch * replicas;
+    if (t.global_batch % per_step != 0)
+      throw InputError("global_batch = " + str(t.global_batch) + " (not a multiple of sequences per replica x data-parallel replicas = " +
+                       str(t.replica_batch) + " x " + str(replicas) + " = " + str(per_step) + ")");
+    const std::int64_t accum = t.global_batch / per_step;
+    if (t.grad_accum != 1 && t.grad_accum != accum)
+      throw InputError("grad_accum = " + str(t.grad_accum) + " (global_batch = " + str(t.global_batch) + " implies " + str(accum) + ")");
+    t.grad_accum = accum;
+  }
+}
+
+}  // namespace
+
+void validate_training(TrainingSpec& t, const ModelSpec& m) {
+  if (t.seq_len <= 0) throw InputError("seq = " + str(t.seq_len) + " (must be > 0)");
+  if (t.seq_len > (std::int64_t{1} << 24))
+    throw InputError("seq = " + str(t.seq_len) + " (above the supported 16777216 tokens)");
+  check_degrees(t);
+  check_model_split(t, m);
+  resolve_batch(t);
   if (t.moe_batch_split <= 0) throw InputError("moe_batch_split = " + str(t.moe_batch_split) + " (must be > 0)");
   if (t.moe_batch_split > 1 && m.num_experts == 0)
     throw InputError("moe_batch_split = " + str(t.moe_batch_split) + " (the model has no MoE layers to split)");
-  if (t.per_device_batch % t.moe_batch_split != 0)
-    throw InputError("moe_batch_split = " + str(t.moe_batch_split) + " (batch = " + str(t.per_device_batch) +
-                     " is not divisible by it)");
-  if (m.mlp_dim % p.tp != 0) throw InputError("tp = " + str(p.tp) + " (mlp_dim is not divisible by it)");
+  if (t.replica_batch % t.moe_batch_split != 0)
+    throw InputError("moe_batch_split = " + str(t.moe_batch_split) + " (sequences per model replica, batch x tp x cp = " +
+                     str(t.replica_batch) + ", is not divisible by it)");
 }
 
 }  // namespace hbmsim

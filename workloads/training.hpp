@@ -1,23 +1,43 @@
-// Training configuration of one run: batch, sequence, dtypes and parallel degrees, validated.
+// Training configuration of one run: batch, sequence, dtypes and the parallel layout (a device mesh), validated.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "hwmodels/mesh.hpp"
 #include "hwmodels/system.hpp"
 #include "workloads/model.hpp"
 
 namespace hbmsim {
 
+// How context-parallel attention gets the other ranks' keys and values: a ring of send/recv steps, each
+// overlapped with the attention over the chunk in hand (Megatron-Core's p2p), or one all-gather before the
+// attention (MaxText's).
+enum class CpExchange { ring, all_gather };
+const char* to_string(CpExchange c);
+
 struct Parallelism {
-  std::int64_t fsdp = 0;  // 0: whatever the GPU count leaves after tp, ep and dp
-  std::int64_t tp = 1, ep = 1, dp = 1;
+  std::int64_t fsdp = 0;  // 0: whatever the GPU count leaves after the other axes
+  std::int64_t tp = 1, ep = 1, dp = 1, cp = 1, pp = 1;
+  MeshOrder order = maxtext_mesh_order();
+  bool sequence_parallel = true;  // norm/residual activations sharded over tp; AG/RS around each block
+  CpExchange cp_exchange = CpExchange::all_gather;
+  bool sharded_optimizer = false;  // optimizer state sharded over the gradient-sync axes (distributed optimizer)
+
+  Mesh mesh() const;  // needs fsdp resolved
 };
 
 struct TrainingSpec {
   std::int64_t gpus = 0;
-  std::int64_t per_device_batch = 1;
+  // The batch, in one of two meanings. MaxText: per_device_batch (per_device_batch_size; global batch =
+  // per_device_batch x GPUs; a fraction is allowed when the sequences per model replica come out whole).
+  // Megatron: micro_batch (sequences per model replica per micro-step) and global_batch (sequences per step),
+  // gradient accumulation = global / (micro x data-parallel replicas).
+  std::optional<double> per_device_batch;  // default 1 when micro_batch is not given
+  std::int64_t micro_batch = 0;            // 0: from per_device_batch
+  std::int64_t global_batch = 0;           // 0: from the rest
   std::int64_t seq_len = 4096;
   std::int64_t grad_accum = 1;
   // MaxText use_batch_split_schedule/batch_split_factor (DeepSeek): each MoE layer runs as this many
@@ -31,10 +51,21 @@ struct TrainingSpec {
   double optimizer_bytes_per_param = 8;      // Adam: two fp32 moments
   double gradient_bytes_per_param = 4;       // fp32 gradient accumulation buffer
 
-  std::int64_t tokens_per_device() const { return per_device_batch * seq_len; }
+  // Set by validate_training.
+  std::int64_t replica_batch = 0;  // sequences one model replica (its tp x cp devices) runs per micro-step
+
+  // Data-parallel replicas of the model: the GPUs over the model-parallel axes.
+  std::int64_t replicas() const;
+  double device_batch() const;  // MaxText per_device_batch_size: replica_batch / (tp x cp)
+  std::int64_t global_sequences() const { return replica_batch * replicas() * grad_accum; }
+  double tokens_per_device_per_step() const { return device_batch() * static_cast<double>(seq_len * grad_accum); }
+  // Tokens each device's column-parallel GEMMs see per micro-step: its replica's sequences over its
+  // context shard (the whole tensor-parallel group's tokens).
+  double layer_tokens() const;
 };
 
-// Fills fsdp when 0 and checks every degree against the GPU count and the model; errors name the flag.
+// Fills fsdp and the batch, and checks every degree against the GPU count and the model; errors name the
+// field ("tp = 3 (num_query_heads = 32 is not divisible by it)").
 void validate_training(TrainingSpec& t, const ModelSpec& m);
 
 }  // namespace hbmsim

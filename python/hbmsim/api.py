@@ -58,7 +58,8 @@ class Result(dict):
     def spans(self) -> pd.DataFrame:
         """Every op of the trace as a row: stream, name, start_s, end_s, dur_s, layer, phase.
 
-        Streams: compute, collective, expert_a2a, d2h, h2d. Phases: f forward, b backward, r recompute,
+        Streams (queues): compute; fsdp, ep, tp, cp, dp (collectives of each mesh axis); d2h, h2d (copy
+        engines). Phases: f forward, b backward, r recompute,
         o optimizer, c copy. Needs ``trace=True``.
         """
         if "trace" not in self:

@@ -16,9 +16,10 @@ from matplotlib.figure import Figure
 from .api import Result
 
 GIB = 1024.0**3
-STREAMS = ["compute", "collective", "expert_a2a", "d2h", "h2d"]
-_STREAM_COLORS = {"compute": "tab:blue", "collective": "tab:orange", "expert_a2a": "tab:purple", "d2h": "tab:red",
-                  "h2d": "tab:green"}
+# The queues of a step: compute, one per communication axis, the two copy engines.
+STREAMS = ["compute", "fsdp", "ep", "tp", "cp", "dp", "d2h", "h2d"]
+_STREAM_COLORS = {"compute": "tab:blue", "fsdp": "tab:orange", "ep": "tab:purple", "tp": "tab:brown",
+                  "cp": "tab:pink", "dp": "tab:olive", "d2h": "tab:red", "h2d": "tab:green"}
 _CATEGORY_ORDER = ["parameters", "optimizer_state", "gradients", "gathered_weights", "saved_activations",
                    "offload_buffers", "collective_buffers", "workspace", "runtime_reserve"]
 
@@ -98,7 +99,7 @@ def _spans(result: Mapping[str, Any]) -> pd.DataFrame:
 
 def resource_timeline(result: Mapping[str, Any], path: str | os.PathLike | None = None,
                       window_s: tuple[float, float] | None = None) -> Figure:
-    """When each stream (compute, collective, expert_a2a, d2h, h2d) is busy over one step, one row of bars
+    """When each queue (compute; fsdp, ep, tp, cp, dp collectives; d2h, h2d copies) is busy over one step, one row of bars
     per stream, from the trace of a ``simulate(..., trace=True)`` result. ``window_s`` zooms to (t0, t1)."""
     spans = _spans(result)
     streams = [s for s in STREAMS if s in set(spans["stream"])] + sorted(set(spans["stream"]) - set(STREAMS))

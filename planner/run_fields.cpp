@@ -1,0 +1,202 @@
+#include "planner/run_fields.hpp"
+
+#include <charconv>
+#include <cmath>
+
+namespace hbmsim {
+
+namespace {
+
+using C = RunConfig;
+
+// name, flag, help (the default is added from a default RunConfig), member, check.
+const std::vector<RunField> kFields = {
+    {"system", "--system", "Built-in system id or system JSON file", &C::system},
+    {"model", "--model", "Built-in model id, model JSON or HuggingFace config.json", &C::model},
+    {"gpus", "--gpus", "Number of GPUs", &C::gpus, FieldCheck::positive},
+    {"batch", "--batch",
+     "Per-device batch (MaxText per_device_batch_size; global batch = batch x GPUs; a fraction when batch x tp x cp "
+     "is whole)",
+     &C::batch, FieldCheck::positive},
+    {"micro_batch", "--micro-batch",
+     "Megatron micro-batch: sequences per model replica per micro-step (instead of --batch; 0: not given)",
+     &C::micro_batch, FieldCheck::non_negative},
+    {"global_batch", "--global-batch",
+     "Sequences per step; sets the gradient accumulation (global / (sequences per replica x replicas); 0: not given)",
+     &C::global_batch, FieldCheck::non_negative},
+    {"seq", "--seq", "Sequence length", &C::seq, FieldCheck::positive},
+    {"grad_accum", "--grad-accum", "Gradient accumulation steps", &C::grad_accum, FieldCheck::positive},
+    {"fsdp", "--fsdp", "FSDP degree (0: the GPUs left after tp, ep, dp, cp, pp)", &C::fsdp, FieldCheck::non_negative},
+    {"tp", "--tp", "Tensor parallel degree", &C::tp, FieldCheck::positive},
+    {"ep", "--ep", "Expert parallel degree", &C::ep, FieldCheck::positive},
+    {"dp", "--dp", "Data parallel (replica) degree: weights replicated, gradients summed across", &C::dp, FieldCheck::positive},
+    {"cp", "--cp", "Context parallel degree (sequence split, causally load-balanced)", &C::cp, FieldCheck::positive},
+    {"pp", "--pp", "Pipeline parallel degree (not simulated yet: must be 1)", &C::pp, FieldCheck::positive},
+    {"mesh_order", "--mesh-order",
+     "Device mesh order, outermost first: maxtext (dp,pp,fsdp,cp,tp,ep), megatron (pp,dp,fsdp,ep,cp,tp) or a list",
+     &C::mesh_order},
+    {"sequence_parallel", "--sequence-parallel",
+     "With tp: norm/residual activations sharded over tp, all-gather/reduce-scatter around each block (off: all-reduce)",
+     &C::sequence_parallel},
+    {"cp_exchange", "--cp-exchange",
+     "How context parallelism exchanges keys and values: all_gather (MaxText) or ring (Megatron p2p, overlapped)",
+     &C::cp_exchange},
+    {"sharded_optimizer", "--sharded-optimizer",
+     "Optimizer state sharded over the gradient-sync axes dp x cp (Megatron distributed optimizer): gradients "
+     "reduce-scattered, parameters all-gathered",
+     &C::sharded_optimizer},
+    {"tp_comm_overlap", "--tp-comm-overlap",
+     "TP all-gathers/reduce-scatters overlapped chunk by chunk with their GEMM (TE userbuffers, XLA collective matmul)",
+     &C::tp_comm_overlap},
+    {"dp_overlap", "--dp-overlap", "Gradient sync over dp x cp bucketed per layer during the backward (off: after it)",
+     &C::dp_overlap},
+    {"moe_batch_split", "--moe-batch-split",
+     "MoE layers as this many micro-batches, so one's all-to-all overlaps another's compute under LHS",
+     &C::moe_batch_split, FieldCheck::positive},
+    {"weights", "--weights", "MLP GEMM dtype: bf16, fp8, nvfp4", &C::weights},
+    {"attention_dtype", "--attention-dtype", "Attention/projection GEMM dtype", &C::attention_dtype},
+    {"policy", "--policy",
+     "full, minimal, minimal_with_context, save_qkv_proj, qkv_proj_offloaded, minimal_offloaded, custom", &C::policy},
+    {"lhs", "--lhs", "XLA latency-hiding scheduler", &C::lhs},
+    {"pipelined_transfers", "--pipelined-transfers", "XLA pipelined host offloading", &C::pipelined_transfers},
+    {"pipelined_collectives", "--pipelined-collectives", "FSDP all-gathers one layer ahead", &C::pipelined_collectives},
+    {"double_buffering", "--double-buffering",
+     "XLA while-loop double buffering (two layers per scan body, so transfers cross one layer boundary)",
+     &C::double_buffering},
+    {"memory_limit_slop", "--memory-limit-slop", "Fraction of HBM the LHS may plan for", &C::memory_limit_slop,
+     FieldCheck::fraction},
+    {"host_link_bytes_per_s", "--host-link-bw", "What-if: host-link bytes/s per GPU per direction",
+     &C::host_link_bytes_per_s, FieldCheck::positive},
+    {"hbm_bytes", "--hbm-bytes", "What-if: HBM capacity in bytes", &C::hbm_bytes, FieldCheck::positive},
+    {"calibration", "--calibration", "Calibration profile JSON or built-in profile name (empty: datasheet figures)",
+     &C::calibration},
+};
+
+}  // namespace
+
+std::int64_t parse_int_text(const std::string& v, const std::string& where) {
+  std::int64_t out = 0;
+  auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (ec == std::errc::result_out_of_range) throw InputError(where + " = " + v + " (out of range)");
+  if (ec != std::errc() || ptr != v.data() + v.size()) throw InputError(where + " = \"" + v + "\" (expected an integer)");
+  return out;
+}
+
+double parse_double_text(const std::string& v, const std::string& where) {
+  try {
+    std::size_t used = 0;
+    double d = std::stod(v, &used);
+    if (used != v.size()) throw std::invalid_argument("trailing");
+    if (!std::isfinite(d)) throw InputError(where + " = " + v + " (must be finite)");
+    return d;
+  } catch (const InputError&) {
+    throw;
+  } catch (const std::out_of_range&) {
+    throw InputError(where + " = " + v + " (out of the range of a double)");
+  } catch (const std::exception&) {
+    throw InputError(where + " = \"" + v + "\" (expected a number)");
+  }
+}
+
+bool parse_bool_text(const std::string& v, const std::string& where) {
+  if (v == "on" || v == "true" || v == "1" || v == "yes") return true;
+  if (v == "off" || v == "false" || v == "0" || v == "no") return false;
+  throw InputError(where + " = \"" + v + "\" (expected on or off)");
+}
+
+const std::vector<RunField>& run_fields() { return kFields; }
+
+const RunField* find_run_field(std::string_view name) {
+  for (const auto& f : kFields)
+    if (f.name == name) return &f;
+  return nullptr;
+}
+
+std::string RunField::type() const {
+  struct {
+    std::string operator()(std::string RunConfig::*) const { return "text"; }
+    std::string operator()(std::int64_t RunConfig::*) const { return "integer"; }
+    std::string operator()(bool RunConfig::*) const { return "on/off"; }
+    std::string operator()(double RunConfig::*) const { return "number"; }
+    std::string operator()(std::optional<double> RunConfig::*) const { return "number"; }
+  } visit;
+  return std::visit(visit, member);
+}
+
+std::string RunField::default_text() const {
+  const RunConfig c;
+  auto j = json(c);
+  if (!j) return "";
+  if (j->is_string()) return j->get<std::string>();
+  if (j->is_boolean()) return j->get<bool>() ? "on" : "off";
+  return j->dump();
+}
+
+void RunField::set(RunConfig& c, const std::string& text, const std::string& where) const {
+  // Only the form is checked here: a value out of range is bad input of the run it is in (a sweep keeps
+  // going and reports that row's error), checked when the run is prepared.
+  struct {
+    const std::string& text;
+    const std::string& where;
+    RunConfig& c;
+    void operator()(std::string RunConfig::*m) const { c.*m = text; }
+    void operator()(std::int64_t RunConfig::*m) const { c.*m = parse_int_text(text, where); }
+    void operator()(bool RunConfig::*m) const { c.*m = parse_bool_text(text, where); }
+    void operator()(double RunConfig::*m) const { c.*m = parse_double_text(text, where); }
+    void operator()(std::optional<double> RunConfig::*m) const { c.*m = parse_double_text(text, where); }
+  } visit{text, where, c};
+  std::visit(visit, member);
+}
+
+void RunField::read(RunConfig& c, const JsonView& v) const {
+  const std::string where = v.where();
+  struct {
+    RunConfig& c;
+    const RunField& f;
+    const JsonView& v;
+    const std::string& where;
+    void operator()(std::string RunConfig::*m) const { c.*m = v.string(); }
+    void operator()(std::int64_t RunConfig::*m) const {
+      c.*m = v.integer();
+      if (f.check == FieldCheck::positive && c.*m <= 0) v.fail("must be > 0");
+      if (f.check == FieldCheck::non_negative && c.*m < 0) v.fail("must be >= 0");
+    }
+    void operator()(bool RunConfig::*m) const {
+      c.*m = v.raw().is_string() ? parse_bool_text(v.string(), where) : v.boolean();
+    }
+    void operator()(double RunConfig::*m) const { c.*m = read_number(); }
+    void operator()(std::optional<double> RunConfig::*m) const { c.*m = read_number(); }
+    double read_number() const {
+      switch (f.check) {
+        case FieldCheck::positive: return v.positive();
+        case FieldCheck::non_negative: return v.non_negative();
+        case FieldCheck::fraction: return v.fraction();
+        case FieldCheck::none: break;
+      }
+      return v.number();
+    }
+  } visit{c, *this, v, where};
+  std::visit(visit, member);
+}
+
+std::optional<nlohmann::json> RunField::json(const RunConfig& c) const {
+  auto number = [](double v) -> nlohmann::json {
+    if (std::abs(v) < 1e15 && v == std::floor(v)) return static_cast<std::int64_t>(v);
+    return v;
+  };
+  struct {
+    const RunConfig& c;
+    decltype(number)& num;
+    std::optional<nlohmann::json> operator()(std::string RunConfig::*m) const { return nlohmann::json(c.*m); }
+    std::optional<nlohmann::json> operator()(std::int64_t RunConfig::*m) const { return nlohmann::json(c.*m); }
+    std::optional<nlohmann::json> operator()(bool RunConfig::*m) const { return nlohmann::json(c.*m); }
+    std::optional<nlohmann::json> operator()(double RunConfig::*m) const { return num(c.*m); }
+    std::optional<nlohmann::json> operator()(std::optional<double> RunConfig::*m) const {
+      if (!(c.*m)) return std::nullopt;
+      return num(*(c.*m));
+    }
+  } visit{c, number};
+  return std::visit(visit, member);
+}
+
+}  // namespace hbmsim

@@ -1,0 +1,50 @@
+// Communication as data: a collective is {kind, mesh group, bytes}; its time and the link bandwidth it uses
+// come from where the group runs on the topology (hwmodels/mesh.hpp). In the manner of Calculon's
+// Network.time(op, size, group).
+#pragma once
+#include <array>
+#include <string>
+#include <deque>
+#include <utility>
+#include <vector>
+
+#include "hwmodels/mesh.hpp"
+#include "hwmodels/system.hpp"
+#include "sim/engine.hpp"
+#include "workloads/step_graph.hpp"
+
+namespace hbmsim {
+
+// One link a communication uses, and the bytes this device sends over it.
+struct LinkBytes {
+  std::string link;      // the path's bottleneck link (topology name)
+  double bytes_per_s = 0;  // the link's per-GPU share, one direction
+  double bytes = 0;
+};
+
+struct CommCost {
+  double seconds = 0;
+  std::array<LinkBytes, 2> links;  // inside the scale-up domain, and between domains (bytes 0: unused)
+  double bytes_sent() const { return links[0].bytes + links[1].bytes; }
+};
+
+class Network {
+ public:
+  Network(const System& sys, const Mesh& mesh);
+
+  const Mesh& mesh() const { return mesh_; }
+  const GroupPlacement& placement(AxisSet group) const;
+  // `bytes`: the whole (gathered) buffer for all-gather, reduce-scatter and all-reduce; what each device
+  // sends for all-to-all and send/recv. A group of one costs nothing.
+  CommCost cost(CommKind kind, double bytes, AxisSet group) const;
+
+ private:
+  CommCost ring(double bytes, const GroupPlacement& g, double eff) const;
+
+  const System& sys_;
+  Mesh mesh_;
+  Topology topo_;
+  mutable std::deque<std::pair<AxisSet, GroupPlacement>> placements_;  // asked so far (stable references)
+};
+
+}  // namespace hbmsim

@@ -1,0 +1,28 @@
+// Solo durations of ops on one system: roofline with the efficiency tables plus launch overhead for
+// compute; the network (sim/comm.hpp) for communication; the host link's per-GPU share for copies.
+#pragma once
+#include "hwmodels/system.hpp"
+#include "sim/comm.hpp"
+#include "workloads/step_graph.hpp"
+
+namespace hbmsim {
+
+struct Costs {
+  const System& sys;
+  const Network& net;
+
+  double gemm_s(double flops, double bytes, Dtype dt) const;
+  double attention_s(double flops) const;
+  double memory_s_raw(double bytes) const;
+  double memory_s(double bytes) const { return memory_s_raw(bytes) + sys.gpu.launch_overhead_s; }
+  bool memory_bound_gemm(double flops, double bytes, Dtype dt) const;
+  // A collective in the forward or the backward pass (its mirror).
+  CommCost comm(const CommDef& c, bool backward) const { return net.cost(c.kind(backward), c.bytes, c.group); }
+  // Copies: the per-GPU share of the host link times the copy efficiency for this size.
+  double copy_rate(double bytes, bool to_device) const;
+  double copy_s(double bytes, bool to_device) const {
+    return bytes / copy_rate(bytes, to_device) + sys.host_link.latency_s;
+  }
+};
+
+}  // namespace hbmsim

@@ -1,0 +1,244 @@
+#include "sim/layer_plan.hpp"
+
+#include <algorithm>
+
+#include "sim/list_scheduler.hpp"
+
+namespace hbmsim {
+
+double TemplatePlan::seconds(const Step& st) const {
+  switch (st.kind) {
+    case Kind::replay: return fwd_s[st.op];
+    case Kind::bwd: return bwd_s[st.op];
+    case Kind::bwd_x:
+    case Kind::bwd_w: return dot_s[st.op];
+  }
+  return 0.0;
+}
+
+// What a step reads of the forward values: a replay its inputs; a backward its saved tensors; the input-
+// gradient dot of a GEMM only the weights.
+const std::vector<int>& step_reads(const OpDef& def, TemplatePlan::Kind k) {
+  static const std::vector<int> none;
+  if (k == TemplatePlan::Kind::replay) return def.inputs;
+  return k == TemplatePlan::Kind::bwd_x ? none : def.saved;
+}
+
+namespace {
+
+bool has_comm(const LayerTemplate& t) {
+  return std::any_of(t.ops.begin(), t.ops.end(), [](const OpDef& op) { return op.kind == OpKind::comm; });
+}
+
+// The issue order of one backward iteration. Unscheduled it is program order: replays in forward order,
+// then the backward ops reversed. Scheduled (LHS, with communication to hide) it is what a latency-hiding
+// list scheduler produces from the iteration's data dependencies and solo durations: each step issues at the
+// earliest time its inputs and its queue allow (ties: communication first, then the longer critical path,
+// then program order), so compute that does not need a collective in flight runs beside it and its
+// consumers wait until it ends.
+void plan_backward_steps(const LayerTemplate& t, TemplatePlan& p) {
+  using Kind = TemplatePlan::Kind;
+  const auto no = t.ops.size(), nt = t.tensors.size();
+  const bool schedule = p.scheduled;
+  auto& steps = p.steps;
+  steps.clear();
+  for (int o : p.order)
+    if (p.replay[static_cast<std::size_t>(o)]) steps.push_back({Kind::replay, static_cast<std::size_t>(o)});
+  for (std::size_t o = no; o-- > 0;) {
+    if (schedule && t.ops[o].kind == OpKind::gemm) {
+      steps.push_back({Kind::bwd_x, o});
+      steps.push_back({Kind::bwd_w, o});
+    } else {
+      steps.push_back({Kind::bwd, o});
+    }
+  }
+  if (schedule) {
+    const auto n = steps.size();
+    std::vector<int> replay_step(no, -1), grad_step(no, -1);  // grad_step: writes the op's input gradients
+    for (std::size_t i = 0; i < n; ++i) {
+      if (steps[i].kind == Kind::replay) replay_step[steps[i].op] = static_cast<int>(i);
+      if (steps[i].kind == Kind::bwd || steps[i].kind == Kind::bwd_x) grad_step[steps[i].op] = static_cast<int>(i);
+    }
+    std::vector<std::vector<int>> consumers(nt);
+    for (std::size_t o = 0; o < no; ++o)
+      for (int in : t.ops[o].inputs) consumers[static_cast<std::size_t>(in)].push_back(static_cast<int>(o));
+    ScheduleDag dag(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto& def = t.ops[steps[i].op];
+      dag.seconds[i] = p.seconds(steps[i]);
+      dag.lane[i] = p.lane(steps[i]);
+      for (int k : step_reads(def, steps[i].kind)) {  // forward values regenerated in this iteration
+        int prod = p.producer[static_cast<std::size_t>(k)];
+        if (prod >= 0 && p.placement[static_cast<std::size_t>(k)] == Placement::remat)
+          dag.edge(replay_step[static_cast<std::size_t>(prod)], i);
+      }
+      if (steps[i].kind == Kind::replay) continue;
+      for (int out : def.outputs)  // the gradient of each output, from every consumer's backward
+        for (int c : consumers[static_cast<std::size_t>(out)]) dag.edge(grad_step[static_cast<std::size_t>(c)], i);
+    }
+    std::vector<TemplatePlan::Step> order;
+    order.reserve(n);
+    for (std::size_t i : dag.list_schedule(false)) order.push_back(steps[i]);
+    steps = std::move(order);
+  }
+  p.last_read.assign(nt, -1);
+  p.grad_last.assign(no, -1);
+  for (std::size_t s = 0; s < steps.size(); ++s) {
+    const auto& def = t.ops[steps[s].op];
+    for (int k : step_reads(def, steps[s].kind)) p.last_read[static_cast<std::size_t>(k)] = static_cast<int>(s);
+    if (steps[s].kind != Kind::replay) p.grad_last[steps[s].op] = static_cast<int>(s);
+  }
+}
+
+// What one backward iteration allocates beyond prefetched tensors: gathered weights, the gradient
+// buffer, replayed tensors and activation gradients. LHS keeps this much free when it hoists prefetches.
+double backward_working_set(const LayerTemplate& t, const TemplatePlan& p) {
+  const auto& steps = p.steps;
+  const auto& last_read = p.last_read;
+  double live = t.gathered_dense_bytes + t.gathered_expert_bytes + t.grad_dense_bytes + t.grad_expert_bytes +
+                t.tensors[0].bytes;  // incoming gradient
+  double peak = live;
+  std::vector<bool> replayed(t.tensors.size(), false), grad(t.tensors.size(), false);
+  using Kind = TemplatePlan::Kind;
+  for (std::size_t s = 0; s < steps.size(); ++s) {
+    const auto& def = t.ops[steps[s].op];
+    const Kind kind = steps[s].kind;
+    if (kind == Kind::replay) {
+      for (int out : def.outputs) {
+        auto k = static_cast<std::size_t>(out);
+        if (p.placement[k] != Placement::remat || replayed[k]) continue;
+        replayed[k] = true;
+        live += t.tensors[k].bytes;
+      }
+    } else if (kind != Kind::bwd_w) {
+      for (int in : def.inputs)
+        if (!grad[static_cast<std::size_t>(in)]) {
+          grad[static_cast<std::size_t>(in)] = true;
+          live += t.tensors[static_cast<std::size_t>(in)].bytes;
+        }
+    }
+    peak = std::max(peak, live);
+    for (int k : step_reads(def, kind))
+      if (last_read[static_cast<std::size_t>(k)] == static_cast<int>(s) && replayed[static_cast<std::size_t>(k)])
+        live -= t.tensors[static_cast<std::size_t>(k)].bytes;
+    if (kind != Kind::replay && p.grad_last[steps[s].op] == static_cast<int>(s))
+      for (int out : def.outputs)
+        if (grad[static_cast<std::size_t>(out)]) live -= t.tensors[static_cast<std::size_t>(out)].bytes;
+  }
+  return peak;
+}
+
+// The forward issue order. Without LHS (or without communication to hide) it is program order and a
+// collective blocks the compute stream. With LHS the list scheduler orders the ops by their data
+// dependencies, so work that does not need a collective in flight (the shared expert; with a batch split,
+// the other micro-batch; a weight-gradient dot) runs beside it.
+void plan_forward_order(const LayerTemplate& t, TemplatePlan& p) {
+  const auto no = t.ops.size();
+  p.order.clear();
+  if (!p.scheduled) {
+    for (std::size_t o = 0; o < no; ++o) p.order.push_back(static_cast<int>(o));
+    return;
+  }
+  ScheduleDag dag(no);
+  for (std::size_t o = 0; o < no; ++o) {
+    dag.seconds[o] = p.fwd_s[o];
+    dag.lane[o] = p.fwd_lane[o];
+    for (int in : t.ops[o].inputs) dag.edge(p.producer[static_cast<std::size_t>(in)], o);
+  }
+  for (std::size_t o : dag.list_schedule(true)) p.order.push_back(static_cast<int>(o));
+}
+
+}  // namespace
+
+TemplatePlan plan_template(const LayerTemplate& t, const Policy& policy, const Costs& c, const StepGraph& g, bool lhs) {
+  TemplatePlan p;
+  const auto nt = t.tensors.size(), no = t.ops.size();
+  p.placement.assign(nt, Placement::remat);
+  p.needed_in_bwd.assign(nt, false);
+  p.replay.assign(no, false);
+  p.producer.assign(nt, -1);
+  p.last_fwd_use.assign(nt, -1);
+  for (std::size_t i = 0; i < nt; ++i)
+    if (t.tensors[i].checkpoint) p.placement[i] = policy.placement(t.tensors[i].name);
+  p.placement[0] = Placement::device;
+  for (std::size_t o = 0; o < no; ++o) {
+    for (int out : t.ops[o].outputs) p.producer[static_cast<std::size_t>(out)] = static_cast<int>(o);
+    for (int s : t.ops[o].saved) p.needed_in_bwd[static_cast<std::size_t>(s)] = true;
+  }
+  // Tensors the backward needs but nobody saved are recomputed, and so are whatever their producers need.
+  std::vector<int> work;
+  for (std::size_t i = 0; i < nt; ++i)
+    if (p.needed_in_bwd[i] && p.placement[i] == Placement::remat) work.push_back(static_cast<int>(i));
+  while (!work.empty()) {
+    int tensor = work.back();
+    work.pop_back();
+    int op = p.producer[static_cast<std::size_t>(tensor)];
+    if (op < 0 || p.replay[static_cast<std::size_t>(op)]) continue;
+    p.replay[static_cast<std::size_t>(op)] = true;
+    for (int in : t.ops[static_cast<std::size_t>(op)].inputs)
+      if (p.placement[static_cast<std::size_t>(in)] == Placement::remat) work.push_back(in);
+  }
+  for (const auto& op : t.ops) {
+    double f = 0, b = 0, dot = 0;
+    bool mb = false;
+    CommCost fc, bc;
+    int fl = ScheduleDag::kCompute, bl = ScheduleDag::kCompute;
+    switch (op.kind) {
+      case OpKind::gemm:
+        // The backward is two dots of the forward's size, each with its own efficiency and launch.
+        f = c.gemm_s(op.flops, op.bytes, op.dtype);
+        dot = c.gemm_s(op.bwd_flops / 2, op.bwd_bytes / 2, op.dtype);
+        b = 2 * dot;
+        mb = c.memory_bound_gemm(op.flops, op.bytes, op.dtype);
+        break;
+      case OpKind::attention:
+        f = c.attention_s(op.flops);
+        b = c.attention_s(op.bwd_flops);
+        break;
+      case OpKind::memory:
+        f = c.memory_s(op.bytes);
+        b = c.memory_s(op.bwd_bytes);
+        mb = true;
+        break;
+      case OpKind::comm:
+        // A direction without communication is an identity: a free op on the compute stream.
+        fc = c.comm(op.comm, false);
+        bc = c.comm(op.comm, true);
+        f = fc.seconds;
+        b = bc.seconds;
+        if (op.comm.forward != CommKind::none) fl = comm_lane(op.comm.axis);
+        if (op.comm.backward != CommKind::none) bl = comm_lane(op.comm.axis);
+        break;
+    }
+    p.fwd_s.push_back(f);
+    p.bwd_s.push_back(b);
+    p.dot_s.push_back(dot);
+    p.fwd_mem_bound.push_back(mb);
+    p.fwd_comm.push_back(fc);
+    p.bwd_comm.push_back(bc);
+    p.fwd_lane.push_back(fl);
+    p.bwd_lane.push_back(bl);
+  }
+  p.scheduled = lhs && has_comm(t);
+  plan_forward_order(t, p);
+  for (int o : p.order)
+    for (int in : t.ops[static_cast<std::size_t>(o)].inputs) p.last_fwd_use[static_cast<std::size_t>(in)] = o;
+  plan_backward_steps(t, p);
+  p.backward_working_set_bytes = backward_working_set(t, p);
+  p.gather = c.net.cost(CommKind::all_gather, t.gathered_dense_bytes, g.dense_shard);
+  p.gather_experts = c.net.cost(CommKind::all_gather, t.gathered_expert_bytes, g.expert_shard);
+  p.reduce_scatter = c.net.cost(CommKind::reduce_scatter, t.grad_dense_bytes, g.dense_shard);
+  p.reduce_scatter_experts = c.net.cost(CommKind::reduce_scatter, t.grad_expert_bytes, g.expert_shard);
+  // What is left of the gradients after the reduce-scatters is one bucket per layer for the sync axes.
+  p.grad_sync_bytes = t.grad_dense_bytes / static_cast<double>(g.mesh.size(g.dense_shard)) +
+                      t.grad_expert_bytes / static_cast<double>(g.mesh.size(g.expert_shard));
+  p.grad_sync = c.net.cost(g.training.parallelism.sharded_optimizer ? CommKind::reduce_scatter : CommKind::all_reduce,
+                           p.grad_sync_bytes, g.grad_sync);
+  for (auto& tensor : t.tensors) {
+    p.d2h_s.push_back(c.copy_s(tensor.bytes, false));
+    p.h2d_s.push_back(c.copy_s(tensor.bytes, true));
+  }
+  return p;
+}
+
+}  // namespace hbmsim

@@ -1,0 +1,55 @@
+// What the policy and the schedule imply for one layer template, computed once per step and reused by
+// every layer of that template: each tensor's placement, which forward ops the backward replays, the
+// issue order of the forward and of one backward iteration, op durations, and the prefetch headroom.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "sim/costs.hpp"
+#include "sim/policy.hpp"
+#include "workloads/step_graph.hpp"
+
+namespace hbmsim {
+
+struct TemplatePlan {
+  std::vector<Placement> placement;    // per tensor (internal tensors: remat)
+  std::vector<bool> needed_in_bwd;     // read by some backward op
+  std::vector<bool> replay;            // per op: replayed in the backward pass
+  std::vector<int> producer;           // per tensor: op index, -1 for the layer input
+  std::vector<int> last_fwd_use;       // per tensor: last forward op reading it (-1: none)
+  std::vector<double> fwd_s, bwd_s;    // per op
+  std::vector<double> dot_s;           // GEMMs: each of the two backward dots (input and weight gradient)
+  std::vector<CommCost> fwd_comm, bwd_comm;  // communication ops: each direction's cost
+  std::vector<int> fwd_lane, bwd_lane; // per op: ScheduleDag lane (compute, or 1 + the comm axis)
+  std::vector<int> order;              // forward (and replay) issue order of the ops
+  std::vector<bool> fwd_mem_bound;
+  double backward_working_set_bytes = 0;  // transient peak of one backward iteration (prefetch headroom)
+  CommCost gather, reduce_scatter;        // this layer's weight all-gather and gradient reduce-scatter
+  CommCost gather_experts, reduce_scatter_experts;
+  CommCost grad_sync;                     // its gradient shards summed over the gradient-sync axes
+  double grad_sync_bytes = 0;             // the shards' bytes
+  std::vector<double> d2h_s, h2d_s;       // per tensor: copy time at its size
+  bool scheduled = false;  // LHS orders its ops by data dependencies (it has communication to hide)
+
+  // One backward iteration: replays of forward ops, and backward ops. In a scheduled layer a GEMM's
+  // backward is two steps (input-gradient and weight-gradient dots).
+  enum class Kind : std::uint8_t { replay, bwd, bwd_x, bwd_w };
+  struct Step { Kind kind; std::size_t op; };
+  std::vector<Step> steps;     // issue order
+  std::vector<int> last_read;  // per tensor: the last step that reads its forward value (-1: none)
+  std::vector<int> grad_last;  // per op: the last step that reads the gradients of its outputs
+
+  double seconds(const Step& st) const;
+  int lane(const Step& st) const { return st.kind == Kind::replay ? fwd_lane[st.op] : bwd_lane[st.op]; }
+};
+
+// What a step reads of the forward values: a replay its inputs; a backward its saved tensors; the input-
+// gradient dot of a GEMM only the weights.
+const std::vector<int>& step_reads(const OpDef& def, TemplatePlan::Kind k);
+
+// The lane of a communication axis in a ScheduleDag.
+inline int comm_lane(Axis a) { return 1 + static_cast<int>(a); }
+
+TemplatePlan plan_template(const LayerTemplate& t, const Policy& policy, const Costs& c, const StepGraph& g, bool lhs);
+
+}  // namespace hbmsim

@@ -1,0 +1,21 @@
+// How the step is scheduled: the XLA and framework switches the simulator models.
+#pragma once
+
+namespace hbmsim {
+
+struct SimOptions {
+  bool lhs = true;                   // xla_gpu_enable_latency_hiding_scheduler
+  bool pipelined_transfers = false;  // xla_gpu_enable_pipelined_host_offloading
+  double memory_limit_slop = 0.95;   // xla_gpu_memory_limit_slop_factor / 100
+  bool pipelined_collectives = true; // xla_gpu_enable_pipelined_all_gather: FSDP gathers one layer ahead
+  bool double_buffering = false;     // xla_gpu_enable_while_loop_double_buffering: scan bodies hold two layers
+  // Tensor-parallel all-gathers and reduce-scatters run chunk by chunk beside their GEMM (Transformer
+  // Engine's userbuffers, XLA's collective matmul): only the first of tp chunks is exposed.
+  bool tp_comm_overlap = false;
+  // Gradient sync over the data-parallel axes bucketed per layer and issued as each layer's backward ends
+  // (Megatron overlap_grad_reduce, DDP buckets); off: all of it after the backward pass.
+  bool dp_overlap = true;
+  bool record_trace = false;
+};
+
+}  // namespace hbmsim

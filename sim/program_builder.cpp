@@ -1,0 +1,694 @@
+#include "sim/program_builder.hpp"
+
+#include <algorithm>
+#include <array>
+#include <stdexcept>
+#include <utility>
+
+#include "hwmodels/json_view.hpp"
+#include "sim/comm.hpp"
+#include "sim/costs.hpp"
+#include "sim/layer_plan.hpp"
+
+namespace hbmsim {
+
+using sim::MemCategory;
+using sim::Program;
+using sim::ProgramOp;
+using Kind = TemplatePlan::Kind;
+
+namespace {
+
+// Appends ops to a program: built in place (they are large), named when asked, communication on the queue of
+// its mesh axis with the link bandwidth it uses, copies on the copy engines over the host link.
+class Writer {
+ public:
+  Writer(Program& p, const System& sys, std::vector<std::string>* names) : p_(p), names_(names) {
+    d2h_ = p.queue("d2h", sim::QueueKind::concurrent, true);
+    h2d_ = p.queue("h2d", sim::QueueKind::concurrent, true);
+    d2h_link_ = p.resource("host link D2H", sys.host_d2h_bytes_per_s());
+    h2d_link_ = p.resource("host link H2D", sys.host_h2d_bytes_per_s());
+    if (sys.host_link.bidirectional_total_bytes_per_s)
+      both_links_ = p.resource("host link both directions", *sys.host_link.bidirectional_total_bytes_per_s);
+  }
+
+  bool naming() const { return names_ != nullptr; }
+  ProgramOp& op(int i) { return p_.ops[static_cast<std::size_t>(i)]; }
+  int last_compute() const { return last_compute_; }
+
+  int compute(double seconds, bool memory_bound, double flops, char phase, int layer, std::string name) {
+    ProgramOp& o = emplace(sim::kComputeQueue, seconds, phase, layer);
+    o.memory_bound = memory_bound;
+    o.executed_flops = flops;
+    last_compute_ = named(std::move(name));
+    return last_compute_;
+  }
+  // `fraction` of a communication's cost (an overlapped collective is issued in two parts).
+  int comm(Axis axis, const CommCost& cost, double fraction, char phase, int layer, std::string name) {
+    return comm2(axis, cost, CommCost{}, fraction, phase, layer, std::move(name));
+  }
+  // Two communications issued as one op (a layer's dense and expert weights gathered together).
+  int comm2(Axis axis, const CommCost& a, const CommCost& b, double fraction, char phase, int layer, std::string name) {
+    const double seconds = (a.seconds + b.seconds) * fraction;
+    emplace(queue(axis), seconds, phase, layer);
+    const int id = named(std::move(name));
+    for (const CommCost* c : {&a, &b})
+      for (const auto& l : c->links) {
+        if (l.bytes <= 0) continue;
+        const double bytes = l.bytes * fraction;
+        op(id).bytes_sent += bytes;
+        if (seconds <= 0) continue;
+        // SPMD: each device receives what it sends, so both directions of the link carry the same rate.
+        const auto [out, in] = link(l);
+        p_.use(id, out, bytes / seconds);
+        p_.use(id, in, bytes / seconds);
+      }
+    return id;
+  }
+  // A copy holds its direction's copy engine while it runs: concurrent copies in one direction time-share it
+  // (each at its solo rate over their number); a cap on both directions together limits the bytes moved.
+  int copy(bool to_device, double bytes, double seconds, int layer, std::string name) {
+    emplace(to_device ? h2d_ : d2h_, seconds, 'c', layer);
+    const int id = named(std::move(name));
+    const int link = to_device ? h2d_link_ : d2h_link_;
+    p_.use(id, link, p_.resources[static_cast<std::size_t>(link)].capacity_bytes_per_s);
+    if (both_links_ >= 0) p_.use(id, both_links_, bytes / seconds);
+    return id;
+  }
+  // `op` waits for `producer` when they are on different queues (a queue runs its ops in order).
+  void data_dep(int op_id, int producer) {
+    if (producer >= 0 && op(producer).queue != op(op_id).queue) op(op_id).deps.push_back(producer);
+  }
+
+ private:
+  ProgramOp& emplace(int queue, double seconds, char phase, int layer) {
+    p_.ops.emplace_back(queue, seconds);
+    ProgramOp& o = p_.ops.back();
+    o.use_begin = static_cast<std::uint32_t>(p_.uses.size());
+    o.phase = phase;
+    o.layer = layer;
+    return o;
+  }
+  int named(std::string name) {
+    if (names_) names_->push_back(std::move(name));
+    return static_cast<int>(p_.ops.size()) - 1;
+  }
+  // Queues and link resources are created on first use and remembered (a step has a few of each).
+  int queue(Axis axis) {
+    int& q = queues_[static_cast<std::size_t>(axis)];
+    if (q < 0) q = p_.queue(to_string(axis));
+    return q;
+  }
+  std::pair<int, int> link(const LinkBytes& l) {
+    for (const auto& [name, ids] : links_)
+      if (name == l.link) return ids;
+    links_.emplace_back(l.link, std::pair{p_.resource(l.link + " out", l.bytes_per_s), p_.resource(l.link + " in", l.bytes_per_s)});
+    return links_.back().second;
+  }
+
+  Program& p_;
+  std::vector<std::string>* names_;
+  int last_compute_ = -1;
+  int d2h_ = -1, h2d_ = -1, d2h_link_ = -1, h2d_link_ = -1, both_links_ = -1;
+  std::array<int, kAxisCount> queues_{-1, -1, -1, -1, -1, -1};
+  std::vector<std::pair<std::string, std::pair<int, int>>> links_;
+};
+
+struct Gather {
+  int op = -1, buf = -1;
+};
+
+// What a layer's forward leaves for its backward.
+struct ForwardLayer {
+  std::vector<int> buf;       // per tensor: forward buffer (-1: none)
+  std::vector<int> host_buf;  // per tensor: pinned host copy (-1: not offloaded)
+  std::vector<int> d2h;       // per tensor: the D2H op
+  int output_buf = -1;
+  int last = -1;              // its last compute op
+  std::vector<std::pair<std::size_t, int>> due;  // (layer whose forward must wait, op): copies and overlap tails
+};
+
+struct BackwardLayer {
+  Gather gather;             // its weights, gathered one layer ahead with pipelined collectives
+  int iteration_start = -1;  // the op its backward iteration starts after
+  int last = -1;             // its last compute op
+};
+
+// A communication op emitted for a template op: readers wait for `head`; with comm/GEMM overlap the `rest`
+// runs on behind the GEMM and only the end of the iteration waits for it.
+struct Emitted {
+  int head = -1, rest = -1;
+};
+
+class ProgramBuilder {
+ public:
+  ProgramBuilder(const StepGraph& g, const System& sys, const Policy& policy, const SimOptions& opt,
+                 std::vector<std::string>* names, Program& out)
+      : g_(g), sys_(sys), opt_(opt), net_(sys, g.mesh), costs_{sys, net_}, prog_(out), w_(out, sys, names) {
+    reserve();
+    double headroom = 0;
+    for (auto& t : g.templates) {
+      plans_.push_back(plan_template(t, policy, costs_, g, opt.lhs));
+      headroom = std::max(headroom, plans_.back().backward_working_set_bytes);
+    }
+    prog_.hbm_limit_bytes = opt.memory_limit_slop * sys.gpu.hbm_bytes - headroom;
+    prog_.copy_interference = sys.efficiency.compute_slowdown_during_copy;
+    plan_loop_bodies();
+  }
+
+  void build() {
+    for (auto [bytes, cat] : {std::pair{g_.parameter_bytes, MemCategory::parameters},
+                              {g_.optimizer_bytes, MemCategory::optimizer_state},
+                              {g_.gradient_bytes, MemCategory::gradients},
+                              {sys_.runtime.reserve_bytes, MemCategory::runtime_reserve}})
+      prog_.resident.push_back(prog_.add_buffer(bytes, cat));
+    const std::vector<int> param_sync = parameter_sync();
+    std::vector<int> done;  // what the optimizer waits for
+    for (std::int64_t m = 0; m < g_.training.grad_accum; ++m) {
+      auto ops = micro_batch(m + 1 == g_.training.grad_accum, param_sync);
+      done.insert(done.end(), ops.begin(), ops.end());
+    }
+    int opt = w_.compute(costs_.memory_s(g_.optimizer_update_bytes), true, 0, 'o', -1, "optimizer_update");
+    for (int r : done) w_.op(opt).deps.push_back(r);
+  }
+
+ private:
+  // Event budget: a step larger than this would take seconds and gigabytes; refuse it up front. The op list
+  // is reserved at an upper bound so that a thread's first step does not relocate it halfway.
+  void reserve() {
+    std::size_t ops_estimate = 0, ops_bound = 0;
+    for (std::int64_t l = 0; l < g_.model.num_layers; ++l) {
+      ops_estimate += 3 * g_.layer(l).ops.size() + 8;
+      ops_bound += 5 * g_.layer(l).ops.size() + 3 * g_.layer(l).tensors.size() + 10;
+    }
+    constexpr std::size_t kMaxOps = 4'000'000;
+    const double total_ops = static_cast<double>(ops_estimate) * static_cast<double>(g_.training.grad_accum);
+    if (total_ops > kMaxOps)
+      throw InputError("layers x grad_accum = " + std::to_string(g_.model.num_layers) + " x " +
+                       std::to_string(g_.training.grad_accum) + " (the step would need about " +
+                       std::to_string(static_cast<long long>(total_ops)) + " simulated ops; the budget is 4000000)");
+    prog_.ops.reserve(ops_bound * static_cast<std::size_t>(g_.training.grad_accum) + 32);
+    prog_.buffers.reserve(ops_bound * static_cast<std::size_t>(g_.training.grad_accum) + 32);
+  }
+
+  // With while-loop double buffering a scan body holds two consecutive layers of the same template (in
+  // the order the loop runs them; a body never spans two scans), so LHS may move a transfer across the
+  // first layer's iteration boundary (compute is not reordered across the two layers here). Without LHS
+  // nothing moves it. Per layer: the layer after its forward body, and the first layer of its backward body
+  // (the backward runs the layers in reverse).
+  void plan_loop_bodies() {
+    const auto L = static_cast<std::size_t>(g_.model.num_layers);
+    fwd_body_end_.resize(L);
+    bwd_body_first_.resize(L);
+    const std::size_t len = opt_.double_buffering && opt_.lhs ? 2 : 1;
+    for (std::size_t first = 0; first < L;) {  // one scan per run of layers of the same template
+      std::size_t end = first;
+      while (end < L && g_.layer_template[end] == g_.layer_template[first]) ++end;
+      for (std::size_t l = first; l < end; ++l) {
+        fwd_body_end_[l] = std::min(first + (l - first) / len * len + len, end);
+        bwd_body_first_[l] = end - 1 - (end - 1 - l) / len * len;
+      }
+      first = end;
+    }
+  }
+
+  const TemplatePlan& plan(std::int64_t l) const {
+    return plans_[static_cast<std::size_t>(g_.layer_template[static_cast<std::size_t>(l)])];
+  }
+  std::string label(const std::string& what, std::int64_t layer) const {
+    return w_.naming() ? what + " L" + std::to_string(layer) : std::string();
+  }
+  std::string label(const char* prefix, const std::string& what, std::int64_t layer) const {
+    return w_.naming() ? prefix + what + " L" + std::to_string(layer) : std::string();
+  }
+  std::size_t at(std::int64_t l) const { return static_cast<std::size_t>(l); }
+  bool multi(AxisSet group) const { return g_.mesh.size(group) > 1; }
+
+  // Without LHS a collective is synchronous: it waits for the compute before it and the compute after it
+  // waits for it. Libraries that issue it asynchronously themselves (the CP ring) overlap it either way.
+  bool blocking(const CommDef& c) const { return !opt_.lhs && !c.async; }
+
+  Emitted emit_comm(const CommDef& c, const CommCost& cost, char phase, std::int64_t layer, std::string name) {
+    const CommKind kind = c.kind(phase == 'b');
+    const bool overlap = opt_.tp_comm_overlap && c.axis == Axis::tp &&
+                         (kind == CommKind::all_gather || kind == CommKind::reduce_scatter);
+    const double head = overlap ? 1.0 / static_cast<double>(g_.mesh.size(Axis::tp)) : 1.0;
+    Emitted e;
+    e.head = w_.comm(c.axis, cost, head, phase, static_cast<int>(layer), name);
+    if (overlap) e.rest = w_.comm(c.axis, cost, 1 - head, phase, static_cast<int>(layer), name + (w_.naming() ? " (overlapped)" : ""));
+    return e;
+  }
+
+  // A communication of the embedding or head that turns buffer `from` into buffer `to` after `after`; an
+  // identity direction is a free op on the compute stream.
+  int transform(const CommDef& c, bool backward, int from, int to, int after, char phase, const std::string& name) {
+    int id;
+    if (c.kind(backward) == CommKind::none) {
+      id = w_.compute(0, false, 0, phase, -1, name);
+    } else {
+      id = w_.comm(c.axis, costs_.comm(c, backward), 1.0, phase, -1, name);
+      if (after >= 0) w_.op(id).deps.push_back(after);
+    }
+    w_.op(id).allocs.push_back(to);
+    w_.op(id).releases.push_back(from);
+    return id;
+  }
+
+  // With a sharded optimizer each layer's updated parameter shard is all-gathered over the sync axes; the
+  // next step's forward overlaps it (Megatron overlap_param_gather), so it is issued at the step's start and
+  // each layer's weight gather waits for its bucket.
+  std::vector<int> parameter_sync() {
+    std::vector<int> ops(at(g_.model.num_layers), -1);
+    if (!g_.training.parallelism.sharded_optimizer || !multi(g_.grad_sync)) return ops;
+    for (std::int64_t l = 0; l < g_.model.num_layers; ++l) {
+      const auto cost = net_.cost(CommKind::all_gather, plan(l).grad_sync_bytes, g_.grad_sync);
+      ops[at(l)] = w_.comm(Axis::dp, cost, 1.0, 'f', static_cast<int>(l), label("all_gather parameters", l));
+    }
+    return ops;
+  }
+
+  Gather gather_layer(std::int64_t l, int after, char phase) {
+    const auto& t = g_.layer(l);
+    const auto& p = plan(l);
+    Gather ag;
+    ag.buf = prog_.add_buffer(t.gathered_dense_bytes + t.gathered_expert_bytes, MemCategory::gathered_weights);
+    ag.op = w_.comm2(Axis::fsdp, p.gather, p.gather_experts, 1.0, phase, static_cast<int>(l),
+                     label(phase == 'f' ? "all_gather" : "all_gather bwd", l));
+    w_.op(ag.op).allocs = {ag.buf};
+    if (after >= 0) w_.op(ag.op).deps.push_back(after);
+    return ag;
+  }
+
+  // One micro-batch: embedding, forward layers, head, backward layers, embedding backward. Returns the ops
+  // the optimizer waits for (gradient reduce-scatters and, on the last micro-batch, their sync).
+  std::vector<int> micro_batch(bool sync, const std::vector<int>& param_sync) {
+    const auto L = g_.model.num_layers;
+    const double act = dtype_bytes(g_.training.activation_dtype);
+    const double T = g_.tokens, Ts = g_.sharded_tokens;
+    const double d = static_cast<double>(g_.model.d_model);
+    const bool tp = multi(AxisSet{Axis::tp});
+
+    // The two tables are gathered where they are used: the input embedding for the lookup (then freed; its
+    // gradient is a scatter that does not read it), the unembedding one layer ahead of the head. With tp
+    // the lookup on this rank's vocab shard gives partial sums, which leave over tp.
+    const double table_bytes = g_.embed_gathered_bytes / 2;
+    const CommCost table_gather = net_.cost(CommKind::all_gather, table_bytes, g_.dense_shard);
+    auto gather_table = [&](const char* name, int after) {
+      Gather ag{w_.comm(Axis::fsdp, table_gather, 1.0, 'f', -1, name), prog_.add_buffer(table_bytes, MemCategory::gathered_weights)};
+      w_.op(ag.op).allocs = {ag.buf};
+      if (after >= 0) w_.op(ag.op).deps.push_back(after);
+      return ag;
+    };
+    const Gather embed = gather_table("all_gather embedding", -1);
+    int input_buf = prog_.add_buffer(Ts * d * act, MemCategory::saved_activations);
+    const int lookup_buf = tp ? prog_.add_buffer(T * d * act, MemCategory::workspace) : input_buf;
+    int lookup = w_.compute(costs_.memory_s(2 * T * d * act), true, 0, 'f', -1, "embedding_lookup");
+    w_.op(lookup).deps.push_back(embed.op);
+    w_.op(lookup).allocs.push_back(lookup_buf);
+    w_.op(lookup).releases.push_back(embed.buf);
+    int layer_in_op = lookup;
+    if (tp) layer_in_op = transform(g_.embed_exit, false, lookup_buf, input_buf, lookup, 'f', "embedding_exit");
+
+    std::vector<ForwardLayer> fwd;
+    fwd.reserve(at(L));
+    std::vector<std::vector<int>> barrier(at(L) + 2);  // ops iteration l must wait for
+    barrier[0].push_back(layer_in_op);
+    for (std::int64_t l = 0; l < L; ++l) {
+      fwd.push_back(forward_layer(l, input_buf, fwd, barrier[at(l)], param_sync[at(l)]));
+      for (auto [due, id] : fwd.back().due) barrier[due].push_back(id);
+      input_buf = fwd.back().output_buf;
+    }
+    const Gather head = gather_table("all_gather unembedding", L >= 2 ? fwd[at(L - 2)].last : lookup);
+
+    // Head: final norm, unembedding and loss, then their backward. The loss runs in fp32 (MaxText casts
+    // logits to float32 for cross-entropy): bf16 logits, their fp32 copy and the fp32 gradient.
+    const double logit_elems = g_.logits_bytes / act;
+    int logits = prog_.add_buffer(logit_elems * (act + 4 + 4), MemCategory::workspace);
+    int norm = w_.compute(costs_.memory_s(2 * Ts * d * act), true, 0, 'f', -1, "final_norm");
+    for (auto& b : {barrier[at(L)], barrier[at(L) + 1]})
+      for (int c : b) w_.op(norm).deps.push_back(c);
+    int head_in = -1;
+    if (tp && g_.head_enter.forward != CommKind::none) {
+      head_in = w_.comm(Axis::tp, costs_.comm(g_.head_enter, false), 1.0, 'f', -1, "head_all_gather");
+      w_.op(head_in).deps.push_back(norm);
+    }
+    int unembed = w_.compute(costs_.gemm_s(g_.unembed_flops, g_.logits_bytes, Dtype::bf16), false, g_.unembed_flops,
+                             'f', -1, "unembed");
+    w_.op(unembed).allocs.push_back(logits);
+    w_.op(unembed).deps.push_back(head.op);
+    w_.data_dep(unembed, head_in);
+    int loss = w_.compute(costs_.memory_s(3 * g_.logits_bytes), true, 0, 'f', -1, "softmax_cross_entropy");
+    int stats = -1;
+    if (tp) {
+      stats = w_.comm(Axis::tp, costs_.comm(g_.loss_stats, false), 1.0, 'f', -1, "loss_all_reduce");
+      w_.op(stats).deps.push_back(loss);
+    }
+    int grad_carry = prog_.add_buffer(T * d * act, MemCategory::workspace);
+    int unembed_bwd = w_.compute(costs_.gemm_s(2 * g_.unembed_flops, 2 * g_.logits_bytes, Dtype::bf16), false,
+                                 2 * g_.unembed_flops, 'b', -1, "unembed_bwd");
+    w_.op(unembed_bwd).allocs.push_back(grad_carry);
+    w_.op(unembed_bwd).releases = {logits, head.buf, input_buf};
+    w_.data_dep(unembed_bwd, stats);
+    if (tp) {
+      int sharded = prog_.add_buffer(Ts * d * act, MemCategory::workspace);
+      int exit = transform(g_.head_enter, true, grad_carry, sharded, unembed_bwd, 'b', "head_exit_bwd");
+      w_.data_dep(w_.compute(0, false, 0, 'b', -1, w_.naming() ? "head_grad_ready" : ""), exit);
+      grad_carry = sharded;
+    }
+    backward_start_ = unembed_bwd;
+
+    std::vector<BackwardLayer> bwd(at(L));
+    if (opt_.pipelined_collectives) bwd[at(L - 1)].gather = gather_layer(L - 1, -1, 'b');
+    std::vector<int> done, reduce_scatter(at(L), -1);
+    const bool sync_layers = sync && multi(g_.grad_sync);
+    for (std::int64_t l = L - 1; l >= 0; --l) {
+      auto [grad, rs] = backward_layer(l, fwd[at(l)], bwd, grad_carry);
+      grad_carry = grad;
+      done.push_back(rs);
+      reduce_scatter[at(l)] = rs;
+      if (sync_layers && opt_.dp_overlap) done.push_back(grad_sync(plan(l).grad_sync, rs, -1, l));
+    }
+
+    if (tp) {
+      int whole = prog_.add_buffer(T * d * act, MemCategory::workspace);
+      int enter = transform(g_.embed_exit, true, grad_carry, whole, w_.last_compute(), 'b', "embedding_exit_bwd");
+      grad_carry = whole;
+      w_.data_dep(w_.compute(0, false, 0, 'b', -1, w_.naming() ? "embedding_grad_ready" : ""), enter);
+    }
+    int embed_grad = prog_.add_buffer(g_.embed_grad_bytes, MemCategory::collective_buffers);
+    int scatter = w_.compute(costs_.memory_s(2 * T * d * act), true, 0, 'b', -1, "embedding_bwd");
+    w_.op(scatter).allocs.push_back(embed_grad);
+    w_.op(scatter).releases.push_back(grad_carry);
+    int rs = w_.comm(Axis::fsdp, net_.cost(CommKind::reduce_scatter, g_.embed_grad_bytes, g_.dense_shard), 1.0, 'b', -1,
+                     "reduce_scatter embedding");
+    w_.op(rs).deps = {scatter};
+    w_.op(rs).releases = {embed_grad};
+    done.push_back(rs);
+    if (sync_layers) {
+      // Without overlap every bucket is issued once the backward pass is done.
+      if (!opt_.dp_overlap)
+        for (std::int64_t l = L - 1; l >= 0; --l) done.push_back(grad_sync(plan(l).grad_sync, reduce_scatter[at(l)], scatter, l));
+      const double embed_shard = g_.embed_grad_bytes / static_cast<double>(g_.mesh.size(g_.dense_shard));
+      const auto kind = g_.training.parallelism.sharded_optimizer ? CommKind::reduce_scatter : CommKind::all_reduce;
+      done.push_back(grad_sync(net_.cost(kind, embed_shard, g_.grad_sync), rs, -1, -1));
+    }
+    return done;
+  }
+
+  // One layer's gradient bucket summed over the data-parallel axes, after its reduce-scatter.
+  int grad_sync(const CommCost& cost, int after_rs, int after, std::int64_t l) {
+    const char* what = g_.training.parallelism.sharded_optimizer ? "reduce_scatter grads" : "all_reduce grads";
+    int id = w_.comm(Axis::dp, cost, 1.0, 'b', static_cast<int>(l), l >= 0 ? label(what, l) : std::string(what) + " embedding");
+    w_.op(id).deps.push_back(after_rs);
+    if (after >= 0) w_.op(id).deps.push_back(after);
+    return id;
+  }
+
+  ForwardLayer forward_layer(std::int64_t l, int input_buf, const std::vector<ForwardLayer>& prev,
+                             const std::vector<int>& barrier, int param_sync) {
+    const auto& t = g_.layer(l);
+    const auto& p = plan(l);
+    const auto nt = t.tensors.size();
+    const bool pipelined = opt_.lhs && opt_.pipelined_transfers;
+    // Pipelined collectives gather one layer ahead (from when layer l-2 is done with its weights); without
+    // them the gather sits at the top of its own iteration and the layer waits for it.
+    const std::int64_t lag = opt_.pipelined_collectives ? 2 : 1;
+    const Gather ag = gather_layer(l, l >= lag ? prev[at(l - lag)].last : -1, 'f');
+    if (param_sync >= 0) w_.op(ag.op).deps.push_back(param_sync);
+
+    ForwardLayer st;
+    st.buf.assign(nt, -1);
+    st.host_buf.assign(nt, -1);
+    st.d2h.assign(nt, -1);
+    st.buf[0] = input_buf;
+    for (std::size_t k = 1; k < nt; ++k) {
+      MemCategory cat = MemCategory::workspace;
+      if (p.placement[k] == Placement::device || static_cast<int>(k) == t.output_tensor) cat = MemCategory::saved_activations;
+      else if (p.placement[k] == Placement::offload) cat = MemCategory::offload_buffers;
+      st.buf[k] = prog_.add_buffer(t.tensors[k].bytes, cat);
+    }
+    st.output_buf = st.buf[static_cast<std::size_t>(t.output_tensor)];
+
+    struct PendingCopy { std::size_t tensor; int after, src; };
+    std::vector<PendingCopy> pending;
+    std::vector<int> op_id(t.ops.size(), -1), tails;
+    int waiting = -1;  // a synchronous collective the next compute op waits for
+    bool first = true;
+    const std::size_t done_by = pipelined ? at(l + 2) : fwd_body_end_[at(l)];
+    for (int oi : p.order) {
+      const auto o = static_cast<std::size_t>(oi);
+      const auto& def = t.ops[o];
+      int id;
+      if (def.kind == OpKind::comm && def.comm.forward != CommKind::none) {
+        const Emitted e = emit_comm(def.comm, p.fwd_comm[o], 'f', l, label(def.name, l));
+        id = e.head;
+        if (e.rest >= 0) tails.push_back(e.rest);
+        if (blocking(def.comm)) {
+          if (w_.last_compute() >= 0) w_.op(id).deps.push_back(w_.last_compute());
+          waiting = id;
+        }
+      } else {
+        id = w_.compute(p.fwd_s[o], p.fwd_mem_bound[o], def.flops, 'f', static_cast<int>(l), label(def.name, l));
+        if (waiting >= 0) w_.op(id).deps.push_back(std::exchange(waiting, -1));
+      }
+      op_id[o] = id;
+      for (int in : def.inputs)
+        if (int prod = p.producer[static_cast<std::size_t>(in)]; prod >= 0) w_.data_dep(id, op_id[static_cast<std::size_t>(prod)]);
+      if (first) {  // the iteration's first op waits for its weights and the copies due
+        first = false;
+        w_.op(id).deps.push_back(ag.op);
+        for (int c : barrier) w_.op(id).deps.push_back(c);
+      }
+      for (int out : def.outputs) w_.op(id).allocs.push_back(st.buf[static_cast<std::size_t>(out)]);
+      for (int out : def.outputs) {
+        auto k = static_cast<std::size_t>(out);
+        if (p.placement[k] != Placement::offload) continue;
+        int src = st.buf[k], after = id;
+        if (pipelined) {
+          // Staged through a loop-carried device buffer so the copy may finish in a later iteration.
+          int staged = prog_.add_buffer(t.tensors[k].bytes, MemCategory::offload_buffers);
+          after = w_.compute(costs_.memory_s(2 * t.tensors[k].bytes), true, 0, 'f', static_cast<int>(l),
+                             label("stage ", t.tensors[k].name, l));
+          w_.op(after).allocs.push_back(staged);
+          w_.op(after).releases.push_back(src);  // the stage copy is one more reader of the original
+          src = staged;
+        }
+        pending.push_back({k, after, src});
+      }
+    }
+    if (waiting >= 0) throw std::logic_error("layer template ends in a synchronous collective");
+    st.last = w_.last_compute();
+    // Copies are added after the layer's ops: without LHS an async copy starts right before the op that
+    // waits for it, which is the iteration's end; with LHS right after its producer. LHS: done by the end of
+    // this iteration (double buffering: of this loop body); pipelined: by the end of the next one.
+    for (auto& pc : pending) {
+      const auto k = pc.tensor;
+      int host = prog_.add_buffer(t.tensors[k].bytes, MemCategory::offload_buffers, true);
+      int copy = w_.copy(false, t.tensors[k].bytes, p.d2h_s[k], static_cast<int>(l), label("d2h ", t.tensors[k].name, l));
+      w_.op(copy).deps = {opt_.lhs ? pc.after : st.last};
+      w_.op(copy).priority = static_cast<int>(l);
+      w_.op(copy).allocs = {host};
+      w_.op(copy).releases = {pc.src};
+      st.host_buf[k] = host;
+      st.d2h[k] = copy;
+      st.due.emplace_back(done_by, copy);
+    }
+    for (int r : tails) st.due.emplace_back(at(l + 1), r);
+    // Forward-only tensors die after their last forward reader (or at once if nobody reads them).
+    for (std::size_t k = 1; k < nt; ++k) {
+      if (static_cast<int>(k) == t.output_tensor || p.placement[k] == Placement::device) continue;
+      if (p.placement[k] == Placement::offload && pipelined) continue;  // released by its stage copy
+      if (p.placement[k] == Placement::offload && p.last_fwd_use[k] < 0) continue;  // the D2H releases it
+      int reader = p.last_fwd_use[k] >= 0 ? op_id[static_cast<std::size_t>(p.last_fwd_use[k])]
+                                          : op_id[static_cast<std::size_t>(p.producer[k])];
+      w_.op(reader).releases.push_back(st.buf[k]);
+    }
+    w_.op(st.last).releases.push_back(ag.buf);
+    return st;
+  }
+
+  // One layer's backward iteration. Returns the gradient of its input and its reduce-scatter.
+  std::pair<int, int> backward_layer(std::int64_t l, const ForwardLayer& f, std::vector<BackwardLayer>& bwd, int grad_in) {
+    const auto& t = g_.layer(l);
+    const auto& p = plan(l);
+    const auto nt = t.tensors.size();
+    const bool pipelined = opt_.lhs && opt_.pipelined_transfers;
+    const int iteration_start = w_.last_compute();
+    auto& me = bwd[at(l)];
+    me.iteration_start = iteration_start;
+    // Transfers may start from the start of the loop body, which double buffering makes two layers long.
+    const int body_start = bwd[bwd_body_first_[at(l)]].iteration_start;
+    // Issue the next layer's gather before this layer's reduce-scatter so the two never queue behind each
+    // other; it may start once layer l+1 is done with its weights.
+    if (opt_.pipelined_collectives) {
+      if (l >= 1) bwd[at(l - 1)].gather = gather_layer(l - 1, l + 1 < g_.model.num_layers ? bwd[at(l + 1)].last : -1, 'b');
+    } else {
+      me.gather = gather_layer(l, iteration_start, 'b');
+    }
+    const Gather ag = me.gather;
+
+    const auto& steps = p.steps;
+    const auto& last_read = p.last_read;
+    auto read = [&](std::size_t k) { return last_read[k] >= 0; };
+
+    // Per-tensor working lists, reset here (their capacity is kept across layers and steps).
+    auto& buf = scratch_.buf;
+    auto& h2d = scratch_.h2d;
+    auto& grad = scratch_.grad;
+    auto& val_op = scratch_.val_op;      // per tensor: the op that regenerated it in this iteration
+    auto& grad_ops = scratch_.grad_ops;  // per tensor: the ops that wrote its gradient
+    auto& tails = scratch_.tails;
+    buf.assign(nt, -1);
+    h2d.assign(nt, -1);
+    grad.assign(nt, -1);
+    val_op.assign(nt, -1);
+    if (grad_ops.size() < nt) grad_ops.resize(nt);
+    for (std::size_t k = 0; k < nt; ++k) grad_ops[k].clear();
+    tails.clear();
+    for (std::size_t k = 0; k < nt; ++k)
+      if (k == 0 || p.placement[k] == Placement::device) buf[k] = f.buf[k];
+    auto make_h2d = [&](std::size_t k, int after) {
+      int dst = prog_.add_buffer(t.tensors[k].bytes, MemCategory::offload_buffers);
+      int copy = w_.copy(true, t.tensors[k].bytes, p.h2d_s[k], static_cast<int>(l), label("h2d ", t.tensors[k].name, l));
+      ProgramOp& c = w_.op(copy);
+      c.allocs = {dst};
+      c.releases = {f.host_buf[k]};
+      if (after >= 0) c.deps.push_back(after);
+      c.deps.push_back(f.d2h[k]);
+      c.priority = static_cast<int>(g_.model.num_layers - l);  // the layer needed soonest goes first
+      if (opt_.lhs) c.gate_bytes = t.tensors[k].bytes;
+      h2d[k] = copy;
+      buf[k] = dst;
+    };
+    // With LHS the prefetch is hoisted to the iteration's start (pipelined: anywhere in the backward pass the
+    // memory limit allows).
+    if (opt_.lhs)
+      for (std::size_t k = 1; k < nt; ++k)
+        if (p.placement[k] == Placement::offload && read(k)) make_h2d(k, pipelined ? backward_start_ : body_start);
+
+    int grad_buf = prog_.add_buffer(t.grad_dense_bytes + t.grad_expert_bytes, MemCategory::collective_buffers);
+    grad[static_cast<std::size_t>(t.output_tensor)] = grad_in;
+    bool first = true;
+    auto begin_iteration = [&](int id) {  // the first compute op waits for the weights and opens the gradients
+      if (!first) return;
+      w_.op(id).deps.push_back(ag.op);
+      w_.op(id).allocs.push_back(grad_buf);
+      first = false;
+    };
+    int waiting = -1;
+    for (std::size_t s = 0; s < steps.size(); ++s) {
+      const std::size_t o = steps[s].op;
+      const auto& def = t.ops[o];
+      const Kind kind = steps[s].kind;
+      const bool replay = kind == Kind::replay;
+      const auto& reads = step_reads(def, kind);
+      // Without LHS the copy starts right before the first op that reads it.
+      if (!opt_.lhs)
+        for (int k : reads) {
+          auto kk = static_cast<std::size_t>(k);
+          if (p.placement[kk] == Placement::offload && h2d[kk] < 0) make_h2d(kk, w_.last_compute());
+        }
+      const char* prefix = replay ? "recompute " : kind == Kind::bwd ? "bwd " : kind == Kind::bwd_x ? "bwd_x " : "bwd_w ";
+      std::string name = w_.naming() ? prefix + def.name + " L" + std::to_string(l) : std::string();
+      int id;
+      if (def.kind == OpKind::comm && def.comm.kind(!replay) != CommKind::none) {
+        const Emitted e = emit_comm(def.comm, replay ? p.fwd_comm[o] : p.bwd_comm[o], replay ? 'r' : 'b', l, std::move(name));
+        id = e.head;
+        if (e.rest >= 0) tails.push_back(e.rest);
+        if (iteration_start >= 0) w_.op(id).deps.push_back(iteration_start);  // collectives start with their iteration
+        if (blocking(def.comm)) {
+          if (w_.last_compute() >= 0) w_.op(id).deps.push_back(w_.last_compute());
+          waiting = id;
+        }
+      } else {
+        const double flops = replay ? def.flops : kind == Kind::bwd ? def.bwd_flops : def.bwd_flops / 2;
+        id = w_.compute(p.seconds(steps[s]), p.fwd_mem_bound[o], def.kind == OpKind::comm ? 0 : flops, replay ? 'r' : 'b',
+                        static_cast<int>(l), std::move(name));
+        begin_iteration(id);
+        if (waiting >= 0) w_.op(id).deps.push_back(std::exchange(waiting, -1));
+      }
+      for (int k : reads) w_.data_dep(id, val_op[static_cast<std::size_t>(k)]);
+      if (!replay)
+        for (int out : def.outputs)
+          for (int g : grad_ops[static_cast<std::size_t>(out)]) w_.data_dep(id, g);
+      for (int k : reads) {
+        auto kk = static_cast<std::size_t>(k);
+        if (h2d[kk] >= 0) w_.op(id).deps.push_back(h2d[kk]);
+        if (last_read[kk] == static_cast<int>(s) && buf[kk] >= 0) w_.op(id).releases.push_back(buf[kk]);
+      }
+      if (replay) {
+        for (int out : def.outputs) {
+          auto kk = static_cast<std::size_t>(out);
+          val_op[kk] = id;
+          if (buf[kk] >= 0 || p.placement[kk] == Placement::offload) continue;
+          buf[kk] = prog_.add_buffer(t.tensors[kk].bytes, MemCategory::workspace);
+          w_.op(id).allocs.push_back(buf[kk]);
+          if (!read(kk) || last_read[kk] <= static_cast<int>(s)) w_.op(id).releases.push_back(buf[kk]);
+        }
+        continue;
+      }
+      // A backward step writes the gradients of its inputs (the weight-gradient dot writes only the
+      // layer's weight gradients) and, as their last reader, drops the gradients of its outputs.
+      if (kind != Kind::bwd_w) {
+        for (int in : def.inputs) {
+          auto kk = static_cast<std::size_t>(in);
+          if (grad[kk] < 0) {
+            grad[kk] = prog_.add_buffer(t.tensors[kk].bytes, MemCategory::workspace);
+            w_.op(id).allocs.push_back(grad[kk]);
+          }
+          grad_ops[kk].push_back(id);
+        }
+      }
+      if (p.grad_last[o] == static_cast<int>(s))
+        for (int out : def.outputs)
+          if (grad[static_cast<std::size_t>(out)] >= 0) w_.op(id).releases.push_back(grad[static_cast<std::size_t>(out)]);
+    }
+    if (waiting >= 0) throw std::logic_error("backward iteration ends in a synchronous collective");
+    me.last = w_.last_compute();
+    w_.op(me.last).releases.push_back(ag.buf);
+    // Saved tensors nobody read, and host copies nobody fetched, go at the end of the iteration.
+    for (std::size_t k = 1; k < nt; ++k) {
+      if (p.placement[k] == Placement::device && !read(k)) w_.op(me.last).releases.push_back(f.buf[k]);
+      if (p.placement[k] == Placement::offload && h2d[k] < 0) w_.op(me.last).releases.push_back(f.host_buf[k]);
+    }
+    if (!read(0)) w_.op(me.last).releases.push_back(f.buf[0]);
+    int rs = w_.comm2(Axis::fsdp, p.reduce_scatter, p.reduce_scatter_experts, 1.0, 'b', static_cast<int>(l), label("reduce_scatter", l));
+    w_.op(rs).deps = {me.last};
+    for (int r : tails) w_.op(rs).deps.push_back(r);
+    w_.op(rs).releases = {grad_buf};
+    return {grad[0], rs};
+  }
+
+  const StepGraph& g_;
+  const System& sys_;
+  SimOptions opt_;
+  Network net_;
+  Costs costs_;
+  Program& prog_;
+  Writer w_;
+  std::vector<TemplatePlan> plans_;
+  // Capacity only: each function that uses a list resets it first, so nothing passes between calls here.
+  struct Scratch {
+    std::vector<int> buf, h2d, grad, val_op, tails;
+    std::vector<std::vector<int>> grad_ops;
+  } scratch_;
+  int backward_start_ = -1;  // the first backward op: pipelined prefetches may start from it
+  std::vector<std::size_t> fwd_body_end_, bwd_body_first_;  // plan_loop_bodies()
+};
+
+}  // namespace
+
+void build_program(const StepGraph& g, const System& sys, const Policy& policy, const SimOptions& opt,
+                   std::vector<std::string>* op_names, sim::Program& out) {
+  out.clear();
+  ProgramBuilder(g, sys, policy, opt, op_names, out).build();
+}
+
+sim::Program build_program(const StepGraph& g, const System& sys, const Policy& policy, const SimOptions& opt,
+                           std::vector<std::string>* op_names) {
+  sim::Program p;
+  build_program(g, sys, policy, opt, op_names, p);
+  return p;
+}
+
+}  // namespace hbmsim

@@ -1,0 +1,132 @@
+#include "sim/report.hpp"
+
+namespace hbmsim {
+
+using sim::MemCategory;
+
+const std::vector<std::string>& report_queues() {
+  static const std::vector<std::string> q = {"compute", "fsdp", "ep", "tp", "cp", "dp", "d2h", "h2d"};
+  return q;
+}
+
+namespace {
+
+// The dense peak the compute runs against: every GEMM at the peak of its dtype, attention in bf16, weighted
+// by the FLOPs each does (so an fp8 projection raises the denominator as it raises the speed).
+double weighted_peak_flops(const StepGraph& g, const System& sys) {
+  double flops = 0, seconds = 0;
+  for (std::int64_t l = 0; l < g.model.num_layers; ++l)
+    for (const auto& op : g.layer(l).ops) {
+      if (op.kind != OpKind::gemm && op.kind != OpKind::attention) continue;
+      flops += op.flops;
+      seconds += op.flops / sys.gpu.peak_flops(op.kind == OpKind::gemm ? op.dtype : Dtype::bf16);
+    }
+  flops += g.unembed_flops;
+  seconds += g.unembed_flops / sys.gpu.peak_flops(Dtype::bf16);
+  return seconds > 0 ? flops / seconds : sys.gpu.peak_flops(Dtype::bf16);
+}
+
+}  // namespace
+
+StepReport make_report(const StepGraph& g, const System& sys, const std::string& policy, const sim::Program& program,
+                       const sim::EngineResult& r) {
+  StepReport rep;
+  rep.system_id = sys.id;
+  rep.model_id = g.model.id;
+  rep.policy = policy;
+  rep.step_time_s = r.end_time_s;
+  rep.model_flops_per_device = g.model_flops.total();
+  rep.executed_flops_per_device = r.executed_flops;
+  rep.tflops_per_device = rep.model_flops_per_device / rep.step_time_s / 1e12;
+  rep.mfu = rep.model_flops_per_device / rep.step_time_s / weighted_peak_flops(g, sys);
+  rep.tokens_per_device_per_step = g.training.tokens_per_device_per_step();
+  rep.tokens_per_s_per_device = rep.tokens_per_device_per_step / rep.step_time_s;
+  rep.global_batch = g.training.global_sequences();
+  rep.grad_accum = g.training.grad_accum;
+  rep.mesh = g.mesh.describe();
+  rep.hbm_peak_bytes = r.hbm_peak_bytes;
+  rep.hbm_peak_time_s = r.hbm_peak_time_s;
+  rep.hbm_capacity_bytes = sys.gpu.hbm_bytes;
+  for (int c = 0; c < sim::kMemCategories; ++c)
+    rep.hbm_breakdown_bytes[sim::to_string(static_cast<MemCategory>(c))] = r.hbm_at_peak[static_cast<std::size_t>(c)];
+  rep.host_peak_bytes = r.host_peak_bytes;
+  rep.host_capacity_bytes = sys.host_capacity_bytes();
+  if (rep.hbm_peak_bytes > rep.hbm_capacity_bytes) {
+    rep.fits = false;
+    rep.fits_reason = "HBM peak exceeds capacity";
+  } else if (rep.host_peak_bytes > rep.host_capacity_bytes) {
+    rep.fits = false;
+    rep.fits_reason = "pinned host memory exceeds capacity";
+  }
+  for (const auto& q : report_queues()) {
+    rep.busy_s[q] = 0;
+    rep.comm_bytes[q] = 0;
+    if (q != "compute") rep.exposed_s[q] = 0;
+  }
+  for (std::size_t q = 0; q < program.queues.size(); ++q) {
+    const auto& name = program.queues[q].name;
+    rep.busy_s[name] = r.busy_s[q];
+    rep.comm_bytes[name] = r.bytes_sent[q];
+    if (q != static_cast<std::size_t>(sim::kComputeQueue)) rep.exposed_s[name] = r.exposed_s[q];
+  }
+  rep.comm_bytes.erase("compute");
+  rep.comm_bytes.erase("d2h");
+  rep.comm_bytes.erase("h2d");
+  rep.events = r.events;
+  rep.ops = program.ops.size();
+  return rep;
+}
+
+nlohmann::json chrome_trace(const sim::Program& program, const sim::EngineResult& r, const std::vector<std::string>& names) {
+  auto events = nlohmann::json::array();
+  events.push_back({{"ph", "M"}, {"pid", 0}, {"name", "process_name"}, {"args", {{"name", "hbmsim device 0"}}}});
+  for (std::size_t q = 0; q < program.queues.size(); ++q)
+    events.push_back({{"ph", "M"}, {"pid", 0}, {"tid", q}, {"name", "thread_name"}, {"args", {{"name", program.queues[q].name}}}});
+  for (std::size_t i = 0; i < program.ops.size(); ++i) {
+    const auto& o = program.ops[i];
+    nlohmann::json args = {{"layer", o.layer}, {"phase", std::string(1, o.phase)}};
+    if (o.bytes_sent > 0) args["bytes_sent"] = o.bytes_sent;
+    events.push_back({{"ph", "X"}, {"pid", 0}, {"tid", o.queue}, {"name", names[i]}, {"ts", r.start_s[i] * 1e6},
+                      {"dur", (r.end_s[i] - r.start_s[i]) * 1e6}, {"args", args}});
+  }
+  for (const auto& m : r.timeline) {
+    events.push_back({{"ph", "C"}, {"pid", 0}, {"name", "memory GiB"}, {"ts", m.time_s * 1e6},
+                      {"args", {{"hbm", m.hbm_bytes / 1073741824.0}, {"host", m.host_bytes / 1073741824.0}}}});
+    nlohmann::json cats = nlohmann::json::object();
+    for (int c = 0; c < sim::kMemCategories; ++c)
+      cats[sim::to_string(static_cast<MemCategory>(c))] = m.hbm_by_category[static_cast<std::size_t>(c)] / 1073741824.0;
+    events.push_back({{"ph", "C"}, {"pid", 0}, {"name", "HBM by category GiB"}, {"ts", m.time_s * 1e6}, {"args", cats}});
+  }
+  return {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
+}
+
+nlohmann::json StepReport::to_json() const {
+  return {{"system", system_id},
+          {"model", model_id},
+          {"policy", policy},
+          {"mesh", mesh},
+          {"step_time_s", step_time_s},
+          {"tflops_per_device", tflops_per_device},
+          {"model_flops_per_device", model_flops_per_device},
+          {"executed_flops_per_device", executed_flops_per_device},
+          {"mfu", mfu},
+          {"tokens_per_device_per_step", tokens_per_device_per_step},
+          {"tokens_per_s_per_device", tokens_per_s_per_device},
+          {"global_batch", global_batch},
+          {"grad_accum", grad_accum},
+          {"fits", fits},
+          {"fits_reason", fits_reason},
+          {"hbm_peak_bytes", hbm_peak_bytes},
+          {"hbm_peak_time_s", hbm_peak_time_s},
+          {"hbm_capacity_bytes", hbm_capacity_bytes},
+          {"hbm_breakdown_bytes", hbm_breakdown_bytes},
+          {"host_peak_bytes", host_peak_bytes},
+          {"host_capacity_bytes", host_capacity_bytes},
+          {"exposed_s", exposed_s},
+          {"busy_s", busy_s},
+          {"comm_bytes", comm_bytes},
+          {"events", events},
+          {"ops", ops}};
+}
+
+}  // namespace hbmsim

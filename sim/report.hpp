@@ -1,0 +1,51 @@
+// What a simulated step reports: time, throughput, memory peaks with their breakdown, per-queue exposure,
+// busy time and traffic, and (when asked) the memory timeline and a Chrome/Perfetto trace.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "hwmodels/system.hpp"
+#include "sim/engine.hpp"
+#include "workloads/step_graph.hpp"
+
+namespace hbmsim {
+
+struct StepReport {
+  std::string system_id, model_id, policy;
+  double step_time_s = 0;
+  double model_flops_per_device = 0;
+  double executed_flops_per_device = 0;
+  double tflops_per_device = 0;
+  double mfu = 0;  // against the peak of the dtypes the compute actually runs in
+  double tokens_per_device_per_step = 0, tokens_per_s_per_device = 0;
+  std::int64_t global_batch = 0;  // sequences per step
+  std::int64_t grad_accum = 1;
+  std::string mesh;               // the layout, e.g. "fsdp 16 x tp 8 (maxtext order)"
+  bool fits = true;
+  std::string fits_reason;
+  double hbm_peak_bytes = 0, hbm_capacity_bytes = 0, hbm_peak_time_s = 0;
+  std::map<std::string, double> hbm_breakdown_bytes;
+  double host_peak_bytes = 0, host_capacity_bytes = 0;
+  // By queue (compute, fsdp, ep, tp, cp, dp, d2h, h2d): time the compute stream waited on it; the union of
+  // its busy spans; the bytes this device sent through it.
+  std::map<std::string, double> exposed_s, busy_s, comm_bytes;
+  std::uint64_t events = 0;
+  std::size_t ops = 0;
+  std::vector<sim::MemorySample> timeline;
+  nlohmann::json trace;  // Chrome trace (only with a recorded timeline)
+
+  nlohmann::json to_json() const;  // the `simulate --json` object
+};
+
+// The queues every report lists (0 when a step has none), so that sweep rows have the same columns.
+const std::vector<std::string>& report_queues();
+
+StepReport make_report(const StepGraph& g, const System& sys, const std::string& policy, const sim::Program& program,
+                       const sim::EngineResult& r);
+// The Chrome trace of a step run with a recorded timeline: a track per queue, counters for memory.
+nlohmann::json chrome_trace(const sim::Program& program, const sim::EngineResult& r, const std::vector<std::string>& names);
+
+}  // namespace hbmsim
