@@ -132,6 +132,8 @@ struct BackwardLayer {
   Gather gather;             // its weights, gathered one layer ahead with pipelined collectives
   int iteration_start = -1;  // the op its backward iteration starts after
   int last = -1;             // its last compute op
+  int reduce_scatter = -1;   // its gradients' reduce-scatter
+  int grad_buf = -1;         // the unsharded gradients it reads, held until the scatter is done
 };
 
 // A communication op emitted for a template op: readers wait for `head`; with comm/GEMM overlap the `rest`
@@ -162,7 +164,7 @@ class ProgramBuilder {
                               {g_.gradient_bytes, MemCategory::gradients},
                               {sys_.runtime.reserve_bytes, MemCategory::runtime_reserve}})
       prog_.resident.push_back(prog_.add_buffer(bytes, cat));
-    const std::vector<int> param_sync = parameter_sync();
+    const ParameterSync param_sync = parameter_sync();
     std::vector<int> done;  // what the optimizer waits for
     for (std::int64_t m = 0; m < g_.training.grad_accum; ++m) {
       auto ops = micro_batch(m + 1 == g_.training.grad_accum, param_sync);
@@ -223,6 +225,8 @@ class ProgramBuilder {
   }
   std::size_t at(std::int64_t l) const { return static_cast<std::size_t>(l); }
   bool multi(AxisSet group) const { return g_.mesh.size(group) > 1; }
+  // Layers of backward iterations a gradient reduce-scatter may run into: 1, or 2 with pipelined collectives.
+  std::int64_t reduce_scatter_lag() const { return opt_.pipelined_collectives ? 2 : 1; }
 
   // Without LHS a collective is synchronous: it waits for the compute before it and the compute after it
   // waits for it. Libraries that issue it asynchronously themselves (the CP ring) overlap it either way.
@@ -257,14 +261,26 @@ class ProgramBuilder {
   // With a sharded optimizer each layer's updated parameter shard is all-gathered over the sync axes; the
   // next step's forward overlaps it (Megatron overlap_param_gather), so it is issued at the step's start and
   // each layer's weight gather waits for its bucket.
-  std::vector<int> parameter_sync() {
-    std::vector<int> ops(at(g_.model.num_layers), -1);
-    if (!g_.training.parallelism.sharded_optimizer || !multi(g_.grad_sync)) return ops;
+  // The embedding bucket (its tables and the final norm) comes first: the lookup's table gather waits for it.
+  struct ParameterSync {
+    int embedding = -1;
+    std::vector<int> layers;  // per layer (-1: none)
+  };
+  ParameterSync parameter_sync() {
+    ParameterSync ps;
+    ps.layers.assign(at(g_.model.num_layers), -1);
+    if (!g_.training.parallelism.sharded_optimizer || !multi(g_.grad_sync)) return ps;
+    ps.embedding = w_.comm(Axis::dp, net_.cost(CommKind::all_gather, embedding_shard_bytes(), g_.grad_sync), 1.0, 'f',
+                           -1, "all_gather parameters embedding");
     for (std::int64_t l = 0; l < g_.model.num_layers; ++l) {
       const auto cost = net_.cost(CommKind::all_gather, plan(l).grad_sync_bytes, g_.grad_sync);
-      ops[at(l)] = w_.comm(Axis::dp, cost, 1.0, 'f', static_cast<int>(l), label("all_gather parameters", l));
+      ps.layers[at(l)] = w_.comm(Axis::dp, cost, 1.0, 'f', static_cast<int>(l), label("all_gather parameters", l));
     }
-    return ops;
+    return ps;
+  }
+  // What is left of the embedding bucket's gradients after their reduce-scatter over the weight shards.
+  double embedding_shard_bytes() const {
+    return g_.embed_grad_bytes / static_cast<double>(g_.mesh.size(g_.dense_shard));
   }
 
   Gather gather_layer(std::int64_t l, int after, char phase) {
@@ -281,7 +297,7 @@ class ProgramBuilder {
 
   // One micro-batch: embedding, forward layers, head, backward layers, embedding backward. Returns the ops
   // the optimizer waits for (gradient reduce-scatters and, on the last micro-batch, their sync).
-  std::vector<int> micro_batch(bool sync, const std::vector<int>& param_sync) {
+  std::vector<int> micro_batch(bool sync, const ParameterSync& param_sync) {
     const auto L = g_.model.num_layers;
     const double act = dtype_bytes(g_.training.activation_dtype);
     const double T = g_.tokens, Ts = g_.sharded_tokens;
@@ -299,7 +315,7 @@ class ProgramBuilder {
       if (after >= 0) w_.op(ag.op).deps.push_back(after);
       return ag;
     };
-    const Gather embed = gather_table("all_gather embedding", -1);
+    const Gather embed = gather_table("all_gather embedding", param_sync.embedding);
     int input_buf = prog_.add_buffer(Ts * d * act, MemCategory::saved_activations);
     const int lookup_buf = tp ? prog_.add_buffer(T * d * act, MemCategory::workspace) : input_buf;
     int lookup = w_.compute(costs_.memory_s(2 * T * d * act), true, 0, 'f', -1, "embedding_lookup");
@@ -314,7 +330,7 @@ class ProgramBuilder {
     std::vector<std::vector<int>> barrier(at(L) + 2);  // ops iteration l must wait for
     barrier[0].push_back(layer_in_op);
     for (std::int64_t l = 0; l < L; ++l) {
-      fwd.push_back(forward_layer(l, input_buf, fwd, barrier[at(l)], param_sync[at(l)]));
+      fwd.push_back(forward_layer(l, input_buf, fwd, barrier[at(l)], param_sync.layers[at(l)]));
       for (auto [due, id] : fwd.back().due) barrier[due].push_back(id);
       input_buf = fwd.back().output_buf;
     }
@@ -379,6 +395,10 @@ class ProgramBuilder {
     int scatter = w_.compute(costs_.memory_s(2 * T * d * act), true, 0, 'b', -1, "embedding_bwd");
     w_.op(scatter).allocs.push_back(embed_grad);
     w_.op(scatter).releases.push_back(grad_carry);
+    for (std::int64_t l = 0; l < std::min(L, reduce_scatter_lag()); ++l) {  // the last layers' scatters are due here
+      w_.op(scatter).deps.push_back(bwd[at(l)].reduce_scatter);
+      w_.op(scatter).releases.push_back(bwd[at(l)].grad_buf);
+    }
     int rs = w_.comm(Axis::fsdp, net_.cost(CommKind::reduce_scatter, g_.embed_grad_bytes, g_.dense_shard), 1.0, 'b', -1,
                      "reduce_scatter embedding");
     w_.op(rs).deps = {scatter};
@@ -388,9 +408,8 @@ class ProgramBuilder {
       // Without overlap every bucket is issued once the backward pass is done.
       if (!opt_.dp_overlap)
         for (std::int64_t l = L - 1; l >= 0; --l) done.push_back(grad_sync(plan(l).grad_sync, reduce_scatter[at(l)], scatter, l));
-      const double embed_shard = g_.embed_grad_bytes / static_cast<double>(g_.mesh.size(g_.dense_shard));
       const auto kind = g_.training.parallelism.sharded_optimizer ? CommKind::reduce_scatter : CommKind::all_reduce;
-      done.push_back(grad_sync(net_.cost(kind, embed_shard, g_.grad_sync), rs, -1, -1));
+      done.push_back(grad_sync(net_.cost(kind, embedding_shard_bytes(), g_.grad_sync), rs, -1, -1));
     }
     return done;
   }
@@ -568,10 +587,20 @@ class ProgramBuilder {
 
     int grad_buf = prog_.add_buffer(t.grad_dense_bytes + t.grad_expert_bytes, MemCategory::collective_buffers);
     grad[static_cast<std::size_t>(t.output_tensor)] = grad_in;
+    // A reduce-scatter is an async collective of its loop iteration: it is done (and its input freed) by the
+    // start of the next iteration, or with XLA's collective pipeliner the one after. That program point, not
+    // the moment the transfer ends, frees the unsharded gradients: one or two layers of them are live in the
+    // backward however fast the compute and the network are.
+    const std::int64_t rs_lag = reduce_scatter_lag();
+    const BackwardLayer* due = l + rs_lag < g_.model.num_layers ? &bwd[at(l + rs_lag)] : nullptr;
     bool first = true;
     auto begin_iteration = [&](int id) {  // the first compute op waits for the weights and opens the gradients
       if (!first) return;
       w_.op(id).deps.push_back(ag.op);
+      if (due) {
+        w_.op(id).deps.push_back(due->reduce_scatter);
+        w_.op(id).releases.push_back(due->grad_buf);
+      }
       w_.op(id).allocs.push_back(grad_buf);
       first = false;
     };
@@ -655,7 +684,8 @@ class ProgramBuilder {
     int rs = w_.comm2(Axis::fsdp, p.reduce_scatter, p.reduce_scatter_experts, 1.0, 'b', static_cast<int>(l), label("reduce_scatter", l));
     w_.op(rs).deps = {me.last};
     for (int r : tails) w_.op(rs).deps.push_back(r);
-    w_.op(rs).releases = {grad_buf};
+    me.reduce_scatter = rs;
+    me.grad_buf = grad_buf;
     return {grad[0], rs};
   }
 

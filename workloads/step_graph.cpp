@@ -481,7 +481,8 @@ StepGraph build_step_graph(const ModelSpec& model, TrainingSpec training) {
   g.gradient_bytes = g.local_params * training.gradient_bytes_per_param;
   const double V = static_cast<double>(model.vocab_size);
   g.embed_gathered_bytes = 2 * V * d / tp * dtype_bytes(Dtype::bf16);
-  g.embed_grad_bytes = 2 * V * d / tp * dtype_bytes(training.weight_storage_dtype);
+  // Both tables' gradients and the final norm's (one bucket: they are synced together).
+  g.embed_grad_bytes = (2 * V * d / tp + d) * dtype_bytes(training.weight_storage_dtype);
   g.logits_bytes = T * V / tp * a;
   g.unembed_flops = 2 * T * d * V / tp;
   if (p.tp > 1) {

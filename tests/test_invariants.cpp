@@ -1,0 +1,182 @@
+// The physics of DESIGN.md as properties over seeded random configurations: every layout, policy and
+// schedule flag drawn from a fixed seed, each result checked against laws that hold for any of them.
+#include <catch2/catch.hpp>
+
+#include <random>
+#include <sstream>
+
+#include "hwmodels/builtin.hpp"
+#include "hwmodels/catalog.hpp"
+#include "planner/run_config.hpp"
+#include "planner/sweep.hpp"
+#include "sim/policy.hpp"
+#include "workloads/model.hpp"
+
+using namespace hbmsim;
+
+namespace {
+
+template <class T>
+const T& pick(std::mt19937& rng, const std::vector<T>& xs) {
+  return xs[std::uniform_int_distribution<std::size_t>(0, xs.size() - 1)(rng)];
+}
+
+// A random run: model, system, layout, batch, policy and every schedule switch. Some draws are bad input
+// (a degree that does not divide); the caller skips those.
+RunConfig random_config(std::mt19937& rng) {
+  RunConfig c;
+  c.model = pick<std::string>(rng, {"llama3.1-8b", "llama3.1-8b", "llama3.1-70b", "llama3.1-405b", "deepseek-v3-671b"});
+  c.system = pick<std::string>(rng, {"gb200-nvl72", "gb300-nvl72", "vr-nvl144", "h100-hgx", "h200-hgx"});
+  const bool moe = c.model == "deepseek-v3-671b";
+  c.gpus = pick<std::int64_t>(rng, moe ? std::vector<std::int64_t>{64, 128, 256} : std::vector<std::int64_t>{8, 16, 32, 64, 128});
+  c.tp = pick<std::int64_t>(rng, {1, 1, 2, 4, 8});
+  c.cp = pick<std::int64_t>(rng, {1, 1, 2, 4});
+  c.dp = pick<std::int64_t>(rng, {1, 1, 2, 4});
+  if (moe) c.ep = pick<std::int64_t>(rng, {1, 8, 16, 32, 64});
+  c.seq = pick<std::int64_t>(rng, {1024, 2048, 4096, 8192});
+  c.batch = pick<double>(rng, {0.25, 0.5, 1, 1, 2, 4});
+  c.grad_accum = pick<std::int64_t>(rng, {1, 1, 2});
+  c.policy = pick<std::string>(rng, {"full", "minimal", "minimal_with_context", "save_qkv_proj", "qkv_proj_offloaded",
+                                     "minimal_offloaded"});
+  c.weights = pick<std::string>(rng, {"bf16", "fp8", "nvfp4"});
+  auto coin = [&] { return std::uniform_int_distribution<int>(0, 1)(rng) == 1; };
+  c.lhs = coin();
+  c.pipelined_transfers = coin();
+  c.double_buffering = coin();
+  c.sequence_parallel = moe || coin();
+  c.tp_comm_overlap = coin();
+  c.dp_overlap = coin();
+  c.sharded_optimizer = coin();
+  c.cp_exchange = coin() ? "ring" : "all_gather";
+  c.mesh_order = coin() ? "maxtext" : "megatron";
+  c.calibration = coin() ? "gb200-fitted" : "";
+  return c;
+}
+
+struct Drawn {
+  RunConfig config;
+  StepReport report;
+};
+
+// The first `n` valid configurations of the seed (bad draws are skipped).
+std::vector<Drawn> draw(std::size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::vector<Drawn> out;
+  std::size_t tries = 0;
+  while (out.size() < n && tries++ < 50 * n) {
+    RunConfig c = random_config(rng);
+    try {
+      out.push_back({c, run_simulation(c)});
+    } catch (const InputError&) {
+    }
+  }
+  return out;
+}
+
+std::string describe(const RunConfig& c) { return c.to_json().dump(); }
+
+}  // namespace
+
+TEST_CASE("physics holds over 500 random configurations", "[invariants]") {
+  const auto runs = draw(500, 20261130);
+  REQUIRE(runs.size() == 500);
+  int fits = 0, tp_runs = 0, cp_runs = 0, dp_runs = 0;
+  for (const auto& [c, r] : runs) {
+    INFO(describe(c));
+    const System sys = prepare_run(c).system;
+    const ModelSpec model = resolve_model(c.model);
+    fits += r.fits;
+    tp_runs += c.tp > 1;
+    cp_runs += c.cp > 1;
+    dp_runs += c.dp > 1;
+    // Nothing runs faster than the hardware: MFU <= 1 and the executed FLOP rate below the fastest peak.
+    CHECK(r.mfu <= 1.0);
+    double fastest = 0;
+    for (auto& [d, f] : sys.gpu.dense_peak_flops) fastest = std::max(fastest, f);
+    CHECK(r.executed_flops_per_device / r.step_time_s <= fastest);
+    // Recompute only adds work: executed >= model FLOPs.
+    CHECK(r.executed_flops_per_device >= r.model_flops_per_device * (1 - 1e-12));
+    // The devices together do the step's model FLOPs: per device x GPUs = sequences x per-sequence FLOPs,
+    // whatever the layout.
+    const double per_sequence = model.model_flops(1, c.seq, 1).total();
+    CHECK(r.model_flops_per_device * static_cast<double>(c.gpus) ==
+          Approx(static_cast<double>(r.global_batch) * per_sequence).epsilon(1e-9));
+    // Bytes per shard: parameters and gradients (fp32) and Adam's two fp32 moments, split over the weight
+    // shards fsdp x ep x tp; with a sharded optimizer the moments over dp x cp as well.
+    const auto mesh = prepare_run(c).graph.mesh;
+    const double shards = static_cast<double>(mesh.size(Axis::fsdp) * mesh.size(Axis::ep) * mesh.size(Axis::tp));
+    const double P = model.total_params();
+    CHECK(r.hbm_breakdown_bytes.at("parameters") == Approx(4 * P / shards).epsilon(1e-12));
+    CHECK(r.hbm_breakdown_bytes.at("gradients") == Approx(4 * P / shards).epsilon(1e-12));
+    const double opt_shards = c.sharded_optimizer ? static_cast<double>(c.dp * c.cp) : 1.0;
+    CHECK(r.hbm_breakdown_bytes.at("optimizer_state") == Approx(8 * P / shards / opt_shards).epsilon(1e-12));
+    // No queue sends faster than the fastest link it could use.
+    const double link = std::max(sys.scale_up.per_gpu_bytes_per_s_per_direction, sys.scale_out.per_gpu_bytes_per_s_per_direction);
+    for (const auto& [q, bytes] : r.comm_bytes) {
+      INFO("queue " << q);
+      CHECK(r.busy_s.at(q) * link >= bytes * (1 - 1e-9));
+    }
+    CHECK(r.tokens_per_device_per_step * static_cast<double>(c.gpus) ==
+          Approx(static_cast<double>(r.global_batch * c.seq)).epsilon(1e-12));
+  }
+  // The draw covers what it is meant to.
+  CHECK(fits > 100);
+  CHECK(tp_runs > 100);
+  CHECK(cp_runs > 100);
+  CHECK(dp_runs > 100);
+}
+
+TEST_CASE("more HBM or host-link bandwidth is never slower and never turns a fit into OOM", "[invariants]") {
+  for (const auto& [c, r] : draw(150, 7)) {
+    INFO(describe(c));
+    const System sys = prepare_run(c).system;
+    RunConfig more_hbm = c;
+    more_hbm.hbm_bytes = 1.5 * sys.gpu.hbm_bytes;
+    auto h = run_simulation(more_hbm);
+    CHECK(h.step_time_s <= r.step_time_s * (1 + 1e-9));
+    if (r.fits) CHECK(h.fits);
+    RunConfig faster_link = c;
+    faster_link.host_link_bytes_per_s = 2 * std::max(sys.host_h2d_bytes_per_s(), sys.host_d2h_bytes_per_s());
+    auto l = run_simulation(faster_link);
+    CHECK(l.step_time_s <= r.step_time_s * (1 + 1e-9));
+    if (r.fits) CHECK(l.fits);
+  }
+}
+
+TEST_CASE("a larger batch never lowers the HBM peak", "[invariants]") {
+  // Memory is freed at program points (an async collective's buffer at its done, an activation after its
+  // last reader), so the peak does not depend on how fast anything runs. The one exception is chosen by the
+  // scheduler: with LHS, pipelined prefetches start as early as its memory limit allows, filling HBM up to
+  // that limit; a run that reached the limit with a small batch reaches it with a large one too.
+  for (const auto& [c, r] : draw(150, 11)) {
+    INFO(describe(c));
+    RunConfig twice = c;
+    twice.batch = 2 * *c.batch;
+    auto t = run_simulation(twice);
+    const double limit = c.memory_limit_slop * prepare_run(c).system.gpu.hbm_bytes;
+    const bool fills_to_limit = c.lhs && c.pipelined_transfers;
+    CHECK(t.hbm_peak_bytes >= (fills_to_limit ? std::min(r.hbm_peak_bytes, limit) : r.hbm_peak_bytes) * (1 - 1e-12));
+  }
+}
+
+TEST_CASE("results are byte-identical across runs and thread counts", "[invariants]") {
+  std::mt19937 rng(3);
+  std::vector<SweepPoint> points;
+  while (points.size() < 40) {
+    RunConfig c = random_config(rng);
+    try {
+      prepare_run(c);
+    } catch (const InputError&) {
+      continue;
+    }
+    points.push_back({points.size(), {}, c});
+  }
+  auto run = [&](int jobs) {
+    std::vector<std::string> rows(points.size());
+    run_sweep(points, jobs, [&](const SweepRow& row) { rows[row.index] = row.report->to_json().dump(); });
+    return rows;
+  };
+  const auto one = run(1);
+  CHECK(run(2) == one);
+  CHECK(run(1) == one);
+}

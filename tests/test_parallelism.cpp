@@ -1,0 +1,240 @@
+// Tensor, sequence, data and context parallelism against hand-derived figures.
+#include <catch2/catch.hpp>
+
+#include "hwmodels/builtin.hpp"
+#include "planner/run_config.hpp"
+#include "workloads/model.hpp"
+
+using namespace hbmsim;
+
+namespace {
+constexpr double GiB = 1073741824.0;
+
+RunConfig llama8b_h100(std::int64_t tp) {
+  RunConfig c;
+  c.system = "h100-hgx";
+  c.model = "llama3.1-8b";
+  c.gpus = 8;
+  c.tp = tp;
+  c.batch = 2;
+  c.seq = 8192;
+  return c;
+}
+}  // namespace
+
+TEST_CASE("tensor parallelism keeps model FLOPs per device and sends the Megatron-SP bytes per layer", "[parallel][tp]") {
+  // Llama 3.1 8B (L = 32, d = 4096, 32 heads, 8 KV heads, F = 14336, V = 128256) on 8 H100s, per-device batch
+  // 2 x 8192: each device's share of the model FLOPs does not depend on tp (MaxText counts per device).
+  // With sequence parallelism every layer all-gathers the normed input of attention and of the MLP and
+  // reduce-scatters their outputs: 2 AG + 2 RS forward, mirrored backward (2 RS + 2 AG), and the backward
+  // gathers both inputs again for the weight gradients (attention_out saved, so no other replay). Each moves
+  // the tp group's activation, T x d x 2 bytes with T = batch x tp x seq tokens, of which a device sends
+  // (tp-1)/tp. The embedding and head add one RS + AG (the lookup's partial sums) and one AG + RS (the head's
+  // input), and the loss all-reduces 3 fp32 statistics per token (2 (tp-1)/tp x 12 T bytes).
+  const double model_flops = run_simulation(llama8b_h100(1)).model_flops_per_device;
+  double prev_step = 0;
+  for (std::int64_t tp : {1, 2, 4, 8}) {
+    INFO("tp " << tp);
+    RunConfig c = llama8b_h100(tp);
+    c.policy = "custom";
+    c.tensors = {{"attention_out", "device"}};
+    c.lhs = false;  // synchronous collectives, as without comm/GEMM overlap
+    auto r = run_simulation(c);
+    CHECK(r.model_flops_per_device == Approx(model_flops).epsilon(1e-12));
+    CHECK(r.mfu <= 1.0);
+    CHECK(r.executed_flops_per_device >= r.model_flops_per_device);
+    const double T = 2.0 * static_cast<double>(tp) * 8192, f = (tp - 1.0) / static_cast<double>(tp);
+    const double act = T * 4096 * 2;
+    const double expected = 32 * 10 * f * act + 4 * f * act + 2 * f * 12 * T;
+    CHECK(r.comm_bytes.at("tp") == Approx(expected).epsilon(1e-9));
+    // Without overlap the collectives add to the step: more tp, more exposed time.
+    CHECK(r.step_time_s > prev_step);
+    if (tp > 1) CHECK(r.exposed_s.at("tp") > 0);
+    prev_step = r.step_time_s;
+  }
+}
+
+TEST_CASE("without sequence parallelism tensor parallelism all-reduces, twice the bytes of each RS or AG", "[parallel][tp]") {
+  // Megatron's f and g: an all-reduce after each row-parallel GEMM (forward) and before each column-parallel
+  // one (backward). A ring all-reduce sends 2 (tp-1)/tp of the buffer: per layer 2 forward + 2 backward,
+  // and nothing is gathered again. Embedding exit AR forward, head entry AR backward, the loss AR.
+  RunConfig c = llama8b_h100(4);
+  c.sequence_parallel = false;
+  c.policy = "custom";
+  c.tensors = {{"attention_out", "device"}};
+  auto r = run_simulation(c);
+  const double T = 2.0 * 4 * 8192, f = 3.0 / 4, act = T * 4096 * 2;
+  CHECK(r.comm_bytes.at("tp") == Approx(32 * 4 * 2 * f * act + 2 * 2 * f * act + 2 * f * 12 * T).epsilon(1e-9));
+  // The norm and residual activations are whole on every rank: the saved layer inputs are 4x those with SP.
+  c.sequence_parallel = true;
+  auto sp = run_simulation(c);
+  CHECK(r.hbm_breakdown_bytes.at("saved_activations") > sp.hbm_breakdown_bytes.at("saved_activations"));
+}
+
+TEST_CASE("comm/GEMM overlap exposes only the first chunk of each tensor-parallel collective", "[parallel][tp]") {
+  RunConfig c = llama8b_h100(8);
+  c.lhs = false;
+  auto plain = run_simulation(c);
+  c.tp_comm_overlap = true;
+  auto overlapped = run_simulation(c);
+  CHECK(overlapped.comm_bytes.at("tp") == Approx(plain.comm_bytes.at("tp")).epsilon(1e-12));
+  CHECK(overlapped.exposed_s.at("tp") < 0.5 * plain.exposed_s.at("tp"));
+  CHECK(overlapped.step_time_s < plain.step_time_s);
+}
+
+TEST_CASE("data-parallel replicas all-reduce every gradient once per step by the ring formula", "[parallel][dp]") {
+  // Llama 3.1 8B on 8 GPUs with dp 8 (no FSDP): each device holds all P parameters and sums its fp32
+  // gradients with the other seven: a ring all-reduce sends 2 (dp-1)/dp x 4P bytes.
+  RunConfig c;
+  c.system = "gb300-nvl72";
+  c.model = "llama3.1-8b";
+  c.gpus = 8;
+  c.dp = 8;
+  c.seq = 4096;
+  const double P = builtin_model("llama3.1-8b").total_params();
+  auto r = run_simulation(c);
+  CHECK(r.comm_bytes.at("dp") == Approx(2 * 7.0 / 8 * 4 * P).epsilon(1e-9));
+  CHECK(r.busy_s.at("dp") > 0);
+  CHECK(r.comm_bytes.at("fsdp") == 0);
+  // Issued as each layer's backward ends, most of it hides behind the rest of the backward; after the
+  // backward it is all exposed.
+  c.dp_overlap = false;
+  auto late = run_simulation(c);
+  CHECK(late.comm_bytes.at("dp") == Approx(r.comm_bytes.at("dp")).epsilon(1e-12));
+  CHECK(late.exposed_s.at("dp") > r.exposed_s.at("dp"));
+  CHECK(late.step_time_s > r.step_time_s);
+  // A sharded optimizer reduce-scatters the gradients and all-gathers the parameters: the same bytes, and
+  // the optimizer state per device is 1/dp (Adam: 8 bytes per parameter).
+  c.dp_overlap = true;
+  c.sharded_optimizer = true;
+  auto sharded = run_simulation(c);
+  CHECK(sharded.comm_bytes.at("dp") == Approx(r.comm_bytes.at("dp")).epsilon(1e-9));
+  CHECK(sharded.hbm_breakdown_bytes.at("optimizer_state") == Approx(8 * P / 8).epsilon(1e-12));
+  CHECK(r.hbm_breakdown_bytes.at("optimizer_state") == Approx(8 * P).epsilon(1e-12));
+}
+
+TEST_CASE("FSDP inside data-parallel replicas syncs only each device's gradient shard", "[parallel][dp]") {
+  // MaxText's hybrid layout: dp 2 outside fsdp 4. The reduce-scatter over fsdp leaves each device P/4 of the
+  // gradients, which it all-reduces with its replica: 2 (2-1)/2 x 4P/4 bytes.
+  RunConfig c;
+  c.system = "gb200-nvl72";
+  c.model = "llama3.1-8b";
+  c.gpus = 8;
+  c.dp = 2;
+  const double P = builtin_model("llama3.1-8b").total_params();
+  auto r = run_simulation(c);
+  CHECK(r.comm_bytes.at("dp") == Approx(2 * 0.5 * 4 * P / 4).epsilon(1e-9));
+  CHECK(r.hbm_breakdown_bytes.at("parameters") == Approx(4 * P / 4).epsilon(1e-12));
+}
+
+TEST_CASE("context parallelism divides activations by cp and exchanges keys and values by hand formula", "[parallel][cp]") {
+  // Llama 3.1 70B (L = 80, d = 8192, 8 KV heads of 128) with tp 8, one sequence per replica (micro_batch 1).
+  // Each context rank holds seq/cp tokens, so every activation of a layer is 1/cp of the cp = 1 one, and so
+  // is the memory the saved layer inputs take at the end of the forward pass (policy full: only
+  // decoder_layer_input, (seq/cp)/tp x d x 2 bytes per layer). Keys and values of a rank: 2 x (seq/cp) x 1 head x
+  // 128 x 2 bytes. The forward sends cp-1 such blocks (ring steps, or an all-gather's (cp-1)/cp of cp
+  // blocks); the backward sends them again for the recomputed attention and sends their gradients back.
+  for (std::int64_t seq : {32768, 131072})
+    for (const char* exchange : {"ring", "all_gather"}) {
+      double saved_cp1 = 0;
+      StepGraph graph_cp1;
+      for (std::int64_t cp : {1, 2, 4}) {
+        INFO("seq " << seq << " cp " << cp << " " << exchange);
+        RunConfig c;
+        c.system = "gb200-nvl72";
+        c.model = "llama3.1-70b";
+        c.gpus = 8 * cp;
+        c.tp = 8;
+        c.cp = cp;
+        c.micro_batch = 1;
+        c.seq = seq;
+        c.cp_exchange = exchange;
+        c.hbm_bytes = 1e13;  // only the accounting matters here
+        auto r = run_simulation(c);
+        auto graph = prepare_run(c).graph;
+        // Saved layer inputs at the end of the forward pass: all 80 of them, plus the last layer's output.
+        const double saved = 81 * graph.tensor_bytes("decoder_layer_input");
+        CHECK(saved == Approx(81 * (static_cast<double>(seq / cp) / 8) * 8192 * 2).epsilon(1e-12));
+        if (cp == 1) {
+          saved_cp1 = saved;
+          graph_cp1 = graph;
+        } else {
+          CHECK(saved == Approx(saved_cp1 / static_cast<double>(cp)).epsilon(1e-12));
+          for (const char* name : {"query_proj", "key_proj", "value_proj", "context", "out_proj", "mlpwi_0", "mlpwo"})
+            CHECK(graph.tensor_bytes(name) == Approx(graph_cp1.tensor_bytes(name) / static_cast<double>(cp)).epsilon(1e-12));
+        }
+        const double kv = 2.0 * static_cast<double>(seq / cp) * 1 * 128 * 2;
+        CHECK(r.comm_bytes.at("cp") == Approx(80 * 3 * (cp - 1) * kv).epsilon(1e-9));
+      }
+    }
+}
+
+TEST_CASE("degrees that do not divide the model, the GPUs or the sequence exit 2 naming the field", "[parallel][errors]") {
+  auto error_of = [](RunConfig c) {
+    try {
+      run_simulation(c);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  RunConfig c = llama8b_h100(1);
+  c.tp = 3;
+  c.gpus = 6;
+  CHECK(error_of(c) == "tp = 3 (num_query_heads = 32 is not divisible by it)");
+  c = llama8b_h100(1);
+  c.gpus = 16;
+  c.tp = 16;  // 32 heads split 16 ways is fine; 8 KV heads are replicated, 16 is a multiple of 8
+  CHECK(error_of(c) == "no error");
+  c.model = "llama3.1-405b";  // 128 heads, 8 KV heads: tp 12 divides neither
+  c.gpus = 12;
+  c.tp = 12;
+  CHECK(error_of(c) == "tp = 12 (num_query_heads = 128 is not divisible by it)");
+  c = llama8b_h100(1);
+  c.cp = 3;
+  c.gpus = 6;
+  CHECK(error_of(c) == "cp = 3 (seq = 8192 is not divisible by 2 x cp = 6, which causal load balancing needs)");
+  c = llama8b_h100(1);
+  c.cp = 2;
+  c.tp = 8;
+  CHECK(error_of(c) == "gpus = 8 (fewer than tp*ep*dp*cp*pp = 8*1*1*2*1)");
+  c = llama8b_h100(1);
+  c.batch = 0.5;
+  CHECK(error_of(c) == "batch = 0.5 (sequences per model replica, batch x tp x cp = 0.5 x 1 x 1 = 0.5, must be whole)");
+  c.tp = 2;
+  CHECK(error_of(c) == "no error");
+  c = llama8b_h100(1);
+  c.micro_batch = 2;
+  CHECK(error_of(c).find("micro_batch = 2 (give the batch either as batch") == 0);
+  c.batch.reset();
+  c.global_batch = 20;  // 8 replicas x 2 = 16 sequences per micro-step
+  CHECK(error_of(c) == "global_batch = 20 (not a multiple of sequences per replica x data-parallel replicas = 2 x 8 = 16)");
+  c.global_batch = 64;
+  auto r = run_simulation(c);
+  CHECK(r.grad_accum == 4);
+  CHECK(r.global_batch == 64);
+  c = llama8b_h100(1);
+  c.model = "deepseek-v3-671b";
+  c.gpus = 6;
+  c.ep = 3;
+  CHECK(error_of(c) == "ep = 3 (num_experts = 256 is not divisible by it)");
+  c.ep = 1;
+  c.pp = 2;
+  CHECK(error_of(c).find("pp = 2 (pipeline parallelism is not simulated yet") == 0);
+}
+
+TEST_CASE("reports give tokens per device, the global batch and the layout", "[parallel]") {
+  // 8 GPUs, tp 2, per-device batch 2 at seq 4096 with 2 accumulation steps: 4 replicas of 2 devices, each
+  // running 4 sequences per micro-step, 32 sequences per step; per device 2 x 4096 x 2 tokens per step.
+  RunConfig c;
+  c.system = "h200-hgx";
+  c.gpus = 8;
+  c.tp = 2;
+  c.batch = 2;
+  c.grad_accum = 2;
+  auto r = run_simulation(c);
+  CHECK(r.global_batch == 32);
+  CHECK(r.tokens_per_device_per_step == 2.0 * 4096 * 2);
+  CHECK(r.tokens_per_s_per_device == Approx(r.tokens_per_device_per_step / r.step_time_s));
+  CHECK(r.mesh == "fsdp 4 x tp 2 (maxtext order)");
+}
