@@ -19,6 +19,7 @@
 #include "hwmodels/json_view.hpp"
 #include "hwmodels/profile.hpp"
 #include "planner/run_config.hpp"
+#include "planner/run_fields.hpp"
 #include "planner/sweep.hpp"
 #include "workloads/model.hpp"
 #include "workloads/step_graph.hpp"
@@ -245,6 +246,8 @@ PYBIND11_MODULE(_hbmsim, m) {
         "Built-in models as a list of dicts (ModelSpec::to_json plus total_params and activated_params,\n"
         "as `hbmsim models --json`).");
   m.def("fields", &hbmsim::RunConfig::fields, "RunConfig field names a sweep axis accepts (plus tensor.NAME).");
+  m.def("field_table", [] { return to_py(hbmsim::run_fields_json()); },
+        "Every run field as a list of dicts {name, flag, type, default, help} (as `hbmsim fields --json`).");
   m.def("checkpoint_names", &hbmsim::checkpoint_names, "Checkpoint (tensor) names a policy can place.");
   m.def("simulate", &simulate, py::arg("config"), py::arg("trace") = false, py::arg("origin") = "config",
         "Simulates one training step.\n\n"

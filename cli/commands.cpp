@@ -13,6 +13,7 @@
 #include "hwmodels/catalog.hpp"
 #include "hwmodels/json_view.hpp"
 #include "planner/run_config.hpp"
+#include "planner/run_fields.hpp"
 #include "workloads/step_graph.hpp"
 
 namespace hbmsim::cli {
@@ -96,6 +97,26 @@ void register_commands(CLI::App& app) {
       }
       if (*json) std::cout << dump_json(arr, 2) << "\n";
       else std::cout << t.render();
+    });
+  }
+  // fields
+  {
+    auto* cmd = app.add_subcommand("fields", "List every run field: config key, flag, type, default, meaning");
+    auto json = std::make_shared<bool>(false);
+    auto markdown = std::make_shared<bool>(false);
+    cmd->add_flag("--json", *json, "Machine-readable output");
+    cmd->add_flag("--markdown", *markdown, "A Markdown table (docs/run-fields.md)");
+    cmd->callback([json, markdown] {
+      if (*json) {
+        std::cout << dump_json(run_fields_json(), 2) << "\n";
+      } else if (*markdown) {
+        std::cout << run_fields_markdown();
+      } else {
+        Table t{{"field", "flag", "type", "default", "meaning"}, {}};
+        for (const auto& f : run_fields_json())
+          t.rows.push_back({f["name"], f["flag"], f["type"], f["default"], f["help"]});
+        std::cout << t.render();
+      }
     });
   }
   // graph

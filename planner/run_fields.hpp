@@ -40,6 +40,10 @@ struct RunField {
 
 const std::vector<RunField>& run_fields();
 const RunField* find_run_field(std::string_view name);
+// The table for people: [{name, flag, type, default, help}, ...] (CLI `hbmsim fields`, Python field_table()),
+// and as Markdown (docs/run-fields.md is this text, checked by a test).
+nlohmann::json run_fields_json();
+std::string run_fields_markdown();
 
 // Text parsers shared with the CLI: errors name `where`.
 std::int64_t parse_int_text(const std::string& v, const std::string& where);

@@ -34,6 +34,8 @@ int Program::queue(const std::string& name, QueueKind kind, bool host_copy) {
 }
 
 void Program::use(int op, int resource, double bytes_per_s) {
+  if (resource < 0 || static_cast<std::size_t>(resource) >= resources.size() || !(bytes_per_s > 0))
+    throw std::logic_error("program op " + std::to_string(op) + " uses no valid resource");
   auto& o = ops.at(static_cast<std::size_t>(op));
   if (o.use_count == 0) o.use_begin = static_cast<std::uint32_t>(uses.size());
   if (o.use_begin + o.use_count != uses.size()) throw std::logic_error("link uses must be added to the last op");
@@ -52,10 +54,20 @@ namespace {
 
 // Per-thread working arrays, kept between runs: a sweep simulates thousands of steps per thread, and
 // fresh arrays each time cost more in page faults than the simulation itself.
+// Per queue: its ops in program order, the next to start, how many run, since when it is busy.
+struct QueueState {
+  const int* ops;
+  std::size_t size, pos;
+  int running;
+  double busy_since;
+  bool concurrent, host_copy;
+};
+
 struct Scratch {
   std::vector<int> unmet, succ_start, succ, refs, fill, active, finished, flows, unfrozen;
   std::vector<double> remaining, rate, start, end, cap_left, weight;
   std::vector<std::vector<int>> queues;
+  std::vector<QueueState> queue_states;
 };
 Scratch& scratch() {
   thread_local Scratch s;
@@ -80,10 +92,6 @@ class Engine {
         ++succ_start_[static_cast<std::size_t>(d) + 1];
       }
       if (op.use_begin + op.use_count > p.uses.size()) throw std::logic_error("program op " + std::to_string(i) + " has no such link uses");
-      for (std::uint32_t u = op.use_begin; u < op.use_begin + op.use_count; ++u)
-        if (p.uses[u].resource < 0 || static_cast<std::size_t>(p.uses[u].resource) >= p.resources.size() ||
-            !(p.uses[u].bytes_per_s > 0))
-          throw std::logic_error("program op " + std::to_string(i) + " uses no valid resource");
     }
     for (std::size_t i = 0; i < n; ++i) succ_start_[i + 1] += succ_start_[i];
     succ_.resize(succ_start_[n]);
@@ -94,15 +102,17 @@ class Engine {
     refs_.assign(p.buffers.size(), 0);
     for (auto& op : p.ops)
       for (int b : op.releases) ++refs_[static_cast<std::size_t>(b)];
-    if (queues_.size() < nq) queues_.resize(nq);
-    for (std::size_t q = 0; q < nq; ++q) queues_[q].clear();
-    queue_pos_.assign(nq, 0);
-    running_.assign(nq, 0);
+    if (order_.size() < nq) order_.resize(nq);
+    for (std::size_t q = 0; q < nq; ++q) order_[q].clear();
+    for (std::size_t i = 0; i < n; ++i) order_[static_cast<std::size_t>(p.ops[i].queue)].push_back(static_cast<int>(i));
+    qs_.resize(nq);
+    for (std::size_t q = 0; q < nq; ++q)
+      qs_[q] = QueueState{order_[q].data(), order_[q].size(), 0, 0, 0.0,
+                          p.queues[q].kind == QueueKind::concurrent, p.queues[q].host_copy};
     r_.exposed_s.assign(nq, 0);
     r_.busy_s.assign(nq, 0);
     r_.bytes_sent.assign(nq, 0);
     active_.clear();
-    for (std::size_t i = 0; i < n; ++i) queues_[static_cast<std::size_t>(p.ops[i].queue)].push_back(static_cast<int>(i));
     if (record_) {
       r_.buffer_alloc_s.assign(p.buffers.size(), -1);
       r_.buffer_free_s.assign(p.buffers.size(), -1);
@@ -128,8 +138,6 @@ class Engine {
       if (!(dt < std::numeric_limits<double>::infinity())) throw std::logic_error("simulation stalled: no active op progresses");
       now_ += dt;
       ++r_.events;
-      for (std::size_t q = 0; q < running_.size(); ++q)
-        if (running_[q] > 0) r_.busy_s[q] += dt;
       // Complete every op that finishes now (within rounding), in sequence order.
       auto& finished = finished_;
       finished.clear();
@@ -156,17 +164,13 @@ class Engine {
   }
 
  private:
-  bool concurrent(std::size_t q) const { return p_.queues[q].kind == QueueKind::concurrent; }
-
   // When nothing runs, an op held back by the memory limit would wait forever: XLA would issue it anyway
   // (and the step then needs that memory), so start the first one that is otherwise ready.
   bool force_gated() {
-    for (std::size_t q = 0; q < queues_.size() && q < p_.queues.size(); ++q) {
-      if (!concurrent(q)) continue;
-      auto& qu = queues_[q];
-      auto& pos = queue_pos_[q];
-      if (pos < qu.size() && unmet_[static_cast<std::size_t>(qu[pos])] == 0) {
-        start(qu[pos++]);
+    for (auto& q : qs_) {
+      if (!q.concurrent) continue;
+      if (q.pos < q.size && unmet_[static_cast<std::size_t>(q.ops[q.pos])] == 0) {
+        start(q.ops[q.pos++]);
         start_ready();
         return true;
       }
@@ -230,11 +234,12 @@ class Engine {
     start_[k] = now_;
     remaining_[k] = op.seconds;
     for (int b : op.allocs) alloc(b);
-    ++running_[static_cast<std::size_t>(op.queue)];
-    if (p_.queues[static_cast<std::size_t>(op.queue)].host_copy) ++copies_running_;
+    auto& q = qs_[static_cast<std::size_t>(op.queue)];
+    if (q.running++ == 0) q.busy_since = now_;
+    if (q.host_copy) ++copies_running_;
     active_.push_back(i);
     // A transfer changes how links are shared (and a copy, the interference); anything else only needs its own rate.
-    if (op.use_count > 0 || p_.queues[static_cast<std::size_t>(op.queue)].host_copy) rates_stale_ = true;
+    if (op.use_count > 0 || q.host_copy) rates_stale_ = true;
     else rate_[k] = solo_rate(op);
     if (op.seconds <= 0) {
       remaining_[k] = 0;
@@ -265,9 +270,10 @@ class Engine {
     ++done_;
     r_.executed_flops += op.executed_flops;
     r_.bytes_sent[q] += op.bytes_sent;
-    --running_[q];
-    if (p_.queues[q].host_copy) --copies_running_;
-    if (op.use_count > 0 || p_.queues[q].host_copy) rates_stale_ = true;
+    auto& qs = qs_[q];
+    if (--qs.running == 0) r_.busy_s[q] += now_ - qs.busy_since;  // busy time is the union of the queue's spans
+    if (qs.host_copy) --copies_running_;
+    if (op.use_count > 0 || qs.host_copy) rates_stale_ = true;
     if (op.queue == kComputeQueue) compute_idle_since_ = now_;
     for (int b : op.releases) release(b);
     for (int s = succ_start_[k]; s < succ_start_[k + 1]; ++s) --unmet_[static_cast<std::size_t>(succ_[static_cast<std::size_t>(s)])];
@@ -278,13 +284,11 @@ class Engine {
     // Starting an op never makes another ready (only completions and frees do), so one pass suffices,
     // unless a zero-length op completes on the spot and releases its successors.
     for (;;) {
-      for (std::size_t q = 0; q < p_.queues.size(); ++q) {
-        auto& qu = queues_[q];
-        auto& pos = queue_pos_[q];
-        if (concurrent(q)) {
-          while (pos < qu.size() && can_start(qu[pos])) start(qu[pos++]);
-        } else if (running_[q] == 0 && pos < qu.size() && can_start(qu[pos])) {
-          start(qu[pos++]);
+      for (auto& q : qs_) {
+        if (q.concurrent) {
+          while (q.pos < q.size && can_start(q.ops[q.pos])) start(q.ops[q.pos++]);
+        } else if (q.running == 0 && q.pos < q.size && can_start(q.ops[q.pos])) {
+          start(q.ops[q.pos++]);
         }
       }
       if (zero_active_ == 0) return;
@@ -390,9 +394,8 @@ class Engine {
   std::array<double, kMemCategories> by_cat_{};
   std::vector<int>&unmet_ = scratch().unmet, &succ_start_ = scratch().succ_start, &succ_ = scratch().succ,
                   &refs_ = scratch().refs;
-  std::vector<std::vector<int>>& queues_ = scratch().queues;
-  std::vector<std::size_t> queue_pos_;
-  std::vector<int> running_;  // active ops per queue
+  std::vector<std::vector<int>>& order_ = scratch().queues;
+  std::vector<QueueState>& qs_ = scratch().queue_states;
   int copies_running_ = 0;
   std::vector<int>&active_ = scratch().active, &finished_ = scratch().finished, &flows_ = scratch().flows,
                   &unfrozen_ = scratch().unfrozen;

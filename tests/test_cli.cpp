@@ -1,11 +1,13 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <fstream>
 #include <sstream>
 
 #include "helpers.hpp"
 #include "hwmodels/json_view.hpp"
 #include "planner/fit.hpp"
+#include "planner/run_config.hpp"
 #include "planner/sweep.hpp"
 
 TEST_CASE("systems --json lists the five systems with HBM, peak FLOP/s and host-link bandwidth", "[cli]") {
@@ -33,8 +35,10 @@ TEST_CASE("simulate --json prints the documented fields and a config file is ove
   auto a = test::cli("simulate --config " + (dir / "run.json").string() + " --json");
   REQUIRE(a.status == 0);
   auto j = nlohmann::json::parse(a.out);
+  // DESIGN.md's list of what `simulate --json` prints.
   for (auto key : {"step_time_s", "tflops_per_device", "model_flops_per_device", "mfu", "fits", "hbm_peak_bytes",
-                   "hbm_capacity_bytes", "hbm_breakdown_bytes", "host_peak_bytes", "host_capacity_bytes", "exposed_s"})
+                   "hbm_capacity_bytes", "hbm_breakdown_bytes", "host_peak_bytes", "host_capacity_bytes", "exposed_s",
+                   "busy_s", "tokens_per_device_per_step", "tokens_per_s_per_device", "global_batch"})
     CHECK(j.contains(key));
   CHECK(j["config"]["batch"] == 2);
   auto b = test::cli("simulate --config " + (dir / "run.json").string() + " --batch 4 --json");
@@ -43,6 +47,22 @@ TEST_CASE("simulate --json prints the documented fields and a config file is ove
   CHECK(k["config"]["batch"] == 4);
   CHECK(k["config"]["policy"] == "full");
   CHECK(k["model_flops_per_device"].get<double>() == Approx(2 * j["model_flops_per_device"].get<double>()));
+}
+
+TEST_CASE("the run-field docs are the CLI's own table, and every field has a flag in simulate --help", "[cli]") {
+  auto md = test::cli("fields --markdown");
+  REQUIRE(md.status == 0);
+  std::ifstream in(std::string(HBMSIM_SOURCE_DIR) + "/docs/run-fields.md");
+  std::stringstream doc;
+  doc << in.rdbuf();
+  CHECK(doc.str() == md.out);  // regenerate with: hbmsim fields --markdown > docs/run-fields.md
+  auto help = test::cli("simulate --help");
+  auto table = nlohmann::json::parse(test::cli("fields --json").out);
+  REQUIRE(table.size() == hbmsim::RunConfig::fields().size());
+  for (const auto& f : table) {
+    INFO(f["name"]);
+    CHECK(help.out.find(f["flag"].get<std::string>() + " ") != std::string::npos);
+  }
 }
 
 TEST_CASE("a plan that does not fit is a result with exit status 0", "[cli]") {

@@ -188,6 +188,9 @@ TEST_CASE("programs that break the engine's rules are builder bugs, not input er
   p.add(compute(1.0, {0}));  // depends on itself
   CHECK_THROWS_AS(run_program(p, false), std::logic_error);
   Program q;
-  q.use(q.add(compute(1.0)), 3, 1e9);  // no such resource
-  CHECK_THROWS_AS(run_program(q, false), std::logic_error);
+  int op = q.add(compute(1.0));
+  CHECK_THROWS_AS(q.use(op, 3, 1e9), std::logic_error);  // no such resource
+  q.resource("link", 1e9);
+  q.add(compute(1.0));
+  CHECK_THROWS_AS(q.use(op, 0, 1e9), std::logic_error);  // op 0 is no longer the last one
 }

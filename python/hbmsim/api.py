@@ -1,11 +1,9 @@
 """The hbmsim Python API: simulate one step, sweep configurations (locally or on Dask), list systems and
 models, reproduce the measured reference runs.
 
-Configurations are dicts with the keys of a ``simulate --config`` JSON file (see ``hbmsim.fields()``):
-system, model, gpus, batch, seq, grad_accum, fsdp, tp, ep, dp, moe_batch_split, weights, attention_dtype,
-policy, tensors ({checkpoint name: "device" | "remat" | "offload"}), lhs, pipelined_transfers,
-pipelined_collectives, double_buffering, memory_limit_slop, host_link_bytes_per_s, hbm_bytes, calibration.
-Bad input raises ValueError naming the field and value.
+Configurations are dicts with the keys of a ``simulate --config`` JSON file, plus ``tensors`` ({checkpoint
+name: "device" | "remat" | "offload"}). Bad input raises ValueError naming the field and value. The fields,
+from the simulator's own table (``field_table()``, ``hbmsim fields``):
 """
 from __future__ import annotations
 
@@ -290,6 +288,17 @@ def models() -> pd.DataFrame:
 def fields() -> list[str]:
     """Config fields a sweep axis accepts (plus ``tensor.NAME``)."""
     return list(_hbmsim.fields())
+
+
+def field_table() -> pd.DataFrame:
+    """Every config field (index: name) with its CLI flag, type, default and meaning."""
+    return pd.DataFrame(_hbmsim.field_table()).set_index("name")
+
+
+# The module's documentation lists the fields from the same table the CLI's help is made from.
+__doc__ += "\n" + "\n".join(
+    f"- ``{f['name']}`` ({f['type']}{', default ' + f['default'] if f['default'] else ''}): {f['help']}"
+    for f in _hbmsim.field_table()) + "\n"
 
 
 def checkpoint_names() -> list[str]:

@@ -270,3 +270,12 @@ def test_numpy_values_are_plain_json_values():
     assert df.loc[df.batch == 1, "step_time_s"].item() == plain.step_time_s
     with pytest.raises(ValueError, match="batch"):
         hbmsim.simulate(batch=2**70)
+
+
+def test_field_table_equals_cli(cli):
+    # One table feeds the CLI's flags and help, the config keys and this frame.
+    table = hbmsim.field_table()
+    assert list(table.index) == hbmsim.fields()
+    assert _hbmsim.field_table() == cli_json(cli, "fields", "--json")
+    assert table.loc["cp", "flag"] == "--cp" and table.loc["lhs", "default"] == "on"
+    assert "``cp_exchange``" in hbmsim.api.__doc__
