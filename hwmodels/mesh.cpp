@@ -144,11 +144,17 @@ GroupPlacement compute_placement(const Topology& topo, const Mesh& mesh, AxisSet
     }
     return --budget > 0;
   });
-  // Links and bandwidth from the graph: a GPU to a peer in its domain, and to a GPU in another domain.
-  if (p.per_domain > 1 || p.local > 1) p.intra = topo.path(topo.gpu_vertex(0), topo.gpu_vertex(1));
-  if (p.domains > 1) p.inter = topo.path(topo.gpu_vertex(0), topo.gpu_vertex(topo.domain_gpus()));
   return p;
 }
+
+// What the fabric's paths depend on.
+struct FabricKey {
+  std::string up, out, host;
+  double up_bw, up_lat, out_bw, out_lat, host_bw, host_lat;
+  int host_sharers, domain, window;
+  auto tie() const { return std::tie(up, out, host, up_bw, up_lat, out_bw, out_lat, host_bw, host_lat, host_sharers, domain, window); }
+  bool operator<(const FabricKey& o) const { return tie() < o.tie(); }
+};
 
 // What a placement depends on: the fabric figures, the window, and the group's strides and sizes.
 struct PlacementKey {
@@ -163,6 +169,27 @@ struct PlacementKey {
 };
 
 }  // namespace
+
+FabricPaths fabric_paths(const Topology& topo) {
+  const System& s = topo.system();
+  const FabricKey key{s.scale_up.name, s.scale_out.name, s.host_link.name,
+                      s.scale_up.per_gpu_bytes_per_s_per_direction, s.scale_up.latency_s,
+                      s.scale_out.per_gpu_bytes_per_s_per_direction, s.scale_out.latency_s,
+                      s.host_link.per_direction_bytes_per_s, s.host_link.latency_s, s.host_link.gpus_sharing,
+                      topo.domain_gpus(), topo.window_gpus()};
+  static std::mutex mu;
+  static std::map<FabricKey, FabricPaths> cache;
+  {
+    std::lock_guard lock(mu);
+    if (auto it = cache.find(key); it != cache.end()) return it->second;
+  }
+  FabricPaths f;
+  if (topo.domain_gpus() > 1) f.intra = topo.path(topo.gpu_vertex(0), topo.gpu_vertex(1));
+  if (topo.window_gpus() > topo.domain_gpus()) f.inter = topo.path(topo.gpu_vertex(0), topo.gpu_vertex(topo.domain_gpus()));
+  std::lock_guard lock(mu);
+  if (cache.size() > 4096) cache.clear();
+  return cache.emplace(key, f).first->second;
+}
 
 GroupPlacement place_group(const Topology& topo, const Mesh& mesh, AxisSet group) {
   const System& s = topo.system();

@@ -70,18 +70,25 @@ struct Mesh {
 // Where one communication group's traffic runs. Every combination of the other axes' indices is an instance
 // of the group; an SPMD step waits for the slowest, so the shape is the worst instance's: the most scale-up
 // domains it spans and the most members it has in one of them, and (for all-to-all) the fewest members that
-// share a member's domain. The paths (links, bottleneck bandwidth, latency) come from the topology graph: a
-// GPU to a peer in its domain, and to a GPU in another domain.
+// share a member's domain.
 struct GroupPlacement {
   std::int64_t size = 1;
   std::int64_t per_domain = 1;
   std::int64_t domains = 1;
   std::int64_t local = 1;  // fewest members sharing one member's domain (itself included)
-  PathCost intra;          // meaningful when per_domain > 1 or local > 1
-  PathCost inter;          // meaningful when domains > 1
 };
 
-// Placement of `group` on `topo` (cached per fabric, mesh layout and group: a sweep asks it for every step).
+// The two kinds of path a group's traffic takes, from the topology graph (links, bottleneck bandwidth,
+// latency): a GPU to a peer in its scale-up domain, and to a GPU in another domain.
+enum PathLevel : int { kIntraDomain = 0, kInterDomain = 1 };
+struct FabricPaths {
+  PathCost intra;  // empty when a domain holds one GPU
+  PathCost inter;  // empty when the job fits one domain
+  const PathCost& at(int level) const { return level == kIntraDomain ? intra : inter; }
+};
+
+// Both are cached (per fabric, mesh layout and group): a sweep asks them for every step.
 GroupPlacement place_group(const Topology& topo, const Mesh& mesh, AxisSet group);
+FabricPaths fabric_paths(const Topology& topo);
 
 }  // namespace hbmsim

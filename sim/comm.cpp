@@ -5,7 +5,8 @@
 namespace hbmsim {
 
 Network::Network(const System& sys, const Mesh& mesh)
-    : sys_(sys), mesh_(mesh), topo_(sys, static_cast<int>(std::min<std::int64_t>(mesh.devices(), 1 << 30))) {}
+    : sys_(sys), mesh_(mesh), topo_(sys, static_cast<int>(std::min<std::int64_t>(mesh.devices(), 1 << 30))),
+      paths_(fabric_paths(topo_)) {}
 
 const GroupPlacement& Network::placement(AxisSet group) const {
   for (const auto& [g, p] : placements_)
@@ -20,13 +21,14 @@ const GroupPlacement& Network::placement(AxisSet group) const {
 CommCost Network::ring(double bytes, const GroupPlacement& g, double eff) const {
   CommCost c;
   const auto D = static_cast<double>(g.per_domain), K = static_cast<double>(g.domains), G = static_cast<double>(g.size);
+  const PathCost &intra = paths_.intra, &inter = paths_.inter;
   if (g.per_domain > 1) {
-    c.links[0] = {g.intra.bottleneck, g.intra.bytes_per_s, bytes * (D - 1) / D};
-    c.seconds += c.links[0].bytes / (g.intra.bytes_per_s * eff) + (D - 1) * g.intra.latency_s;
+    c.bytes[kIntraDomain] = bytes * (D - 1) / D;
+    c.seconds += c.bytes[kIntraDomain] / (intra.bytes_per_s * eff) + (D - 1) * intra.latency_s;
   }
   if (g.domains > 1) {
-    c.links[1] = {g.inter.bottleneck, g.inter.bytes_per_s, bytes * (K - 1) / G};
-    c.seconds += c.links[1].bytes / (g.inter.bytes_per_s * eff) + (K - 1) * g.inter.latency_s;
+    c.bytes[kInterDomain] = bytes * (K - 1) / G;
+    c.seconds += c.bytes[kInterDomain] / (inter.bytes_per_s * eff) + (K - 1) * inter.latency_s;
   }
   return c;
 }
@@ -41,7 +43,7 @@ CommCost Network::cost(CommKind kind, double bytes, AxisSet group) const {
     case CommKind::all_reduce: {  // reduce-scatter then all-gather
       CommCost c = ring(bytes, g, eff);
       c.seconds *= 2;
-      for (auto& l : c.links) l.bytes *= 2;
+      for (double& b : c.bytes) b *= 2;
       return c;
     }
     case CommKind::all_to_all: {
@@ -52,21 +54,21 @@ CommCost Network::cost(CommKind kind, double bytes, AxisSet group) const {
       const double out = bytes * static_cast<double>(g.size - g.local) / static_cast<double>(g.size);
       double t_in = 0, t_out = 0;
       if (leave - out > 0) {
-        c.links[0] = {g.intra.bottleneck, g.intra.bytes_per_s, leave - out};
-        t_in = c.links[0].bytes / (g.intra.bytes_per_s * eff) + g.intra.latency_s;
+        c.bytes[kIntraDomain] = leave - out;
+        t_in = c.bytes[kIntraDomain] / (paths_.intra.bytes_per_s * eff) + paths_.intra.latency_s;
       }
       if (out > 0) {
-        c.links[1] = {g.inter.bottleneck, g.inter.bytes_per_s, out};
-        t_out = c.links[1].bytes / (g.inter.bytes_per_s * eff) + g.inter.latency_s;
+        c.bytes[kInterDomain] = out;
+        t_out = c.bytes[kInterDomain] / (paths_.inter.bytes_per_s * eff) + paths_.inter.latency_s;
       }
       c.seconds = std::max(t_in, t_out);
       return c;
     }
     case CommKind::send_recv: {  // to the next member of the group (a ring step; the slowest hop sets the pace)
       CommCost c;
-      const bool near = g.local == g.size;
-      const PathCost& p = near ? g.intra : g.inter;
-      c.links[near ? 0 : 1] = {p.bottleneck, p.bytes_per_s, bytes};
+      const int level = g.local == g.size ? kIntraDomain : kInterDomain;
+      const PathCost& p = paths_.at(level);
+      c.bytes[static_cast<std::size_t>(level)] = bytes;
       c.seconds = bytes / (p.bytes_per_s * eff) + p.latency_s;
       return c;
     }

@@ -15,17 +15,12 @@
 
 namespace hbmsim {
 
-// One link a communication uses, and the bytes this device sends over it.
-struct LinkBytes {
-  std::string link;      // the path's bottleneck link (topology name)
-  double bytes_per_s = 0;  // the link's per-GPU share, one direction
-  double bytes = 0;
-};
-
+// A communication's time, and the bytes this device sends over each path level (kIntraDomain,
+// kInterDomain; Network::path says which link that is).
 struct CommCost {
   double seconds = 0;
-  std::array<LinkBytes, 2> links;  // inside the scale-up domain, and between domains (bytes 0: unused)
-  double bytes_sent() const { return links[0].bytes + links[1].bytes; }
+  std::array<double, 2> bytes{0, 0};
+  double bytes_sent() const { return bytes[0] + bytes[1]; }
 };
 
 class Network {
@@ -34,6 +29,7 @@ class Network {
 
   const Mesh& mesh() const { return mesh_; }
   const GroupPlacement& placement(AxisSet group) const;
+  const PathCost& path(int level) const { return paths_.at(level); }
   // `bytes`: the whole (gathered) buffer for all-gather, reduce-scatter and all-reduce; what each device
   // sends for all-to-all and send/recv. A group of one costs nothing.
   CommCost cost(CommKind kind, double bytes, AxisSet group) const;
@@ -44,6 +40,7 @@ class Network {
   const System& sys_;
   Mesh mesh_;
   Topology topo_;
+  FabricPaths paths_;
   mutable std::deque<std::pair<AxisSet, GroupPlacement>> placements_;  // asked so far (stable references)
 };
 

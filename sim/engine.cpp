@@ -36,9 +36,9 @@ int Program::queue(const std::string& name, QueueKind kind, bool host_copy) {
 void Program::use(int op, int resource, double bytes_per_s) {
   if (resource < 0 || static_cast<std::size_t>(resource) >= resources.size() || !(bytes_per_s > 0))
     throw std::logic_error("program op " + std::to_string(op) + " uses no valid resource");
-  auto& o = ops.at(static_cast<std::size_t>(op));
+  if (op < 0 || static_cast<std::size_t>(op) + 1 != ops.size()) throw std::logic_error("link uses must be added to the last op");
+  auto& o = ops.back();
   if (o.use_count == 0) o.use_begin = static_cast<std::uint32_t>(uses.size());
-  if (o.use_begin + o.use_count != uses.size()) throw std::logic_error("link uses must be added to the last op");
   uses.push_back(Use{resource, bytes_per_s});
   ++o.use_count;
 }
@@ -65,7 +65,7 @@ struct QueueState {
 
 struct Scratch {
   std::vector<int> unmet, succ_start, succ, refs, fill, active, finished, flows, unfrozen;
-  std::vector<double> remaining, rate, start, end, cap_left, weight;
+  std::vector<double> remaining, rate, start, end, cap_left, weight, demand;
   std::vector<std::vector<int>> queues;
   std::vector<QueueState> queue_states;
 };
@@ -119,6 +119,7 @@ class Engine {
     }
     start_.assign(n, -1);
     end_.assign(n, -1);
+    demand_.assign(p.resources.size(), 0.0);
     remaining_.assign(n, 0);
     rate_.assign(n, 0);
   }
@@ -236,11 +237,17 @@ class Engine {
     for (int b : op.allocs) alloc(b);
     auto& q = qs_[static_cast<std::size_t>(op.queue)];
     if (q.running++ == 0) q.busy_since = now_;
-    if (q.host_copy) ++copies_running_;
+    if (q.host_copy && copies_running_++ == 0) interference_stale_ = rates_stale_ = true;
     active_.push_back(i);
-    // A transfer changes how links are shared (and a copy, the interference); anything else only needs its own rate.
-    if (op.use_count > 0 || q.host_copy) rates_stale_ = true;
-    else rate_[k] = solo_rate(op);
+    // A transfer adds to its links' demand (full speed unless a link is now oversubscribed: update_rates);
+    // anything else only needs its own rate.
+    if (op.use_count > 0) {
+      for (const auto& u : uses_of(i)) demand_[static_cast<std::size_t>(u.resource)] += u.bytes_per_s;
+      rate_[k] = 1.0;
+      rates_stale_ = true;
+    } else {
+      rate_[k] = solo_rate(op);
+    }
     if (op.seconds <= 0) {
       remaining_[k] = 0;
       ++zero_active_;
@@ -272,8 +279,11 @@ class Engine {
     r_.bytes_sent[q] += op.bytes_sent;
     auto& qs = qs_[q];
     if (--qs.running == 0) r_.busy_s[q] += now_ - qs.busy_since;  // busy time is the union of the queue's spans
-    if (qs.host_copy) --copies_running_;
-    if (op.use_count > 0 || qs.host_copy) rates_stale_ = true;
+    if (qs.host_copy && --copies_running_ == 0) interference_stale_ = rates_stale_ = true;
+    if (op.use_count > 0) {
+      for (const auto& u : uses_of(i)) demand_[static_cast<std::size_t>(u.resource)] -= u.bytes_per_s;
+      rates_stale_ = true;
+    }
     if (op.queue == kComputeQueue) compute_idle_since_ = now_;
     for (int b : op.releases) release(b);
     for (int s = succ_start_[k]; s < succ_start_[k + 1]; ++s) --unmet_[static_cast<std::size_t>(succ_[static_cast<std::size_t>(s)])];
@@ -305,9 +315,6 @@ class Engine {
     }
   }
 
-  // Rates: ops that use no link run at full speed (memory-bound kernels slower while a host copy runs).
-  // Ops that use links share them max-min fairly by progressive filling, one priority class after another:
-  // a class takes what it can of every link before the next class sees what is left.
   struct Span {
     const Use *b, *e;
     const Use* begin() const { return b; }
@@ -323,33 +330,35 @@ class Engine {
     return op.memory_bound && copies_running_ > 0 ? 1.0 - p_.copy_interference : 1.0;
   }
 
+  // Rates: ops that use no link run at full speed (memory-bound kernels slower while a host copy runs).
+  // Transfers run at full speed while no link is oversubscribed (the demand on each is kept as they start and
+  // end); otherwise they share the links max-min fairly by progressive filling, one priority class after
+  // another: a class takes what it can of every link before the next class sees what is left.
   void update_rates() {
     rates_stale_ = false;
-    auto& flows = flows_;
-    flows.clear();
-    for (int i : active_) {
-      const auto k = static_cast<std::size_t>(i);
-      const auto& op = p_.ops[k];
-      if (op.use_count > 0) {
-        flows.push_back(i);
-        rate_[k] = 0;
-      } else {
-        rate_[k] = solo_rate(op);
-      }
+    if (interference_stale_) {
+      interference_stale_ = false;
+      for (int i : active_)
+        if (p_.ops[static_cast<std::size_t>(i)].use_count == 0) rate_[static_cast<std::size_t>(i)] = solo_rate(p_.ops[static_cast<std::size_t>(i)]);
     }
-    if (flows.empty()) return;
     const auto nr = p_.resources.size();
-    cap_left_.resize(nr);
-    weight_.assign(nr, 0.0);
-    for (int i : flows)
-      for (const auto& u : uses_of(i)) weight_[static_cast<std::size_t>(u.resource)] += u.bytes_per_s;
-    // Most of the time no link is oversubscribed and every transfer runs at full speed.
     bool contended = false;
-    for (std::size_t r = 0; r < nr; ++r) contended = contended || weight_[r] > p_.resources[r].capacity_bytes_per_s;
+    for (std::size_t r = 0; r < nr; ++r)
+      contended = contended || demand_[r] > p_.resources[r].capacity_bytes_per_s * (1 + 1e-9);
     if (!contended) {
-      for (int i : flows) rate_[static_cast<std::size_t>(i)] = 1.0;
+      if (was_contended_)
+        for (int i : active_)
+          if (p_.ops[static_cast<std::size_t>(i)].use_count > 0) rate_[static_cast<std::size_t>(i)] = 1.0;
+      was_contended_ = false;
       return;
     }
+    was_contended_ = true;
+    auto& flows = flows_;
+    flows.clear();
+    for (int i : active_)
+      if (p_.ops[static_cast<std::size_t>(i)].use_count > 0) flows.push_back(i);
+    cap_left_.resize(nr);
+    weight_.resize(nr);
     std::sort(flows.begin(), flows.end(), [&](int a, int b) {
       const int pa = p_.ops[static_cast<std::size_t>(a)].priority, pb = p_.ops[static_cast<std::size_t>(b)].priority;
       return pa != pb ? pa < pb : a < b;
@@ -400,9 +409,12 @@ class Engine {
   std::vector<int>&active_ = scratch().active, &finished_ = scratch().finished, &flows_ = scratch().flows,
                   &unfrozen_ = scratch().unfrozen;
   std::vector<double>&remaining_ = scratch().remaining, &rate_ = scratch().rate, &start_ = scratch().start,
-                     &end_ = scratch().end, &cap_left_ = scratch().cap_left, &weight_ = scratch().weight;
+                     &end_ = scratch().end, &cap_left_ = scratch().cap_left, &weight_ = scratch().weight,
+                     &demand_ = scratch().demand;
   double compute_idle_since_ = 0;
-  bool rates_stale_ = true;  // a transfer or copy started or ended since the rates were computed
+  bool rates_stale_ = true;          // a transfer or copy started or ended since the rates were computed
+  bool interference_stale_ = false;  // host copies started or all ended: memory-bound kernels change speed
+  bool was_contended_ = false;       // the last rates came from sharing an oversubscribed link
   std::size_t done_ = 0;
   int zero_active_ = 0;
 };

@@ -50,23 +50,24 @@ struct Buffer {
 
 constexpr int kComputeQueue = 0;  // every program's first queue
 
+// Fields ordered by size so that an op packs into 152 bytes: the engine walks thousands per step.
 struct ProgramOp {
   ProgramOp() = default;
-  ProgramOp(int q, double s) : queue(q), seconds(s) {}
-  int queue = kComputeQueue;
+  ProgramOp(int q, double s) : seconds(s), queue(q) {}
   double seconds = 0;         // alone, at full speed
-  // Its link uses, Program::uses[use_begin, use_begin + use_count): sharing a saturated link slows the op.
-  std::uint32_t use_begin = 0, use_count = 0;
-  bool memory_bound = false;  // slowed while a host copy runs (HBM interference)
   double executed_flops = 0;
   double bytes_sent = 0;      // communication this device sends (reports)
   double gate_bytes = 0;      // > 0: start only when live HBM + gate_bytes <= the memory limit
+  int queue = kComputeQueue;
+  // Its link uses, Program::uses[use_begin, use_begin + use_count): sharing a saturated link slows the op.
+  std::uint32_t use_begin = 0, use_count = 0;
   int priority = 0;           // on a shared link, a lower class is served first, sharing within it
+  int layer = -1;
+  bool memory_bound = false;  // slowed while a host copy runs (HBM interference)
+  char phase = 'f';           // f forward, b backward, r recompute, o optimizer, c copy
   SmallVec<int, 4> deps;      // ops that must complete first
   SmallVec<int, 3> allocs;    // buffers that come alive when this op starts
   SmallVec<int, 3> releases;  // buffer references dropped when this op completes
-  int layer = -1;
-  char phase = 'f';           // f forward, b backward, r recompute, o optimizer, c copy
 };
 
 struct Program {

@@ -23,13 +23,19 @@ namespace {
 // its mesh axis with the link bandwidth it uses, copies on the copy engines over the host link.
 class Writer {
  public:
-  Writer(Program& p, const System& sys, std::vector<std::string>* names) : p_(p), names_(names) {
+  Writer(Program& p, const System& sys, const Network& net, std::vector<std::string>* names) : p_(p), names_(names) {
     d2h_ = p.queue("d2h", sim::QueueKind::concurrent, true);
     h2d_ = p.queue("h2d", sim::QueueKind::concurrent, true);
     d2h_link_ = p.resource("host link D2H", sys.host_d2h_bytes_per_s());
     h2d_link_ = p.resource("host link H2D", sys.host_h2d_bytes_per_s());
     if (sys.host_link.bidirectional_total_bytes_per_s)
       both_links_ = p.resource("host link both directions", *sys.host_link.bidirectional_total_bytes_per_s);
+    for (int level : {kIntraDomain, kInterDomain}) {
+      const PathCost& path = net.path(level);
+      if (path.links.empty()) continue;
+      links_[static_cast<std::size_t>(level)] = {p.resource(path.bottleneck + " out", path.bytes_per_s),
+                                                 p.resource(path.bottleneck + " in", path.bytes_per_s)};
+    }
   }
 
   bool naming() const { return names_ != nullptr; }
@@ -53,15 +59,14 @@ class Writer {
     emplace(queue(axis), seconds, phase, layer);
     const int id = named(std::move(name));
     for (const CommCost* c : {&a, &b})
-      for (const auto& l : c->links) {
-        if (l.bytes <= 0) continue;
-        const double bytes = l.bytes * fraction;
+      for (std::size_t level = 0; level < 2; ++level) {
+        if (c->bytes[level] <= 0) continue;
+        const double bytes = c->bytes[level] * fraction;
         op(id).bytes_sent += bytes;
         if (seconds <= 0) continue;
         // SPMD: each device receives what it sends, so both directions of the link carry the same rate.
-        const auto [out, in] = link(l);
-        p_.use(id, out, bytes / seconds);
-        p_.use(id, in, bytes / seconds);
+        p_.use(id, links_[level].first, bytes / seconds);
+        p_.use(id, links_[level].second, bytes / seconds);
       }
     return id;
   }
@@ -93,17 +98,11 @@ class Writer {
     if (names_) names_->push_back(std::move(name));
     return static_cast<int>(p_.ops.size()) - 1;
   }
-  // Queues and link resources are created on first use and remembered (a step has a few of each).
+  // A communication axis's queue is created on first use and remembered.
   int queue(Axis axis) {
     int& q = queues_[static_cast<std::size_t>(axis)];
     if (q < 0) q = p_.queue(to_string(axis));
     return q;
-  }
-  std::pair<int, int> link(const LinkBytes& l) {
-    for (const auto& [name, ids] : links_)
-      if (name == l.link) return ids;
-    links_.emplace_back(l.link, std::pair{p_.resource(l.link + " out", l.bytes_per_s), p_.resource(l.link + " in", l.bytes_per_s)});
-    return links_.back().second;
   }
 
   Program& p_;
@@ -111,7 +110,7 @@ class Writer {
   int last_compute_ = -1;
   int d2h_ = -1, h2d_ = -1, d2h_link_ = -1, h2d_link_ = -1, both_links_ = -1;
   std::array<int, kAxisCount> queues_{-1, -1, -1, -1, -1, -1};
-  std::vector<std::pair<std::string, std::pair<int, int>>> links_;
+  std::array<std::pair<int, int>, 2> links_{std::pair{-1, -1}, std::pair{-1, -1}};  // per path level: out, in
 };
 
 struct Gather {
@@ -125,7 +124,6 @@ struct ForwardLayer {
   std::vector<int> d2h;       // per tensor: the D2H op
   int output_buf = -1;
   int last = -1;              // its last compute op
-  std::vector<std::pair<std::size_t, int>> due;  // (layer whose forward must wait, op): copies and overlap tails
 };
 
 struct BackwardLayer {
@@ -146,7 +144,7 @@ class ProgramBuilder {
  public:
   ProgramBuilder(const StepGraph& g, const System& sys, const Policy& policy, const SimOptions& opt,
                  std::vector<std::string>* names, Program& out)
-      : g_(g), sys_(sys), opt_(opt), net_(sys, g.mesh), costs_{sys, net_}, prog_(out), w_(out, sys, names) {
+      : g_(g), sys_(sys), opt_(opt), net_(sys, g.mesh), costs_{sys, net_}, prog_(out), w_(out, sys, net_, names) {
     reserve();
     double headroom = 0;
     for (auto& t : g.templates) {
@@ -330,8 +328,7 @@ class ProgramBuilder {
     std::vector<std::vector<int>> barrier(at(L) + 2);  // ops iteration l must wait for
     barrier[0].push_back(layer_in_op);
     for (std::int64_t l = 0; l < L; ++l) {
-      fwd.push_back(forward_layer(l, input_buf, fwd, barrier[at(l)], param_sync.layers[at(l)]));
-      for (auto [due, id] : fwd.back().due) barrier[due].push_back(id);
+      fwd.push_back(forward_layer(l, input_buf, fwd, barrier, param_sync.layers[at(l)]));
       input_buf = fwd.back().output_buf;
     }
     const Gather head = gather_table("all_gather unembedding", L >= 2 ? fwd[at(L - 2)].last : lookup);
@@ -423,8 +420,9 @@ class ProgramBuilder {
     return id;
   }
 
+  // `barrier[l]`: what iteration l waits for; this layer adds its copies and overlap tails to later ones.
   ForwardLayer forward_layer(std::int64_t l, int input_buf, const std::vector<ForwardLayer>& prev,
-                             const std::vector<int>& barrier, int param_sync) {
+                             std::vector<std::vector<int>>& barrier, int param_sync) {
     const auto& t = g_.layer(l);
     const auto& p = plan(l);
     const auto nt = t.tensors.size();
@@ -476,7 +474,7 @@ class ProgramBuilder {
       if (first) {  // the iteration's first op waits for its weights and the copies due
         first = false;
         w_.op(id).deps.push_back(ag.op);
-        for (int c : barrier) w_.op(id).deps.push_back(c);
+        for (int c : barrier[at(l)]) w_.op(id).deps.push_back(c);
       }
       for (int out : def.outputs) w_.op(id).allocs.push_back(st.buf[static_cast<std::size_t>(out)]);
       for (int out : def.outputs) {
@@ -510,9 +508,9 @@ class ProgramBuilder {
       w_.op(copy).releases = {pc.src};
       st.host_buf[k] = host;
       st.d2h[k] = copy;
-      st.due.emplace_back(done_by, copy);
+      barrier[done_by].push_back(copy);
     }
-    for (int r : tails) st.due.emplace_back(at(l + 1), r);
+    for (int r : tails) barrier[at(l + 1)].push_back(r);
     // Forward-only tensors die after their last forward reader (or at once if nobody reads them).
     for (std::size_t k = 1; k < nt; ++k) {
       if (static_cast<int>(k) == t.output_tensor || p.placement[k] == Placement::device) continue;

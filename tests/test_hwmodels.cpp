@@ -114,15 +114,17 @@ TEST_CASE("group placement comes from the slowest instance of the group and the 
   CHECK(pairs.size == 2);
   CHECK(pairs.domains == 2);
   CHECK(pairs.per_domain == 1);
-  CHECK(pairs.inter.bytes_per_s == Approx(50e9));  // the NIC
-  CHECK(pairs.inter.bottleneck == "ConnectX-7 400G");
-  CHECK(pairs.inter.latency_s == Approx(5e-6));    // end to end, as the system file gives it
+  const auto paths = fabric_paths(topo);
+  CHECK(paths.inter.bytes_per_s == Approx(50e9));  // the NIC
+  CHECK(paths.inter.bottleneck == "ConnectX-7 400G");
+  CHECK(paths.inter.latency_s == Approx(5e-6));    // end to end, as the system file gives it
   // An expert group is one rack: 64 members, all local; the path is NVLink at 900 GB/s.
   auto ep = place_group(topo, m, AxisSet{Axis::ep});
   CHECK(ep.domains == 1);
   CHECK(ep.local == 64);
-  CHECK(ep.intra.bytes_per_s == Approx(900e9));
-  CHECK(ep.intra.latency_s == Approx(3e-6));
+  CHECK(paths.intra.bytes_per_s == Approx(900e9));
+  CHECK(paths.intra.latency_s == Approx(3e-6));
+  CHECK(paths.intra.bottleneck == "NVLink 5");
   // The dense weights' group {fsdp, ep} is all 128 GPUs: two racks of 64.
   auto dense = place_group(topo, m, AxisSet{Axis::fsdp, Axis::ep});
   CHECK(dense.size == 128);
@@ -151,8 +153,8 @@ TEST_CASE("collective costs follow the hierarchical ring formula", "[hwmodels]")
   const double intra = 1e9 * 63 / 64 / 900e9 + 63 * 3e-6, inter = 1e9 / 128 / 50e9 + 5e-6;
   auto ag = net.cost(CommKind::all_gather, 1e9, AxisSet{Axis::fsdp});
   CHECK(ag.seconds == Approx(intra + inter));
-  CHECK(ag.links[0].bytes == Approx(1e9 * 63 / 64));
-  CHECK(ag.links[1].bytes == Approx(1e9 / 128));
+  CHECK(ag.bytes[kIntraDomain] == Approx(1e9 * 63 / 64));
+  CHECK(ag.bytes[kInterDomain] == Approx(1e9 / 128));
   CHECK(net.cost(CommKind::reduce_scatter, 1e9, AxisSet{Axis::fsdp}).seconds == Approx(intra + inter));
   // All-reduce: a reduce-scatter then an all-gather.
   CHECK(net.cost(CommKind::all_reduce, 1e9, AxisSet{Axis::fsdp}).seconds == Approx(2 * (intra + inter)));
