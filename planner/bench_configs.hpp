@@ -15,6 +15,16 @@ inline RunConfig bench_dsv3() {
   return c;
 }
 inline RunConfig bench_llama405b() { return reference_config("llama405b-qkv-offload-lhs"); }
+// The same run laid out as tensor parallelism 8 with sequence parallelism and context parallelism 2 (FSDP 8
+// over the rest): every layer adds tensor-parallel collectives and a K/V all-gather. Per-device batch 2 is
+// 32 sequences per replica.
+inline RunConfig bench_llama405b_tp_cp() {
+  RunConfig c = bench_llama405b();
+  c.fsdp = 0;
+  c.tp = 8;
+  c.cp = 2;
+  return c;
+}
 
 // The scaling shape: Llama 3.1 8B on 8 H200s with QKV offload, varied in layers or accumulation steps.
 inline RunConfig bench_scaling_base() {

@@ -79,19 +79,24 @@ class Engine {
   Engine(const Program& p, bool timeline) : p_(p), record_(timeline) {
     const auto n = p.ops.size();
     const auto nq = p.queues.size();
+    if (nq > 64) throw std::logic_error("a program has at most 64 queues");
     unmet_.resize(n);
     succ_start_.assign(n + 1, 0);
+    refs_.assign(p.buffers.size(), 0);
+    if (order_.size() < nq) order_.resize(nq);
+    for (std::size_t q = 0; q < nq; ++q) order_[q].clear();
+    // One pass over the ops for what each needs (they are large: every pass reads them all from memory).
     for (std::size_t i = 0; i < n; ++i) {
       const auto& op = p.ops[i];
-      if (op.queue < 0 || static_cast<std::size_t>(op.queue) >= nq)
-        throw std::logic_error("program op " + std::to_string(i) + " is on no queue");
+      if (static_cast<std::size_t>(op.queue) >= nq) throw std::logic_error("program op " + std::to_string(i) + " is on no queue");
+      order_[static_cast<std::size_t>(op.queue)].push_back(static_cast<int>(i));
       unmet_[i] = static_cast<int>(op.deps.size());
       for (int d : op.deps) {
         if (d < 0 || static_cast<std::size_t>(d) >= i)
           throw std::logic_error("program op " + std::to_string(i) + " depends on a later op");
         ++succ_start_[static_cast<std::size_t>(d) + 1];
       }
-      if (op.use_begin + op.use_count > p.uses.size()) throw std::logic_error("program op " + std::to_string(i) + " has no such link uses");
+      for (int b : op.releases) ++refs_[static_cast<std::size_t>(b)];
     }
     for (std::size_t i = 0; i < n; ++i) succ_start_[i + 1] += succ_start_[i];
     succ_.resize(succ_start_[n]);
@@ -99,12 +104,6 @@ class Engine {
     fill.assign(succ_start_.begin(), succ_start_.end() - 1);
     for (std::size_t i = 0; i < n; ++i)
       for (int d : p.ops[i].deps) succ_[static_cast<std::size_t>(fill[static_cast<std::size_t>(d)]++)] = static_cast<int>(i);
-    refs_.assign(p.buffers.size(), 0);
-    for (auto& op : p.ops)
-      for (int b : op.releases) ++refs_[static_cast<std::size_t>(b)];
-    if (order_.size() < nq) order_.resize(nq);
-    for (std::size_t q = 0; q < nq; ++q) order_[q].clear();
-    for (std::size_t i = 0; i < n; ++i) order_[static_cast<std::size_t>(p.ops[i].queue)].push_back(static_cast<int>(i));
     qs_.resize(nq);
     for (std::size_t q = 0; q < nq; ++q)
       qs_[q] = QueueState{order_[q].data(), order_[q].size(), 0, 0, 0.0,
@@ -369,6 +368,15 @@ class Engine {
       auto& unfrozen = unfrozen_;
       unfrozen.clear();
       for (; f < flows.size() && p_.ops[static_cast<std::size_t>(flows[f])].priority == cls; ++f) unfrozen.push_back(flows[f]);
+      // A class whose links the classes before it filled gets nothing (the usual case for lower-priority copies).
+      bool room = false;
+      for (int i : unfrozen)
+        for (const auto& u : uses_of(i))
+          room = room || cap_left_[static_cast<std::size_t>(u.resource)] > 1e-12 * p_.resources[static_cast<std::size_t>(u.resource)].capacity_bytes_per_s;
+      if (!room) {
+        for (int i : unfrozen) rate_[static_cast<std::size_t>(i)] = 0;
+        continue;
+      }
       double level = 0;  // every unfrozen flow of the class runs at this rate
       while (!unfrozen.empty()) {
         std::fill(weight_.begin(), weight_.end(), 0.0);

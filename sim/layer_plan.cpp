@@ -150,9 +150,14 @@ void plan_forward_order(const LayerTemplate& t, TemplatePlan& p) {
 
 }  // namespace
 
-TemplatePlan plan_template(const LayerTemplate& t, const Policy& policy, const Costs& c, const StepGraph& g, bool lhs) {
-  TemplatePlan p;
+void plan_template(const LayerTemplate& t, const Policy& policy, const Costs& c, const StepGraph& g, bool lhs,
+                   TemplatePlan& p) {
   const auto nt = t.tensors.size(), no = t.ops.size();
+  for (auto* v : {&p.fwd_s, &p.bwd_s, &p.dot_s, &p.d2h_s, &p.h2d_s}) v->clear();
+  for (auto* v : {&p.fwd_lane, &p.bwd_lane}) v->clear();
+  p.fwd_mem_bound.clear();
+  p.fwd_comm.clear();
+  p.bwd_comm.clear();
   p.placement.assign(nt, Placement::remat);
   p.needed_in_bwd.assign(nt, false);
   p.replay.assign(no, false);
@@ -238,7 +243,6 @@ TemplatePlan plan_template(const LayerTemplate& t, const Policy& policy, const C
     p.d2h_s.push_back(c.copy_s(tensor.bytes, false));
     p.h2d_s.push_back(c.copy_s(tensor.bytes, true));
   }
-  return p;
 }
 
 }  // namespace hbmsim

@@ -50,6 +50,8 @@ const std::vector<int>& step_reads(const OpDef& def, TemplatePlan::Kind k);
 // The lane of a communication axis in a ScheduleDag.
 inline int comm_lane(Axis a) { return 1 + static_cast<int>(a); }
 
-TemplatePlan plan_template(const LayerTemplate& t, const Policy& policy, const Costs& c, const StepGraph& g, bool lhs);
+// Fills `out` (its lists keep their capacity: the builder reuses plans between steps).
+void plan_template(const LayerTemplate& t, const Policy& policy, const Costs& c, const StepGraph& g, bool lhs,
+                   TemplatePlan& out);
 
 }  // namespace hbmsim

@@ -24,6 +24,7 @@ namespace {
 class Writer {
  public:
   Writer(Program& p, const System& sys, const Network& net, std::vector<std::string>* names) : p_(p), names_(names) {
+    queue_of_.clear();
     d2h_ = p.queue("d2h", sim::QueueKind::concurrent, true);
     h2d_ = p.queue("h2d", sim::QueueKind::concurrent, true);
     d2h_link_ = p.resource("host link D2H", sys.host_d2h_bytes_per_s());
@@ -82,11 +83,13 @@ class Writer {
   }
   // `op` waits for `producer` when they are on different queues (a queue runs its ops in order).
   void data_dep(int op_id, int producer) {
-    if (producer >= 0 && op(producer).queue != op(op_id).queue) op(op_id).deps.push_back(producer);
+    if (producer >= 0 && queue_of_[static_cast<std::size_t>(producer)] != queue_of_[static_cast<std::size_t>(op_id)])
+      op(op_id).deps.push_back(producer);
   }
 
  private:
   ProgramOp& emplace(int queue, double seconds, char phase, int layer) {
+    queue_of_.push_back(static_cast<std::uint8_t>(queue));
     p_.ops.emplace_back(queue, seconds);
     ProgramOp& o = p_.ops.back();
     o.use_begin = static_cast<std::uint32_t>(p_.uses.size());
@@ -110,6 +113,12 @@ class Writer {
   int last_compute_ = -1;
   int d2h_ = -1, h2d_ = -1, d2h_link_ = -1, h2d_link_ = -1, both_links_ = -1;
   std::array<int, kAxisCount> queues_{-1, -1, -1, -1, -1, -1};
+  // Per op: its queue, kept beside the (large) ops for dependency checks (per thread, for its capacity).
+  static std::vector<std::uint8_t>& thread_queue_of() {
+    thread_local std::vector<std::uint8_t> v;
+    return v;
+  }
+  std::vector<std::uint8_t>& queue_of_ = thread_queue_of();
   std::array<std::pair<int, int>, 2> links_{std::pair{-1, -1}, std::pair{-1, -1}};  // per path level: out, in
 };
 
@@ -147,9 +156,10 @@ class ProgramBuilder {
       : g_(g), sys_(sys), opt_(opt), net_(sys, g.mesh), costs_{sys, net_}, prog_(out), w_(out, sys, net_, names) {
     reserve();
     double headroom = 0;
-    for (auto& t : g.templates) {
-      plans_.push_back(plan_template(t, policy, costs_, g, opt.lhs));
-      headroom = std::max(headroom, plans_.back().backward_working_set_bytes);
+    plans_.resize(g.templates.size());
+    for (std::size_t i = 0; i < g.templates.size(); ++i) {
+      plan_template(g.templates[i], policy, costs_, g, opt.lhs, plans_[i]);
+      headroom = std::max(headroom, plans_[i].backward_working_set_bytes);
     }
     prog_.hbm_limit_bytes = opt.memory_limit_slop * sys.gpu.hbm_bytes - headroom;
     prog_.copy_interference = sys.efficiency.compute_slowdown_during_copy;
@@ -323,13 +333,15 @@ class ProgramBuilder {
     int layer_in_op = lookup;
     if (tp) layer_in_op = transform(g_.embed_exit, false, lookup_buf, input_buf, lookup, 'f', "embedding_exit");
 
-    std::vector<ForwardLayer> fwd;
-    fwd.reserve(at(L));
-    std::vector<std::vector<int>> barrier(at(L) + 2);  // ops iteration l must wait for
+    auto& fwd = scratch_.fwd;
+    fwd.resize(at(L));
+    auto& barrier = scratch_.barrier;  // per iteration: the ops it must wait for
+    barrier.resize(at(L) + 2);
+    for (auto& b : barrier) b.clear();
     barrier[0].push_back(layer_in_op);
     for (std::int64_t l = 0; l < L; ++l) {
-      fwd.push_back(forward_layer(l, input_buf, fwd, barrier, param_sync.layers[at(l)]));
-      input_buf = fwd.back().output_buf;
+      forward_layer(l, input_buf, fwd, barrier, param_sync.layers[at(l)]);
+      input_buf = fwd[at(l)].output_buf;
     }
     const Gather head = gather_table("all_gather unembedding", L >= 2 ? fwd[at(L - 2)].last : lookup);
 
@@ -420,9 +432,11 @@ class ProgramBuilder {
     return id;
   }
 
-  // `barrier[l]`: what iteration l waits for; this layer adds its copies and overlap tails to later ones.
-  ForwardLayer forward_layer(std::int64_t l, int input_buf, const std::vector<ForwardLayer>& prev,
-                             std::vector<std::vector<int>>& barrier, int param_sync) {
+  // Fills fwd[l] (its lists keep their capacity between steps). `barrier[l]`: what iteration l waits for;
+  // this layer adds its copies and overlap tails to later ones.
+  void forward_layer(std::int64_t l, int input_buf, std::vector<ForwardLayer>& fwd,
+                     std::vector<std::vector<int>>& barrier, int param_sync) {
+    const auto& prev = fwd;
     const auto& t = g_.layer(l);
     const auto& p = plan(l);
     const auto nt = t.tensors.size();
@@ -433,7 +447,8 @@ class ProgramBuilder {
     const Gather ag = gather_layer(l, l >= lag ? prev[at(l - lag)].last : -1, 'f');
     if (param_sync >= 0) w_.op(ag.op).deps.push_back(param_sync);
 
-    ForwardLayer st;
+    ForwardLayer& st = fwd[at(l)];
+    st.last = -1;
     st.buf.assign(nt, -1);
     st.host_buf.assign(nt, -1);
     st.d2h.assign(nt, -1);
@@ -446,9 +461,12 @@ class ProgramBuilder {
     }
     st.output_buf = st.buf[static_cast<std::size_t>(t.output_tensor)];
 
-    struct PendingCopy { std::size_t tensor; int after, src; };
-    std::vector<PendingCopy> pending;
-    std::vector<int> op_id(t.ops.size(), -1), tails;
+    auto& pending = scratch_.pending;
+    auto& op_id = scratch_.op_id;
+    auto& tails = scratch_.tails;
+    pending.clear();
+    op_id.assign(t.ops.size(), -1);
+    tails.clear();
     int waiting = -1;  // a synchronous collective the next compute op waits for
     bool first = true;
     const std::size_t done_by = pipelined ? at(l + 2) : fwd_body_end_[at(l)];
@@ -521,7 +539,6 @@ class ProgramBuilder {
       w_.op(reader).releases.push_back(st.buf[k]);
     }
     w_.op(st.last).releases.push_back(ag.buf);
-    return st;
   }
 
   // One layer's backward iteration. Returns the gradient of its input and its reduce-scatter.
@@ -694,12 +711,25 @@ class ProgramBuilder {
   Costs costs_;
   Program& prog_;
   Writer w_;
-  std::vector<TemplatePlan> plans_;
-  // Capacity only: each function that uses a list resets it first, so nothing passes between calls here.
+  // Working lists, kept per thread between steps for their capacity only: each function that uses one resets
+  // it first, so nothing passes between calls through them (a sweep builds thousands of steps per thread).
+  struct PendingCopy {
+    std::size_t tensor;
+    int after, src;
+  };
   struct Scratch {
-    std::vector<int> buf, h2d, grad, val_op, tails;
-    std::vector<std::vector<int>> grad_ops;
-  } scratch_;
+    std::vector<int> buf, h2d, grad, val_op, tails, op_id;
+    std::vector<std::vector<int>> grad_ops, barrier;
+    std::vector<PendingCopy> pending;
+    std::vector<ForwardLayer> fwd;
+    std::vector<TemplatePlan> plans;
+  };
+  static Scratch& thread_scratch() {
+    thread_local Scratch s;
+    return s;
+  }
+  Scratch& scratch_ = thread_scratch();
+  std::vector<TemplatePlan>& plans_ = scratch_.plans;  // per layer template
   int backward_start_ = -1;  // the first backward op: pipelined prefetches may start from it
   std::vector<std::size_t> fwd_body_end_, bwd_body_first_;  // plan_loop_bodies()
 };
