@@ -131,7 +131,7 @@ void check_run_config(const RunConfig& c, const Sources& s, const std::set<std::
 
   // The training shape: every field validate_training reads.
   const auto shape = {"gpus", "batch", "micro_batch", "global_batch", "seq", "grad_accum", "fsdp", "tp", "ep", "dp",
-                      "cp", "pp", "mesh_order", "sequence_parallel", "cp_exchange", "moe_batch_split"};
+                      "cp", "pp", "mesh_order", "sequence_parallel", "cp_exchange", "moe_batch_split", "cp_shards_weights"};
   bool shape_fixed = model.has_value();
   for (auto f : shape) shape_fixed = shape_fixed && fixed(f);
   if (shape_fixed) {

@@ -137,6 +137,7 @@ TrainingSpec training_shape(const RunConfig& c) {
   else if (c.cp_exchange == "all_gather") p.cp_exchange = CpExchange::all_gather;
   else throw InputError("cp_exchange = " + quote(c.cp_exchange) + " (expected ring or all_gather)");
   p.sharded_optimizer = c.sharded_optimizer;
+  p.cp_shards_weights = c.cp_shards_weights;
   return t;
 }
 

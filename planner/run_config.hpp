@@ -32,6 +32,7 @@ struct RunConfig {
   bool sequence_parallel = true;
   std::string cp_exchange = "all_gather";  // ring (Megatron p2p) or all_gather (MaxText)
   bool sharded_optimizer = false;
+  bool cp_shards_weights = true;
   bool tp_comm_overlap = false;
   bool dp_overlap = true;
   std::int64_t moe_batch_split = 1;     // MoE layers run as this many micro-batches (MaxText batch split)

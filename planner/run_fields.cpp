@@ -41,9 +41,13 @@ const std::vector<RunField> kFields = {
     {"cp_exchange", "--cp-exchange",
      "How context parallelism exchanges keys and values: all_gather (MaxText) or ring (Megatron p2p, overlapped)",
      &C::cp_exchange},
+    {"cp_shards_weights", "--cp-shards-weights",
+     "The context axis shards the weights FSDP-style (MaxText); off: context ranks hold them whole and sum their "
+     "gradients with dp (Megatron-Core)",
+     &C::cp_shards_weights},
     {"sharded_optimizer", "--sharded-optimizer",
-     "Optimizer state sharded over the gradient-sync axes dp x cp (Megatron distributed optimizer): gradients "
-     "reduce-scattered, parameters all-gathered",
+     "Optimizer state sharded over the gradient-sync axes, dp (x cp when cp does not shard weights) (Megatron "
+     "distributed optimizer): gradients reduce-scattered, parameters all-gathered",
      &C::sharded_optimizer},
     {"tp_comm_overlap", "--tp-comm-overlap",
      "TP all-gathers/reduce-scatters overlapped chunk by chunk with their GEMM (TE userbuffers, XLA collective matmul)",

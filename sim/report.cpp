@@ -47,6 +47,7 @@ StepReport make_report(const StepGraph& g, const System& sys, const std::string&
   rep.hbm_peak_bytes = r.hbm_peak_bytes;
   rep.hbm_peak_time_s = r.hbm_peak_time_s;
   rep.hbm_capacity_bytes = sys.gpu.hbm_bytes;
+  rep.prefetch_limit_bytes = program.hbm_limit_bytes;
   for (int c = 0; c < sim::kMemCategories; ++c)
     rep.hbm_breakdown_bytes[sim::to_string(static_cast<MemCategory>(c))] = r.hbm_at_peak[static_cast<std::size_t>(c)];
   rep.host_peak_bytes = r.host_peak_bytes;
@@ -119,6 +120,7 @@ nlohmann::json StepReport::to_json() const {
           {"hbm_peak_bytes", hbm_peak_bytes},
           {"hbm_peak_time_s", hbm_peak_time_s},
           {"hbm_capacity_bytes", hbm_capacity_bytes},
+          {"prefetch_limit_bytes", prefetch_limit_bytes},
           {"hbm_breakdown_bytes", hbm_breakdown_bytes},
           {"host_peak_bytes", host_peak_bytes},
           {"host_capacity_bytes", host_capacity_bytes},

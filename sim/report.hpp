@@ -27,6 +27,8 @@ struct StepReport {
   bool fits = true;
   std::string fits_reason;
   double hbm_peak_bytes = 0, hbm_capacity_bytes = 0, hbm_peak_time_s = 0;
+  // What LHS may fill HBM to with prefetches: memory_limit_slop of HBM less one backward iteration's needs.
+  double prefetch_limit_bytes = 0;
   std::map<std::string, double> hbm_breakdown_bytes;
   double host_peak_bytes = 0, host_capacity_bytes = 0;
   // By queue (compute, fsdp, ep, tp, cp, dp, d2h, h2d): time the compute stream waited on it; the union of

@@ -458,6 +458,11 @@ StepGraph build_step_graph(const ModelSpec& model, TrainingSpec training) {
   g.training = training;
   const auto& p = training.parallelism;
   g.mesh = p.mesh();
+  if (p.cp_shards_weights) {
+    g.dense_shard = AxisSet{Axis::fsdp, Axis::cp, Axis::ep};
+    g.expert_shard = AxisSet{Axis::fsdp, Axis::cp};
+    g.grad_sync = AxisSet{Axis::dp};
+  }
   g.tokens = training.layer_tokens();
   const bool sp = p.sequence_parallel && p.tp > 1;
   g.sharded_tokens = sp ? g.tokens / static_cast<double>(p.tp) : g.tokens;
@@ -472,8 +477,8 @@ StepGraph build_step_graph(const ModelSpec& model, TrainingSpec training) {
   const double d = static_cast<double>(model.d_model);
   const double tp = static_cast<double>(p.tp);
   // Every weight is split over tp and sharded over fsdp (and ep: the routed experts by partition, the rest
-  // FSDP-style over the expert axis too, as MaxText does).
-  const double shards = static_cast<double>(p.fsdp * p.ep * p.tp);
+  // FSDP-style over the expert axis too, as MaxText does; and cp when it shards weights).
+  const double shards = static_cast<double>(p.fsdp * p.ep * p.tp * (p.cp_shards_weights ? p.cp : 1));
   g.local_params = model.total_params() / shards;
   g.parameter_bytes = g.local_params * dtype_bytes(training.weight_storage_dtype);
   g.optimizer_bytes = g.local_params * training.optimizer_bytes_per_param;

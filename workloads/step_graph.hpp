@@ -87,6 +87,7 @@ struct StepGraph {
   Mesh mesh;
   // Weights are sharded over these groups (gathered before use, gradients reduce-scattered back), and the
   // gradient shards are then summed over grad_sync: the axes that see other data but hold the same weights.
+  // (cp joins the shards or the sync: Parallelism::cp_shards_weights.)
   AxisSet dense_shard{Axis::fsdp, Axis::ep}, expert_shard{Axis::fsdp}, grad_sync{Axis::dp, Axis::cp};
   // Embedding and head with tensor parallelism (vocab-parallel tables): the lookup's partial sums leave
   // over tp, the head's input is gathered over tp, and the loss reduces its statistics over tp.

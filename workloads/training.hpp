@@ -25,6 +25,9 @@ struct Parallelism {
   bool sequence_parallel = true;  // norm/residual activations sharded over tp; AG/RS around each block
   CpExchange cp_exchange = CpExchange::all_gather;
   bool sharded_optimizer = false;  // optimizer state sharded over the gradient-sync axes (distributed optimizer)
+  // The context axis shards the weights too, FSDP-style (MaxText's logical rules put "context" among the
+  // embed sharding axes); off: context ranks hold the same weights and sum their gradients (Megatron-Core).
+  bool cp_shards_weights = true;
 
   Mesh mesh() const;  // needs fsdp resolved
 };
