@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <map>
-#include <mutex>
 #include <tuple>
 #include <vector>
 
@@ -177,17 +176,13 @@ FabricPaths fabric_paths(const Topology& topo) {
                       s.scale_out.per_gpu_bytes_per_s_per_direction, s.scale_out.latency_s,
                       s.host_link.per_direction_bytes_per_s, s.host_link.latency_s, s.host_link.gpus_sharing,
                       topo.domain_gpus(), topo.window_gpus()};
-  static std::mutex mu;
-  static std::map<FabricKey, FabricPaths> cache;
-  {
-    std::lock_guard lock(mu);
-    if (auto it = cache.find(key); it != cache.end()) return it->second;
-  }
+  // Per thread: sweep workers look these up for every step, and a shared cache would make them queue.
+  thread_local std::map<FabricKey, FabricPaths> cache;
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
   FabricPaths f;
   if (topo.domain_gpus() > 1) f.intra = topo.path(topo.gpu_vertex(0), topo.gpu_vertex(1));
   if (topo.window_gpus() > topo.domain_gpus()) f.inter = topo.path(topo.gpu_vertex(0), topo.gpu_vertex(topo.domain_gpus()));
-  std::lock_guard lock(mu);
-  if (cache.size() > 4096) cache.clear();
+  if (cache.size() > 4096) cache.clear();  // a bound for endless what-if sweeps over fabric figures
   return cache.emplace(key, f).first->second;
 }
 
@@ -199,14 +194,9 @@ GroupPlacement place_group(const Topology& topo, const Mesh& mesh, AxisSet group
                    topo.window_gpus(), topo.gpus(), {}, {}};
   key.dims = dims_of(mesh, group);
   key.others = dims_of(mesh, kAllAxesSet().without(group));
-  static std::mutex mu;
-  static std::map<PlacementKey, GroupPlacement> cache;
-  {
-    std::lock_guard lock(mu);
-    if (auto it = cache.find(key); it != cache.end()) return it->second;
-  }
+  thread_local std::map<PlacementKey, GroupPlacement> cache;  // per thread, as fabric_paths
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
   GroupPlacement p = compute_placement(topo, mesh, group);
-  std::lock_guard lock(mu);
   if (cache.size() > 4096) cache.clear();  // a bound for endless what-if sweeps over fabric figures
   return cache.emplace(key, p).first->second;
 }

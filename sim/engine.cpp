@@ -63,8 +63,14 @@ struct QueueState {
   bool concurrent, host_copy;
 };
 
+// A transfer in a rate computation, with its priority class read once from the program.
+struct Flow {
+  int op, priority;
+};
+
 struct Scratch {
-  std::vector<int> unmet, succ_start, succ, refs, fill, active, finished, flows, unfrozen;
+  std::vector<Flow> flows;
+  std::vector<int> unmet, succ_start, succ, refs, fill, active, finished, unfrozen;
   std::vector<double> remaining, rate, start, end, cap_left, weight, demand;
   std::vector<std::vector<int>> queues;
   std::vector<QueueState> queue_states;
@@ -352,33 +358,39 @@ class Engine {
       return;
     }
     was_contended_ = true;
+    // The transfers, with their class read once; classes are served best first (no sort: usually the first
+    // class fills the links the rest would use, and they all get nothing).
     auto& flows = flows_;
     flows.clear();
-    for (int i : active_)
-      if (p_.ops[static_cast<std::size_t>(i)].use_count > 0) flows.push_back(i);
+    for (int i : active_) {
+      const auto& op = p_.ops[static_cast<std::size_t>(i)];
+      if (op.use_count > 0) flows.push_back(Flow{i, op.priority});
+    }
     cap_left_.resize(nr);
     weight_.resize(nr);
-    std::sort(flows.begin(), flows.end(), [&](int a, int b) {
-      const int pa = p_.ops[static_cast<std::size_t>(a)].priority, pb = p_.ops[static_cast<std::size_t>(b)].priority;
-      return pa != pb ? pa < pb : a < b;
-    });
     for (std::size_t r = 0; r < nr; ++r) cap_left_[r] = p_.resources[r].capacity_bytes_per_s;
-    for (std::size_t f = 0; f < flows.size();) {
-      const int cls = p_.ops[static_cast<std::size_t>(flows[f])].priority;
-      auto& unfrozen = unfrozen_;
+    // A transfer can go faster only while every link it uses has capacity left.
+    auto has_room = [&](int i) {
+      for (const auto& u : uses_of(i))
+        if (cap_left_[static_cast<std::size_t>(u.resource)] <= 1e-12 * p_.resources[static_cast<std::size_t>(u.resource)].capacity_bytes_per_s)
+          return false;
+      return true;
+    };
+    auto& unfrozen = unfrozen_;
+    while (!flows.empty()) {
+      int cls = flows[0].priority;
+      for (const Flow& f : flows) cls = std::min(cls, f.priority);
       unfrozen.clear();
-      for (; f < flows.size() && p_.ops[static_cast<std::size_t>(flows[f])].priority == cls; ++f) unfrozen.push_back(flows[f]);
-      // A class whose links the classes before it filled gets nothing (the usual case for lower-priority copies).
-      bool room = false;
-      for (int i : unfrozen)
-        for (const auto& u : uses_of(i))
-          room = room || cap_left_[static_cast<std::size_t>(u.resource)] > 1e-12 * p_.resources[static_cast<std::size_t>(u.resource)].capacity_bytes_per_s;
-      if (!room) {
-        for (int i : unfrozen) rate_[static_cast<std::size_t>(i)] = 0;
-        continue;
+      std::size_t kept_flows = 0;
+      for (const Flow& f : flows) {
+        if (f.priority == cls) unfrozen.push_back(f.op);
+        else flows[kept_flows++] = f;
       }
+      flows.resize(kept_flows);
+      bool room = false;
+      for (int i : unfrozen) room = room || has_room(i);
       double level = 0;  // every unfrozen flow of the class runs at this rate
-      while (!unfrozen.empty()) {
+      while (room && !unfrozen.empty()) {
         std::fill(weight_.begin(), weight_.end(), 0.0);
         for (int i : unfrozen)
           for (const auto& u : uses_of(i)) weight_[static_cast<std::size_t>(u.resource)] += u.bytes_per_s;
@@ -389,16 +401,18 @@ class Engine {
         for (std::size_t r = 0; r < nr; ++r) cap_left_[r] -= inc * weight_[r];
         std::size_t kept = 0;
         for (int i : unfrozen) {
-          const auto k = static_cast<std::size_t>(i);
-          bool frozen = level >= 1.0 - 1e-12;
-          for (const auto& u : uses_of(i)) {
-            const auto r = static_cast<std::size_t>(u.resource);
-            frozen = frozen || cap_left_[r] <= 1e-12 * p_.resources[r].capacity_bytes_per_s;
-          }
-          rate_[k] = level;
-          if (!frozen) unfrozen[kept++] = i;
+          rate_[static_cast<std::size_t>(i)] = level;
+          if (level < 1.0 - 1e-12 && has_room(i)) unfrozen[kept++] = i;
         }
         unfrozen.resize(kept);
+      }
+      for (int i : unfrozen) rate_[static_cast<std::size_t>(i)] = level;  // a class with no room at all
+      // When no link the remaining classes use has room left, they all wait.
+      bool any_room = false;
+      for (const Flow& f : flows) any_room = any_room || has_room(f.op);
+      if (!any_room) {
+        for (const Flow& f : flows) rate_[static_cast<std::size_t>(f.op)] = 0;
+        break;
       }
     }
   }
@@ -414,8 +428,8 @@ class Engine {
   std::vector<std::vector<int>>& order_ = scratch().queues;
   std::vector<QueueState>& qs_ = scratch().queue_states;
   int copies_running_ = 0;
-  std::vector<int>&active_ = scratch().active, &finished_ = scratch().finished, &flows_ = scratch().flows,
-                  &unfrozen_ = scratch().unfrozen;
+  std::vector<int>&active_ = scratch().active, &finished_ = scratch().finished, &unfrozen_ = scratch().unfrozen;
+  std::vector<Flow>& flows_ = scratch().flows;
   std::vector<double>&remaining_ = scratch().remaining, &rate_ = scratch().rate, &start_ = scratch().start,
                      &end_ = scratch().end, &cap_left_ = scratch().cap_left, &weight_ = scratch().weight,
                      &demand_ = scratch().demand;
