@@ -33,7 +33,8 @@ class Result(dict):
 
     Keys: system, model, policy, step_time_s, tflops_per_device, mfu, fits, fits_reason, hbm_peak_bytes,
     hbm_peak_time_s, hbm_capacity_bytes, hbm_breakdown_bytes (at the peak, by category), host_peak_bytes,
-    host_capacity_bytes, exposed_s / busy_s (by stream), model_flops_per_device, executed_flops_per_device,
+    host_capacity_bytes, exposed_s / busy_s / comm_bytes (by queue), tokens_per_device_per_step,
+    tokens_per_s_per_device, global_batch, grad_accum, mesh, model_flops_per_device, executed_flops_per_device,
     events, ops, config (the resolved configuration); with ``trace=True`` also timeline
     ([[t_s, hbm_bytes, host_bytes], ...]) and trace (Chrome trace object, loadable in Perfetto).
     """

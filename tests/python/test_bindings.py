@@ -279,3 +279,12 @@ def test_field_table_equals_cli(cli):
     assert _hbmsim.field_table() == cli_json(cli, "fields", "--json")
     assert table.loc["cp", "flag"] == "--cp" and table.loc["lhs", "default"] == "on"
     assert "``cp_exchange``" in hbmsim.api.__doc__
+
+
+def test_switches_take_the_cli_words():
+    # A boolean field accepts on/off as the CLI flag does, and means the same.
+    base = dict(system="h200-hgx", model="llama3.1-8b", gpus=8, policy="qkv_proj_offloaded")
+    assert hbmsim.simulate(dict(base, lhs="off")).step_time_s == hbmsim.simulate(dict(base, lhs=False)).step_time_s
+    assert hbmsim.simulate(dict(base, lhs="on")).step_time_s == hbmsim.simulate(dict(base, lhs=True)).step_time_s
+    with pytest.raises(ValueError, match='lhs = "maybe"'):
+        hbmsim.simulate(dict(base, lhs="maybe"))
