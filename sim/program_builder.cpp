@@ -380,14 +380,13 @@ class ProgramBuilder {
       w_.data_dep(w_.compute(0, false, 0, 'b', -1, w_.naming() ? "head_grad_ready" : ""), exit);
       grad_carry = sharded;
     }
-    backward_start_ = unembed_bwd;
 
     std::vector<BackwardLayer> bwd(at(L));
     if (opt_.pipelined_collectives) bwd[at(L - 1)].gather = gather_layer(L - 1, -1, 'b');
     std::vector<int> done, reduce_scatter(at(L), -1);
     const bool sync_layers = sync && multi(g_.grad_sync);
     for (std::int64_t l = L - 1; l >= 0; --l) {
-      auto [grad, rs] = backward_layer(l, fwd[at(l)], bwd, grad_carry);
+      auto [grad, rs] = backward_layer(l, fwd[at(l)], bwd, grad_carry, unembed_bwd);
       grad_carry = grad;
       done.push_back(rs);
       reduce_scatter[at(l)] = rs;
@@ -541,8 +540,10 @@ class ProgramBuilder {
     w_.op(st.last).releases.push_back(ag.buf);
   }
 
-  // One layer's backward iteration. Returns the gradient of its input and its reduce-scatter.
-  std::pair<int, int> backward_layer(std::int64_t l, const ForwardLayer& f, std::vector<BackwardLayer>& bwd, int grad_in) {
+  // One layer's backward iteration. `backward_start`: the first backward op (pipelined prefetches may start
+  // from it). Returns the gradient of its input and its reduce-scatter.
+  std::pair<int, int> backward_layer(std::int64_t l, const ForwardLayer& f, std::vector<BackwardLayer>& bwd, int grad_in,
+                                     int backward_start) {
     const auto& t = g_.layer(l);
     const auto& p = plan(l);
     const auto nt = t.tensors.size();
@@ -598,7 +599,7 @@ class ProgramBuilder {
     // memory limit allows).
     if (opt_.lhs)
       for (std::size_t k = 1; k < nt; ++k)
-        if (p.placement[k] == Placement::offload && read(k)) make_h2d(k, pipelined ? backward_start_ : body_start);
+        if (p.placement[k] == Placement::offload && read(k)) make_h2d(k, pipelined ? backward_start : body_start);
 
     int grad_buf = prog_.add_buffer(t.grad_dense_bytes + t.grad_expert_bytes, MemCategory::collective_buffers);
     grad[static_cast<std::size_t>(t.output_tensor)] = grad_in;
@@ -730,7 +731,6 @@ class ProgramBuilder {
   }
   Scratch& scratch_ = thread_scratch();
   std::vector<TemplatePlan>& plans_ = scratch_.plans;  // per layer template
-  int backward_start_ = -1;  // the first backward op: pipelined prefetches may start from it
   std::vector<std::size_t> fwd_body_end_, bwd_body_first_;  // plan_loop_bodies()
 };
 
