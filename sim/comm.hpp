@@ -10,7 +10,6 @@
 
 #include "hwmodels/mesh.hpp"
 #include "hwmodels/system.hpp"
-#include "sim/engine.hpp"
 #include "workloads/step_graph.hpp"
 
 namespace hbmsim {
