@@ -10,6 +10,16 @@ using namespace hbmsim;
 namespace {
 constexpr double GiB = 1073741824.0;
 
+// Llama 3.1 8B on 8 GPUs of `system` with `dp` data-parallel replicas (FSDP over the rest).
+RunConfig llama8b_dp(const std::string& system, std::int64_t dp) {
+  RunConfig c;
+  c.system = system;
+  c.model = "llama3.1-8b";
+  c.gpus = 8;
+  c.dp = dp;
+  return c;
+}
+
 RunConfig llama8b_h100(std::int64_t tp) {
   RunConfig c;
   c.system = "h100-hgx";
@@ -85,12 +95,7 @@ TEST_CASE("comm/GEMM overlap exposes only the first chunk of each tensor-paralle
 TEST_CASE("data-parallel replicas all-reduce every gradient once per step by the ring formula", "[parallel][dp]") {
   // Llama 3.1 8B on 8 GPUs with dp 8 (no FSDP): each device holds all P parameters and sums its fp32
   // gradients with the other seven: a ring all-reduce sends 2 (dp-1)/dp x 4P bytes.
-  RunConfig c;
-  c.system = "gb300-nvl72";
-  c.model = "llama3.1-8b";
-  c.gpus = 8;
-  c.dp = 8;
-  c.seq = 4096;
+  RunConfig c = llama8b_dp("gb300-nvl72", 8);
   const double P = builtin_model("llama3.1-8b").total_params();
   auto r = run_simulation(c);
   CHECK(r.comm_bytes.at("dp") == Approx(2 * 7.0 / 8 * 4 * P).epsilon(1e-9));
@@ -116,11 +121,7 @@ TEST_CASE("data-parallel replicas all-reduce every gradient once per step by the
 TEST_CASE("FSDP inside data-parallel replicas syncs only each device's gradient shard", "[parallel][dp]") {
   // MaxText's hybrid layout: dp 2 outside fsdp 4. The reduce-scatter over fsdp leaves each device P/4 of the
   // gradients, which it all-reduces with its replica: 2 (2-1)/2 x 4P/4 bytes.
-  RunConfig c;
-  c.system = "gb200-nvl72";
-  c.model = "llama3.1-8b";
-  c.gpus = 8;
-  c.dp = 2;
+  RunConfig c = llama8b_dp("gb200-nvl72", 2);
   const double P = builtin_model("llama3.1-8b").total_params();
   auto r = run_simulation(c);
   CHECK(r.comm_bytes.at("dp") == Approx(2 * 0.5 * 4 * P / 4).epsilon(1e-9));
