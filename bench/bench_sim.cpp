@@ -41,6 +41,7 @@ BENCHMARK_CAPTURE(BM_SimulatePrepared, dsv3_step, bench_dsv3())->Unit(benchmark:
 BENCHMARK_CAPTURE(BM_SimulatePrepared, dsv3_split_step, bench_dsv3_split())->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_SimulatePrepared, llama405b_step, bench_llama405b())->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_SimulatePrepared, llama405b_tp8_cp2_step, bench_llama405b_tp_cp())->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_SimulatePrepared, llama405b_pp8_mb16_step, bench_llama405b_pp())->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_PrepareAndSimulate, dsv3_config, bench_dsv3())->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_PrepareAndSimulate, llama405b_config, bench_llama405b())->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_LayersLinear)->RangeMultiplier(2)->Range(8, 256)->Complexity(benchmark::oN)->Unit(benchmark::kMicrosecond);

@@ -85,6 +85,8 @@ void register_bench_command(CLI::App& app) {
     out["llama405b_step_us"] = step_us(ll, reps, inner);
     out["llama405b_tp8_cp2_step_us"] = step_us(prepare_run(bench_llama405b_tp_cp()), reps, inner);
     out["tp8_cp2_over_fsdp"] = out["llama405b_tp8_cp2_step_us"].get<double>() / out["llama405b_step_us"].get<double>();
+    out["llama405b_pp8_mb16_step_us"] = step_us(prepare_run(bench_llama405b_pp()), reps, std::max(1, inner / 4));
+    out["pp8_mb16_over_single_step"] = out["llama405b_pp8_mb16_step_us"].get<double>() / out["llama405b_step_us"].get<double>();
     out["step_peak_rss_bytes"] = peak_rss_bytes();  // after step simulations only, trace off
 
     // Cost against layers and against gradient-accumulation steps (Llama 8B shape on H200).

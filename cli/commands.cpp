@@ -22,6 +22,17 @@ namespace {
 
 int g_exit_status = 0;
 
+// The per-stage table of a pipelined step.
+void print_stages(const StepReport& r) {
+  Table t{{"stage", "layers", "HBM GiB", "saved act GiB", "host GiB", "compute s", "bubble s", "bubble", "pp wait s", "fits"}, {}};
+  for (const auto& st : r.stages)
+    t.rows.push_back({std::to_string(st.stage), st.layers, gib(st.hbm_peak_bytes), gib(st.hbm_breakdown_bytes.at("saved_activations")),
+                      gib(st.host_peak_bytes), fixed(st.compute_busy_s, 3), fixed(st.bubble_s, 3),
+                      fixed(100 * st.bubble_s / r.step_time_s, 1) + "%", fixed(st.exposed_s.at("pp"), 3), st.fits ? "yes" : "NO"});
+  std::printf("pipeline stages (bubble: the step less the stage's compute; pp wait: compute waiting on other stages)\n%s",
+              t.render().c_str());
+}
+
 }  // namespace
 
 int exit_status() { return g_exit_status != 0 ? g_exit_status : plan_exit_status(); }
@@ -52,8 +63,10 @@ void print_report(const StepReport& r) {
       sent += buf;
     }
   }
-  std::printf("exposed (compute waited on):%s\n", exposed.empty() ? "  nothing" : exposed.c_str());
-  if (!sent.empty()) std::printf("sent per device:%s\n", sent.c_str());
+  const char* mean = r.stages.size() > 1 ? " (mean over stages)" : "";
+  std::printf("exposed (compute waited on)%s:%s\n", mean, exposed.empty() ? "  nothing" : exposed.c_str());
+  if (!sent.empty()) std::printf("sent per device%s:%s\n", mean, sent.c_str());
+  if (r.stages.size() > 1) print_stages(r);
 }
 
 void register_commands(CLI::App& app) {

@@ -95,7 +95,7 @@ void check_number_range(const std::string& field, const std::string& text) {
 }
 
 void check_run_config(const RunConfig& c, const Sources& s, const std::set<std::string>& varied) {
-  auto fixed = [&](const char* field) { return varied.count(field) == 0; };
+  auto fixed = [&](std::string_view field) { return varied.count(std::string(field)) == 0; };
   bool tensors_fixed = true;
   for (auto& v : varied) tensors_fixed = tensors_fixed && v.rfind("tensor.", 0) != 0;
 
@@ -130,13 +130,14 @@ void check_run_config(const RunConfig& c, const Sources& s, const std::set<std::
   }
 
   // The training shape: every field validate_training reads.
-  const auto shape = {"gpus", "batch", "micro_batch", "global_batch", "seq", "grad_accum", "fsdp", "tp", "ep", "dp",
-                      "cp", "pp", "mesh_order", "sequence_parallel", "cp_exchange", "moe_batch_split", "cp_shards_weights"};
+  const std::initializer_list<std::string_view> shape = {
+      "gpus", "batch", "micro_batch", "global_batch", "seq", "grad_accum", "microbatches", "fsdp", "tp", "ep", "dp", "cp",
+      "pp", "vp", "pp_schedule", "first_stage_layers", "last_stage_layers", "embedding_as_layer", "loss_as_layer",
+      "mesh_order", "sequence_parallel", "cp_exchange", "moe_batch_split", "cp_shards_weights"};
   bool shape_fixed = model.has_value();
   for (auto f : shape) shape_fixed = shape_fixed && fixed(f);
   if (shape_fixed) {
-    attributed(s, {"gpus", "batch", "micro_batch", "global_batch", "seq", "grad_accum", "fsdp", "tp", "ep", "dp", "cp",
-                   "pp", "mesh_order", "sequence_parallel", "cp_exchange", "moe_batch_split"},
+    attributed(s, shape,
                [&] {
                  TrainingSpec t = training_shape(c);
                  validate_training(t, *model);

@@ -26,6 +26,19 @@ inline RunConfig bench_llama405b_tp_cp() {
   return c;
 }
 
+// The same run as a pipeline: tensor parallelism 4, 8 stages (the embedding and the loss counted as a
+// layer each, so 126 layers split 15/16 x 6/15) and 16 micro-batches of 4 sequences, 1F1B: every stage is
+// simulated as its own device, 8 x 16 x 2 passes.
+inline RunConfig bench_llama405b_pp() {
+  RunConfig c = bench_llama405b();
+  c.fsdp = 0;
+  c.tp = 4;
+  c.pp = 8;
+  c.microbatches = 16;
+  c.embedding_as_layer = c.loss_as_layer = true;
+  return c;
+}
+
 // The scaling shape: Llama 3.1 8B on 8 H200s with QKV offload, varied in layers or accumulation steps.
 inline RunConfig bench_scaling_base() {
   RunConfig c;

@@ -123,6 +123,7 @@ TrainingSpec training_shape(const RunConfig& c) {
   t.global_batch = c.global_batch;
   t.seq_len = c.seq;
   t.grad_accum = c.grad_accum;
+  t.microbatches = c.microbatches;
   t.moe_batch_split = c.moe_batch_split;
   auto& p = t.parallelism;
   p.fsdp = c.fsdp;
@@ -131,6 +132,9 @@ TrainingSpec training_shape(const RunConfig& c) {
   p.dp = c.dp;
   p.cp = c.cp;
   p.pp = c.pp;
+  p.vp = c.vp;
+  p.schedule = parse_pipeline_schedule(c.pp_schedule, "pp_schedule");
+  p.split = {c.first_stage_layers, c.last_stage_layers, c.embedding_as_layer, c.loss_as_layer};
   p.order = parse_mesh_order(c.mesh_order, "mesh_order");
   p.sequence_parallel = c.sequence_parallel;
   if (c.cp_exchange == "ring") p.cp_exchange = CpExchange::ring;
@@ -164,6 +168,7 @@ PreparedRun prepare_run(const RunConfig& c, const Profile* extra) {
   r.options.memory_limit_slop = c.memory_limit_slop;
   r.options.tp_comm_overlap = c.tp_comm_overlap;
   r.options.dp_overlap = c.dp_overlap;
+  r.options.reshard_weights = c.reshard_weights;
   return r;
 }
 

@@ -28,6 +28,12 @@ struct RunConfig {
   std::int64_t seq = 4096;
   std::int64_t grad_accum = 1;
   std::int64_t fsdp = 0, tp = 1, ep = 1, dp = 1, cp = 1, pp = 1;
+  std::int64_t vp = 1;                  // virtual pipeline stages per pp rank
+  std::string pp_schedule = "1f1b";     // 1f1b (interleaved with vp > 1), gpipe, zb-h1
+  std::int64_t microbatches = 0;        // MaxText num_pipeline_microbatches (0: pp)
+  std::int64_t first_stage_layers = 0, last_stage_layers = 0;  // 0: an even split
+  bool embedding_as_layer = false, loss_as_layer = false;
+  bool reshard_weights = true;          // FSDP frees gathered weights after each use
   std::string mesh_order = "maxtext";   // maxtext, megatron, or the axes outermost first
   bool sequence_parallel = true;
   std::string cp_exchange = "all_gather";  // ring (Megatron p2p) or all_gather (MaxText)

@@ -77,4 +77,33 @@ CommCost Network::cost(CommKind kind, double bytes, AxisSet group) const {
   return {};
 }
 
+CommCost Network::point_to_point(double bytes, Axis axis, std::int64_t from, std::int64_t to) const {
+  CommCost c;
+  if (bytes <= 0 || from == to) return c;
+  bool crosses = false, known = false;
+  for (const auto& x : crossings_)
+    if (x.axis == axis && x.from == from && x.to == to) {
+      crosses = x.crosses;
+      known = true;
+    }
+  if (!known) {
+    // Every rank whose index along the axis is 0 starts an instance; the layout repeats, so the first
+    // million instances decide.
+    const std::int64_t stride = mesh_.stride(axis), size = mesh_.size(axis), devices = mesh_.devices();
+    std::int64_t seen = 0;
+    for (std::int64_t r = 0; r < devices && !crosses && seen < (1 << 20); ++r) {
+      if ((r / stride) % size != 0) continue;
+      ++seen;
+      crosses = topo_.domain_of(r + from * stride) != topo_.domain_of(r + to * stride);
+    }
+    crossings_.push_back({axis, from, to, crosses});
+  }
+  const int level = crosses ? kInterDomain : kIntraDomain;
+  const PathCost& p = paths_.at(level);
+  const double eff = sys_.efficiency.collective.at(std::max(bytes, 1.0));
+  c.bytes[static_cast<std::size_t>(level)] = bytes;
+  c.seconds = bytes / (p.bytes_per_s * eff) + p.latency_s;
+  return c;
+}
+
 }  // namespace hbmsim

@@ -32,6 +32,9 @@ class Network {
   // `bytes`: the whole (gathered) buffer for all-gather, reduce-scatter and all-reduce; what each device
   // sends for all-to-all and send/recv. A group of one costs nothing.
   CommCost cost(CommKind kind, double bytes, AxisSet group) const;
+  // `bytes` sent from the member at index `from` along `axis` to the one at `to` (a pipeline stage to its
+  // neighbour), every other coordinate alike: over the path between domains if any instance crosses one.
+  CommCost point_to_point(double bytes, Axis axis, std::int64_t from, std::int64_t to) const;
 
  private:
   CommCost ring(double bytes, const GroupPlacement& g, double eff) const;
@@ -41,6 +44,12 @@ class Network {
   Topology topo_;
   FabricPaths paths_;
   mutable std::deque<std::pair<AxisSet, GroupPlacement>> placements_;  // asked so far (stable references)
+  struct Crossing {
+    Axis axis;
+    std::int64_t from, to;
+    bool crosses;
+  };
+  mutable std::vector<Crossing> crossings_;  // point-to-point paths asked so far
 };
 
 }  // namespace hbmsim

@@ -21,15 +21,29 @@ void Program::clear() {
   uses.clear();
   buffers.clear();
   resident.clear();
-  hbm_limit_bytes = 0;
+  hbm_limit_bytes.clear();
   copy_interference = 0;
-  queues.push_back(Queue{"compute", QueueKind::serial, false});
+  add_device();
 }
 
-int Program::queue(const std::string& name, QueueKind kind, bool host_copy) {
+int Program::add_device() {
+  const int d = devices();
+  hbm_limit_bytes.push_back(0);
+  queues.push_back(Queue{"compute", QueueKind::serial, false, d, true, false});
+  return d;
+}
+
+int Program::compute_queue(int device) const {
   for (std::size_t i = 0; i < queues.size(); ++i)
-    if (queues[i].name == name) return static_cast<int>(i);
-  queues.push_back(Queue{name, kind, host_copy});
+    if (queues[i].compute && queues[i].device == device) return static_cast<int>(i);
+  throw std::logic_error("no device " + std::to_string(device));
+}
+
+int Program::queue(const std::string& name, QueueKind kind, bool host_copy, int device) {
+  for (std::size_t i = 0; i < queues.size(); ++i)
+    if (queues[i].device == device && queues[i].name == name) return static_cast<int>(i);
+  if (device < 0 || device >= devices()) throw std::logic_error("no device " + std::to_string(device));
+  queues.push_back(Queue{name, kind, host_copy, device, false, false});
   return static_cast<int>(queues.size()) - 1;
 }
 
@@ -43,10 +57,10 @@ void Program::use(int op, int resource, double bytes_per_s) {
   ++o.use_count;
 }
 
-int Program::resource(const std::string& name, double capacity_bytes_per_s) {
+int Program::resource(const std::string& name, double capacity_bytes_per_s, int device) {
   for (std::size_t i = 0; i < resources.size(); ++i)
-    if (resources[i].name == name) return static_cast<int>(i);
-  resources.push_back(Resource{name, capacity_bytes_per_s});
+    if (resources[i].device == device && resources[i].name == name) return static_cast<int>(i);
+  resources.push_back(Resource{name, capacity_bytes_per_s, device});
   return static_cast<int>(resources.size()) - 1;
 }
 
@@ -60,7 +74,18 @@ struct QueueState {
   std::size_t size, pos;
   int running;
   double busy_since;
-  bool concurrent, host_copy;
+  int device;
+  bool concurrent, host_copy, compute;
+};
+
+// Per device: live memory, host copies running (they slow its memory-bound kernels), and since when its
+// compute stream has been idle (-1: busy).
+struct DeviceState {
+  double hbm_live = 0, host_live = 0;
+  std::array<double, kMemCategories> by_cat{};
+  int copies_running = 0;
+  double compute_idle_since = 0;
+  int receive_queue = -1;  // charged with waits on other devices (-1: the sender's queue is)
 };
 
 // A transfer in a rate computation, with its priority class read once from the program.
@@ -74,6 +99,7 @@ struct Scratch {
   std::vector<double> remaining, rate, start, end, cap_left, weight, demand;
   std::vector<std::vector<int>> queues;
   std::vector<QueueState> queue_states;
+  std::vector<DeviceState> devices;
 };
 Scratch& scratch() {
   thread_local Scratch s;
@@ -85,7 +111,7 @@ class Engine {
   Engine(const Program& p, bool timeline) : p_(p), record_(timeline) {
     const auto n = p.ops.size();
     const auto nq = p.queues.size();
-    if (nq > 64) throw std::logic_error("a program has at most 64 queues");
+    if (nq > 4096) throw std::logic_error("a program has at most 4096 queues");
     unmet_.resize(n);
     succ_start_.assign(n + 1, 0);
     refs_.assign(p.buffers.size(), 0);
@@ -98,8 +124,8 @@ class Engine {
       order_[static_cast<std::size_t>(op.queue)].push_back(static_cast<int>(i));
       unmet_[i] = static_cast<int>(op.deps.size());
       for (int d : op.deps) {
-        if (d < 0 || static_cast<std::size_t>(d) >= i)
-          throw std::logic_error("program op " + std::to_string(i) + " depends on a later op");
+        if (d < 0 || static_cast<std::size_t>(d) >= n || static_cast<std::size_t>(d) == i)
+          throw std::logic_error("program op " + std::to_string(i) + " depends on no valid op");
         ++succ_start_[static_cast<std::size_t>(d) + 1];
       }
       for (int b : op.releases) ++refs_[static_cast<std::size_t>(b)];
@@ -112,8 +138,12 @@ class Engine {
       for (int d : p.ops[i].deps) succ_[static_cast<std::size_t>(fill[static_cast<std::size_t>(d)]++)] = static_cast<int>(i);
     qs_.resize(nq);
     for (std::size_t q = 0; q < nq; ++q)
-      qs_[q] = QueueState{order_[q].data(), order_[q].size(), 0, 0, 0.0,
-                          p.queues[q].kind == QueueKind::concurrent, p.queues[q].host_copy};
+      qs_[q] = QueueState{order_[q].data(), order_[q].size(), 0, 0, 0.0, p.queues[q].device,
+                          p.queues[q].kind == QueueKind::concurrent, p.queues[q].host_copy, p.queues[q].compute};
+    dev_.assign(static_cast<std::size_t>(p.devices()), DeviceState{});
+    for (std::size_t q = 0; q < nq; ++q)
+      if (p.queues[q].receives) dev_[static_cast<std::size_t>(p.queues[q].device)].receive_queue = static_cast<int>(q);
+    r_.memory.assign(static_cast<std::size_t>(p.devices()), DeviceMemory{});
     r_.exposed_s.assign(nq, 0);
     r_.busy_s.assign(nq, 0);
     r_.bytes_sent.assign(nq, 0);
@@ -131,7 +161,7 @@ class Engine {
 
   EngineResult run() {
     for (int b : p_.resident) alloc(b);
-    sample();
+    sample_all();
     const std::size_t n = p_.ops.size();
     start_ready();
     while (done_ < n) {
@@ -161,7 +191,7 @@ class Engine {
       start_ready();
     }
     r_.end_time_s = now_;
-    sample();
+    sample_all();
     if (record_) {
       r_.start_s = start_;
       r_.end_s = end_;
@@ -193,56 +223,70 @@ class Engine {
   void alloc(int b) {
     const auto& buf = p_.buffers[static_cast<std::size_t>(b)];
     if (record_) r_.buffer_alloc_s[static_cast<std::size_t>(b)] = now_;
+    auto& d = dev_[static_cast<std::size_t>(buf.device)];
+    auto& m = r_.memory[static_cast<std::size_t>(buf.device)];
     if (buf.host) {
-      host_live_ += buf.bytes;
-      r_.host_peak_bytes = std::max(r_.host_peak_bytes, host_live_);
+      d.host_live += buf.bytes;
+      m.host_peak_bytes = std::max(m.host_peak_bytes, d.host_live);
     } else {
-      hbm_live_ += buf.bytes;
-      by_cat_[static_cast<std::size_t>(buf.category)] += buf.bytes;
-      if (hbm_live_ > r_.hbm_peak_bytes) {
-        r_.hbm_peak_bytes = hbm_live_;
-        r_.hbm_peak_time_s = now_;
-        r_.hbm_at_peak = by_cat_;
+      d.hbm_live += buf.bytes;
+      d.by_cat[static_cast<std::size_t>(buf.category)] += buf.bytes;
+      if (d.hbm_live > m.hbm_peak_bytes) {
+        m.hbm_peak_bytes = d.hbm_live;
+        m.hbm_peak_time_s = now_;
+        m.hbm_at_peak = d.by_cat;
       }
     }
+    sample(buf.device);
   }
 
   void release(int b) {
     if (--refs_[static_cast<std::size_t>(b)] > 0) return;
     const auto& buf = p_.buffers[static_cast<std::size_t>(b)];
     if (record_) r_.buffer_free_s[static_cast<std::size_t>(b)] = now_;
+    auto& d = dev_[static_cast<std::size_t>(buf.device)];
     if (buf.host) {
-      host_live_ -= buf.bytes;
+      d.host_live -= buf.bytes;
     } else {
-      hbm_live_ -= buf.bytes;
-      by_cat_[static_cast<std::size_t>(buf.category)] -= buf.bytes;
+      d.hbm_live -= buf.bytes;
+      d.by_cat[static_cast<std::size_t>(buf.category)] -= buf.bytes;
     }
+    sample(buf.device);
   }
 
-  void sample() {
-    if (record_) r_.timeline.push_back(MemorySample{now_, hbm_live_, host_live_, by_cat_});
+  // With a recorded timeline, a sample of a device's memory at each change.
+  void sample(int device) {
+    if (!record_) return;
+    const auto& d = dev_[static_cast<std::size_t>(device)];
+    r_.timeline.push_back(MemorySample{now_, device, d.hbm_live, d.host_live, d.by_cat});
+  }
+  void sample_all() {
+    for (int d = 0; d < p_.devices(); ++d) sample(d);
   }
 
   bool can_start(int i) const {
     const auto& op = p_.ops[static_cast<std::size_t>(i)];
     if (unmet_[static_cast<std::size_t>(i)] != 0) return false;
-    return op.gate_bytes <= 0 || hbm_live_ + op.gate_bytes <= p_.hbm_limit_bytes;
+    if (op.gate_bytes <= 0) return true;
+    const auto device = static_cast<std::size_t>(qs_[static_cast<std::size_t>(op.queue)].device);
+    return dev_[device].hbm_live + op.gate_bytes <= p_.hbm_limit_bytes[device];
   }
 
   void start(int i) {
     auto k = static_cast<std::size_t>(i);
     const auto& op = p_.ops[k];
-    if (op.queue == kComputeQueue && compute_idle_since_ >= 0) {
-      double gap = now_ - compute_idle_since_;
+    auto& q = qs_[static_cast<std::size_t>(op.queue)];
+    auto& dv = dev_[static_cast<std::size_t>(q.device)];
+    if (q.compute && dv.compute_idle_since >= 0) {
+      double gap = now_ - dv.compute_idle_since;
       if (gap > 0) r_.exposed_s[static_cast<std::size_t>(blame_queue(i))] += gap;
-      compute_idle_since_ = -1;
+      dv.compute_idle_since = -1;
     }
     start_[k] = now_;
     remaining_[k] = op.seconds;
     for (int b : op.allocs) alloc(b);
-    auto& q = qs_[static_cast<std::size_t>(op.queue)];
     if (q.running++ == 0) q.busy_since = now_;
-    if (q.host_copy && copies_running_++ == 0) interference_stale_ = rates_stale_ = true;
+    if (q.host_copy && dv.copies_running++ == 0) interference_stale_ = rates_stale_ = true;
     active_.push_back(i);
     // A transfer adds to its links' demand (full speed unless a link is now oversubscribed: update_rates);
     // anything else only needs its own rate.
@@ -257,13 +301,14 @@ class Engine {
       remaining_[k] = 0;
       ++zero_active_;
     }
-    sample();
   }
 
-  // The dependency that finished last is what the compute stream was waiting for.
+  // The dependency that finished last is what the compute stream was waiting for; a wait on another device
+  // (a pipeline receive) is charged to this device's receiving queue.
   int blame_queue(int i) const {
     double latest = -1;
-    int queue = kComputeQueue;
+    const int own = p_.ops[static_cast<std::size_t>(i)].queue;
+    int queue = own;
     for (int d : p_.ops[static_cast<std::size_t>(i)].deps) {
       double e = end_[static_cast<std::size_t>(d)];
       if (e > latest) {
@@ -271,6 +316,9 @@ class Engine {
         queue = p_.ops[static_cast<std::size_t>(d)].queue;
       }
     }
+    const int device = qs_[static_cast<std::size_t>(own)].device;
+    const int receiver = dev_[static_cast<std::size_t>(device)].receive_queue;
+    if (receiver >= 0 && qs_[static_cast<std::size_t>(queue)].device != device) return receiver;
     return queue;
   }
 
@@ -284,15 +332,15 @@ class Engine {
     r_.bytes_sent[q] += op.bytes_sent;
     auto& qs = qs_[q];
     if (--qs.running == 0) r_.busy_s[q] += now_ - qs.busy_since;  // busy time is the union of the queue's spans
-    if (qs.host_copy && --copies_running_ == 0) interference_stale_ = rates_stale_ = true;
+    auto& dv = dev_[static_cast<std::size_t>(qs.device)];
+    if (qs.host_copy && --dv.copies_running == 0) interference_stale_ = rates_stale_ = true;
     if (op.use_count > 0) {
       for (const auto& u : uses_of(i)) demand_[static_cast<std::size_t>(u.resource)] -= u.bytes_per_s;
       rates_stale_ = true;
     }
-    if (op.queue == kComputeQueue) compute_idle_since_ = now_;
+    if (qs.compute) dv.compute_idle_since = now_;
     for (int b : op.releases) release(b);
     for (int s = succ_start_[k]; s < succ_start_[k + 1]; ++s) --unmet_[static_cast<std::size_t>(succ_[static_cast<std::size_t>(s)])];
-    sample();
   }
 
   void start_ready() {
@@ -332,7 +380,9 @@ class Engine {
   }
 
   double solo_rate(const ProgramOp& op) const {
-    return op.memory_bound && copies_running_ > 0 ? 1.0 - p_.copy_interference : 1.0;
+    if (!op.memory_bound) return 1.0;
+    const auto& d = dev_[static_cast<std::size_t>(qs_[static_cast<std::size_t>(op.queue)].device)];
+    return d.copies_running > 0 ? 1.0 - p_.copy_interference : 1.0;
   }
 
   // Rates: ops that use no link run at full speed (memory-bound kernels slower while a host copy runs).
@@ -421,19 +471,16 @@ class Engine {
   bool record_;
   EngineResult r_;
   double now_ = 0;
-  double hbm_live_ = 0, host_live_ = 0;
-  std::array<double, kMemCategories> by_cat_{};
   std::vector<int>&unmet_ = scratch().unmet, &succ_start_ = scratch().succ_start, &succ_ = scratch().succ,
                   &refs_ = scratch().refs;
   std::vector<std::vector<int>>& order_ = scratch().queues;
   std::vector<QueueState>& qs_ = scratch().queue_states;
-  int copies_running_ = 0;
+  std::vector<DeviceState>& dev_ = scratch().devices;
   std::vector<int>&active_ = scratch().active, &finished_ = scratch().finished, &unfrozen_ = scratch().unfrozen;
   std::vector<Flow>& flows_ = scratch().flows;
   std::vector<double>&remaining_ = scratch().remaining, &rate_ = scratch().rate, &start_ = scratch().start,
                      &end_ = scratch().end, &cap_left_ = scratch().cap_left, &weight_ = scratch().weight,
                      &demand_ = scratch().demand;
-  double compute_idle_since_ = 0;
   bool rates_stale_ = true;          // a transfer or copy started or ended since the rates were computed
   bool interference_stale_ = false;  // host copies started or all ended: memory-bound kernels change speed
   bool was_contended_ = false;       // the last rates came from sharing an oversubscribed link

@@ -21,12 +21,16 @@ struct Queue {
   std::string name;
   QueueKind kind = QueueKind::serial;
   bool host_copy = false;  // its ops take HBM bandwidth from memory-bound kernels (Program::copy_interference)
+  int device = 0;          // the GPU it belongs to (a pipeline stage; 0 without pipeline parallelism)
+  bool compute = false;    // the device's compute stream: its idle time is blamed on what it waited for
+  bool receives = false;   // charged with the compute stream's waits on another device (pipeline receives)
 };
 
 // A physical link direction (NVLink out, NIC in, host link H2D, ...), bytes per second.
 struct Resource {
   std::string name;
   double capacity_bytes_per_s = 0;
+  int device = 0;  // whose link it is
 };
 
 // What an op moves through a resource while it runs at full speed (bytes/s).
@@ -46,9 +50,10 @@ struct Buffer {
   double bytes = 0;
   MemCategory category = MemCategory::workspace;
   bool host = false;
+  int device = 0;  // whose HBM (or pinned host memory) it takes
 };
 
-constexpr int kComputeQueue = 0;  // every program's first queue
+constexpr int kComputeQueue = 0;  // every program's first queue: device 0's compute stream
 
 // Fields ordered by size so that an op packs into 152 bytes: the engine walks thousands per step.
 struct ProgramOp {
@@ -70,6 +75,9 @@ struct ProgramOp {
   SmallVec<int, 3> releases;  // buffer references dropped when this op completes
 };
 
+// Ops on the queues of one or more devices (each pipeline stage is a device: its own compute stream,
+// communication queues, copy engines, HBM and host counters), joined by whatever dependencies and link uses
+// the ops carry.
 struct Program {
   Program() { clear(); }
 
@@ -78,18 +86,23 @@ struct Program {
   std::vector<ProgramOp> ops;
   std::vector<Use> uses;  // every op's link uses, contiguous per op (kept apart: most ops have none)
   std::vector<Buffer> buffers;
-  std::vector<int> resident;  // buffers alive for the whole step (allocated at t = 0, never freed)
-  double hbm_limit_bytes = 0;    // LHS memory limit for gated prefetches
-  double copy_interference = 0;  // memory-bound slowdown while a host copy is active
+  std::vector<int> resident;            // buffers alive for the whole step (allocated at t = 0, never freed)
+  std::vector<double> hbm_limit_bytes;  // per device: the LHS memory limit for gated prefetches
+  double copy_interference = 0;         // memory-bound slowdown while a host copy is active on the device
 
-  // Empties the program (keeping its memory) and creates the compute queue.
+  // Empties the program (keeping its memory): one device with its compute queue.
   void clear();
-  // The queue or resource of that name, created on first use.
-  int queue(const std::string& name, QueueKind kind = QueueKind::serial, bool host_copy = false);
-  int resource(const std::string& name, double capacity_bytes_per_s);
+  int devices() const { return static_cast<int>(hbm_limit_bytes.size()); }
+  // Adds a device (with its compute queue); returns its index.
+  int add_device();
+  int compute_queue(int device) const;
+  // The queue of that name on that device, created on first use.
+  int queue(const std::string& name, QueueKind kind = QueueKind::serial, bool host_copy = false, int device = 0);
+  // The link of that name on that device, created on first use.
+  int resource(const std::string& name, double capacity_bytes_per_s, int device = 0);
 
-  int add_buffer(double bytes, MemCategory c, bool host = false) {
-    buffers.push_back(Buffer{bytes, c, host});
+  int add_buffer(double bytes, MemCategory c, bool host = false, int device = 0) {
+    buffers.push_back(Buffer{bytes, c, host, device});
     return static_cast<int>(buffers.size()) - 1;
   }
   int add(ProgramOp op) {
@@ -104,21 +117,27 @@ struct Program {
 
 struct MemorySample {
   double time_s;
+  int device;
   double hbm_bytes;
   double host_bytes;
   std::array<double, kMemCategories> hbm_by_category;
 };
 
+// One device's memory over the step.
+struct DeviceMemory {
+  double hbm_peak_bytes = 0, hbm_peak_time_s = 0, host_peak_bytes = 0;
+  std::array<double, kMemCategories> hbm_at_peak{};
+};
+
 struct EngineResult {
   double end_time_s = 0;
   std::vector<double> start_s, end_s;  // per op, only when asked (record_timeline)
-  double hbm_peak_bytes = 0, hbm_peak_time_s = 0, host_peak_bytes = 0;
-  std::array<double, kMemCategories> hbm_at_peak{};
+  std::vector<DeviceMemory> memory;    // per device
   // Per queue: compute idle time blamed on the queue it waited for; union of the queue's busy spans; bytes
   // its ops sent.
   std::vector<double> exposed_s, busy_s, bytes_sent;
   double executed_flops = 0;
-  std::vector<MemorySample> timeline;  // only when asked
+  std::vector<MemorySample> timeline;  // only when asked: a sample of a device at each change of its memory
   std::vector<double> buffer_alloc_s, buffer_free_s;  // only when asked; -1: never
   std::uint64_t events = 0;
 };

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "sim/list_scheduler.hpp"
+#include "sim/pipeline_schedule.hpp"
 
 namespace hbmsim {
 
@@ -45,7 +46,7 @@ void plan_backward_steps(const LayerTemplate& t, TemplatePlan& p) {
   for (int o : p.order)
     if (p.replay[static_cast<std::size_t>(o)]) steps.push_back({Kind::replay, static_cast<std::size_t>(o)});
   for (std::size_t o = no; o-- > 0;) {
-    if (schedule && t.ops[o].kind == OpKind::gemm) {
+    if ((schedule || p.split_weight_grads) && t.ops[o].kind == OpKind::gemm) {
       steps.push_back({Kind::bwd_x, o});
       steps.push_back({Kind::bwd_w, o});
     } else {
@@ -225,6 +226,7 @@ void plan_template(const LayerTemplate& t, const Policy& policy, const Costs& c,
     p.bwd_lane.push_back(bl);
   }
   p.scheduled = lhs && has_comm(t);
+  p.split_weight_grads = splits_backward(g.training.parallelism.schedule) && g.training.parallelism.pp > 1;
   plan_forward_order(t, p);
   for (int o : p.order)
     for (int in : t.ops[static_cast<std::size_t>(o)].inputs) p.last_fwd_use[static_cast<std::size_t>(in)] = o;

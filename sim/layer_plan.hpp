@@ -30,9 +30,11 @@ struct TemplatePlan {
   double grad_sync_bytes = 0;             // the shards' bytes
   std::vector<double> d2h_s, h2d_s;       // per tensor: copy time at its size
   bool scheduled = false;  // LHS orders its ops by data dependencies (it has communication to hide)
+  // A GEMM's backward is two steps, the weight-gradient one run in a pass of its own (zero-bubble pipelines).
+  bool split_weight_grads = false;
 
-  // One backward iteration: replays of forward ops, and backward ops. In a scheduled layer a GEMM's
-  // backward is two steps (input-gradient and weight-gradient dots).
+  // One backward iteration: replays of forward ops, and backward ops. In a scheduled layer (or with the
+  // weight gradients split off) a GEMM's backward is two steps (input-gradient and weight-gradient dots).
   enum class Kind : std::uint8_t { replay, bwd, bwd_x, bwd_w };
   struct Step { Kind kind; std::size_t op; };
   std::vector<Step> steps;     // issue order

@@ -15,6 +15,9 @@ struct SimOptions {
   // Gradient sync over the data-parallel axes bucketed per layer and issued as each layer's backward ends
   // (Megatron overlap_grad_reduce, DDP buckets); off: all of it after the backward pass.
   bool dp_overlap = true;
+  // FSDP gathers a layer's weights for every micro-batch's forward and backward and frees them after each
+  // use; off: once per step, kept until the layer's last backward (more memory, less traffic).
+  bool reshard_weights = true;
   bool record_trace = false;
 };
 

@@ -9,6 +9,7 @@
 #include "sim/comm.hpp"
 #include "sim/costs.hpp"
 #include "sim/layer_plan.hpp"
+#include "sim/pipeline_schedule.hpp"
 
 namespace hbmsim {
 
@@ -19,32 +20,46 @@ using Kind = TemplatePlan::Kind;
 
 namespace {
 
-// Appends ops to a program: built in place (they are large), named when asked, communication on the queue of
-// its mesh axis with the link bandwidth it uses, copies on the copy engines over the host link.
+// Per op: its queue, kept beside the (large) ops for dependency checks (per thread, for its capacity).
+std::vector<std::uint16_t>& thread_queue_of() {
+  thread_local std::vector<std::uint16_t> v;
+  return v;
+}
+
+// Appends one device's ops to a program: built in place (they are large), named when asked, communication
+// on the queue of its mesh axis with the link bandwidth it uses, copies on the copy engines over the host
+// link.
 class Writer {
  public:
-  Writer(Program& p, const System& sys, const Network& net, std::vector<std::string>* names) : p_(p), names_(names) {
-    queue_of_.clear();
-    d2h_ = p.queue("d2h", sim::QueueKind::concurrent, true);
-    h2d_ = p.queue("h2d", sim::QueueKind::concurrent, true);
-    d2h_link_ = p.resource("host link D2H", sys.host_d2h_bytes_per_s());
-    h2d_link_ = p.resource("host link H2D", sys.host_h2d_bytes_per_s());
+  Writer(Program& p, const System& sys, const Network& net, std::vector<std::string>* names, int device)
+      : p_(p), names_(names), device_(device), compute_(p.compute_queue(device)) {
+    d2h_ = p.queue("d2h", sim::QueueKind::concurrent, true, device);
+    h2d_ = p.queue("h2d", sim::QueueKind::concurrent, true, device);
+    d2h_link_ = p.resource("host link D2H", sys.host_d2h_bytes_per_s(), device);
+    h2d_link_ = p.resource("host link H2D", sys.host_h2d_bytes_per_s(), device);
     if (sys.host_link.bidirectional_total_bytes_per_s)
-      both_links_ = p.resource("host link both directions", *sys.host_link.bidirectional_total_bytes_per_s);
+      both_links_ = p.resource("host link both directions", *sys.host_link.bidirectional_total_bytes_per_s, device);
     for (int level : {kIntraDomain, kInterDomain}) {
       const PathCost& path = net.path(level);
       if (path.links.empty()) continue;
-      links_[static_cast<std::size_t>(level)] = {p.resource(path.bottleneck + " out", path.bytes_per_s),
-                                                 p.resource(path.bottleneck + " in", path.bytes_per_s)};
+      links_[static_cast<std::size_t>(level)] = {link(net, level, true, device), link(net, level, false, device)};
     }
   }
 
+  // A device's link out of (or into) it on a path level, created on first use.
+  static int link(const Network& net, int level, bool out, int device, Program& p) {
+    const PathCost& path = net.path(level);
+    return p.resource(path.bottleneck + (out ? " out" : " in"), path.bytes_per_s, device);
+  }
+  int link(const Network& net, int level, bool out, int device) { return link(net, level, out, device, p_); }
+
   bool naming() const { return names_ != nullptr; }
+  int device() const { return device_; }
   ProgramOp& op(int i) { return p_.ops[static_cast<std::size_t>(i)]; }
   int last_compute() const { return last_compute_; }
 
   int compute(double seconds, bool memory_bound, double flops, char phase, int layer, std::string name) {
-    ProgramOp& o = emplace(sim::kComputeQueue, seconds, phase, layer);
+    ProgramOp& o = emplace(compute_, seconds, phase, layer);
     o.memory_bound = memory_bound;
     o.executed_flops = flops;
     last_compute_ = named(std::move(name));
@@ -71,6 +86,20 @@ class Writer {
       }
     return id;
   }
+  // A pipeline send to another stage: out of this device's link, into the receiver's.
+  int send(const Network& net, const CommCost& cost, int to_device, char phase, std::string name) {
+    emplace(queue(Axis::pp), cost.seconds, phase, -1);
+    const int id = named(std::move(name));
+    for (int level : {kIntraDomain, kInterDomain}) {
+      const double bytes = cost.bytes[static_cast<std::size_t>(level)];
+      if (bytes <= 0) continue;
+      op(id).bytes_sent += bytes;
+      if (cost.seconds <= 0 || links_[static_cast<std::size_t>(level)].first < 0) continue;
+      p_.use(id, links_[static_cast<std::size_t>(level)].first, bytes / cost.seconds);
+      p_.use(id, link(net, level, false, to_device), bytes / cost.seconds);
+    }
+    return id;
+  }
   // A copy holds its direction's copy engine while it runs: concurrent copies in one direction time-share it
   // (each at its solo rate over their number); a cap on both directions together limits the bytes moved.
   int copy(bool to_device, double bytes, double seconds, int layer, std::string name) {
@@ -86,10 +115,11 @@ class Writer {
     if (producer >= 0 && queue_of_[static_cast<std::size_t>(producer)] != queue_of_[static_cast<std::size_t>(op_id)])
       op(op_id).deps.push_back(producer);
   }
+  int add_buffer(double bytes, MemCategory c, bool host = false) { return p_.add_buffer(bytes, c, host, device_); }
 
  private:
   ProgramOp& emplace(int queue, double seconds, char phase, int layer) {
-    queue_of_.push_back(static_cast<std::uint8_t>(queue));
+    queue_of_.push_back(static_cast<std::uint16_t>(queue));
     p_.ops.emplace_back(queue, seconds);
     ProgramOp& o = p_.ops.back();
     o.use_begin = static_cast<std::uint32_t>(p_.uses.size());
@@ -101,24 +131,24 @@ class Writer {
     if (names_) names_->push_back(std::move(name));
     return static_cast<int>(p_.ops.size()) - 1;
   }
-  // A communication axis's queue is created on first use and remembered.
+  // A communication axis's queue is created on first use and remembered; the pipeline's queue is charged
+  // with the compute stream's waits on the other stages.
   int queue(Axis axis) {
     int& q = queues_[static_cast<std::size_t>(axis)];
-    if (q < 0) q = p_.queue(to_string(axis));
+    if (q < 0) {
+      q = p_.queue(to_string(axis), sim::QueueKind::serial, false, device_);
+      if (axis == Axis::pp) p_.queues[static_cast<std::size_t>(q)].receives = true;
+    }
     return q;
   }
 
   Program& p_;
   std::vector<std::string>* names_;
+  int device_, compute_;
   int last_compute_ = -1;
   int d2h_ = -1, h2d_ = -1, d2h_link_ = -1, h2d_link_ = -1, both_links_ = -1;
   std::array<int, kAxisCount> queues_{-1, -1, -1, -1, -1, -1};
-  // Per op: its queue, kept beside the (large) ops for dependency checks (per thread, for its capacity).
-  static std::vector<std::uint8_t>& thread_queue_of() {
-    thread_local std::vector<std::uint8_t> v;
-    return v;
-  }
-  std::vector<std::uint8_t>& queue_of_ = thread_queue_of();
+  std::vector<std::uint16_t>& queue_of_ = thread_queue_of();
   std::array<std::pair<int, int>, 2> links_{std::pair{-1, -1}, std::pair{-1, -1}};  // per path level: out, in
 };
 
@@ -135,6 +165,21 @@ struct ForwardLayer {
   int last = -1;              // its last compute op
 };
 
+// A layer's weight-gradient pass, split off its backward (zero-bubble schedules): what it waits for and
+// frees, gathered while the backward is emitted.
+struct WeightPass {
+  double seconds = 0, flops = 0;
+  std::vector<int> deps, releases;
+};
+
+// What a forward pass of one micro-batch through one chunk leaves for its backward (and weight) pass.
+struct ChunkRecord {
+  std::vector<ForwardLayer> layers;  // per layer of the chunk
+  std::vector<WeightPass> weights;   // per layer, with split weight gradients
+  int input_buf = -1;                // the chunk's input (the embedding's output, or what was received)
+  int logits = -1, head_buf = -1, stats = -1, head_input = -1;  // the head's (last chunk)
+};
+
 struct BackwardLayer {
   Gather gather;             // its weights, gathered one layer ahead with pipelined collectives
   int iteration_start = -1;  // the op its backward iteration starts after
@@ -149,81 +194,88 @@ struct Emitted {
   int head = -1, rest = -1;
 };
 
-class ProgramBuilder {
- public:
-  ProgramBuilder(const StepGraph& g, const System& sys, const Policy& policy, const SimOptions& opt,
-                 std::vector<std::string>* names, Program& out)
-      : g_(g), sys_(sys), opt_(opt), net_(sys, g.mesh), costs_{sys, net_}, prog_(out), w_(out, sys, net_, names) {
-    reserve();
-    double headroom = 0;
-    plans_.resize(g.templates.size());
-    for (std::size_t i = 0; i < g.templates.size(); ++i) {
-      plan_template(g.templates[i], policy, costs_, g, opt.lhs, plans_[i]);
-      headroom = std::max(headroom, plans_[i].backward_working_set_bytes);
-    }
-    prog_.hbm_limit_bytes = opt.memory_limit_slop * sys.gpu.hbm_bytes - headroom;
-    prog_.copy_interference = sys.efficiency.compute_slowdown_during_copy;
-    plan_loop_bodies();
-  }
+// One pipeline boundary crossing of one micro-batch: the buffer it lands in (on the receiving stage), the
+// send (on the sending stage) and the op the receiver's pass starts with.
+struct Crossing {
+  int buf = -1, send = -1, recv = -1;
+};
 
-  void build() {
-    for (auto [bytes, cat] : {std::pair{g_.parameter_bytes, MemCategory::parameters},
-                              {g_.optimizer_bytes, MemCategory::optimizer_state},
-                              {g_.gradient_bytes, MemCategory::gradients},
-                              {sys_.runtime.reserve_bytes, MemCategory::runtime_reserve}})
-      prog_.resident.push_back(prog_.add_buffer(bytes, cat));
+// What every stage's builder reads: the step, the plans of its layer templates, where its scans' loop
+// bodies end, and the pipeline's crossings (each written by the two stages it joins).
+struct BuildContext {
+  const StepGraph& g;
+  const System& sys;
+  const SimOptions& opt;
+  const Network& net;
+  const Costs& costs;
+  const std::vector<TemplatePlan>& plans;
+  const std::vector<std::size_t>& fwd_body_end;    // per layer: the layer after its forward loop body
+  const std::vector<std::size_t>& bwd_body_first;  // per layer: the first layer of its backward loop body
+  std::vector<Crossing>& forward_in;   // [micro-batch x chunks + k]: activations into chunk k (k >= 1)
+  std::vector<Crossing>& backward_in;  // [micro-batch x chunks + k]: gradients into chunk k (k < chunks - 1)
+  std::vector<std::string>* names;
+};
+
+// Working lists, kept per thread between steps for their capacity only: each function that uses one resets
+// it first, so nothing passes between calls through them (a sweep builds thousands of steps per thread).
+struct PendingCopy {
+  std::size_t tensor;
+  int after, src;
+};
+struct Scratch {
+  std::vector<int> buf, h2d, grad, val_op, tails, op_id;
+  std::vector<std::vector<int>> grad_ops, barrier;
+  std::vector<PendingCopy> pending;
+  std::vector<ChunkRecord> records;
+  std::vector<BackwardLayer> bwd;
+  std::vector<TemplatePlan> plans;
+};
+Scratch& thread_scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+// The ops of one pipeline stage (the whole step without pipelining): its passes in the schedule's order,
+// then the optimizer.
+class StageBuilder {
+ public:
+  StageBuilder(BuildContext& ctx, Program& prog, int stage)
+      : c_(ctx), g_(ctx.g), opt_(ctx.opt), net_(ctx.net), costs_(ctx.costs), prog_(prog), stage_(stage),
+        info_(ctx.g.stages[static_cast<std::size_t>(stage)]),
+        w_(prog, ctx.sys, ctx.net, ctx.names, stage) {}
+
+  void build(const std::vector<PipelineTask>& tasks) {
+    for (auto [bytes, cat] : {std::pair{info_.parameter_bytes, MemCategory::parameters},
+                              {info_.optimizer_bytes, MemCategory::optimizer_state},
+                              {info_.gradient_bytes, MemCategory::gradients},
+                              {c_.sys.runtime.reserve_bytes, MemCategory::runtime_reserve}})
+      prog_.resident.push_back(w_.add_buffer(bytes, cat));
     const ParameterSync param_sync = parameter_sync();
+    auto& records = scratch_.records;
+    const std::size_t slots = static_cast<std::size_t>(g_.training.grad_accum) * info_.chunks.size();
+    if (records.size() < slots) records.resize(slots);
     std::vector<int> done;  // what the optimizer waits for
-    for (std::int64_t m = 0; m < g_.training.grad_accum; ++m) {
-      auto ops = micro_batch(m + 1 == g_.training.grad_accum, param_sync);
-      done.insert(done.end(), ops.begin(), ops.end());
+    for (const PipelineTask& t : tasks) {
+      const int k = info_.chunks[static_cast<std::size_t>(t.chunk)];
+      ChunkRecord& rec = records[static_cast<std::size_t>(t.microbatch) * info_.chunks.size() + static_cast<std::size_t>(t.chunk)];
+      const bool sync = t.microbatch + 1 == g_.training.grad_accum;
+      switch (t.pass) {
+        case Pass::forward: forward_pass(t.microbatch, k, param_sync, rec); break;
+        case Pass::backward: backward_pass(t.microbatch, k, sync, rec, done); break;
+        case Pass::weight_grad: weight_pass(k, sync, rec, done); break;
+      }
     }
-    int opt = w_.compute(costs_.memory_s(g_.optimizer_update_bytes), true, 0, 'o', -1, "optimizer_update");
+    int opt = w_.compute(costs_.memory_s(info_.optimizer_update_bytes), true, 0, 'o', -1, "optimizer_update");
     for (int r : done) w_.op(opt).deps.push_back(r);
   }
 
  private:
-  // Event budget: a step larger than this would take seconds and gigabytes; refuse it up front. The op list
-  // is reserved at an upper bound so that a thread's first step does not relocate it halfway.
-  void reserve() {
-    std::size_t ops_estimate = 0, ops_bound = 0;
-    for (std::int64_t l = 0; l < g_.model.num_layers; ++l) {
-      ops_estimate += 3 * g_.layer(l).ops.size() + 8;
-      ops_bound += 5 * g_.layer(l).ops.size() + 3 * g_.layer(l).tensors.size() + 10;
-    }
-    constexpr std::size_t kMaxOps = 4'000'000;
-    const double total_ops = static_cast<double>(ops_estimate) * static_cast<double>(g_.training.grad_accum);
-    if (total_ops > kMaxOps)
-      throw InputError("layers x grad_accum = " + std::to_string(g_.model.num_layers) + " x " +
-                       std::to_string(g_.training.grad_accum) + " (the step would need about " +
-                       std::to_string(static_cast<long long>(total_ops)) + " simulated ops; the budget is 4000000)");
-    prog_.ops.reserve(ops_bound * static_cast<std::size_t>(g_.training.grad_accum) + 32);
-    prog_.buffers.reserve(ops_bound * static_cast<std::size_t>(g_.training.grad_accum) + 32);
-  }
-
-  // With while-loop double buffering a scan body holds two consecutive layers of the same template (in
-  // the order the loop runs them; a body never spans two scans), so LHS may move a transfer across the
-  // first layer's iteration boundary (compute is not reordered across the two layers here). Without LHS
-  // nothing moves it. Per layer: the layer after its forward body, and the first layer of its backward body
-  // (the backward runs the layers in reverse).
-  void plan_loop_bodies() {
-    const auto L = static_cast<std::size_t>(g_.model.num_layers);
-    fwd_body_end_.resize(L);
-    bwd_body_first_.resize(L);
-    const std::size_t len = opt_.double_buffering && opt_.lhs ? 2 : 1;
-    for (std::size_t first = 0; first < L;) {  // one scan per run of layers of the same template
-      std::size_t end = first;
-      while (end < L && g_.layer_template[end] == g_.layer_template[first]) ++end;
-      for (std::size_t l = first; l < end; ++l) {
-        fwd_body_end_[l] = std::min(first + (l - first) / len * len + len, end);
-        bwd_body_first_[l] = end - 1 - (end - 1 - l) / len * len;
-      }
-      first = end;
-    }
-  }
-
+  const PipelineChunk& chunk(int k) const { return g_.chunks[static_cast<std::size_t>(k)]; }
+  std::size_t chunks() const { return g_.chunks.size(); }
+  Crossing& forward_in(int mb, int k) { return c_.forward_in[static_cast<std::size_t>(mb) * chunks() + static_cast<std::size_t>(k)]; }
+  Crossing& backward_in(int mb, int k) { return c_.backward_in[static_cast<std::size_t>(mb) * chunks() + static_cast<std::size_t>(k)]; }
   const TemplatePlan& plan(std::int64_t l) const {
-    return plans_[static_cast<std::size_t>(g_.layer_template[static_cast<std::size_t>(l)])];
+    return c_.plans[static_cast<std::size_t>(g_.layer_template[static_cast<std::size_t>(l)])];
   }
   std::string label(const std::string& what, std::int64_t layer) const {
     return w_.naming() ? what + " L" + std::to_string(layer) : std::string();
@@ -231,8 +283,12 @@ class ProgramBuilder {
   std::string label(const char* prefix, const std::string& what, std::int64_t layer) const {
     return w_.naming() ? prefix + what + " L" + std::to_string(layer) : std::string();
   }
+  std::string label_mb(const char* what, int mb) const {
+    return w_.naming() ? std::string(what) + " mb" + std::to_string(mb) : std::string();
+  }
   std::size_t at(std::int64_t l) const { return static_cast<std::size_t>(l); }
   bool multi(AxisSet group) const { return g_.mesh.size(group) > 1; }
+  bool split_weights() const { return plan(0).split_weight_grads; }
   // Layers of backward iterations a gradient reduce-scatter may run into: 1, or 2 with pipelined collectives.
   std::int64_t reduce_scatter_lag() const { return opt_.pipelined_collectives ? 2 : 1; }
 
@@ -266,92 +322,148 @@ class ProgramBuilder {
     return id;
   }
 
+  // The vocab tables' gradients this stage holds (the input table with the embedding, the unembedding
+  // and final norm with the head), synced as one bucket.
+  double table_grad_bytes(const PipelineChunk& c) const {
+    return (c.embedding ? g_.embedding_grad_bytes : 0) + (c.head ? g_.head_grad_bytes : 0);
+  }
+  double table_grad_bytes() const {
+    double bytes = 0;
+    for (int k : info_.chunks) bytes += table_grad_bytes(chunk(k));
+    return bytes;
+  }
+  // What is left of a table bucket after its reduce-scatter over the weight shards.
+  double table_shard_bytes(double bytes) const { return bytes / static_cast<double>(g_.mesh.size(g_.dense_shard)); }
+
   // With a sharded optimizer each layer's updated parameter shard is all-gathered over the sync axes; the
   // next step's forward overlaps it (Megatron overlap_param_gather), so it is issued at the step's start and
   // each layer's weight gather waits for its bucket.
-  // The embedding bucket (its tables and the final norm) comes first: the lookup's table gather waits for it.
+  // The table bucket (its tables and the final norm) comes first: the lookup's table gather waits for it.
   struct ParameterSync {
-    int embedding = -1;
+    int tables = -1;
     std::vector<int> layers;  // per layer (-1: none)
   };
   ParameterSync parameter_sync() {
     ParameterSync ps;
     ps.layers.assign(at(g_.model.num_layers), -1);
     if (!g_.training.parallelism.sharded_optimizer || !multi(g_.grad_sync)) return ps;
-    ps.embedding = w_.comm(Axis::dp, net_.cost(CommKind::all_gather, embedding_shard_bytes(), g_.grad_sync), 1.0, 'f',
-                           -1, "all_gather parameters embedding");
-    for (std::int64_t l = 0; l < g_.model.num_layers; ++l) {
-      const auto cost = net_.cost(CommKind::all_gather, plan(l).grad_sync_bytes, g_.grad_sync);
-      ps.layers[at(l)] = w_.comm(Axis::dp, cost, 1.0, 'f', static_cast<int>(l), label("all_gather parameters", l));
-    }
+    if (const double tables = table_grad_bytes(); tables > 0)
+      ps.tables = w_.comm(Axis::dp, net_.cost(CommKind::all_gather, table_shard_bytes(tables), g_.grad_sync), 1.0, 'f', -1,
+                          "all_gather parameters embedding");
+    for (int k : info_.chunks)
+      for (std::int64_t l = chunk(k).first_layer; l < chunk(k).end_layer; ++l) {
+        const auto cost = net_.cost(CommKind::all_gather, plan(l).grad_sync_bytes, g_.grad_sync);
+        ps.layers[at(l)] = w_.comm(Axis::dp, cost, 1.0, 'f', static_cast<int>(l), label("all_gather parameters", l));
+      }
     return ps;
   }
-  // What is left of the embedding bucket's gradients after their reduce-scatter over the weight shards.
-  double embedding_shard_bytes() const {
-    return g_.embed_grad_bytes / static_cast<double>(g_.mesh.size(g_.dense_shard));
-  }
 
+  // A layer's weights, gathered over the weight shards; without resharding once per step (kept_weights_).
   Gather gather_layer(std::int64_t l, int after, char phase) {
+    if (!opt_.reshard_weights && kept_weights_.empty()) kept_weights_.assign(at(g_.model.num_layers), Gather{});
+    if (!opt_.reshard_weights && kept_weights_[at(l)].op >= 0) return kept_weights_[at(l)];
     const auto& t = g_.layer(l);
     const auto& p = plan(l);
     Gather ag;
-    ag.buf = prog_.add_buffer(t.gathered_dense_bytes + t.gathered_expert_bytes, MemCategory::gathered_weights);
+    ag.buf = w_.add_buffer(t.gathered_dense_bytes + t.gathered_expert_bytes, MemCategory::gathered_weights);
     ag.op = w_.comm2(Axis::fsdp, p.gather, p.gather_experts, 1.0, phase, static_cast<int>(l),
                      label(phase == 'f' ? "all_gather" : "all_gather bwd", l));
+    w_.op(ag.op).allocs = {ag.buf};
+    if (after >= 0) w_.op(ag.op).deps.push_back(after);
+    if (!opt_.reshard_weights) kept_weights_[at(l)] = ag;
+    return ag;
+  }
+  // The two tables are gathered where they are used: the input embedding for the lookup (then freed; its
+  // gradient is a scatter that does not read it), the unembedding one layer ahead of the head.
+  Gather gather_table(const char* name, int after) {
+    const CommCost cost = net_.cost(CommKind::all_gather, g_.table_gathered_bytes, g_.dense_shard);
+    Gather ag{w_.comm(Axis::fsdp, cost, 1.0, 'f', -1, name), w_.add_buffer(g_.table_gathered_bytes, MemCategory::gathered_weights)};
     w_.op(ag.op).allocs = {ag.buf};
     if (after >= 0) w_.op(ag.op).deps.push_back(after);
     return ag;
   }
 
-  // One micro-batch: embedding, forward layers, head, backward layers, embedding backward. Returns the ops
-  // the optimizer waits for (gradient reduce-scatters and, on the last micro-batch, their sync).
-  std::vector<int> micro_batch(bool sync, const ParameterSync& param_sync) {
-    const auto L = g_.model.num_layers;
-    const double act = dtype_bytes(g_.training.activation_dtype);
-    const double T = g_.tokens, Ts = g_.sharded_tokens;
-    const double d = static_cast<double>(g_.model.d_model);
-    const bool tp = multi(AxisSet{Axis::tp});
+  // A pass that starts from another stage's output: a free op on the compute stream that waits for it.
+  int receive(Crossing& in, const char* what, int mb) {
+    in.recv = w_.compute(0, false, 0, what[0] == 'g' ? 'b' : 'f', -1, label_mb(what, mb));
+    return in.recv;
+  }
+  // Sends buffer `from` (freed here once sent) to the stage of chunk `to_chunk`, where it lands in `in.buf`.
+  void send(Crossing& in, int from, int to_chunk, int after, char phase, const char* what, int mb) {
+    const double bytes = g_.sharded_tokens * static_cast<double>(g_.model.d_model) * dtype_bytes(g_.training.activation_dtype);
+    const int to = chunk(to_chunk).stage;
+    in.send = w_.send(net_, net_.point_to_point(bytes, Axis::pp, stage_, to), to, phase, label_mb(what, mb));
+    w_.op(in.send).deps.push_back(after);
+    w_.op(in.send).allocs.push_back(in.buf);
+    w_.op(in.send).releases.push_back(from);
+  }
 
-    // The two tables are gathered where they are used: the input embedding for the lookup (then freed; its
-    // gradient is a scatter that does not read it), the unembedding one layer ahead of the head. With tp
-    // the lookup on this rank's vocab shard gives partial sums, which leave over tp.
-    const double table_bytes = g_.embed_gathered_bytes / 2;
-    const CommCost table_gather = net_.cost(CommKind::all_gather, table_bytes, g_.dense_shard);
-    auto gather_table = [&](const char* name, int after) {
-      Gather ag{w_.comm(Axis::fsdp, table_gather, 1.0, 'f', -1, name), prog_.add_buffer(table_bytes, MemCategory::gathered_weights)};
-      w_.op(ag.op).allocs = {ag.buf};
-      if (after >= 0) w_.op(ag.op).deps.push_back(after);
-      return ag;
-    };
-    const Gather embed = gather_table("all_gather embedding", param_sync.embedding);
-    int input_buf = prog_.add_buffer(Ts * d * act, MemCategory::saved_activations);
-    const int lookup_buf = tp ? prog_.add_buffer(T * d * act, MemCategory::workspace) : input_buf;
+  // The embedding lookup: its table gathered, and with tp the partial sums of this rank's vocab shard leave
+  // over tp. Returns the op the first layer waits for; `rec.input_buf` holds its output.
+  int embedding(ChunkRecord& rec, int after_sync) {
+    const double act = dtype_bytes(g_.training.activation_dtype);
+    const double T = g_.tokens, d = static_cast<double>(g_.model.d_model);
+    const bool tp = multi(AxisSet{Axis::tp});
+    const Gather embed = gather_table("all_gather embedding", after_sync);
+    rec.input_buf = w_.add_buffer(g_.sharded_tokens * d * act, MemCategory::saved_activations);
+    const int lookup_buf = tp ? w_.add_buffer(T * d * act, MemCategory::workspace) : rec.input_buf;
     int lookup = w_.compute(costs_.memory_s(2 * T * d * act), true, 0, 'f', -1, "embedding_lookup");
     w_.op(lookup).deps.push_back(embed.op);
     w_.op(lookup).allocs.push_back(lookup_buf);
     w_.op(lookup).releases.push_back(embed.buf);
-    int layer_in_op = lookup;
-    if (tp) layer_in_op = transform(g_.embed_exit, false, lookup_buf, input_buf, lookup, 'f', "embedding_exit");
+    if (tp) return transform(g_.embed_exit, false, lookup_buf, rec.input_buf, lookup, 'f', "embedding_exit");
+    return lookup;
+  }
 
-    auto& fwd = scratch_.fwd;
-    fwd.resize(at(L));
-    auto& barrier = scratch_.barrier;  // per iteration: the ops it must wait for
-    barrier.resize(at(L) + 2);
+  // One micro-batch through chunk k: its input (looked up or received), its layers, then the head's forward
+  // (the last chunk) or the send of its output to the next chunk's stage.
+  void forward_pass(int mb, int k, const ParameterSync& param_sync, ChunkRecord& rec) {
+    const PipelineChunk& c = chunk(k);
+    const std::int64_t first = c.first_layer, n = c.layers();
+    int layer_in_op;
+    if (c.embedding) {
+      layer_in_op = embedding(rec, param_sync.tables);
+    } else {
+      rec.input_buf = forward_in(mb, k).buf;
+      layer_in_op = receive(forward_in(mb, k), "recv activations", mb);
+    }
+    auto& fwd = rec.layers;
+    fwd.resize(at(n));
+    auto& barrier = scratch_.barrier;  // per iteration of the chunk: the ops it must wait for
+    barrier.resize(at(n) + 2);
     for (auto& b : barrier) b.clear();
     barrier[0].push_back(layer_in_op);
-    for (std::int64_t l = 0; l < L; ++l) {
-      forward_layer(l, input_buf, fwd, barrier, param_sync.layers[at(l)]);
-      input_buf = fwd[at(l)].output_buf;
+    int input_buf = rec.input_buf;
+    for (std::int64_t i = 0; i < n; ++i) {
+      forward_layer(first, i, input_buf, fwd, barrier, param_sync.layers[at(first + i)]);
+      input_buf = fwd[at(i)].output_buf;
     }
-    const Gather head = gather_table("all_gather unembedding", L >= 2 ? fwd[at(L - 2)].last : lookup);
+    if (c.head) {
+      head_forward(rec, fwd, barrier, layer_in_op);
+      return;
+    }
+    // The send waits for the chunk's last iteration to close (its copies and overlapped tails).
+    Crossing& out = forward_in(mb, k + 1);
+    send(out, input_buf, k + 1, fwd[at(n - 1)].last, 'f', "send activations", mb);
+    for (auto& b : {barrier[at(n)], barrier[at(n) + 1]})
+      for (int op : b) w_.op(out.send).deps.push_back(op);
+  }
 
-    // Head: final norm, unembedding and loss, then their backward. The loss runs in fp32 (MaxText casts
-    // logits to float32 for cross-entropy): bf16 logits, their fp32 copy and the fp32 gradient.
+  // Final norm, unembedding and loss. The loss runs in fp32 (MaxText casts logits to float32 for
+  // cross-entropy): bf16 logits, their fp32 copy and the fp32 gradient.
+  void head_forward(ChunkRecord& rec, const std::vector<ForwardLayer>& fwd, const std::vector<std::vector<int>>& barrier,
+                    int chunk_start) {
+    const double act = dtype_bytes(g_.training.activation_dtype);
+    const double Ts = g_.sharded_tokens, d = static_cast<double>(g_.model.d_model);
+    const bool tp = multi(AxisSet{Axis::tp});
+    const std::size_t n = fwd.size();
+    const Gather head = gather_table("all_gather unembedding", n >= 2 ? fwd[n - 2].last : chunk_start);
+    rec.head_buf = head.buf;
     const double logit_elems = g_.logits_bytes / act;
-    int logits = prog_.add_buffer(logit_elems * (act + 4 + 4), MemCategory::workspace);
+    rec.logits = w_.add_buffer(logit_elems * (act + 4 + 4), MemCategory::workspace);
     int norm = w_.compute(costs_.memory_s(2 * Ts * d * act), true, 0, 'f', -1, "final_norm");
-    for (auto& b : {barrier[at(L)], barrier[at(L) + 1]})
-      for (int c : b) w_.op(norm).deps.push_back(c);
+    for (auto& b : {barrier[n], barrier[n + 1]})
+      for (int op : b) w_.op(norm).deps.push_back(op);
     int head_in = -1;
     if (tp && g_.head_enter.forward != CommKind::none) {
       head_in = w_.comm(Axis::tp, costs_.comm(g_.head_enter, false), 1.0, 'f', -1, "head_all_gather");
@@ -359,67 +471,147 @@ class ProgramBuilder {
     }
     int unembed = w_.compute(costs_.gemm_s(g_.unembed_flops, g_.logits_bytes, Dtype::bf16), false, g_.unembed_flops,
                              'f', -1, "unembed");
-    w_.op(unembed).allocs.push_back(logits);
+    w_.op(unembed).allocs.push_back(rec.logits);
     w_.op(unembed).deps.push_back(head.op);
     w_.data_dep(unembed, head_in);
     int loss = w_.compute(costs_.memory_s(3 * g_.logits_bytes), true, 0, 'f', -1, "softmax_cross_entropy");
-    int stats = -1;
+    rec.stats = -1;
     if (tp) {
-      stats = w_.comm(Axis::tp, costs_.comm(g_.loss_stats, false), 1.0, 'f', -1, "loss_all_reduce");
-      w_.op(stats).deps.push_back(loss);
+      rec.stats = w_.comm(Axis::tp, costs_.comm(g_.loss_stats, false), 1.0, 'f', -1, "loss_all_reduce");
+      w_.op(rec.stats).deps.push_back(loss);
     }
-    int grad_carry = prog_.add_buffer(T * d * act, MemCategory::workspace);
+    rec.head_input = fwd[n - 1].output_buf;  // what the head read: freed by its backward
+  }
+
+  // The head's backward: the gradient of the last layer's output. Returns the op it ends with; `grad`
+  // receives the gradient buffer.
+  int head_backward(const ChunkRecord& rec, int& grad) {
+    const double act = dtype_bytes(g_.training.activation_dtype);
+    const double T = g_.tokens, Ts = g_.sharded_tokens, d = static_cast<double>(g_.model.d_model);
+    grad = w_.add_buffer(T * d * act, MemCategory::workspace);
     int unembed_bwd = w_.compute(costs_.gemm_s(2 * g_.unembed_flops, 2 * g_.logits_bytes, Dtype::bf16), false,
                                  2 * g_.unembed_flops, 'b', -1, "unembed_bwd");
-    w_.op(unembed_bwd).allocs.push_back(grad_carry);
-    w_.op(unembed_bwd).releases = {logits, head.buf, input_buf};
-    w_.data_dep(unembed_bwd, stats);
-    if (tp) {
-      int sharded = prog_.add_buffer(Ts * d * act, MemCategory::workspace);
-      int exit = transform(g_.head_enter, true, grad_carry, sharded, unembed_bwd, 'b', "head_exit_bwd");
+    w_.op(unembed_bwd).allocs.push_back(grad);
+    w_.op(unembed_bwd).releases = {rec.logits, rec.head_buf, rec.head_input};
+    w_.data_dep(unembed_bwd, rec.stats);
+    if (multi(AxisSet{Axis::tp})) {
+      int sharded = w_.add_buffer(Ts * d * act, MemCategory::workspace);
+      int exit = transform(g_.head_enter, true, grad, sharded, unembed_bwd, 'b', "head_exit_bwd");
       w_.data_dep(w_.compute(0, false, 0, 'b', -1, w_.naming() ? "head_grad_ready" : ""), exit);
-      grad_carry = sharded;
+      grad = sharded;
     }
+    return unembed_bwd;
+  }
 
-    std::vector<BackwardLayer> bwd(at(L));
-    if (opt_.pipelined_collectives) bwd[at(L - 1)].gather = gather_layer(L - 1, -1, 'b');
-    std::vector<int> done, reduce_scatter(at(L), -1);
-    const bool sync_layers = sync && multi(g_.grad_sync);
-    for (std::int64_t l = L - 1; l >= 0; --l) {
-      auto [grad, rs] = backward_layer(l, fwd[at(l)], bwd, grad_carry, unembed_bwd);
+  // One micro-batch's backward through chunk k: from the loss (the last chunk) or the gradient received,
+  // the layers in reverse, then the embedding's backward (the first chunk) or the send of the input's
+  // gradient to the previous chunk's stage. Adds what the optimizer waits for to `done`.
+  void backward_pass(int mb, int k, bool sync, ChunkRecord& rec, std::vector<int>& done) {
+    const PipelineChunk& c = chunk(k);
+    const std::int64_t first = c.first_layer, n = c.layers(), last = c.end_layer - 1;
+    int grad_carry, start;
+    if (c.head) {
+      start = head_backward(rec, grad_carry);
+    } else {
+      grad_carry = backward_in(mb, k).buf;
+      start = receive(backward_in(mb, k), "grad recv", mb);
+    }
+    auto& bwd = scratch_.bwd;
+    bwd.assign(at(n), BackwardLayer{});
+    if (split_weights()) rec.weights.resize(at(n));
+    if (opt_.pipelined_collectives) bwd[at(n - 1)].gather = gather_layer(last, -1, 'b');
+    std::vector<int> reduce_scatter(at(n), -1);
+    const bool sync_layers = sync && multi(g_.grad_sync) && !split_weights();
+    for (std::int64_t i = n - 1; i >= 0; --i) {
+      auto [grad, rs] = backward_layer(first, i, rec, bwd, grad_carry, start, sync);
       grad_carry = grad;
+      reduce_scatter[at(i)] = rs;
+      if (rs < 0) continue;  // its weight gradients come in a pass of their own
       done.push_back(rs);
-      reduce_scatter[at(l)] = rs;
-      if (sync_layers && opt_.dp_overlap) done.push_back(grad_sync(plan(l).grad_sync, rs, -1, l));
+      if (sync_layers && opt_.dp_overlap) done.push_back(grad_sync(plan(first + i).grad_sync, rs, -1, first + i));
     }
-
-    if (tp) {
-      int whole = prog_.add_buffer(T * d * act, MemCategory::workspace);
+    // The last iterations' scatters are due at the end of the pass: its final op waits for them and frees
+    // their gradients (the embedding's scatter, or the send).
+    const std::int64_t due = std::min(n, reduce_scatter_lag());
+    if (!c.embedding) {
+      Crossing& out = backward_in(mb, k - 1);
+      send(out, grad_carry, k - 1, w_.last_compute(), 'b', "send gradients", mb);
+      for (std::int64_t i = 0; i < due && !split_weights(); ++i) {
+        w_.op(bwd[at(i)].reduce_scatter).releases.push_back(bwd[at(i)].grad_buf);
+      }
+      if (c.head) table_reduce_scatter(c, start, sync, done);
+      if (sync_layers && !opt_.dp_overlap)
+        for (std::int64_t i = n - 1; i >= 0; --i) done.push_back(grad_sync(plan(first + i).grad_sync, reduce_scatter[at(i)], out.send, first + i));
+      return;
+    }
+    const double act = dtype_bytes(g_.training.activation_dtype);
+    const double T = g_.tokens, d = static_cast<double>(g_.model.d_model);
+    if (multi(AxisSet{Axis::tp})) {
+      int whole = w_.add_buffer(T * d * act, MemCategory::workspace);
       int enter = transform(g_.embed_exit, true, grad_carry, whole, w_.last_compute(), 'b', "embedding_exit_bwd");
       grad_carry = whole;
       w_.data_dep(w_.compute(0, false, 0, 'b', -1, w_.naming() ? "embedding_grad_ready" : ""), enter);
     }
-    int embed_grad = prog_.add_buffer(g_.embed_grad_bytes, MemCategory::collective_buffers);
+    // The table bucket: both tables when this chunk also holds the head, else the input table's.
+    const double bucket = c.head ? table_grad_bytes(c) : g_.embedding_grad_bytes;
+    int embed_grad = w_.add_buffer(bucket, MemCategory::collective_buffers);
     int scatter = w_.compute(costs_.memory_s(2 * T * d * act), true, 0, 'b', -1, "embedding_bwd");
     w_.op(scatter).allocs.push_back(embed_grad);
     w_.op(scatter).releases.push_back(grad_carry);
-    for (std::int64_t l = 0; l < std::min(L, reduce_scatter_lag()); ++l) {  // the last layers' scatters are due here
-      w_.op(scatter).deps.push_back(bwd[at(l)].reduce_scatter);
-      w_.op(scatter).releases.push_back(bwd[at(l)].grad_buf);
+    for (std::int64_t i = 0; i < due && !split_weights(); ++i) {
+      w_.op(scatter).deps.push_back(bwd[at(i)].reduce_scatter);
+      w_.op(scatter).releases.push_back(bwd[at(i)].grad_buf);
     }
-    int rs = w_.comm(Axis::fsdp, net_.cost(CommKind::reduce_scatter, g_.embed_grad_bytes, g_.dense_shard), 1.0, 'b', -1,
+    int rs = w_.comm(Axis::fsdp, net_.cost(CommKind::reduce_scatter, bucket, g_.dense_shard), 1.0, 'b', -1,
                      "reduce_scatter embedding");
     w_.op(rs).deps = {scatter};
     w_.op(rs).releases = {embed_grad};
     done.push_back(rs);
-    if (sync_layers) {
+    if (sync && multi(g_.grad_sync)) {
       // Without overlap every bucket is issued once the backward pass is done.
-      if (!opt_.dp_overlap)
-        for (std::int64_t l = L - 1; l >= 0; --l) done.push_back(grad_sync(plan(l).grad_sync, reduce_scatter[at(l)], scatter, l));
+      if (sync_layers && !opt_.dp_overlap)
+        for (std::int64_t i = n - 1; i >= 0; --i) done.push_back(grad_sync(plan(first + i).grad_sync, reduce_scatter[at(i)], scatter, first + i));
       const auto kind = g_.training.parallelism.sharded_optimizer ? CommKind::reduce_scatter : CommKind::all_reduce;
-      done.push_back(grad_sync(net_.cost(kind, embedding_shard_bytes(), g_.grad_sync), rs, -1, -1));
+      done.push_back(grad_sync(net_.cost(kind, table_shard_bytes(bucket), g_.grad_sync), rs, -1, -1));
     }
-    return done;
+  }
+
+  // The head's table bucket on a stage without the embedding: scattered once the head's backward is done.
+  void table_reduce_scatter(const PipelineChunk& c, int head_bwd, bool sync, std::vector<int>& done) {
+    const double bucket = table_grad_bytes(c);
+    int grad = w_.add_buffer(bucket, MemCategory::collective_buffers);
+    w_.op(head_bwd).allocs.push_back(grad);
+    int rs = w_.comm(Axis::fsdp, net_.cost(CommKind::reduce_scatter, bucket, g_.dense_shard), 1.0, 'b', -1,
+                     "reduce_scatter unembedding");
+    w_.op(rs).deps = {head_bwd};
+    w_.op(rs).releases = {grad};
+    done.push_back(rs);
+    if (sync && multi(g_.grad_sync)) {
+      const auto kind = g_.training.parallelism.sharded_optimizer ? CommKind::reduce_scatter : CommKind::all_reduce;
+      done.push_back(grad_sync(net_.cost(kind, table_shard_bytes(bucket), g_.grad_sync), rs, -1, -1));
+    }
+  }
+
+  // A zero-bubble schedule's weight-gradient pass over chunk k: each layer's weight-gradient dots as one op,
+  // then its reduce-scatter (and, on the last micro-batch, its sync).
+  void weight_pass(int k, bool sync, ChunkRecord& rec, std::vector<int>& done) {
+    const PipelineChunk& c = chunk(k);
+    for (std::int64_t i = c.layers() - 1; i >= 0; --i) {
+      const std::int64_t l = c.first_layer + i;
+      const auto& t = g_.layer(l);
+      WeightPass& wp = rec.weights[at(i)];
+      int grad_buf = w_.add_buffer(t.grad_dense_bytes + t.grad_expert_bytes, MemCategory::collective_buffers);
+      int id = w_.compute(wp.seconds, false, wp.flops, 'w', static_cast<int>(l), label("weight_grads", l));
+      for (int d : wp.deps) w_.op(id).deps.push_back(d);
+      w_.op(id).allocs.push_back(grad_buf);
+      for (int b : wp.releases) w_.op(id).releases.push_back(b);
+      const auto& p = plan(l);
+      int rs = w_.comm2(Axis::fsdp, p.reduce_scatter, p.reduce_scatter_experts, 1.0, 'b', static_cast<int>(l), label("reduce_scatter", l));
+      w_.op(rs).deps = {id};
+      w_.op(rs).releases = {grad_buf};
+      done.push_back(rs);
+      if (sync && multi(g_.grad_sync)) done.push_back(grad_sync(p.grad_sync, rs, -1, l));
+    }
   }
 
   // One layer's gradient bucket summed over the data-parallel axes, after its reduce-scatter.
@@ -431,10 +623,11 @@ class ProgramBuilder {
     return id;
   }
 
-  // Fills fwd[l] (its lists keep their capacity between steps). `barrier[l]`: what iteration l waits for;
-  // this layer adds its copies and overlap tails to later ones.
-  void forward_layer(std::int64_t l, int input_buf, std::vector<ForwardLayer>& fwd,
+  // Layer first + i of a forward pass: fills fwd[i] (its lists keep their capacity between steps).
+  // `barrier[i]`: what iteration i waits for; this layer adds its copies and overlap tails to later ones.
+  void forward_layer(std::int64_t first, std::int64_t i, int input_buf, std::vector<ForwardLayer>& fwd,
                      std::vector<std::vector<int>>& barrier, int param_sync) {
+    const std::int64_t l = first + i;
     const auto& prev = fwd;
     const auto& t = g_.layer(l);
     const auto& p = plan(l);
@@ -443,10 +636,10 @@ class ProgramBuilder {
     // Pipelined collectives gather one layer ahead (from when layer l-2 is done with its weights); without
     // them the gather sits at the top of its own iteration and the layer waits for it.
     const std::int64_t lag = opt_.pipelined_collectives ? 2 : 1;
-    const Gather ag = gather_layer(l, l >= lag ? prev[at(l - lag)].last : -1, 'f');
+    const Gather ag = gather_layer(l, i >= lag ? prev[at(i - lag)].last : -1, 'f');
     if (param_sync >= 0) w_.op(ag.op).deps.push_back(param_sync);
 
-    ForwardLayer& st = fwd[at(l)];
+    ForwardLayer& st = fwd[at(i)];
     st.last = -1;
     st.buf.assign(nt, -1);
     st.host_buf.assign(nt, -1);
@@ -456,7 +649,7 @@ class ProgramBuilder {
       MemCategory cat = MemCategory::workspace;
       if (p.placement[k] == Placement::device || static_cast<int>(k) == t.output_tensor) cat = MemCategory::saved_activations;
       else if (p.placement[k] == Placement::offload) cat = MemCategory::offload_buffers;
-      st.buf[k] = prog_.add_buffer(t.tensors[k].bytes, cat);
+      st.buf[k] = w_.add_buffer(t.tensors[k].bytes, cat);
     }
     st.output_buf = st.buf[static_cast<std::size_t>(t.output_tensor)];
 
@@ -467,8 +660,8 @@ class ProgramBuilder {
     op_id.assign(t.ops.size(), -1);
     tails.clear();
     int waiting = -1;  // a synchronous collective the next compute op waits for
-    bool first = true;
-    const std::size_t done_by = pipelined ? at(l + 2) : fwd_body_end_[at(l)];
+    bool first_op = true;
+    const std::size_t done_by = pipelined ? at(i + 2) : c_.fwd_body_end[at(l)] - at(first);
     for (int oi : p.order) {
       const auto o = static_cast<std::size_t>(oi);
       const auto& def = t.ops[o];
@@ -488,10 +681,10 @@ class ProgramBuilder {
       op_id[o] = id;
       for (int in : def.inputs)
         if (int prod = p.producer[static_cast<std::size_t>(in)]; prod >= 0) w_.data_dep(id, op_id[static_cast<std::size_t>(prod)]);
-      if (first) {  // the iteration's first op waits for its weights and the copies due
-        first = false;
+      if (first_op) {  // the iteration's first op waits for its weights and the copies due
+        first_op = false;
         w_.op(id).deps.push_back(ag.op);
-        for (int c : barrier[at(l)]) w_.op(id).deps.push_back(c);
+        for (int c : barrier[at(i)]) w_.op(id).deps.push_back(c);
       }
       for (int out : def.outputs) w_.op(id).allocs.push_back(st.buf[static_cast<std::size_t>(out)]);
       for (int out : def.outputs) {
@@ -500,7 +693,7 @@ class ProgramBuilder {
         int src = st.buf[k], after = id;
         if (pipelined) {
           // Staged through a loop-carried device buffer so the copy may finish in a later iteration.
-          int staged = prog_.add_buffer(t.tensors[k].bytes, MemCategory::offload_buffers);
+          int staged = w_.add_buffer(t.tensors[k].bytes, MemCategory::offload_buffers);
           after = w_.compute(costs_.memory_s(2 * t.tensors[k].bytes), true, 0, 'f', static_cast<int>(l),
                              label("stage ", t.tensors[k].name, l));
           w_.op(after).allocs.push_back(staged);
@@ -517,7 +710,7 @@ class ProgramBuilder {
     // this iteration (double buffering: of this loop body); pipelined: by the end of the next one.
     for (auto& pc : pending) {
       const auto k = pc.tensor;
-      int host = prog_.add_buffer(t.tensors[k].bytes, MemCategory::offload_buffers, true);
+      int host = w_.add_buffer(t.tensors[k].bytes, MemCategory::offload_buffers, true);
       int copy = w_.copy(false, t.tensors[k].bytes, p.d2h_s[k], static_cast<int>(l), label("d2h ", t.tensors[k].name, l));
       w_.op(copy).deps = {opt_.lhs ? pc.after : st.last};
       w_.op(copy).priority = static_cast<int>(l);
@@ -527,7 +720,7 @@ class ProgramBuilder {
       st.d2h[k] = copy;
       barrier[done_by].push_back(copy);
     }
-    for (int r : tails) barrier[at(l + 1)].push_back(r);
+    for (int r : tails) barrier[at(i + 1)].push_back(r);
     // Forward-only tensors die after their last forward reader (or at once if nobody reads them).
     for (std::size_t k = 1; k < nt; ++k) {
       if (static_cast<int>(k) == t.output_tensor || p.placement[k] == Placement::device) continue;
@@ -537,26 +730,32 @@ class ProgramBuilder {
                                           : op_id[static_cast<std::size_t>(p.producer[k])];
       w_.op(reader).releases.push_back(st.buf[k]);
     }
-    w_.op(st.last).releases.push_back(ag.buf);
+    if (opt_.reshard_weights) w_.op(st.last).releases.push_back(ag.buf);
   }
 
-  // One layer's backward iteration. `backward_start`: the first backward op (pipelined prefetches may start
-  // from it). Returns the gradient of its input and its reduce-scatter.
-  std::pair<int, int> backward_layer(std::int64_t l, const ForwardLayer& f, std::vector<BackwardLayer>& bwd, int grad_in,
-                                     int backward_start) {
+  // Layer first + i's backward iteration. `backward_start`: the pass's first op (pipelined prefetches may
+  // start from it); kept weights are freed by the last micro-batch's. Returns the gradient of its input and its reduce-scatter (-1 when its weight gradients
+  // are left to a pass of their own, recorded in rec.weights).
+  std::pair<int, int> backward_layer(std::int64_t first, std::int64_t i, ChunkRecord& rec, std::vector<BackwardLayer>& bwd,
+                                     int grad_in, int backward_start, bool last_microbatch) {
+    const std::int64_t l = first + i, n = static_cast<std::int64_t>(bwd.size());
+    const ForwardLayer& f = rec.layers[at(i)];
     const auto& t = g_.layer(l);
     const auto& p = plan(l);
     const auto nt = t.tensors.size();
     const bool pipelined = opt_.lhs && opt_.pipelined_transfers;
+    const bool split = p.split_weight_grads;
+    WeightPass* wp = split ? &rec.weights[at(i)] : nullptr;
+    if (wp) *wp = WeightPass{};
     const int iteration_start = w_.last_compute();
-    auto& me = bwd[at(l)];
+    auto& me = bwd[at(i)];
     me.iteration_start = iteration_start;
     // Transfers may start from the start of the loop body, which double buffering makes two layers long.
-    const int body_start = bwd[bwd_body_first_[at(l)]].iteration_start;
+    const int body_start = bwd[c_.bwd_body_first[at(l)] - at(first)].iteration_start;
     // Issue the next layer's gather before this layer's reduce-scatter so the two never queue behind each
     // other; it may start once layer l+1 is done with its weights.
     if (opt_.pipelined_collectives) {
-      if (l >= 1) bwd[at(l - 1)].gather = gather_layer(l - 1, l + 1 < g_.model.num_layers ? bwd[at(l + 1)].last : -1, 'b');
+      if (i >= 1) bwd[at(i - 1)].gather = gather_layer(l - 1, i + 1 < n ? bwd[at(i + 1)].last : -1, 'b');
     } else {
       me.gather = gather_layer(l, iteration_start, 'b');
     }
@@ -583,7 +782,7 @@ class ProgramBuilder {
     for (std::size_t k = 0; k < nt; ++k)
       if (k == 0 || p.placement[k] == Placement::device) buf[k] = f.buf[k];
     auto make_h2d = [&](std::size_t k, int after) {
-      int dst = prog_.add_buffer(t.tensors[k].bytes, MemCategory::offload_buffers);
+      int dst = w_.add_buffer(t.tensors[k].bytes, MemCategory::offload_buffers);
       int copy = w_.copy(true, t.tensors[k].bytes, p.h2d_s[k], static_cast<int>(l), label("h2d ", t.tensors[k].name, l));
       ProgramOp& c = w_.op(copy);
       c.allocs = {dst};
@@ -601,24 +800,25 @@ class ProgramBuilder {
       for (std::size_t k = 1; k < nt; ++k)
         if (p.placement[k] == Placement::offload && read(k)) make_h2d(k, pipelined ? backward_start : body_start);
 
-    int grad_buf = prog_.add_buffer(t.grad_dense_bytes + t.grad_expert_bytes, MemCategory::collective_buffers);
+    // The unsharded gradients: written here, or by the weight pass when it is split off.
+    const int grad_buf = split ? -1 : w_.add_buffer(t.grad_dense_bytes + t.grad_expert_bytes, MemCategory::collective_buffers);
     grad[static_cast<std::size_t>(t.output_tensor)] = grad_in;
     // A reduce-scatter is an async collective of its loop iteration: it is done (and its input freed) by the
     // start of the next iteration, or with XLA's collective pipeliner the one after. That program point, not
     // the moment the transfer ends, frees the unsharded gradients: one or two layers of them are live in the
     // backward however fast the compute and the network are.
     const std::int64_t rs_lag = reduce_scatter_lag();
-    const BackwardLayer* due = l + rs_lag < g_.model.num_layers ? &bwd[at(l + rs_lag)] : nullptr;
-    bool first = true;
+    const BackwardLayer* due = !split && i + rs_lag < n ? &bwd[at(i + rs_lag)] : nullptr;
+    bool first_op = true;
     auto begin_iteration = [&](int id) {  // the first compute op waits for the weights and opens the gradients
-      if (!first) return;
+      if (!first_op) return;
       w_.op(id).deps.push_back(ag.op);
       if (due) {
         w_.op(id).deps.push_back(due->reduce_scatter);
         w_.op(id).releases.push_back(due->grad_buf);
       }
-      w_.op(id).allocs.push_back(grad_buf);
-      first = false;
+      if (grad_buf >= 0) w_.op(id).allocs.push_back(grad_buf);
+      first_op = false;
     };
     int waiting = -1;
     for (std::size_t s = 0; s < steps.size(); ++s) {
@@ -627,6 +827,22 @@ class ProgramBuilder {
       const Kind kind = steps[s].kind;
       const bool replay = kind == Kind::replay;
       const auto& reads = step_reads(def, kind);
+      if (split && kind == Kind::bwd_w) {  // left to the weight pass: it waits for and frees what this step would
+        wp->seconds += p.seconds(steps[s]);
+        wp->flops += def.bwd_flops / 2;
+        for (int k : reads) {
+          auto kk = static_cast<std::size_t>(k);
+          if (val_op[kk] >= 0) wp->deps.push_back(val_op[kk]);
+          if (h2d[kk] >= 0) wp->deps.push_back(h2d[kk]);
+          if (last_read[kk] == static_cast<int>(s) && buf[kk] >= 0) wp->releases.push_back(buf[kk]);
+        }
+        for (int out : def.outputs)
+          for (int g : grad_ops[static_cast<std::size_t>(out)]) wp->deps.push_back(g);
+        if (p.grad_last[o] == static_cast<int>(s))
+          for (int out : def.outputs)
+            if (grad[static_cast<std::size_t>(out)] >= 0) wp->releases.push_back(grad[static_cast<std::size_t>(out)]);
+        continue;
+      }
       // Without LHS the copy starts right before the first op that reads it.
       if (!opt_.lhs)
         for (int k : reads) {
@@ -666,7 +882,7 @@ class ProgramBuilder {
           auto kk = static_cast<std::size_t>(out);
           val_op[kk] = id;
           if (buf[kk] >= 0 || p.placement[kk] == Placement::offload) continue;
-          buf[kk] = prog_.add_buffer(t.tensors[kk].bytes, MemCategory::workspace);
+          buf[kk] = w_.add_buffer(t.tensors[kk].bytes, MemCategory::workspace);
           w_.op(id).allocs.push_back(buf[kk]);
           if (!read(kk) || last_read[kk] <= static_cast<int>(s)) w_.op(id).releases.push_back(buf[kk]);
         }
@@ -678,7 +894,7 @@ class ProgramBuilder {
         for (int in : def.inputs) {
           auto kk = static_cast<std::size_t>(in);
           if (grad[kk] < 0) {
-            grad[kk] = prog_.add_buffer(t.tensors[kk].bytes, MemCategory::workspace);
+            grad[kk] = w_.add_buffer(t.tensors[kk].bytes, MemCategory::workspace);
             w_.op(id).allocs.push_back(grad[kk]);
           }
           grad_ops[kk].push_back(id);
@@ -690,13 +906,17 @@ class ProgramBuilder {
     }
     if (waiting >= 0) throw std::logic_error("backward iteration ends in a synchronous collective");
     me.last = w_.last_compute();
-    w_.op(me.last).releases.push_back(ag.buf);
+    if (opt_.reshard_weights || last_microbatch) w_.op(me.last).releases.push_back(ag.buf);
     // Saved tensors nobody read, and host copies nobody fetched, go at the end of the iteration.
     for (std::size_t k = 1; k < nt; ++k) {
       if (p.placement[k] == Placement::device && !read(k)) w_.op(me.last).releases.push_back(f.buf[k]);
       if (p.placement[k] == Placement::offload && h2d[k] < 0) w_.op(me.last).releases.push_back(f.host_buf[k]);
     }
     if (!read(0)) w_.op(me.last).releases.push_back(f.buf[0]);
+    if (split) {
+      for (int r : tails) wp->deps.push_back(r);
+      return {grad[0], -1};
+    }
     int rs = w_.comm2(Axis::fsdp, p.reduce_scatter, p.reduce_scatter_experts, 1.0, 'b', static_cast<int>(l), label("reduce_scatter", l));
     w_.op(rs).deps = {me.last};
     for (int r : tails) w_.op(rs).deps.push_back(r);
@@ -705,33 +925,116 @@ class ProgramBuilder {
     return {grad[0], rs};
   }
 
+  BuildContext& c_;
+  const StepGraph& g_;
+  const SimOptions& opt_;
+  const Network& net_;
+  const Costs& costs_;
+  Program& prog_;
+  const int stage_;
+  const StepGraph::Stage& info_;
+  Writer w_;
+  Scratch& scratch_ = thread_scratch();
+  std::vector<Gather> kept_weights_;  // per layer, without resharding: its one gather of the step
+};
+
+class ProgramBuilder {
+ public:
+  ProgramBuilder(const StepGraph& g, const System& sys, const Policy& policy, const SimOptions& opt,
+                 std::vector<std::string>* names, Program& out)
+      : g_(g), sys_(sys), opt_(opt), net_(sys, g.mesh), costs_{sys, net_}, prog_(out), names_(names) {
+    thread_queue_of().clear();
+    reserve();
+    double headroom = 0;
+    plans_.resize(g.templates.size());
+    for (std::size_t i = 0; i < g.templates.size(); ++i) {
+      plan_template(g.templates[i], policy, costs_, g, opt.lhs, plans_[i]);
+      headroom = std::max(headroom, plans_[i].backward_working_set_bytes);
+    }
+    for (std::size_t s = 1; s < g.stages.size(); ++s) prog_.add_device();
+    for (auto& limit : prog_.hbm_limit_bytes) limit = opt.memory_limit_slop * sys.gpu.hbm_bytes - headroom;
+    prog_.copy_interference = sys.efficiency.compute_slowdown_during_copy;
+    plan_loop_bodies();
+  }
+
+  void build() {
+    const auto V = g_.chunks.size();
+    const auto m = static_cast<std::size_t>(g_.training.grad_accum);
+    forward_in_.assign(m * V, Crossing{});
+    backward_in_.assign(m * V, Crossing{});
+    // The buffers a crossing lands in, on the receiving stage: a micro-batch's activations (sequence-
+    // parallel: this rank's share) going forward, their gradients coming back.
+    const double bytes = g_.sharded_tokens * static_cast<double>(g_.model.d_model) * dtype_bytes(g_.training.activation_dtype);
+    for (std::size_t mb = 0; mb < m; ++mb)
+      for (std::size_t k = 0; k < V; ++k) {
+        if (k >= 1) forward_in_[mb * V + k].buf = prog_.add_buffer(bytes, MemCategory::saved_activations, false, g_.chunks[k].stage);
+        if (k + 1 < V) backward_in_[mb * V + k].buf = prog_.add_buffer(bytes, MemCategory::workspace, false, g_.chunks[k].stage);
+      }
+    const auto& par = g_.training.parallelism;
+    const auto tables = pipeline_schedule(par.schedule, static_cast<int>(par.pp), static_cast<int>(par.vp),
+                                          static_cast<int>(g_.training.grad_accum));
+    BuildContext ctx{g_, sys_, opt_, net_, costs_, plans_, fwd_body_end_, bwd_body_first_, forward_in_, backward_in_, names_};
+    for (std::size_t s = 0; s < g_.stages.size(); ++s) StageBuilder(ctx, prog_, static_cast<int>(s)).build(tables[s]);
+    // Each stage's passes were written without the others: join every receive to its send.
+    for (auto* crossings : {&forward_in_, &backward_in_})
+      for (const Crossing& c : *crossings)
+        if (c.recv >= 0) prog_.ops[static_cast<std::size_t>(c.recv)].deps.push_back(c.send);
+  }
+
+ private:
+  // Event budget: a step larger than this would take seconds and gigabytes; refuse it up front. The op list
+  // is reserved at an upper bound so that a thread's first step does not relocate it halfway.
+  void reserve() {
+    std::size_t ops_estimate = 0, ops_bound = 0;
+    for (std::int64_t l = 0; l < g_.model.num_layers; ++l) {
+      ops_estimate += 3 * g_.layer(l).ops.size() + 8;
+      ops_bound += 5 * g_.layer(l).ops.size() + 3 * g_.layer(l).tensors.size() + 10;
+    }
+    constexpr std::size_t kMaxOps = 4'000'000;
+    const double total_ops = static_cast<double>(ops_estimate) * static_cast<double>(g_.training.grad_accum);
+    if (total_ops > kMaxOps)
+      throw InputError("layers x grad_accum = " + std::to_string(g_.model.num_layers) + " x " +
+                       std::to_string(g_.training.grad_accum) + " (the step would need about " +
+                       std::to_string(static_cast<long long>(total_ops)) + " simulated ops; the budget is 4000000)");
+    const std::size_t stages = g_.stages.size();
+    prog_.ops.reserve(ops_bound * static_cast<std::size_t>(g_.training.grad_accum) + 32 * stages);
+    prog_.buffers.reserve(ops_bound * static_cast<std::size_t>(g_.training.grad_accum) + 32 * stages);
+  }
+
+  // With while-loop double buffering a scan body holds two consecutive layers of the same template (in
+  // the order the loop runs them; a body never spans two scans), so LHS may move a transfer across the
+  // first layer's iteration boundary (compute is not reordered across the two layers here). Without LHS
+  // nothing moves it. Per layer: the layer after its forward body, and the first layer of its backward body
+  // (the backward runs the layers in reverse). A scan is a run of layers of one template in one chunk.
+  void plan_loop_bodies() {
+    const auto L = static_cast<std::size_t>(g_.model.num_layers);
+    fwd_body_end_.resize(L);
+    bwd_body_first_.resize(L);
+    const std::size_t len = opt_.double_buffering && opt_.lhs ? 2 : 1;
+    for (const PipelineChunk& c : g_.chunks) {
+      const auto chunk_end = static_cast<std::size_t>(c.end_layer);
+      for (auto first = static_cast<std::size_t>(c.first_layer); first < chunk_end;) {
+        std::size_t end = first;
+        while (end < chunk_end && g_.layer_template[end] == g_.layer_template[first]) ++end;
+        for (std::size_t l = first; l < end; ++l) {
+          fwd_body_end_[l] = std::min(first + (l - first) / len * len + len, end);
+          bwd_body_first_[l] = end - 1 - (end - 1 - l) / len * len;
+        }
+        first = end;
+      }
+    }
+  }
+
   const StepGraph& g_;
   const System& sys_;
   SimOptions opt_;
   Network net_;
   Costs costs_;
   Program& prog_;
-  Writer w_;
-  // Working lists, kept per thread between steps for their capacity only: each function that uses one resets
-  // it first, so nothing passes between calls through them (a sweep builds thousands of steps per thread).
-  struct PendingCopy {
-    std::size_t tensor;
-    int after, src;
-  };
-  struct Scratch {
-    std::vector<int> buf, h2d, grad, val_op, tails, op_id;
-    std::vector<std::vector<int>> grad_ops, barrier;
-    std::vector<PendingCopy> pending;
-    std::vector<ForwardLayer> fwd;
-    std::vector<TemplatePlan> plans;
-  };
-  static Scratch& thread_scratch() {
-    thread_local Scratch s;
-    return s;
-  }
-  Scratch& scratch_ = thread_scratch();
-  std::vector<TemplatePlan>& plans_ = scratch_.plans;  // per layer template
-  std::vector<std::size_t> fwd_body_end_, bwd_body_first_;  // plan_loop_bodies()
+  std::vector<std::string>* names_;
+  std::vector<TemplatePlan>& plans_ = thread_scratch().plans;  // per layer template
+  std::vector<std::size_t> fwd_body_end_, bwd_body_first_;    // plan_loop_bodies()
+  std::vector<Crossing> forward_in_, backward_in_;
 };
 
 }  // namespace

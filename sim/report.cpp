@@ -5,7 +5,7 @@ namespace hbmsim {
 using sim::MemCategory;
 
 const std::vector<std::string>& report_queues() {
-  static const std::vector<std::string> q = {"compute", "fsdp", "ep", "tp", "cp", "dp", "d2h", "h2d"};
+  static const std::vector<std::string> q = {"compute", "fsdp", "ep", "tp", "cp", "dp", "pp", "d2h", "h2d"};
   return q;
 }
 
@@ -28,6 +28,49 @@ double weighted_peak_flops(const StepGraph& g, const System& sys) {
 
 }  // namespace
 
+namespace {
+
+std::string layer_ranges(const StepGraph& g, const StepGraph::Stage& st) {
+  std::string out;
+  for (int k : st.chunks) {
+    const auto& c = g.chunks[static_cast<std::size_t>(k)];
+    if (!out.empty()) out += ",";
+    out += std::to_string(c.first_layer) + "-" + std::to_string(c.end_layer - 1);
+  }
+  return out;
+}
+
+StageReport stage_report(const StepGraph& g, const System& sys, const sim::Program& program, const sim::EngineResult& r, int s) {
+  StageReport st;
+  st.stage = s;
+  st.layers = layer_ranges(g, g.stages[static_cast<std::size_t>(s)]);
+  const auto& m = r.memory[static_cast<std::size_t>(s)];
+  st.hbm_peak_bytes = m.hbm_peak_bytes;
+  st.hbm_peak_time_s = m.hbm_peak_time_s;
+  st.host_peak_bytes = m.host_peak_bytes;
+  for (int c = 0; c < sim::kMemCategories; ++c)
+    st.hbm_breakdown_bytes[sim::to_string(static_cast<MemCategory>(c))] = m.hbm_at_peak[static_cast<std::size_t>(c)];
+  for (const auto& q : report_queues()) {
+    st.busy_s[q] = 0;
+    st.comm_bytes[q] = 0;
+    if (q != "compute") st.exposed_s[q] = 0;
+  }
+  for (std::size_t q = 0; q < program.queues.size(); ++q) {
+    const auto& queue = program.queues[q];
+    if (queue.device != s) continue;
+    st.busy_s[queue.name] = r.busy_s[q];
+    st.comm_bytes[queue.name] = r.bytes_sent[q];
+    if (queue.compute) st.compute_busy_s = r.busy_s[q];
+    else st.exposed_s[queue.name] = r.exposed_s[q];
+  }
+  for (const char* q : {"compute", "d2h", "h2d"}) st.comm_bytes.erase(q);
+  st.bubble_s = r.end_time_s - st.compute_busy_s;
+  st.fits = st.hbm_peak_bytes <= sys.gpu.hbm_bytes && st.host_peak_bytes <= sys.host_capacity_bytes();
+  return st;
+}
+
+}  // namespace
+
 StepReport make_report(const StepGraph& g, const System& sys, const std::string& policy, const sim::Program& program,
                        const sim::EngineResult& r) {
   StepReport rep;
@@ -36,7 +79,7 @@ StepReport make_report(const StepGraph& g, const System& sys, const std::string&
   rep.policy = policy;
   rep.step_time_s = r.end_time_s;
   rep.model_flops_per_device = g.model_flops.total();
-  rep.executed_flops_per_device = r.executed_flops;
+  rep.executed_flops_per_device = r.executed_flops / static_cast<double>(program.devices());
   rep.tflops_per_device = rep.model_flops_per_device / rep.step_time_s / 1e12;
   rep.mfu = rep.model_flops_per_device / rep.step_time_s / weighted_peak_flops(g, sys);
   rep.tokens_per_device_per_step = g.training.tokens_per_device_per_step();
@@ -44,35 +87,32 @@ StepReport make_report(const StepGraph& g, const System& sys, const std::string&
   rep.global_batch = g.training.global_sequences();
   rep.grad_accum = g.training.grad_accum;
   rep.mesh = g.mesh.describe();
-  rep.hbm_peak_bytes = r.hbm_peak_bytes;
-  rep.hbm_peak_time_s = r.hbm_peak_time_s;
   rep.hbm_capacity_bytes = sys.gpu.hbm_bytes;
-  rep.prefetch_limit_bytes = program.hbm_limit_bytes;
-  for (int c = 0; c < sim::kMemCategories; ++c)
-    rep.hbm_breakdown_bytes[sim::to_string(static_cast<MemCategory>(c))] = r.hbm_at_peak[static_cast<std::size_t>(c)];
-  rep.host_peak_bytes = r.host_peak_bytes;
   rep.host_capacity_bytes = sys.host_capacity_bytes();
+  for (int s = 0; s < program.devices(); ++s) rep.stages.push_back(stage_report(g, sys, program, r, s));
+  // The plan fits if its worst stage does; the memory figures are that stage's, the per-queue ones the mean.
+  const StageReport* worst = &rep.stages.front();
+  for (const auto& st : rep.stages) {
+    if (st.hbm_peak_bytes > worst->hbm_peak_bytes) worst = &st;
+    rep.host_peak_bytes = std::max(rep.host_peak_bytes, st.host_peak_bytes);
+  }
+  rep.hbm_peak_bytes = worst->hbm_peak_bytes;
+  rep.hbm_peak_time_s = worst->hbm_peak_time_s;
+  rep.hbm_breakdown_bytes = worst->hbm_breakdown_bytes;
+  rep.prefetch_limit_bytes = program.hbm_limit_bytes.front();
+  const double n = static_cast<double>(rep.stages.size());
+  for (const auto& st : rep.stages)
+    for (auto [field, mine] : {std::pair{&StageReport::exposed_s, &StepReport::exposed_s},
+                               {&StageReport::busy_s, &StepReport::busy_s}, {&StageReport::comm_bytes, &StepReport::comm_bytes}})
+      for (const auto& [q, v] : st.*field) (rep.*mine)[q] += v / n;
+  const std::string where = rep.stages.size() > 1 ? " on stage " + std::to_string(worst->stage) : "";
   if (rep.hbm_peak_bytes > rep.hbm_capacity_bytes) {
     rep.fits = false;
-    rep.fits_reason = "HBM peak exceeds capacity";
+    rep.fits_reason = "HBM peak exceeds capacity" + where;
   } else if (rep.host_peak_bytes > rep.host_capacity_bytes) {
     rep.fits = false;
     rep.fits_reason = "pinned host memory exceeds capacity";
   }
-  for (const auto& q : report_queues()) {
-    rep.busy_s[q] = 0;
-    rep.comm_bytes[q] = 0;
-    if (q != "compute") rep.exposed_s[q] = 0;
-  }
-  for (std::size_t q = 0; q < program.queues.size(); ++q) {
-    const auto& name = program.queues[q].name;
-    rep.busy_s[name] = r.busy_s[q];
-    rep.comm_bytes[name] = r.bytes_sent[q];
-    if (q != static_cast<std::size_t>(sim::kComputeQueue)) rep.exposed_s[name] = r.exposed_s[q];
-  }
-  rep.comm_bytes.erase("compute");
-  rep.comm_bytes.erase("d2h");
-  rep.comm_bytes.erase("h2d");
   rep.events = r.events;
   rep.ops = program.ops.size();
   return rep;
@@ -80,29 +120,34 @@ StepReport make_report(const StepGraph& g, const System& sys, const std::string&
 
 nlohmann::json chrome_trace(const sim::Program& program, const sim::EngineResult& r, const std::vector<std::string>& names) {
   auto events = nlohmann::json::array();
-  events.push_back({{"ph", "M"}, {"pid", 0}, {"name", "process_name"}, {"args", {{"name", "hbmsim device 0"}}}});
+  // A process per device (pipeline stage), a track per queue.
+  for (int d = 0; d < program.devices(); ++d) {
+    const std::string name = program.devices() > 1 ? "hbmsim stage " + std::to_string(d) : "hbmsim device 0";
+    events.push_back({{"ph", "M"}, {"pid", d}, {"name", "process_name"}, {"args", {{"name", name}}}});
+  }
   for (std::size_t q = 0; q < program.queues.size(); ++q)
-    events.push_back({{"ph", "M"}, {"pid", 0}, {"tid", q}, {"name", "thread_name"}, {"args", {{"name", program.queues[q].name}}}});
+    events.push_back({{"ph", "M"}, {"pid", program.queues[q].device}, {"tid", q}, {"name", "thread_name"},
+                      {"args", {{"name", program.queues[q].name}}}});
   for (std::size_t i = 0; i < program.ops.size(); ++i) {
     const auto& o = program.ops[i];
     nlohmann::json args = {{"layer", o.layer}, {"phase", std::string(1, o.phase)}};
     if (o.bytes_sent > 0) args["bytes_sent"] = o.bytes_sent;
-    events.push_back({{"ph", "X"}, {"pid", 0}, {"tid", o.queue}, {"name", names[i]}, {"ts", r.start_s[i] * 1e6},
-                      {"dur", (r.end_s[i] - r.start_s[i]) * 1e6}, {"args", args}});
+    events.push_back({{"ph", "X"}, {"pid", program.queues[static_cast<std::size_t>(o.queue)].device}, {"tid", o.queue},
+                      {"name", names[i]}, {"ts", r.start_s[i] * 1e6}, {"dur", (r.end_s[i] - r.start_s[i]) * 1e6}, {"args", args}});
   }
   for (const auto& m : r.timeline) {
-    events.push_back({{"ph", "C"}, {"pid", 0}, {"name", "memory GiB"}, {"ts", m.time_s * 1e6},
+    events.push_back({{"ph", "C"}, {"pid", m.device}, {"name", "memory GiB"}, {"ts", m.time_s * 1e6},
                       {"args", {{"hbm", m.hbm_bytes / 1073741824.0}, {"host", m.host_bytes / 1073741824.0}}}});
     nlohmann::json cats = nlohmann::json::object();
     for (int c = 0; c < sim::kMemCategories; ++c)
       cats[sim::to_string(static_cast<MemCategory>(c))] = m.hbm_by_category[static_cast<std::size_t>(c)] / 1073741824.0;
-    events.push_back({{"ph", "C"}, {"pid", 0}, {"name", "HBM by category GiB"}, {"ts", m.time_s * 1e6}, {"args", cats}});
+    events.push_back({{"ph", "C"}, {"pid", m.device}, {"name", "HBM by category GiB"}, {"ts", m.time_s * 1e6}, {"args", cats}});
   }
   return {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
 }
 
 nlohmann::json StepReport::to_json() const {
-  return {{"system", system_id},
+  nlohmann::json j = {{"system", system_id},
           {"model", model_id},
           {"policy", policy},
           {"mesh", mesh},
@@ -129,6 +174,26 @@ nlohmann::json StepReport::to_json() const {
           {"comm_bytes", comm_bytes},
           {"events", events},
           {"ops", ops}};
+  if (stages.size() > 1) {
+    j["stages"] = nlohmann::json::array();
+    for (const auto& st : stages) j["stages"].push_back(st.to_json());
+  }
+  return j;
+}
+
+nlohmann::json StageReport::to_json() const {
+  return {{"stage", stage},
+          {"layers", layers},
+          {"hbm_peak_bytes", hbm_peak_bytes},
+          {"hbm_peak_time_s", hbm_peak_time_s},
+          {"hbm_breakdown_bytes", hbm_breakdown_bytes},
+          {"host_peak_bytes", host_peak_bytes},
+          {"compute_busy_s", compute_busy_s},
+          {"bubble_s", bubble_s},
+          {"exposed_s", exposed_s},
+          {"busy_s", busy_s},
+          {"comm_bytes", comm_bytes},
+          {"fits", fits}};
 }
 
 }  // namespace hbmsim

@@ -13,6 +13,20 @@
 
 namespace hbmsim {
 
+// One pipeline stage's device (a representative of its devices: every one runs the same program).
+struct StageReport {
+  int stage = 0;
+  std::string layers;  // its chunks' layers, "0-14" or "0-3,32-35"
+  double hbm_peak_bytes = 0, hbm_peak_time_s = 0, host_peak_bytes = 0;
+  std::map<std::string, double> hbm_breakdown_bytes;
+  double compute_busy_s = 0;
+  double bubble_s = 0;  // the step less its compute stream's busy time: what it spent waiting
+  std::map<std::string, double> exposed_s, busy_s, comm_bytes;  // as StepReport's, for this stage
+  bool fits = true;
+
+  nlohmann::json to_json() const;
+};
+
 struct StepReport {
   std::string system_id, model_id, policy;
   double step_time_s = 0;
@@ -31,9 +45,11 @@ struct StepReport {
   double prefetch_limit_bytes = 0;
   std::map<std::string, double> hbm_breakdown_bytes;
   double host_peak_bytes = 0, host_capacity_bytes = 0;
-  // By queue (compute, fsdp, ep, tp, cp, dp, d2h, h2d): time the compute stream waited on it; the union of
-  // its busy spans; the bytes this device sent through it.
+  // By queue (compute, fsdp, ep, tp, cp, dp, pp, d2h, h2d): time the compute stream waited on it; the union
+  // of its busy spans; the bytes this device sent through it. With pipeline stages: the mean over stages
+  // (and the memory figures above are the worst stage's).
   std::map<std::string, double> exposed_s, busy_s, comm_bytes;
+  std::vector<StageReport> stages;  // one per pipeline stage
   std::uint64_t events = 0;
   std::size_t ops = 0;
   std::vector<sim::MemorySample> timeline;

@@ -135,8 +135,8 @@ TEST_CASE("buffers are live from their allocating op's start to their last relea
   second.releases = {b};
   p.add(second);
   auto r = run_program(p, true);
-  CHECK(r.hbm_peak_bytes == 150);
-  CHECK(r.hbm_at_peak[static_cast<int>(MemCategory::workspace)] == 100);
+  CHECK(r.memory[0].hbm_peak_bytes == 150);
+  CHECK(r.memory[0].hbm_at_peak[static_cast<int>(MemCategory::workspace)] == 100);
   CHECK(r.buffer_free_s[static_cast<std::size_t>(a)] == Approx(1.0));
   CHECK(r.buffer_free_s[static_cast<std::size_t>(b)] == Approx(2.0));
 }
@@ -144,7 +144,7 @@ TEST_CASE("buffers are live from their allocating op's start to their last relea
 TEST_CASE("a prefetch gated by the memory limit waits until memory is freed", "[engine]") {
   // Limit 120 bytes; 100 are live until t = 1 s; a 50-byte prefetch may start only then.
   Program p;
-  p.hbm_limit_bytes = 120;
+  p.hbm_limit_bytes[0] = 120;
   auto h2d = copy_engine(p, "h2d", 10e9);
   int big = p.add_buffer(100, MemCategory::workspace);
   int fetched = p.add_buffer(50, MemCategory::offload_buffers);
@@ -156,14 +156,14 @@ TEST_CASE("a prefetch gated by the memory limit waits until memory is freed", "[
   auto r = run_program(p, true);
   CHECK(r.start_s[1] == Approx(1.0));
   CHECK(r.end_time_s == Approx(1.1));
-  CHECK(r.hbm_peak_bytes == 100);
+  CHECK(r.memory[0].hbm_peak_bytes == 100);
 }
 
 TEST_CASE("a gated copy that could never fit starts when nothing else runs", "[engine]") {
   // Limit 10 bytes, the copy needs 50: with nothing running it is forced (XLA issues it anyway), at t = 0
   // when alone, or at t = 1 s behind a 1 s kernel it does not depend on.
   Program p;
-  p.hbm_limit_bytes = 10;
+  p.hbm_limit_bytes[0] = 10;
   auto h2d = copy_engine(p, "h2d", 10e9);
   p.add(compute(1.0));
   add_copy(p, h2d, 1e9, 10e9, {}, 0, 50);

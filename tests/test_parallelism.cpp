@@ -221,7 +221,7 @@ TEST_CASE("degrees that do not divide the model, the GPUs or the sequence exit 2
   CHECK(error_of(c) == "ep = 3 (num_experts = 256 is not divisible by it)");
   c.ep = 1;
   c.pp = 2;
-  CHECK(error_of(c).find("pp = 2 (pipeline parallelism is not simulated yet") == 0);
+  CHECK(error_of(c).find("pp = 2 (num_layers = 61 is not divisible by pp x vp = 2") == 0);
 }
 
 TEST_CASE("reports give tokens per device, the global batch and the layout", "[parallel]") {

@@ -34,6 +34,11 @@ double ModelSpec::moe_nonexpert_params_per_layer() const {
          3.0 * d_model * moe_mlp_dim * shared_experts;
 }
 
+double ModelSpec::layer_params(std::int64_t layer) const {
+  return attention_params_per_layer() + (is_moe_layer(layer) ? expert_params_per_layer() + moe_nonexpert_params_per_layer()
+                                                             : dense_mlp_params_per_layer());
+}
+
 double ModelSpec::total_params() const {
   double p = 2.0 * vocab_size * d_model + d_model;  // embedding, unembedding, final norm
   p += num_layers * attention_params_per_layer();

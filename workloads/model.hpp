@@ -31,6 +31,7 @@ struct ModelSpec {
   double dense_mlp_params_per_layer() const;
   double expert_params_per_layer() const;       // routed experts only
   double moe_nonexpert_params_per_layer() const;  // router + shared experts
+  double layer_params(std::int64_t layer) const;  // one decoder layer's (every expert included)
   double total_params() const;
   double activated_params() const;  // all but the routed experts a token does not pick
 

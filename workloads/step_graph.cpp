@@ -476,18 +476,33 @@ StepGraph build_step_graph(const ModelSpec& model, TrainingSpec training) {
   const double a = dtype_bytes(training.activation_dtype);
   const double d = static_cast<double>(model.d_model);
   const double tp = static_cast<double>(p.tp);
+  const double V = static_cast<double>(model.vocab_size);
+  g.table_gathered_bytes = V * d / tp * dtype_bytes(Dtype::bf16);
+  const double wb = dtype_bytes(training.weight_storage_dtype);
+  g.embedding_grad_bytes = V * d / tp * wb;
+  g.head_grad_bytes = (V * d / tp + d) * wb;
   // Every weight is split over tp and sharded over fsdp (and ep: the routed experts by partition, the rest
   // FSDP-style over the expert axis too, as MaxText does; and cp when it shards weights).
   const double shards = static_cast<double>(p.fsdp * p.ep * p.tp * (p.cp_shards_weights ? p.cp : 1));
-  g.local_params = model.total_params() / shards;
-  g.parameter_bytes = g.local_params * dtype_bytes(training.weight_storage_dtype);
-  g.optimizer_bytes = g.local_params * training.optimizer_bytes_per_param;
-  if (p.sharded_optimizer) g.optimizer_bytes /= static_cast<double>(g.mesh.size(g.grad_sync));
-  g.gradient_bytes = g.local_params * training.gradient_bytes_per_param;
-  const double V = static_cast<double>(model.vocab_size);
-  g.embed_gathered_bytes = 2 * V * d / tp * dtype_bytes(Dtype::bf16);
-  // Both tables' gradients and the final norm's (one bucket: they are synced together).
-  g.embed_grad_bytes = (2 * V * d / tp + d) * dtype_bytes(training.weight_storage_dtype);
+  g.chunks = pipeline_chunks(model, p);
+  g.stages.resize(static_cast<std::size_t>(p.pp));
+  for (std::size_t k = 0; k < g.chunks.size(); ++k) {
+    const auto& c = g.chunks[k];
+    auto& st = g.stages[static_cast<std::size_t>(c.stage)];
+    st.chunks.push_back(static_cast<int>(k));
+    double params = (c.embedding ? V * d : 0) + (c.head ? V * d + d : 0);
+    for (std::int64_t l = c.first_layer; l < c.end_layer; ++l) params += model.layer_params(l);
+    st.local_params += params / shards;
+  }
+  for (auto& st : g.stages) {
+    st.parameter_bytes = st.local_params * wb;
+    st.optimizer_bytes = st.local_params * training.optimizer_bytes_per_param;
+    if (p.sharded_optimizer) st.optimizer_bytes /= static_cast<double>(g.mesh.size(g.grad_sync));
+    st.gradient_bytes = st.local_params * training.gradient_bytes_per_param;
+    // Adam reads param, gradient and two moments and writes param and moments (its shard of them).
+    const double updated = p.sharded_optimizer ? st.local_params / static_cast<double>(g.mesh.size(g.grad_sync)) : st.local_params;
+    st.optimizer_update_bytes = updated * (2 * wb + training.gradient_bytes_per_param + 2 * training.optimizer_bytes_per_param);
+  }
   g.logits_bytes = T * V / tp * a;
   g.unembed_flops = 2 * T * d * V / tp;
   if (p.tp > 1) {
@@ -503,10 +518,6 @@ StepGraph build_step_graph(const ModelSpec& model, TrainingSpec training) {
     g.loss_stats.bytes = 3 * T * 4;
     g.loss_stats.dtype = Dtype::fp32;
   }
-  // Adam reads param, gradient and two moments and writes param and moments (its shard of them).
-  const double updated = p.sharded_optimizer ? g.local_params / static_cast<double>(g.mesh.size(g.grad_sync)) : g.local_params;
-  g.optimizer_update_bytes = updated * (2 * dtype_bytes(training.weight_storage_dtype) + training.gradient_bytes_per_param +
-                                        2 * training.optimizer_bytes_per_param);
   return g;
 }
 

@@ -9,6 +9,7 @@
 
 #include "hwmodels/system.hpp"
 #include "workloads/model.hpp"
+#include "workloads/pipeline_split.hpp"
 #include "workloads/training.hpp"
 
 namespace hbmsim {
@@ -75,15 +76,23 @@ struct StepGraph {
   TrainingSpec training;
   std::vector<LayerTemplate> templates;
   std::vector<int> layer_template;  // per layer, index into templates
-  ModelSpec::Flops model_flops;     // MaxText model FLOPs for the whole step on one device
-  // Per device, whole step.
-  double local_params = 0;          // parameters this device stores
-  double parameter_bytes = 0, optimizer_bytes = 0, gradient_bytes = 0;
+  ModelSpec::Flops model_flops;     // MaxText model FLOPs for the whole step, per device (averaged over stages)
   // Embedding and head (unembedding + loss), per micro-batch.
-  double embed_gathered_bytes = 0, embed_grad_bytes = 0;  // both tables (input embedding and unembedding)
+  double table_gathered_bytes = 0;   // one vocab table as the lookup or the head gathers it (this tp shard)
+  double embedding_grad_bytes = 0;   // the input table's gradients
+  double head_grad_bytes = 0;        // the unembedding table's and the final norm's
   double logits_bytes = 0;          // this device's vocab shard of the logits, activation dtype
   double unembed_flops = 0;
-  double optimizer_update_bytes = 0;  // HBM traffic of the Adam update
+  // Pipeline parallelism: the chunks in model order (one, all layers, without it) and per stage what its
+  // devices store.
+  std::vector<PipelineChunk> chunks;
+  struct Stage {
+    std::vector<int> chunks;  // indices into StepGraph::chunks, in the order the stage holds them
+    double local_params = 0;  // parameters each of its devices stores
+    double parameter_bytes = 0, optimizer_bytes = 0, gradient_bytes = 0;
+    double optimizer_update_bytes = 0;  // HBM traffic of the Adam update
+  };
+  std::vector<Stage> stages;
   Mesh mesh;
   // Weights are sharded over these groups (gathered before use, gradients reduce-scattered back), and the
   // gradient shards are then summed over grad_sync: the axes that see other data but hold the same weights.

@@ -3,10 +3,27 @@
 #include <cmath>
 
 #include "hwmodels/json_view.hpp"
+#include "workloads/pipeline_split.hpp"
 
 namespace hbmsim {
 
 const char* to_string(CpExchange c) { return c == CpExchange::ring ? "ring" : "all_gather"; }
+
+const char* to_string(PipelineSchedule s) {
+  switch (s) {
+    case PipelineSchedule::gpipe: return "gpipe";
+    case PipelineSchedule::one_f_one_b: return "1f1b";
+    case PipelineSchedule::zero_bubble_h1: return "zb-h1";
+  }
+  return "?";
+}
+
+PipelineSchedule parse_pipeline_schedule(const std::string& text, const std::string& where) {
+  for (auto s : {PipelineSchedule::gpipe, PipelineSchedule::one_f_one_b, PipelineSchedule::zero_bubble_h1})
+    if (text == to_string(s)) return s;
+  if (text == "interleaved") return PipelineSchedule::one_f_one_b;
+  throw InputError(where + " = \"" + text + "\" (expected gpipe, 1f1b, interleaved (1f1b with vp > 1) or zb-h1)");
+}
 
 Mesh Parallelism::mesh() const {
   Mesh m;
@@ -23,7 +40,7 @@ std::int64_t TrainingSpec::replicas() const {
 }
 
 double TrainingSpec::device_batch() const {
-  return static_cast<double>(replica_batch) / static_cast<double>(parallelism.tp * parallelism.cp);
+  return static_cast<double>(replica_batch) / static_cast<double>(parallelism.tp * parallelism.cp * parallelism.pp);
 }
 
 double TrainingSpec::layer_tokens() const {
@@ -48,9 +65,6 @@ void check_degrees(TrainingSpec& t) {
   // Each degree divides the GPU count, so none may exceed it (and the products below cannot overflow).
   for (auto [name, v] : {std::pair{"fsdp", p.fsdp}, {"tp", p.tp}, {"ep", p.ep}, {"dp", p.dp}, {"cp", p.cp}, {"pp", p.pp}})
     if (v > t.gpus) throw InputError(std::string(name) + " = " + str(v) + " (exceeds gpus = " + str(t.gpus) + ")");
-  if (p.pp > 1)
-    throw InputError("pp = " + str(p.pp) + " (pipeline parallelism is not simulated yet; the mesh has its axis, the "
-                     "stage-by-stage simulation is the next step)");
   std::int64_t other = 1;
   for (std::int64_t v : {p.tp, p.ep, p.dp, p.cp, p.pp}) {
     other *= v;
@@ -90,29 +104,49 @@ void check_model_split(const TrainingSpec& t, const ModelSpec& m) {
 }
 
 // The sequences one model replica runs per micro-step, from either meaning of the batch, and the
-// accumulation count a global batch implies.
+// accumulation count a global batch implies (with pp > 1: the pipeline's micro-batches).
 void resolve_batch(TrainingSpec& t) {
   const auto& p = t.parallelism;
   const std::int64_t replicas = t.replicas();
+  if (t.microbatches < 0) throw InputError("microbatches = " + str(t.microbatches) + " (must be > 0)");
+  if (t.microbatches > 0 && p.pp == 1)
+    throw InputError("microbatches = " + str(t.microbatches) + " (splits a pipeline's batch and needs pp > 1; with pp = 1 "
+                     "use grad_accum)");
+  if (t.grad_accum <= 0) throw InputError("grad_accum = " + str(t.grad_accum) + " (must be > 0)");
   if (t.micro_batch != 0) {
     if (t.per_device_batch)
       throw InputError("micro_batch = " + str(t.micro_batch) + " (give the batch either as batch, MaxText's per-device "
                        "batch, or as micro_batch/global_batch, Megatron's; not both)");
     if (t.micro_batch < 0) throw InputError("micro_batch = " + str(t.micro_batch) + " (must be > 0)");
     if (t.micro_batch > (std::int64_t{1} << 24)) throw InputError("micro_batch = " + str(t.micro_batch) + " (above the supported 16777216)");
+    if (t.microbatches > 0)
+      throw InputError("microbatches = " + str(t.microbatches) + " (with micro_batch the micro-batch count comes from "
+                       "global_batch, Megatron's way)");
     t.replica_batch = t.micro_batch;
   } else {
     const double b = t.per_device_batch.value_or(1.0);
     if (!(b > 0) || !std::isfinite(b)) throw InputError("batch = " + count(b) + " (must be > 0)");
     if (b > static_cast<double>(std::int64_t{1} << 20)) throw InputError("batch = " + count(b) + " (above the supported 1048576)");
-    const double per_replica = b * static_cast<double>(p.tp * p.cp);
+    // With pipelining a replica spans tp x cp x pp devices and its step's batch is split into micro-batches.
+    const double per_replica = b * static_cast<double>(p.tp * p.cp * p.pp);
     const double whole = std::round(per_replica);
+    const std::string product = p.pp > 1 ? "batch x tp x cp x pp = " + count(b) + " x " + str(p.tp) + " x " + str(p.cp) + " x " + str(p.pp)
+                                         : "batch x tp x cp = " + count(b) + " x " + str(p.tp) + " x " + str(p.cp);
     if (whole < 1 || std::abs(per_replica - whole) > 1e-9 * whole)
-      throw InputError("batch = " + count(b) + " (sequences per model replica, batch x tp x cp = " + count(b) + " x " +
-                       str(p.tp) + " x " + str(p.cp) + " = " + count(per_replica) + ", must be whole)");
+      throw InputError("batch = " + count(b) + " (sequences per model replica, " + product + " = " + count(per_replica) + ", must be whole)");
     t.replica_batch = static_cast<std::int64_t>(whole);
+    if (p.pp > 1) {
+      if (t.grad_accum != 1)
+        throw InputError("grad_accum = " + str(t.grad_accum) + " (with pp > 1 and batch, the pipeline's micro-batches are "
+                         "set by microbatches)");
+      const std::int64_t m = t.microbatches > 0 ? t.microbatches : p.pp;
+      if (t.replica_batch % m != 0)
+        throw InputError("microbatches = " + str(m) + " (a replica's " + str(t.replica_batch) + " sequences per step, " + product +
+                         ", are not divisible by it)");
+      t.replica_batch /= m;
+      t.grad_accum = m;
+    }
   }
-  if (t.grad_accum <= 0) throw InputError("grad_accum = " + str(t.grad_accum) + " (must be > 0)");
   if (t.global_batch < 0) throw InputError("global_batch = " + str(t.global_batch) + " (must be > 0)");
   if (t.global_batch > 0) {
     const std::int64_t per_step = t.replica_batch * replicas;
@@ -126,6 +160,25 @@ void resolve_batch(TrainingSpec& t) {
   }
 }
 
+// The schedule's demands on the micro-batch count and the virtual stages. The field named is the one that
+// set the count.
+void check_pipeline(const TrainingSpec& t) {
+  const auto& p = t.parallelism;
+  if (p.vp <= 0) throw InputError("vp = " + str(p.vp) + " (must be > 0)");
+  if (p.vp > 1 && p.pp == 1) throw InputError("vp = " + str(p.vp) + " (virtual stages interleave a pipeline and need pp > 1)");
+  if (p.vp > 1 && p.schedule != PipelineSchedule::one_f_one_b)
+    throw InputError("vp = " + str(p.vp) + " (virtual stages run the interleaved 1f1b schedule; schedule = " +
+                     std::string(to_string(p.schedule)) + ")");
+  if (p.pp == 1) return;
+  const std::int64_t m = t.grad_accum;
+  const std::string count_field = t.micro_batch != 0 ? "global_batch = " + str(t.global_batch) + " (gives " + str(m) + " micro-batches, "
+                                                     : "microbatches = " + str(m) + " (";
+  if (p.schedule != PipelineSchedule::gpipe && m < p.pp)
+    throw InputError(count_field + "fewer than pp = " + str(p.pp) + ", which " + to_string(p.schedule) + " needs at least)");
+  if (p.vp > 1 && m % p.pp != 0)
+    throw InputError(count_field + "not a multiple of pp = " + str(p.pp) + ", which the interleaved schedule needs)");
+}
+
 }  // namespace
 
 void validate_training(TrainingSpec& t, const ModelSpec& m) {
@@ -135,6 +188,8 @@ void validate_training(TrainingSpec& t, const ModelSpec& m) {
   check_degrees(t);
   check_model_split(t, m);
   resolve_batch(t);
+  check_pipeline(t);
+  pipeline_chunks(m, t.parallelism);  // the layer split's errors
   if (t.moe_batch_split <= 0) throw InputError("moe_batch_split = " + str(t.moe_batch_split) + " (must be > 0)");
   if (t.moe_batch_split > 1 && m.num_experts == 0)
     throw InputError("moe_batch_split = " + str(t.moe_batch_split) + " (the model has no MoE layers to split)");

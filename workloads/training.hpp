@@ -18,9 +18,28 @@ namespace hbmsim {
 enum class CpExchange { ring, all_gather };
 const char* to_string(CpExchange c);
 
+// The order a pipeline stage runs its micro-batches' forward and backward passes in. gpipe: every forward,
+// then every backward; one_f_one_b: PipeDream-flush (Megatron's default; interleaved with vp > 1);
+// zero_bubble_h1: 1F1B with each backward split into its input-gradient and weight-gradient passes, the
+// weight passes moved into the bubble (ZB-H1, Qi et al. 2023), at 1F1B's activation memory.
+enum class PipelineSchedule { gpipe, one_f_one_b, zero_bubble_h1 };
+const char* to_string(PipelineSchedule s);  // "gpipe", "1f1b", "zb-h1"
+PipelineSchedule parse_pipeline_schedule(const std::string& text, const std::string& where);
+
+// How the layers are split into pipeline stages (Megatron-Core's options): an even split by default; given
+// first/last stage layer counts, the middle stages split the rest evenly; the embedding and the loss may
+// count as a layer each in the split (account_for_embedding/loss_in_pipeline_split).
+struct PipelineSplit {
+  std::int64_t first_stage_layers = 0, last_stage_layers = 0;  // 0: from the even split
+  bool embedding_as_layer = false, loss_as_layer = false;
+};
+
 struct Parallelism {
   std::int64_t fsdp = 0;  // 0: whatever the GPU count leaves after the other axes
   std::int64_t tp = 1, ep = 1, dp = 1, cp = 1, pp = 1;
+  std::int64_t vp = 1;  // virtual pipeline stages (model chunks) per pp rank: Megatron's interleaving, MaxText's repeats
+  PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
+  PipelineSplit split;
   MeshOrder order = maxtext_mesh_order();
   bool sequence_parallel = true;  // norm/residual activations sharded over tp; AG/RS around each block
   CpExchange cp_exchange = CpExchange::all_gather;
@@ -42,7 +61,10 @@ struct TrainingSpec {
   std::int64_t micro_batch = 0;            // 0: from per_device_batch
   std::int64_t global_batch = 0;           // 0: from the rest
   std::int64_t seq_len = 4096;
-  std::int64_t grad_accum = 1;
+  std::int64_t grad_accum = 1;  // micro-steps per step: gradient accumulation, or the pipeline's micro-batches
+  // MaxText num_pipeline_microbatches: with pp > 1 and the MaxText batch, a replica's batch of the step
+  // (per_device_batch x tp x cp x pp sequences) is split into this many micro-batches (0: pp of them).
+  std::int64_t microbatches = 0;
   // MaxText use_batch_split_schedule/batch_split_factor (DeepSeek): each MoE layer runs as this many
   // micro-batches so that one micro-batch's all-to-all can overlap another's compute.
   std::int64_t moe_batch_split = 1;
@@ -55,11 +77,13 @@ struct TrainingSpec {
   double gradient_bytes_per_param = 4;       // fp32 gradient accumulation buffer
 
   // Set by validate_training.
-  std::int64_t replica_batch = 0;  // sequences one model replica (its tp x cp devices) runs per micro-step
+  std::int64_t replica_batch = 0;  // sequences one model replica (its tp x cp x pp devices) runs per micro-step
 
   // Data-parallel replicas of the model: the GPUs over the model-parallel axes.
   std::int64_t replicas() const;
-  double device_batch() const;  // MaxText per_device_batch_size: replica_batch / (tp x cp)
+  // Sequences per device per micro-step, averaged over the replica's devices: replica_batch / (tp x cp x pp)
+  // (MaxText per_device_batch_size without pipelining).
+  double device_batch() const;
   std::int64_t global_sequences() const { return replica_batch * replicas() * grad_accum; }
   double tokens_per_device_per_step() const { return device_batch() * static_cast<double>(seq_len * grad_accum); }
   // Tokens each device's column-parallel GEMMs see per micro-step: its replica's sequences over its

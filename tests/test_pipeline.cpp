@@ -1,0 +1,256 @@
+// Pipeline parallelism: the schedule tables, their bubbles and in-flight memory on hand-made stage programs,
+// and the simulated stages of real models against the same formulas.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <map>
+
+#include "helpers.hpp"
+#include "planner/run_config.hpp"
+#include "sim/engine.hpp"
+#include "sim/pipeline_schedule.hpp"
+
+using namespace hbmsim;
+
+namespace {
+
+using Table = std::vector<std::vector<PipelineTask>>;
+
+// Runs a schedule table as a program: one device per stage, one compute op per pass lasting `f`, `b` or `w`
+// over v (a chunk is 1/v of a stage's layers), a forward waiting for the previous chunk's, a backward for the
+// next chunk's (the last chunk's for its own forward), a weight pass for its backward. Every forward
+// allocates one unit of activations that its backward (its weight pass, when split) frees. No communication.
+struct ToyRun {
+  double step = 0;
+  std::vector<double> busy, peak;  // per stage
+};
+ToyRun run_table(const Table& table, int p, int v, int m, double f, double b, double w) {
+  sim::Program prog;
+  for (int s = 1; s < p; ++s) prog.add_device();
+  const int chunks = p * v;
+  std::map<std::tuple<int, int, char>, int> op_of;  // (micro-batch, model chunk, pass) -> op
+  std::map<std::pair<int, int>, int> act;           // (micro-batch, model chunk) -> buffer
+  const bool split = std::any_of(table[0].begin(), table[0].end(), [](auto& t) { return t.pass == Pass::weight_grad; });
+  for (int s = 0; s < p; ++s)
+    for (const auto& t : table[static_cast<std::size_t>(s)]) {
+      const int k = t.chunk * p + s;
+      const double secs = (t.pass == Pass::forward ? f : t.pass == Pass::backward ? b : w) / v;
+      sim::ProgramOp op(prog.compute_queue(s), secs);
+      if (t.pass == Pass::forward) {
+        act[{t.microbatch, k}] = prog.add_buffer(1, sim::MemCategory::saved_activations, false, s);
+        op.allocs.push_back(act[{t.microbatch, k}]);
+      }
+      const bool frees = t.pass == (split ? Pass::weight_grad : Pass::backward);
+      if (frees) op.releases.push_back(act.at({t.microbatch, k}));
+      op_of[{t.microbatch, k, static_cast<char>(t.pass)}] = prog.add(op);
+    }
+  for (auto& [key, id] : op_of) {
+    auto [mb, k, pass] = key;
+    auto& deps = prog.ops[static_cast<std::size_t>(id)].deps;
+    if (pass == 'F' && k > 0) deps.push_back(op_of.at({mb, k - 1, 'F'}));
+    if (pass == 'B') deps.push_back(k + 1 < chunks ? op_of.at({mb, k + 1, 'B'}) : op_of.at({mb, k, 'F'}));
+    if (pass == 'W') deps.push_back(op_of.at({mb, k, 'B'}));
+  }
+  auto r = sim::run_program(prog, false);
+  ToyRun out{r.end_time_s, {}, {}};
+  for (int s = 0; s < p; ++s) {
+    out.busy.push_back(r.busy_s[static_cast<std::size_t>(prog.compute_queue(s))]);
+    out.peak.push_back(r.memory[static_cast<std::size_t>(s)].hbm_peak_bytes);
+  }
+  return out;
+}
+
+// Each (micro-batch, chunk) runs each pass exactly once on its stage.
+void check_complete(const Table& t, int p, int v, int m, bool split) {
+  REQUIRE(t.size() == static_cast<std::size_t>(p));
+  for (const auto& stage : t) {
+    std::map<std::tuple<int, int, char>, int> seen;
+    for (const auto& task : stage) ++seen[{task.microbatch, task.chunk, static_cast<char>(task.pass)}];
+    CHECK(seen.size() == static_cast<std::size_t>(m * v * (split ? 3 : 2)));
+    for (auto& [k, n] : seen) CHECK(n == 1);
+  }
+}
+
+// Llama 3.1 8B's layers with a 256-token vocabulary, so that the embedding and the head are a rounding
+// error and every stage does the same work.
+std::string equal_stage_model() {
+  auto path = test::temp_dir() / "llama8b-small-vocab.json";
+  test::write(path, R"({"id": "llama8b-small-vocab", "name": "Llama 3.1 8B layers, tiny vocabulary", "architecture": "llama",
+    "source": "test", "num_layers": 32, "d_model": 4096, "num_query_heads": 32, "num_kv_heads": 8, "head_dim": 128,
+    "mlp_dim": 14336, "vocab_size": 256})");
+  return path.string();
+}
+
+RunConfig llama8b_pipeline(std::int64_t pp, const char* schedule, std::int64_t microbatches) {
+  RunConfig c;
+  c.system = "gb200-nvl72";
+  c.model = equal_stage_model();
+  c.gpus = pp;  // no other axis: only the pipeline's sends leave a device
+  c.pp = pp;
+  c.pp_schedule = schedule;
+  c.microbatches = microbatches;
+  c.seq = 8192;
+  c.batch = static_cast<double>(4 * microbatches) / static_cast<double>(pp);  // 4 sequences per micro-batch
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("pipeline tables run every pass once; 1F1B warms up p-s-1 forwards", "[pipeline]") {
+  check_complete(pipeline_schedule(PipelineSchedule::gpipe, 4, 1, 8), 4, 1, 8, false);
+  check_complete(pipeline_schedule(PipelineSchedule::one_f_one_b, 4, 1, 8), 4, 1, 8, false);
+  check_complete(pipeline_schedule(PipelineSchedule::one_f_one_b, 4, 2, 8), 4, 2, 8, false);
+  check_complete(pipeline_schedule(PipelineSchedule::zero_bubble_h1, 4, 1, 8), 4, 1, 8, true);
+  const auto t = pipeline_schedule(PipelineSchedule::one_f_one_b, 4, 1, 8);
+  for (int s = 0; s < 4; ++s) {
+    int warmup = 0;
+    while (t[static_cast<std::size_t>(s)][static_cast<std::size_t>(warmup)].pass == Pass::forward) ++warmup;
+    CHECK(warmup == (4 - s - 1) + 1);  // the warm-up forwards, then the steady state's first forward
+  }
+  // ZB-H1: a weight pass only after its backward, and never more than p micro-batches in flight.
+  for (const auto& stage : pipeline_schedule(PipelineSchedule::zero_bubble_h1, 4, 1, 8)) {
+    int fwd = 0, wgt = 0, in_flight = 0, bwd_done = 0;
+    for (const auto& task : stage) {
+      if (task.pass == Pass::forward) ++fwd;
+      if (task.pass == Pass::backward) ++bwd_done;
+      if (task.pass == Pass::weight_grad) {
+        CHECK(task.microbatch < bwd_done);
+        ++wgt;
+      }
+      in_flight = std::max(in_flight, fwd - wgt);
+    }
+    CHECK(in_flight <= 4);
+  }
+}
+
+TEST_CASE("bubbles on equal stages without communication match the schedule formulas", "[pipeline]") {
+  // p = 4 stages, m = 8 micro-batches, forward 1, backward 2. GPipe and 1F1B: the bubble is (p-1)/(m+p-1)
+  // of the step (each stage idles (p-1)(F+B)); interleaved with v = 2 chunks per stage: (p-1)/(v m+p-1).
+  const int p = 4, m = 8;
+  for (auto s : {PipelineSchedule::gpipe, PipelineSchedule::one_f_one_b}) {
+    INFO(to_string(s));
+    auto r = run_table(pipeline_schedule(s, p, 1, m), p, 1, m, 1, 2, 0);
+    for (int st = 0; st < p; ++st) CHECK((r.step - r.busy[st]) / r.step == Approx(3.0 / 11.0).epsilon(1e-12));
+  }
+  auto r = run_table(pipeline_schedule(PipelineSchedule::one_f_one_b, p, 2, m), p, 2, m, 1, 2, 0);
+  for (int st = 0; st < p; ++st) CHECK((r.step - r.busy[st]) / r.step == Approx(3.0 / 19.0).epsilon(1e-12));
+  // ZB-H1 with F = B = W = 1: the bubble is (p-1)(F+B-W) = p-1 out of 3m + p - 1; 1F1B's is 3(p-1).
+  r = run_table(pipeline_schedule(PipelineSchedule::zero_bubble_h1, p, 1, m), p, 1, m, 1, 1, 1);
+  CHECK(r.step == Approx(3 * m + p - 1));
+  r = run_table(pipeline_schedule(PipelineSchedule::zero_bubble_h1, p, 1, m), p, 1, m, 1, 1.3, 0.7);
+  CHECK(r.step - 3 * m == Approx((p - 1) * (1 + 1.3 - 0.7)));
+}
+
+TEST_CASE("1F1B's first stage holds p micro-batches of activations, GPipe's holds m", "[pipeline]") {
+  const int p = 4, m = 8;
+  auto one = run_table(pipeline_schedule(PipelineSchedule::one_f_one_b, p, 1, m), p, 1, m, 1, 2, 0);
+  auto all = run_table(pipeline_schedule(PipelineSchedule::gpipe, p, 1, m), p, 1, m, 1, 2, 0);
+  for (int s = 0; s < p; ++s) {
+    CHECK(one.peak[s] == p - s);  // stage s: its warm-up forwards and one more
+    CHECK(all.peak[s] == m);
+  }
+  // Zero-bubble H1 holds p on every stage (the weight passes keep theirs until they run).
+  auto zb = run_table(pipeline_schedule(PipelineSchedule::zero_bubble_h1, p, 1, m), p, 1, m, 1, 1, 1);
+  for (int s = 0; s < p; ++s) CHECK(zb.peak[s] == p);
+}
+
+TEST_CASE("more micro-batches never raise a schedule's bubble fraction", "[pipeline][invariants]") {
+  const int p = 4;
+  for (auto [s, v] : {std::pair{PipelineSchedule::gpipe, 1}, {PipelineSchedule::one_f_one_b, 1},
+                      {PipelineSchedule::one_f_one_b, 2}, {PipelineSchedule::zero_bubble_h1, 1}}) {
+    double prev = 1;
+    for (int m = p; m <= 6 * p; m += p) {
+      auto r = run_table(pipeline_schedule(s, p, v, m), p, v, m, 1, 1.7, s == PipelineSchedule::zero_bubble_h1 ? 0.6 : 0);
+      const double bubble = (r.step - r.busy[0]) / r.step;
+      CHECK(bubble <= prev + 1e-12);
+      prev = bubble;
+    }
+  }
+}
+
+TEST_CASE("simulated stages of Llama 8B show the 1F1B and GPipe bubble and send the activation bytes", "[pipeline]") {
+  // 4 GB200s, one stage each (8 layers), 8 micro-batches of 4 x 8192 tokens: a stage's pass is ~0.1 s of
+  // compute, a send 4 x 8192 x 4096 x 2 B = 256 MiB over NVLink (~0.3 ms), so communication is ~0.3% and,
+  // with the tiny vocabulary, the stages are equal: the bubble is the formula's (p-1)/(m+p-1) = 3/11 of the
+  // step (within what the optimizer update at the end moves, ~1%).
+  const double act = 4.0 * 8192 * 4096 * 2;
+  for (const char* schedule : {"1f1b", "gpipe"}) {
+    INFO(schedule);
+    auto r = run_simulation(llama8b_pipeline(4, schedule, 8));
+    REQUIRE(r.stages.size() == 4);
+    for (const auto& st : r.stages) {
+      CHECK(st.bubble_s / r.step_time_s == Approx(3.0 / 11.0).epsilon(0.04));
+      CHECK(r.step_time_s >= st.compute_busy_s);
+    }
+    // Forward sends leave stages 0-2, gradient sends stages 1-3: 8 micro-batches each way.
+    CHECK(r.stages[0].comm_bytes.at("pp") == Approx(8 * act));
+    CHECK(r.stages[1].comm_bytes.at("pp") == Approx(16 * act));
+    CHECK(r.stages[3].comm_bytes.at("pp") == Approx(8 * act));
+    CHECK(r.mfu <= 1);
+    CHECK(r.executed_flops_per_device >= r.model_flops_per_device);
+  }
+  // The first stage keeps up to p micro-batches' layer inputs with 1F1B and all m with GPipe (full remat
+  // saves each layer's input: 8 layers x 256 MiB per micro-batch).
+  auto one = run_simulation(llama8b_pipeline(4, "1f1b", 8)), all = run_simulation(llama8b_pipeline(4, "gpipe", 8));
+  CHECK(one.stages[0].hbm_breakdown_bytes.at("saved_activations") <= 4 * 8 * act * 1.0001);
+  CHECK(all.stages[0].hbm_breakdown_bytes.at("saved_activations") >= 7 * 8 * act);
+}
+
+TEST_CASE("sequence parallelism divides the pipeline's sends by tp; model FLOPs do not depend on pp", "[pipeline]") {
+  RunConfig c = llama8b_pipeline(2, "1f1b", 4);
+  const double model_flops = run_simulation(c).model_flops_per_device;
+  c.gpus = 8;
+  c.tp = 4;
+  c.batch = c.batch.value() / 4;  // the same sequences per micro-batch
+  auto r = run_simulation(c);
+  CHECK(r.stages[0].comm_bytes.at("pp") == Approx(4 * 4.0 * 8192 * 4096 * 2 / 4));
+  CHECK(r.model_flops_per_device == Approx(model_flops / 4));  // 4x the devices for the same tokens
+  // pp = 1 with the same per-device batch: the same model FLOPs per device as the 2-stage pipeline.
+  RunConfig single = llama8b_pipeline(2, "1f1b", 4);
+  single.pp = 1;
+  single.microbatches = 0;
+  single.gpus = 2;
+  CHECK(run_simulation(single).model_flops_per_device == Approx(model_flops));
+}
+
+TEST_CASE("a stage's HBM peak holds its weights, optimizer state and one micro-batch's saved inputs", "[pipeline][invariants]") {
+  for (const char* schedule : {"1f1b", "gpipe", "zb-h1"}) {
+    INFO(schedule);
+    RunConfig c = llama8b_pipeline(4, schedule, 4);
+    auto prepared = prepare_run(c);
+    auto r = run_simulation(c);
+    for (std::size_t s = 0; s < r.stages.size(); ++s) {
+      const auto& info = prepared.graph.stages[s];
+      const double one_microbatch = 8 * 4.0 * 8192 * 4096 * 2;  // 8 layer inputs
+      CHECK(r.stages[s].hbm_peak_bytes >= info.parameter_bytes + info.optimizer_bytes + one_microbatch);
+    }
+  }
+}
+
+TEST_CASE("the layer split follows the uneven options and names the field it cannot meet", "[pipeline][errors]") {
+  ModelSpec m;
+  m.num_layers = 126;
+  Parallelism p;
+  p.pp = 8;
+  CHECK_THROWS_WITH(pipeline_chunks(m, p), Catch::Contains("pp = 8 (num_layers = 126 is not divisible by pp x vp = 8"));
+  p.split.embedding_as_layer = p.split.loss_as_layer = true;  // 128 units: 15 + 16 x 6 + 15
+  auto chunks = pipeline_chunks(m, p);
+  CHECK(chunks.front().layers() == 15);
+  CHECK(chunks[1].layers() == 16);
+  CHECK(chunks.back().layers() == 15);
+  CHECK(chunks.back().end_layer == 126);
+  p.vp = 4;  // 128 / 32 = 4 per chunk; chunk k on stage k % 8
+  chunks = pipeline_chunks(m, p);
+  CHECK(chunks.size() == 32);
+  CHECK(chunks[9].stage == 1);
+  CHECK(chunks.front().layers() == 3);
+  p = Parallelism{};
+  p.pp = 4;
+  m.num_layers = 61;  // DeepSeek-V3: 16 on the first stage, 15 on each of the others
+  p.split.first_stage_layers = 16;
+  chunks = pipeline_chunks(m, p);
+  CHECK(chunks[0].layers() == 16);
+  CHECK(chunks[3].layers() == 15);
+  p.split.first_stage_layers = 17;
+  CHECK_THROWS_WITH(pipeline_chunks(m, p), Catch::Contains("first_stage_layers = 17 (the other 3 stages cannot split the remaining 44"));
+}
