@@ -1,8 +1,10 @@
 #include "sim/engine.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <limits>
 #include <stdexcept>
+#include <utility>
 
 namespace hbmsim::sim {
 
@@ -95,8 +97,11 @@ struct Flow {
 
 struct Scratch {
   std::vector<Flow> flows;
-  std::vector<int> unmet, succ_start, succ, refs, fill, active, finished, unfrozen;
-  std::vector<double> remaining, rate, start, end, cap_left, weight, demand;
+  std::vector<int> unmet, succ_start, succ, refs, fill, active, active_pos, finished, unfrozen, zero, zeros;
+  std::vector<std::uint64_t> dirty;
+  std::vector<double> remaining, rate, updated, start, end, cap_left, weight, demand, fill_rate;
+  std::vector<double> active_end;
+  std::vector<std::vector<int>> device_copy_queues;
   std::vector<std::vector<int>> queues;
   std::vector<QueueState> queue_states;
   std::vector<DeviceState> devices;
@@ -157,35 +162,50 @@ class Engine {
     demand_.assign(p.resources.size(), 0.0);
     remaining_.assign(n, 0);
     rate_.assign(n, 0);
+    updated_.assign(n, 0);
+    fill_rate_.assign(n, 0);
+    active_pos_.assign(n, -1);
+    active_end_.clear();
+    zero_.clear();
+    dirty_.assign((nq + 63) / 64, 0);
+    any_dirty_ = false;
+    over_ = 0;
+    // Per device, its concurrent queues: a memory release may let their held-back heads start.
+    copy_queues_.resize(static_cast<std::size_t>(p.devices()));
+    for (auto& v : copy_queues_) v.clear();
+    for (std::size_t q = 0; q < nq; ++q)
+      if (p.queues[q].kind == QueueKind::concurrent) copy_queues_[static_cast<std::size_t>(p.queues[q].device)].push_back(static_cast<int>(q));
   }
 
   EngineResult run() {
     for (int b : p_.resident) alloc(b);
     sample_all();
     const std::size_t n = p_.ops.size();
+    for (std::size_t q = 0; q < qs_.size(); ++q) mark(static_cast<int>(q));
     start_ready();
+    auto& finished = finished_;
     while (done_ < n) {
-      if (active_.empty() && !force_gated()) throw std::logic_error("simulation deadlock at op " + std::to_string(first_unstarted()));
       if (rates_stale_) update_rates();
-      double dt = std::numeric_limits<double>::infinity();
-      for (int i : active_)
-        if (rate_[static_cast<std::size_t>(i)] > 0)
-          dt = std::min(dt, remaining_[static_cast<std::size_t>(i)] / rate_[static_cast<std::size_t>(i)]);
-      if (!(dt < std::numeric_limits<double>::infinity())) throw std::logic_error("simulation stalled: no active op progresses");
-      now_ += dt;
+      // The next completion: the earliest predicted end among the running ops (a dense array, so a scan).
+      double next = std::numeric_limits<double>::infinity();
+      for (double e : active_end_) next = std::min(next, e);
+      if (!(next < std::numeric_limits<double>::infinity())) {
+        if (!active_.empty()) throw std::logic_error("simulation stalled: no active op progresses");
+        if (!force_gated()) throw std::logic_error("simulation deadlock at op " + std::to_string(first_unstarted()));
+        continue;
+      }
+      now_ = next;
       ++r_.events;
       // Complete every op that finishes now (within rounding), in sequence order.
-      auto& finished = finished_;
       finished.clear();
-      for (int i : active_) {
-        auto k = static_cast<std::size_t>(i);
-        remaining_[k] -= rate_[k] * dt;
-        if (rate_[k] > 0 && remaining_[k] <= 1e-12 * std::max(1.0, p_.ops[k].seconds)) finished.push_back(i);
+      for (std::size_t a = 0; a < active_.size(); ++a) {
+        if (active_end_[a] > now_ + 1e-9) continue;
+        const auto k = static_cast<std::size_t>(active_[a]);
+        if ((active_end_[a] - now_) * rate_[k] <= 1e-12 * std::max(1.0, p_.ops[k].seconds)) finished.push_back(active_[a]);
       }
       if (finished.size() > 1) std::sort(finished.begin(), finished.end());
       for (int i : finished) {
-        *std::find(active_.begin(), active_.end(), i) = active_.back();  // order in active_ is irrelevant
-        active_.pop_back();
+        deactivate(i);
         complete(i);
       }
       start_ready();
@@ -203,15 +223,46 @@ class Engine {
   // When nothing runs, an op held back by the memory limit would wait forever: XLA would issue it anyway
   // (and the step then needs that memory), so start the first one that is otherwise ready.
   bool force_gated() {
-    for (auto& q : qs_) {
+    for (std::size_t qi = 0; qi < qs_.size(); ++qi) {
+      auto& q = qs_[qi];
       if (!q.concurrent) continue;
       if (q.pos < q.size && unmet_[static_cast<std::size_t>(q.ops[q.pos])] == 0) {
         start(q.ops[q.pos++]);
+        mark(static_cast<int>(qi));
         start_ready();
         return true;
       }
     }
     return false;
+  }
+
+  // An active op's rate from now on: its progress so far is banked and its end predicted anew.
+  void set_rate(int i, double rate) {
+    const auto k = static_cast<std::size_t>(i);
+    if (rate == rate_[k]) return;
+    remaining_[k] = std::max(0.0, remaining_[k] - rate_[k] * (now_ - updated_[k]));
+    updated_[k] = now_;
+    rate_[k] = rate;
+    active_end_[static_cast<std::size_t>(active_pos_[k])] = predicted_end(k);
+  }
+  double predicted_end(std::size_t k) const {
+    return rate_[k] > 0 ? updated_[k] + remaining_[k] / rate_[k] : std::numeric_limits<double>::infinity();
+  }
+  void deactivate(int i) {
+    const auto k = static_cast<std::size_t>(i);
+    const auto pos = static_cast<std::size_t>(active_pos_[k]);
+    const int moved = active_.back();
+    active_[pos] = moved;
+    active_end_[pos] = active_end_.back();
+    active_pos_[static_cast<std::size_t>(moved)] = static_cast<int>(pos);
+    active_.pop_back();
+    active_end_.pop_back();
+    active_pos_[k] = -1;
+  }
+  // A queue whose head may have become startable (a bit per queue, so that a scan runs in queue order).
+  void mark(int q) {
+    dirty_[static_cast<std::size_t>(q) >> 6] |= std::uint64_t{1} << (static_cast<unsigned>(q) & 63u);
+    any_dirty_ = true;
   }
 
   int first_unstarted() const {
@@ -250,6 +301,7 @@ class Engine {
     } else {
       d.hbm_live -= buf.bytes;
       d.by_cat[static_cast<std::size_t>(buf.category)] -= buf.bytes;
+      for (int q : copy_queues_[static_cast<std::size_t>(buf.device)]) mark(q);  // held-back prefetches may fit now
     }
     sample(buf.device);
   }
@@ -287,20 +339,35 @@ class Engine {
     for (int b : op.allocs) alloc(b);
     if (q.running++ == 0) q.busy_since = now_;
     if (q.host_copy && dv.copies_running++ == 0) interference_stale_ = rates_stale_ = true;
+    active_pos_[k] = static_cast<int>(active_.size());
     active_.push_back(i);
+    active_end_.push_back(0);
+    updated_[k] = now_;
     // A transfer adds to its links' demand (full speed unless a link is now oversubscribed: update_rates);
     // anything else only needs its own rate.
     if (op.use_count > 0) {
-      for (const auto& u : uses_of(i)) demand_[static_cast<std::size_t>(u.resource)] += u.bytes_per_s;
+      for (const auto& u : uses_of(i)) add_demand(u.resource, u.bytes_per_s);
       rate_[k] = 1.0;
       rates_stale_ = true;
     } else {
       rate_[k] = solo_rate(op);
     }
+    // A zero-length op completes on the spot (start_ready), never as an event.
+    active_end_.back() = op.seconds <= 0 ? std::numeric_limits<double>::infinity() : predicted_end(k);
     if (op.seconds <= 0) {
       remaining_[k] = 0;
-      ++zero_active_;
+      zero_.push_back(i);
     }
+  }
+
+  // Link demand, with the count of oversubscribed links kept as it changes.
+  void add_demand(int resource, double bytes_per_s) {
+    const auto r = static_cast<std::size_t>(resource);
+    const double cap = p_.resources[r].capacity_bytes_per_s * (1 + 1e-9);
+    const bool was = demand_[r] > cap;
+    demand_[r] += bytes_per_s;
+    const bool is = demand_[r] > cap;
+    over_ += static_cast<int>(is) - static_cast<int>(was);
   }
 
   // The dependency that finished last is what the compute stream was waiting for; a wait on another device
@@ -335,36 +402,46 @@ class Engine {
     auto& dv = dev_[static_cast<std::size_t>(qs.device)];
     if (qs.host_copy && --dv.copies_running == 0) interference_stale_ = rates_stale_ = true;
     if (op.use_count > 0) {
-      for (const auto& u : uses_of(i)) demand_[static_cast<std::size_t>(u.resource)] -= u.bytes_per_s;
+      for (const auto& u : uses_of(i)) add_demand(u.resource, -u.bytes_per_s);
       rates_stale_ = true;
     }
     if (qs.compute) dv.compute_idle_since = now_;
     for (int b : op.releases) release(b);
-    for (int s = succ_start_[k]; s < succ_start_[k + 1]; ++s) --unmet_[static_cast<std::size_t>(succ_[static_cast<std::size_t>(s)])];
+    mark(op.queue);
+    for (int s = succ_start_[k]; s < succ_start_[k + 1]; ++s) {
+      const int succ = succ_[static_cast<std::size_t>(s)];
+      if (--unmet_[static_cast<std::size_t>(succ)] == 0) mark(p_.ops[static_cast<std::size_t>(succ)].queue);
+    }
   }
 
+  // Starts what can start on the queues whose heads may have changed, in queue order (as a scan of every
+  // queue would: a queue nothing happened to cannot start anything). Starting an op never makes another
+  // ready (only completions and frees do), so one pass suffices, unless a zero-length op completes on the
+  // spot and releases its successors.
   void start_ready() {
-    // Starting an op never makes another ready (only completions and frees do), so one pass suffices,
-    // unless a zero-length op completes on the spot and releases its successors.
-    for (;;) {
-      for (auto& q : qs_) {
-        if (q.concurrent) {
-          while (q.pos < q.size && can_start(q.ops[q.pos])) start(q.ops[q.pos++]);
-        } else if (q.running == 0 && q.pos < q.size && can_start(q.ops[q.pos])) {
-          start(q.ops[q.pos++]);
+    while (any_dirty_) {
+      any_dirty_ = false;
+      for (std::size_t w = 0; w < dirty_.size(); ++w) {
+        std::uint64_t bits = std::exchange(dirty_[w], 0);
+        while (bits) {
+          const int qi = static_cast<int>(w * 64 + static_cast<std::size_t>(std::countr_zero(bits)));
+          bits &= bits - 1;
+          auto& q = qs_[static_cast<std::size_t>(qi)];
+          if (q.concurrent) {
+            while (q.pos < q.size && can_start(q.ops[q.pos])) start(q.ops[q.pos++]);
+          } else if (q.running == 0 && q.pos < q.size && can_start(q.ops[q.pos])) {
+            start(q.ops[q.pos++]);
+          }
         }
       }
-      if (zero_active_ == 0) return;
-      for (std::size_t a = 0; a < active_.size();) {
-        int i = active_[a];
-        if (p_.ops[static_cast<std::size_t>(i)].seconds <= 0) {
-          active_.erase(active_.begin() + static_cast<long>(a));
-          complete(i);
-        } else {
-          ++a;
-        }
+      if (zero_.empty()) continue;
+      std::sort(zero_.begin(), zero_.end());
+      zeros_.swap(zero_);
+      zero_.clear();
+      for (int i : zeros_) {
+        deactivate(i);
+        complete(i);
       }
-      zero_active_ = 0;
     }
   }
 
@@ -393,17 +470,16 @@ class Engine {
     rates_stale_ = false;
     if (interference_stale_) {
       interference_stale_ = false;
-      for (int i : active_)
-        if (p_.ops[static_cast<std::size_t>(i)].use_count == 0) rate_[static_cast<std::size_t>(i)] = solo_rate(p_.ops[static_cast<std::size_t>(i)]);
+      for (std::size_t a = 0; a < active_.size(); ++a) {
+        const int i = active_[a];
+        if (p_.ops[static_cast<std::size_t>(i)].use_count == 0) set_rate(i, solo_rate(p_.ops[static_cast<std::size_t>(i)]));
+      }
     }
     const auto nr = p_.resources.size();
-    bool contended = false;
-    for (std::size_t r = 0; r < nr; ++r)
-      contended = contended || demand_[r] > p_.resources[r].capacity_bytes_per_s * (1 + 1e-9);
-    if (!contended) {
+    if (over_ == 0) {
       if (was_contended_)
-        for (int i : active_)
-          if (p_.ops[static_cast<std::size_t>(i)].use_count > 0) rate_[static_cast<std::size_t>(i)] = 1.0;
+        for (std::size_t a = 0; a < active_.size(); ++a)
+          if (p_.ops[static_cast<std::size_t>(active_[a])].use_count > 0) set_rate(active_[a], 1.0);
       was_contended_ = false;
       return;
     }
@@ -416,6 +492,8 @@ class Engine {
       const auto& op = p_.ops[static_cast<std::size_t>(i)];
       if (op.use_count > 0) flows.push_back(Flow{i, op.priority});
     }
+    sharing_.assign(flows.begin(), flows.end());  // every transfer gets its new rate at the end
+    auto& rate = fill_rate_;
     cap_left_.resize(nr);
     weight_.resize(nr);
     for (std::size_t r = 0; r < nr; ++r) cap_left_[r] = p_.resources[r].capacity_bytes_per_s;
@@ -451,20 +529,21 @@ class Engine {
         for (std::size_t r = 0; r < nr; ++r) cap_left_[r] -= inc * weight_[r];
         std::size_t kept = 0;
         for (int i : unfrozen) {
-          rate_[static_cast<std::size_t>(i)] = level;
+          rate[static_cast<std::size_t>(i)] = level;
           if (level < 1.0 - 1e-12 && has_room(i)) unfrozen[kept++] = i;
         }
         unfrozen.resize(kept);
       }
-      for (int i : unfrozen) rate_[static_cast<std::size_t>(i)] = level;  // a class with no room at all
+      for (int i : unfrozen) rate[static_cast<std::size_t>(i)] = level;  // a class with no room at all
       // When no link the remaining classes use has room left, they all wait.
       bool any_room = false;
       for (const Flow& f : flows) any_room = any_room || has_room(f.op);
       if (!any_room) {
-        for (const Flow& f : flows) rate_[static_cast<std::size_t>(f.op)] = 0;
+        for (const Flow& f : flows) rate[static_cast<std::size_t>(f.op)] = 0;
         break;
       }
     }
+    for (const Flow& f : sharing_) set_rate(f.op, rate[static_cast<std::size_t>(f.op)]);
   }
 
   const Program& p_;
@@ -476,16 +555,22 @@ class Engine {
   std::vector<std::vector<int>>& order_ = scratch().queues;
   std::vector<QueueState>& qs_ = scratch().queue_states;
   std::vector<DeviceState>& dev_ = scratch().devices;
-  std::vector<int>&active_ = scratch().active, &finished_ = scratch().finished, &unfrozen_ = scratch().unfrozen;
+  std::vector<int>&active_ = scratch().active, &active_pos_ = scratch().active_pos, &finished_ = scratch().finished,
+                  &unfrozen_ = scratch().unfrozen, &zero_ = scratch().zero, &zeros_ = scratch().zeros;
+  std::vector<std::uint64_t>& dirty_ = scratch().dirty;  // a bit per queue: mark()
+  bool any_dirty_ = false;
   std::vector<Flow>& flows_ = scratch().flows;
-  std::vector<double>&remaining_ = scratch().remaining, &rate_ = scratch().rate, &start_ = scratch().start,
-                     &end_ = scratch().end, &cap_left_ = scratch().cap_left, &weight_ = scratch().weight,
-                     &demand_ = scratch().demand;
+  std::vector<Flow> sharing_;
+  std::vector<double>&remaining_ = scratch().remaining, &rate_ = scratch().rate, &updated_ = scratch().updated,
+                     &start_ = scratch().start, &end_ = scratch().end, &cap_left_ = scratch().cap_left,
+                     &weight_ = scratch().weight, &demand_ = scratch().demand, &fill_rate_ = scratch().fill_rate;
+  std::vector<double>& active_end_ = scratch().active_end;  // beside active_: each one's predicted end
+  std::vector<std::vector<int>>& copy_queues_ = scratch().device_copy_queues;
+  int over_ = 0;  // links whose demand exceeds their capacity
   bool rates_stale_ = true;          // a transfer or copy started or ended since the rates were computed
   bool interference_stale_ = false;  // host copies started or all ended: memory-bound kernels change speed
   bool was_contended_ = false;       // the last rates came from sharing an oversubscribed link
   std::size_t done_ = 0;
-  int zero_active_ = 0;
 };
 
 }  // namespace

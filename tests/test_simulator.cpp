@@ -259,7 +259,9 @@ TEST_CASE("with LHS independent work runs under the expert all-to-all; without L
         Approx((on.at("bwd_w moe_wo" + l).second - on.at("bwd_w moe_wo" + l).first) +
                (on.at("bwd_x moe_wo" + l).second - on.at("bwd_x moe_wo" + l).first))
             .epsilon(1e-9));
-  CHECK(on.result.end_time_s < off.result.end_time_s);
+  // The step itself is bound by the FSDP all-gathers at this batch (the same 1.333 s either way, to the
+  // last digits): LHS must not make it slower.
+  CHECK(on.result.end_time_s <= off.result.end_time_s * (1 + 1e-12));
   // Splitting the backward GEMM into two dots keeps its FLOPs: the executed total is the same either way.
   CHECK(on.result.executed_flops == Approx(off.result.executed_flops).epsilon(1e-12));
 }
