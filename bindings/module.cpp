@@ -154,9 +154,15 @@ py::dict simulate(const py::object& config, bool trace, const std::string& origi
     j = report.to_json();
     j["config"] = c.to_json();
     if (trace) {
+      // With pipeline stages, the timeline of the stage whose HBM peak is the report's.
+      std::size_t stage = 0;
+      for (std::size_t s = 0; s < report.stages.size(); ++s)
+        if (report.stages[s].hbm_peak_bytes > report.stages[stage].hbm_peak_bytes) stage = s;
+      j["timeline_stage"] = stage;
       json timeline = json::array();
       json by_category = json::array();
       for (const auto& m : report.timeline) {
+        if (static_cast<std::size_t>(m.device) != stage) continue;
         timeline.push_back({m.time_s, m.hbm_bytes, m.host_bytes});
         by_category.push_back(m.hbm_by_category);
       }

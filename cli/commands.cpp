@@ -24,13 +24,13 @@ int g_exit_status = 0;
 
 // The per-stage table of a pipelined step.
 void print_stages(const StepReport& r) {
-  Table t{{"stage", "layers", "HBM GiB", "saved act GiB", "host GiB", "compute s", "bubble s", "bubble", "pp wait s", "fits"}, {}};
+  Table t{{"stage", "layers", "HBM GiB", "saved act GiB", "host GiB", "compute s", "idle s", "bubble s", "bubble", "fits"}, {}};
   for (const auto& st : r.stages)
     t.rows.push_back({std::to_string(st.stage), st.layers, gib(st.hbm_peak_bytes), gib(st.hbm_breakdown_bytes.at("saved_activations")),
-                      gib(st.host_peak_bytes), fixed(st.compute_busy_s, 3), fixed(st.bubble_s, 3),
-                      fixed(100 * st.bubble_s / r.step_time_s, 1) + "%", fixed(st.exposed_s.at("pp"), 3), st.fits ? "yes" : "NO"});
-  std::printf("pipeline stages (bubble: the step less the stage's compute; pp wait: compute waiting on other stages)\n%s",
-              t.render().c_str());
+                      gib(st.host_peak_bytes), fixed(st.compute_busy_s, 3), fixed(st.idle_s, 3), fixed(st.bubble_s, 3),
+                      fixed(100 * st.bubble_s / r.step_time_s, 1) + "%", st.fits ? "yes" : "NO"});
+  std::printf("pipeline stages (idle: the step less the stage's compute; bubble: the part spent waiting on other stages "
+              "and draining)\n%s", t.render().c_str());
 }
 
 }  // namespace

@@ -144,6 +144,7 @@ void print_settings(const RunConfig& c) {
 }
 
 std::string placement_label(const RunConfig& c) {
+  if (!c.stage_policies.empty()) return "per stage: " + c.stage_policies;
   auto d = make_policy(c.policy, c.tensors).describe();
   std::string out;
   for (auto& x : d) out += (out.empty() ? "" : " ") + x;

@@ -127,6 +127,8 @@ void check_run_config(const RunConfig& c, const Sources& s, const std::set<std::
       throw InputError(s.tensor_name(it->first) + " = " + quote(it->second) +
                        " (the layer input is the remat boundary and stays on device)");
     attributed(s, {"policy"}, [&] { return make_policy(c.policy, c.tensors); });
+    if (fixed("stage_policies") && fixed("pp"))
+      attributed(s, {"stage_policies"}, [&] { return make_stage_policy(c.policy, c.stage_policies, c.tensors, c.pp); });
   }
 
   // The training shape: every field validate_training reads.

@@ -154,6 +154,48 @@ bool better(const Candidate& a, const Candidate* b) {
   return a.report.fits && (!b || a.report.tflops_per_device > b->report.tflops_per_device);
 }
 
+// With pipeline stages the policy may differ per stage (the first stage holds the most micro-batches in
+// flight): coordinate descent over one preset per stage, from the base preset on every stage, taking at
+// each stage the preset that fits and raises TFLOP/s most, until a round changes nothing.
+const Candidate* best_stage_presets(const RunConfig& base, Evaluator& ev) {
+  std::vector<std::string> presets;
+  for (const auto& p : policy_presets())
+    if (p != "custom") presets.push_back(p);
+  std::vector<std::string> current(static_cast<std::size_t>(base.pp), base.policy == "custom" ? "full" : base.policy);
+  auto config_of = [&](const std::vector<std::string>& stages) {
+    RunConfig c = base;
+    c.tensors.clear();
+    c.policy = stages.front();
+    c.stage_policies.clear();
+    for (const auto& st : stages) c.stage_policies += (c.stage_policies.empty() ? "" : ",") + st;
+    return c;
+  };
+  const Candidate* cur = ev.eval({config_of(current)}).front();
+  for (int round = 0; round < 4; ++round) {
+    bool moved = false;
+    for (std::size_t s = 0; s < current.size(); ++s) {
+      std::vector<RunConfig> moves;
+      std::vector<std::string> tried;
+      for (const auto& p : presets)
+        if (p != current[s]) {
+          auto next = current;
+          next[s] = p;
+          moves.push_back(config_of(next));
+          tried.push_back(p);
+        }
+      auto results = ev.eval(moves);
+      for (std::size_t i = 0; i < results.size(); ++i)
+        if (better(*results[i], cur) || (!cur->report.fits && results[i]->report.fits)) {
+          cur = results[i];
+          current[s] = tried[i];
+          moved = true;
+        }
+    }
+    if (!moved) break;
+  }
+  return cur;
+}
+
 }  // namespace
 
 PolicySearch best_policy(const RunConfig& base, const std::vector<std::string>& names, int jobs,
@@ -225,6 +267,10 @@ PolicySearch best_policy(const RunConfig& base, const std::vector<std::string>& 
       }
       if (better(*cur, best)) best = cur;
     }
+  }
+  if (base.pp > 1) {
+    if (const Candidate* staged = best_stage_presets(base, ev); staged && better(*staged, best)) best = staged;
+    out.method += "; then a preset per pipeline stage by coordinate descent";
   }
   for (auto& k : ev.order) out.evaluated.push_back(ev.seen.at(k));
   if (best) {
@@ -315,12 +361,17 @@ std::string maxtext_settings(const RunConfig& c) {
                         {"ici_context_parallelism", c.cp}, {"ici_tensor_parallelism", c.tp}, {"ici_expert_parallelism", c.ep}})
     if (v > 1) out += std::string(" ") + key + "=" + std::to_string(v);
   if (c.cp > 1) out += std::string(" context_parallel_load_balance=true");
+  if (c.pp > 1)
+    out += " ici_pipeline_parallelism=" + std::to_string(c.pp) + " num_pipeline_microbatches=" +
+           std::to_string(c.microbatches > 0 ? c.microbatches : c.pp) +
+           (c.vp > 1 ? " num_pipeline_repeats=" + std::to_string(c.vp) : std::string());
   out += " remat_policy=custom";
   for (auto& n : checkpoint_names()) {
     if (n == "decoder_layer_input") continue;
     auto p = policy.placement(n);
     if (p != Placement::remat) out += " " + n + "=" + to_string(p);
   }
+  if (!c.stage_policies.empty()) out += " (the first stage's policy: MaxText has one remat policy for every stage)";
   out += " scan_layers=true";
   if (c.moe_batch_split > 1)
     out += " use_batch_split_schedule=true batch_split_factor=" + std::to_string(c.moe_batch_split);

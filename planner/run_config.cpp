@@ -160,7 +160,7 @@ PreparedRun prepare_run(const RunConfig& c, const Profile* extra) {
   t.mlp_gemm_dtype = dtype(c.weights, "weights");
   t.attention_gemm_dtype = dtype(c.attention_dtype, "attention_dtype");
   if (t.mlp_gemm_dtype == Dtype::fp32) throw InputError("weights = fp32 (expected bf16, fp8 or nvfp4)");
-  PreparedRun r{sys, build_step_graph(model, t), make_policy(c.policy, c.tensors), SimOptions{}};
+  PreparedRun r{sys, build_step_graph(model, t), make_stage_policy(c.policy, c.stage_policies, c.tensors, t.parallelism.pp), SimOptions{}};
   r.options.lhs = c.lhs;
   r.options.pipelined_transfers = c.pipelined_transfers;
   r.options.pipelined_collectives = c.pipelined_collectives;

@@ -45,6 +45,7 @@ struct RunConfig {
   std::string weights = "bf16";         // MLP GEMM dtype: bf16, fp8, nvfp4
   std::string attention_dtype = "bf16"; // projection/attention GEMM dtype
   std::string policy = "full";
+  std::string stage_policies;           // per pipeline stage, comma-separated presets ("": policy on all)
   std::map<std::string, std::string> tensors;  // per checkpoint name: device | remat | offload
   bool lhs = true;
   bool pipelined_transfers = false;

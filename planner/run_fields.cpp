@@ -85,6 +85,10 @@ const std::vector<RunField> kFields = {
     {"attention_dtype", "--attention-dtype", "Attention/projection GEMM dtype", &C::attention_dtype},
     {"policy", "--policy",
      "full, minimal, minimal_with_context, save_qkv_proj, qkv_proj_offloaded, minimal_offloaded, custom", &C::policy},
+    {"stage_policies", "--stage-policies",
+     "With pp > 1: a policy preset per stage, comma-separated (the first stage may offload what the last keeps; "
+     "empty: policy on every stage); tensor overrides apply to all",
+     &C::stage_policies},
     {"lhs", "--lhs", "XLA latency-hiding scheduler", &C::lhs},
     {"pipelined_transfers", "--pipelined-transfers", "XLA pipelined host offloading", &C::pipelined_transfers},
     {"pipelined_collectives", "--pipelined-collectives", "FSDP all-gathers one layer ahead", &C::pipelined_collectives},

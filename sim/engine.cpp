@@ -152,6 +152,7 @@ class Engine {
     r_.exposed_s.assign(nq, 0);
     r_.busy_s.assign(nq, 0);
     r_.bytes_sent.assign(nq, 0);
+    r_.last_end_s.assign(nq, 0);
     active_.clear();
     if (record_) {
       r_.buffer_alloc_s.assign(p.buffers.size(), -1);
@@ -389,7 +390,7 @@ class Engine {
     return queue;
   }
 
-  void complete(int i) {
+  [[gnu::always_inline]] void complete(int i) {
     auto k = static_cast<std::size_t>(i);
     const auto& op = p_.ops[k];
     const auto q = static_cast<std::size_t>(op.queue);
@@ -397,6 +398,7 @@ class Engine {
     ++done_;
     r_.executed_flops += op.executed_flops;
     r_.bytes_sent[q] += op.bytes_sent;
+    r_.last_end_s[q] = now_;
     auto& qs = qs_[q];
     if (--qs.running == 0) r_.busy_s[q] += now_ - qs.busy_since;  // busy time is the union of the queue's spans
     auto& dv = dev_[static_cast<std::size_t>(qs.device)];
@@ -418,7 +420,7 @@ class Engine {
   // queue would: a queue nothing happened to cannot start anything). Starting an op never makes another
   // ready (only completions and frees do), so one pass suffices, unless a zero-length op completes on the
   // spot and releases its successors.
-  void start_ready() {
+  [[gnu::always_inline]] void start_ready() {
     while (any_dirty_) {
       any_dirty_ = false;
       for (std::size_t w = 0; w < dirty_.size(); ++w) {

@@ -136,6 +136,7 @@ struct EngineResult {
   // Per queue: compute idle time blamed on the queue it waited for; union of the queue's busy spans; bytes
   // its ops sent.
   std::vector<double> exposed_s, busy_s, bytes_sent;
+  std::vector<double> last_end_s;  // per queue: when its last op ended
   double executed_flops = 0;
   std::vector<MemorySample> timeline;  // only when asked: a sample of a device at each change of its memory
   std::vector<double> buffer_alloc_s, buffer_free_s;  // only when asked; -1: never

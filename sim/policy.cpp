@@ -38,6 +38,37 @@ std::vector<std::string> Policy::describe() const {
   return out;
 }
 
+std::string Policy::name() const {
+  if (stages.empty()) return preset;
+  std::string out;
+  for (const auto& st : stages) out += (out.empty() ? "" : "/") + st.preset;
+  return out;
+}
+
+Policy make_stage_policy(const std::string& preset, const std::string& stage_presets,
+                         const std::map<std::string, std::string>& overrides, std::int64_t stages) {
+  Policy p = make_policy(preset, overrides);
+  if (stage_presets.empty()) return p;
+  std::vector<std::string> names;
+  for (std::size_t start = 0;;) {
+    const auto comma = stage_presets.find(',', start);
+    names.push_back(stage_presets.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (static_cast<std::int64_t>(names.size()) != stages)
+    throw InputError("stage_policies = \"" + stage_presets + "\" (" + std::to_string(names.size()) + " policies for pp = " +
+                     std::to_string(stages) + " stages)");
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    try {
+      p.stages.push_back(make_policy(names[i], overrides));
+    } catch (const InputError& e) {
+      throw InputError("stage_policies = \"" + stage_presets + "\" (stage " + std::to_string(i) + ": " + e.what() + ")");
+    }
+  }
+  return p;
+}
+
 const std::vector<std::string>& policy_presets() {
   static const std::vector<std::string> p = {"full",         "minimal",            "minimal_with_context",
                                              "save_qkv_proj", "qkv_proj_offloaded", "minimal_offloaded",

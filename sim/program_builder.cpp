@@ -208,7 +208,8 @@ struct BuildContext {
   const SimOptions& opt;
   const Network& net;
   const Costs& costs;
-  const std::vector<TemplatePlan>& plans;
+  const std::vector<TemplatePlan>& plans;  // per stage (when their policies differ) and template
+  std::size_t plans_per_stage;             // 0: every stage shares the first templates' plans
   const std::vector<std::size_t>& fwd_body_end;    // per layer: the layer after its forward loop body
   const std::vector<std::size_t>& bwd_body_first;  // per layer: the first layer of its backward loop body
   std::vector<Crossing>& forward_in;   // [micro-batch x chunks + k]: activations into chunk k (k >= 1)
@@ -275,7 +276,8 @@ class StageBuilder {
   Crossing& forward_in(int mb, int k) { return c_.forward_in[static_cast<std::size_t>(mb) * chunks() + static_cast<std::size_t>(k)]; }
   Crossing& backward_in(int mb, int k) { return c_.backward_in[static_cast<std::size_t>(mb) * chunks() + static_cast<std::size_t>(k)]; }
   const TemplatePlan& plan(std::int64_t l) const {
-    return c_.plans[static_cast<std::size_t>(g_.layer_template[static_cast<std::size_t>(l)])];
+    return c_.plans[c_.plans_per_stage * static_cast<std::size_t>(stage_) +
+                    static_cast<std::size_t>(g_.layer_template[static_cast<std::size_t>(l)])];
   }
   std::string label(const std::string& what, std::int64_t layer) const {
     return w_.naming() ? what + " L" + std::to_string(layer) : std::string();
@@ -288,7 +290,7 @@ class StageBuilder {
   }
   std::size_t at(std::int64_t l) const { return static_cast<std::size_t>(l); }
   bool multi(AxisSet group) const { return g_.mesh.size(group) > 1; }
-  bool split_weights() const { return plan(0).split_weight_grads; }
+  bool split_weights() const { return c_.plans.front().split_weight_grads; }
   // Layers of backward iterations a gradient reduce-scatter may run into: 1, or 2 with pipelined collectives.
   std::int64_t reduce_scatter_lag() const { return opt_.pipelined_collectives ? 2 : 1; }
 
@@ -945,14 +947,20 @@ class ProgramBuilder {
       : g_(g), sys_(sys), opt_(opt), net_(sys, g.mesh), costs_{sys, net_}, prog_(out), names_(names) {
     thread_queue_of().clear();
     reserve();
-    double headroom = 0;
-    plans_.resize(g.templates.size());
-    for (std::size_t i = 0; i < g.templates.size(); ++i) {
-      plan_template(g.templates[i], policy, costs_, g, opt.lhs, plans_[i]);
-      headroom = std::max(headroom, plans_[i].backward_working_set_bytes);
-    }
+    // Plans per template, and per stage when the stages' policies differ.
+    const std::size_t T = g.templates.size(), stages = policy.stages.empty() ? 1 : g.stages.size();
+    plans_per_stage_ = policy.stages.empty() ? 0 : T;
+    plans_.resize(T * stages);
     for (std::size_t s = 1; s < g.stages.size(); ++s) prog_.add_device();
-    for (auto& limit : prog_.hbm_limit_bytes) limit = opt.memory_limit_slop * sys.gpu.hbm_bytes - headroom;
+    for (std::size_t s = 0; s < stages; ++s) {
+      double headroom = 0;
+      for (std::size_t i = 0; i < T; ++i) {
+        plan_template(g.templates[i], policy.for_stage(s), costs_, g, opt.lhs, plans_[s * T + i]);
+        headroom = std::max(headroom, plans_[s * T + i].backward_working_set_bytes);
+      }
+      for (std::size_t d = s; d < (stages == 1 ? g.stages.size() : s + 1); ++d)
+        prog_.hbm_limit_bytes[d] = opt.memory_limit_slop * sys.gpu.hbm_bytes - headroom;
+    }
     prog_.copy_interference = sys.efficiency.compute_slowdown_during_copy;
     plan_loop_bodies();
   }
@@ -973,7 +981,7 @@ class ProgramBuilder {
     const auto& par = g_.training.parallelism;
     const auto tables = pipeline_schedule(par.schedule, static_cast<int>(par.pp), static_cast<int>(par.vp),
                                           static_cast<int>(g_.training.grad_accum));
-    BuildContext ctx{g_, sys_, opt_, net_, costs_, plans_, fwd_body_end_, bwd_body_first_, forward_in_, backward_in_, names_};
+    BuildContext ctx{g_, sys_, opt_, net_, costs_, plans_, plans_per_stage_, fwd_body_end_, bwd_body_first_, forward_in_, backward_in_, names_};
     for (std::size_t s = 0; s < g_.stages.size(); ++s) StageBuilder(ctx, prog_, static_cast<int>(s)).build(tables[s]);
     // Each stage's passes were written without the others: join every receive to its send.
     for (auto* crossings : {&forward_in_, &backward_in_})
@@ -1032,7 +1040,8 @@ class ProgramBuilder {
   Costs costs_;
   Program& prog_;
   std::vector<std::string>* names_;
-  std::vector<TemplatePlan>& plans_ = thread_scratch().plans;  // per layer template
+  std::vector<TemplatePlan>& plans_ = thread_scratch().plans;  // per (stage,) layer template
+  std::size_t plans_per_stage_ = 0;
   std::vector<std::size_t> fwd_body_end_, bwd_body_first_;    // plan_loop_bodies()
   std::vector<Crossing> forward_in_, backward_in_;
 };

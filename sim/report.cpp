@@ -60,11 +60,16 @@ StageReport stage_report(const StepGraph& g, const System& sys, const sim::Progr
     if (queue.device != s) continue;
     st.busy_s[queue.name] = r.busy_s[q];
     st.comm_bytes[queue.name] = r.bytes_sent[q];
-    if (queue.compute) st.compute_busy_s = r.busy_s[q];
-    else st.exposed_s[queue.name] = r.exposed_s[q];
+    if (queue.compute) {
+      st.compute_busy_s = r.busy_s[q];
+      st.bubble_s = r.end_time_s - r.last_end_s[q];
+    } else {
+      st.exposed_s[queue.name] = r.exposed_s[q];
+    }
   }
   for (const char* q : {"compute", "d2h", "h2d"}) st.comm_bytes.erase(q);
-  st.bubble_s = r.end_time_s - st.compute_busy_s;
+  st.idle_s = r.end_time_s - st.compute_busy_s;
+  st.bubble_s += st.exposed_s.at("pp");
   st.fits = st.hbm_peak_bytes <= sys.gpu.hbm_bytes && st.host_peak_bytes <= sys.host_capacity_bytes();
   return st;
 }
@@ -189,6 +194,7 @@ nlohmann::json StageReport::to_json() const {
           {"hbm_breakdown_bytes", hbm_breakdown_bytes},
           {"host_peak_bytes", host_peak_bytes},
           {"compute_busy_s", compute_busy_s},
+          {"idle_s", idle_s},
           {"bubble_s", bubble_s},
           {"exposed_s", exposed_s},
           {"busy_s", busy_s},

@@ -20,7 +20,10 @@ struct StageReport {
   double hbm_peak_bytes = 0, hbm_peak_time_s = 0, host_peak_bytes = 0;
   std::map<std::string, double> hbm_breakdown_bytes;
   double compute_busy_s = 0;
-  double bubble_s = 0;  // the step less its compute stream's busy time: what it spent waiting
+  double idle_s = 0;    // the step less its compute stream's busy time: every wait
+  // The pipeline's share of that: waits on other stages (to fill the pipeline, or for a neighbour's pass)
+  // and the drain after its last op until the slowest stage ends.
+  double bubble_s = 0;
   std::map<std::string, double> exposed_s, busy_s, comm_bytes;  // as StepReport's, for this stage
   bool fits = true;
 

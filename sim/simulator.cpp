@@ -8,7 +8,7 @@ StepReport simulate(const StepGraph& g, const System& sys, const Policy& policy,
   thread_local sim::Program program;
   build_program(g, sys, policy, opt, opt.record_trace ? &names : nullptr, program);
   auto r = sim::run_program(program, opt.record_trace);
-  StepReport rep = make_report(g, sys, policy.preset, program, r);
+  StepReport rep = make_report(g, sys, policy.name(), program, r);
   if (opt.record_trace) {
     rep.timeline = r.timeline;
     rep.trace = chrome_trace(program, r, names);

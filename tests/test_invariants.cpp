@@ -183,3 +183,73 @@ TEST_CASE("results are byte-identical across runs and thread counts", "[invarian
   CHECK(run(2) == one);
   CHECK(run(1) == one);
 }
+
+namespace {
+
+// A random pipelined run: the random layout with 2-8 stages, a schedule, interleaving and micro-batches.
+RunConfig random_pipeline(std::mt19937& rng) {
+  RunConfig c = random_config(rng);
+  c.pp = pick<std::int64_t>(rng, {2, 4, 8});
+  c.pp_schedule = pick<std::string>(rng, {"1f1b", "1f1b", "gpipe", "zb-h1"});
+  c.vp = c.pp_schedule == "1f1b" ? pick<std::int64_t>(rng, {1, 2}) : 1;
+  c.microbatches = c.pp * pick<std::int64_t>(rng, {1, 2});
+  c.grad_accum = 1;
+  c.batch = static_cast<double>(c.microbatches) / static_cast<double>(c.pp) * pick<double>(rng, {0.5, 1, 2});
+  // Llama 405B's 126 and DeepSeek-V3's 61 layers split with the embedding and loss as layers, or unevenly.
+  if (c.model == "llama3.1-405b") c.embedding_as_layer = c.loss_as_layer = true;
+  if (c.model == "deepseek-v3-671b") {
+    c.vp = 1;
+    c.first_stage_layers = 61 - 15 * (c.pp - 1);
+  }
+  c.stage_policies.clear();
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("pipelined steps keep the physics stage by stage", "[invariants][pipeline]") {
+  std::mt19937 rng(17);
+  int runs = 0, tries = 0;
+  while (runs < 80 && tries++ < 4000) {
+    RunConfig c = random_pipeline(rng);
+    StepReport r;
+    try {
+      r = run_simulation(c);
+    } catch (const InputError&) {
+      continue;
+    }
+    ++runs;
+    INFO(describe(c));
+    CHECK(r.mfu <= 1.0);
+    CHECK(r.executed_flops_per_device >= r.model_flops_per_device * (1 - 1e-12));
+    const ModelSpec model = resolve_model(c.model);
+    CHECK(r.model_flops_per_device * static_cast<double>(c.gpus) ==
+          Approx(static_cast<double>(r.global_batch) * model.model_flops(1, c.seq, 1).total()).epsilon(1e-9));
+    const auto prepared = prepare_run(c);
+    const auto& g = prepared.graph;
+    double busiest = 0;
+    for (std::size_t s = 0; s < r.stages.size(); ++s) {
+      const auto& st = r.stages[s];
+      busiest = std::max(busiest, st.compute_busy_s);
+      // A stage holds its weights and optimizer state and, while any micro-batch is in flight, that
+      // micro-batch's layer inputs (always saved: the remat boundary) for every layer of its chunks.
+      std::int64_t layers = 0;
+      for (int k : g.stages[s].chunks) layers += g.chunks[static_cast<std::size_t>(k)].layers();
+      const double inputs = static_cast<double>(layers) * g.sharded_tokens * static_cast<double>(model.d_model) * 2;
+      CHECK(st.hbm_peak_bytes >= (g.stages[s].parameter_bytes + g.stages[s].optimizer_bytes + inputs) * (1 - 1e-12));
+    }
+    // The step is never shorter than the busiest stage's compute.
+    CHECK(r.step_time_s >= busiest * (1 - 1e-12));
+    // Twice the micro-batches (each the same size) never raise the first stage's bubble fraction. Except
+    // GPipe with offloaded activations: every micro-batch's copies are in flight before the first backward,
+    // so a neighbour's host link, and the waits on it, grow with their number (1F1B holds at most p).
+    const bool offloads = c.policy == "qkv_proj_offloaded" || c.policy == "minimal_offloaded";
+    if (c.pp_schedule == "gpipe" && offloads) continue;
+    RunConfig more = c;
+    more.microbatches = 2 * c.microbatches;
+    more.batch = 2 * *c.batch;
+    auto m = run_simulation(more);
+    CHECK(m.stages[0].bubble_s / m.step_time_s <= r.stages[0].bubble_s / r.step_time_s + 1e-9);
+  }
+  CHECK(runs == 80);
+}

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "helpers.hpp"
+#include "planner/plan.hpp"
 #include "planner/run_config.hpp"
 #include "sim/engine.hpp"
 #include "sim/pipeline_schedule.hpp"
@@ -253,4 +254,66 @@ TEST_CASE("the layer split follows the uneven options and names the field it can
   CHECK(chunks[3].layers() == 15);
   p.split.first_stage_layers = 17;
   CHECK_THROWS_WITH(pipeline_chunks(m, p), Catch::Contains("first_stage_layers = 17 (the other 3 stages cannot split the remaining 44"));
+}
+
+TEST_CASE("a policy per stage applies to its stage only, and best-policy searches one per stage", "[pipeline][plan]") {
+  // Llama 3.1 8B layers over 4 stages: only stage 0 offloads its QKV projections, so only its device holds
+  // pinned host memory: 8 layers x (q 4 x 8192 x 4096 + k, v 4 x 8192 x 1024 each) x 2 B per micro-batch in
+  // flight (1F1B: 4 on stage 0; with LHS the copies of the first are back on device before the last is).
+  RunConfig c = llama8b_pipeline(4, "1f1b", 8);
+  c.stage_policies = "qkv_proj_offloaded,full,full,full";
+  auto r = run_simulation(c);
+  CHECK(r.policy == "qkv_proj_offloaded/full/full/full");
+  CHECK(r.stages[0].host_peak_bytes > 0);
+  const double per_microbatch = 8 * (4.0 * 8192 * 4096 + 2 * 4.0 * 8192 * 1024) * 2;
+  CHECK(r.stages[0].host_peak_bytes <= 4 * per_microbatch * 1.0001);
+  CHECK(r.stages[0].host_peak_bytes >= per_microbatch);
+  for (int s = 1; s < 4; ++s) CHECK(r.stages[static_cast<std::size_t>(s)].host_peak_bytes == 0);
+  c.stage_policies = "full,full";
+  CHECK_THROWS_WITH(run_simulation(c), Catch::Contains("stage_policies = \"full,full\" (2 policies for pp = 4 stages)"));
+  // The search returns the best of the uniform placements and the per-stage presets: never worse than the
+  // best uniform preset it also tried.
+  c.stage_policies.clear();
+  c.seq = 4096;
+  auto search = best_policy(c, {"query_proj"}, 2);
+  REQUIRE(search.found);
+  CHECK(search.method.find("per pipeline stage") != std::string::npos);
+  for (const auto& cand : search.evaluated)
+    if (cand.report.fits && cand.config.stage_policies.empty()) CHECK(search.best.report.tflops_per_device >= cand.report.tflops_per_device);
+}
+
+TEST_CASE("keeping FSDP-gathered weights for the step trades memory for gather traffic", "[pipeline]") {
+  // Llama 8B over 2 stages x FSDP 4, 4 micro-batches: resharding gathers each layer's weights for every
+  // micro-batch's forward and backward (8 gathers per layer); keeping them gathers once (1 per layer).
+  RunConfig c = llama8b_pipeline(2, "1f1b", 4);
+  c.gpus = 8;
+  c.batch = c.batch.value() / 4;
+  auto reshard = run_simulation(c);
+  c.reshard_weights = false;
+  auto keep = run_simulation(c);
+  CHECK(keep.comm_bytes.at("fsdp") < reshard.comm_bytes.at("fsdp"));
+  // All of a stage's 16 layers gathered at once: 16 x 218 M weights x 2 B (bf16) each.
+  CHECK(keep.stages[0].hbm_breakdown_bytes.at("gathered_weights") >= 15 * 218e6 * 2);
+  CHECK(reshard.stages[0].hbm_breakdown_bytes.at("gathered_weights") < 4 * 218e6 * 2);
+}
+
+TEST_CASE("the micro-batch count comes from microbatches (MaxText) or the global batch (Megatron)", "[pipeline]") {
+  RunConfig c;
+  c.model = "llama3.1-8b";
+  c.gpus = 16;
+  c.pp = 4;
+  c.batch = 2;  // 2 x 4 stages = 8 sequences per replica per step, split into 4 micro-batches of 2
+  c.microbatches = 4;
+  auto r = run_simulation(c);
+  CHECK(r.grad_accum == 4);
+  CHECK(r.global_batch == 2 * 16);
+  RunConfig m;
+  m.model = "llama3.1-8b";
+  m.gpus = 16;
+  m.pp = 4;
+  m.micro_batch = 1;
+  m.global_batch = 32;  // 4 replicas (16 / 4 stages) x 1 sequence x 8 micro-batches
+  r = run_simulation(m);
+  CHECK(r.grad_accum == 8);
+  CHECK(r.tokens_per_device_per_step == Approx(32.0 * 4096 / 16));
 }

@@ -35,8 +35,12 @@ class Result(dict):
     hbm_peak_time_s, hbm_capacity_bytes, hbm_breakdown_bytes (at the peak, by category), host_peak_bytes,
     host_capacity_bytes, exposed_s / busy_s / comm_bytes (by queue), tokens_per_device_per_step,
     tokens_per_s_per_device, global_batch, grad_accum, mesh, model_flops_per_device, executed_flops_per_device,
-    events, ops, config (the resolved configuration); with ``trace=True`` also timeline
-    ([[t_s, hbm_bytes, host_bytes], ...]) and trace (Chrome trace object, loadable in Perfetto).
+    events, ops, config (the resolved configuration); with pipeline parallelism (pp > 1) also stages (one dict
+    per stage: stage, layers, hbm_peak_bytes, hbm_breakdown_bytes, host_peak_bytes, compute_busy_s, idle_s,
+    bubble_s, exposed_s, busy_s, comm_bytes, fits; the top-level memory figures are the worst stage's, the
+    per-queue ones the mean over stages). With ``trace=True`` also timeline ([[t_s, hbm_bytes, host_bytes], ...],
+    of stage timeline_stage: the one with the highest HBM peak) and trace (Chrome trace object, loadable in
+    Perfetto; a process per stage).
     """
 
     def __getattr__(self, name: str) -> Any:
@@ -55,22 +59,22 @@ class Result(dict):
         return pd.DataFrame(self["timeline"], columns=["t_s", "hbm_bytes", "host_bytes"])
 
     def spans(self) -> pd.DataFrame:
-        """Every op of the trace as a row: stream, name, start_s, end_s, dur_s, layer, phase.
+        """Every op of the trace as a row: stage, stream, name, start_s, end_s, dur_s, layer, phase.
 
-        Streams (queues): compute; fsdp, ep, tp, cp, dp (collectives of each mesh axis); d2h, h2d (copy
-        engines). Phases: f forward, b backward, r recompute,
-        o optimizer, c copy. Needs ``trace=True``.
+        Streams (queues): compute; fsdp, ep, tp, cp, dp, pp (collectives of each mesh axis, pipeline sends); d2h,
+        h2d (copy engines); each pipeline stage has its own (stage 0 without pipelining). Phases: f forward,
+        b backward, r recompute, w weight gradients (zero-bubble), o optimizer, c copy. Needs ``trace=True``.
         """
         if "trace" not in self:
             raise ValueError("this result has no trace; simulate with trace=True")
         events = self["trace"]["traceEvents"]
         names = {e["tid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "thread_name"}
         rows = [
-            (names.get(e["tid"], str(e["tid"])), e["name"], e["ts"] * 1e-6, (e["ts"] + e["dur"]) * 1e-6, e["dur"] * 1e-6,
-             e.get("args", {}).get("layer", -1), e.get("args", {}).get("phase", ""))
+            (e.get("pid", 0), names.get(e["tid"], str(e["tid"])), e["name"], e["ts"] * 1e-6, (e["ts"] + e["dur"]) * 1e-6,
+             e["dur"] * 1e-6, e.get("args", {}).get("layer", -1), e.get("args", {}).get("phase", ""))
             for e in events if e.get("ph") == "X"
         ]
-        return pd.DataFrame(rows, columns=["stream", "name", "start_s", "end_s", "dur_s", "layer", "phase"])
+        return pd.DataFrame(rows, columns=["stage", "stream", "name", "start_s", "end_s", "dur_s", "layer", "phase"])
 
 
 @dataclass

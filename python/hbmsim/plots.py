@@ -98,10 +98,12 @@ def _spans(result: Mapping[str, Any]) -> pd.DataFrame:
 
 
 def resource_timeline(result: Mapping[str, Any], path: str | os.PathLike | None = None,
-                      window_s: tuple[float, float] | None = None) -> Figure:
-    """When each queue (compute; fsdp, ep, tp, cp, dp collectives; d2h, h2d copies) is busy over one step, one row of bars
-    per stream, from the trace of a ``simulate(..., trace=True)`` result. ``window_s`` zooms to (t0, t1)."""
+                      window_s: tuple[float, float] | None = None, stage: int | None = None) -> Figure:
+    """When each queue (compute; fsdp, ep, tp, cp, dp collectives; pp sends; d2h, h2d copies) is busy over one step,
+    one row of bars per stream, from the trace of a ``simulate(..., trace=True)`` result. ``window_s`` zooms to
+    (t0, t1). With pipeline stages, one stage's queues: ``stage``, by default the one the timeline shows."""
     spans = _spans(result)
+    spans = spans[spans["stage"] == (result.get("timeline_stage", 0) if stage is None else stage)]
     streams = [s for s in STREAMS if s in set(spans["stream"])] + sorted(set(spans["stream"]) - set(STREAMS))
     fig = _figure(10, 0.6 * len(streams) + 1.8)
     ax = fig.subplots()

@@ -21,6 +21,8 @@ CONFIGS = {
     "llama405b-qkv-offload": LLAMA_405B,
     "dsv3-offload-lhs-pipe": DSV3,
     "dsv3-split-double-buffered": {**DSV3, "moe_batch_split": 2, "double_buffering": True},
+    "llama8b-pipeline-per-stage": {"model": "llama3.1-8b", "gpus": 16, "pp": 4, "vp": 2, "microbatches": 8, "batch": 2,
+                                   "stage_policies": "qkv_proj_offloaded,full,full,minimal"},
     "llama8b-what-if": {"model": "llama3.1-8b", "gpus": 8, "batch": 4, "policy": "minimal_offloaded",
                         "host_link_bytes_per_s": 3.3e10, "hbm_bytes": 9.6e10, "memory_limit_slop": 0.9,
                         "weights": "fp8", "system": "h200-hgx"},
@@ -88,7 +90,7 @@ def test_trace_equals_cli_trace_file(cli, tmp_path):
     assert list(frame.columns) == ["t_s", "hbm_bytes", "host_bytes"]
     assert frame.hbm_bytes.max() == pytest.approx(got.hbm_peak_bytes, rel=1e-9)
     spans = got.spans()
-    assert set(spans.stream) <= {"compute", "fsdp", "ep", "tp", "cp", "dp", "d2h", "h2d"}
+    assert set(spans.stream) <= {"compute", "fsdp", "ep", "tp", "cp", "dp", "pp", "d2h", "h2d"}
     # Busy time is the union of a queue's spans (concurrent copies overlap), merged here by hand.
     for stream, seconds in got.busy_s.items():
         union, end = 0.0, -1.0
@@ -100,6 +102,20 @@ def test_trace_equals_cli_trace_file(cli, tmp_path):
                 union += stop - end
                 end = stop
         assert union == pytest.approx(seconds, rel=1e-6, abs=1e-12), stream
+
+
+def test_pipeline_stages_and_timeline_of_the_worst_stage():
+    got = hbmsim.simulate(CONFIGS["llama8b-pipeline-per-stage"], trace=True)
+    assert [st["stage"] for st in got.stages] == [0, 1, 2, 3]
+    worst = max(got.stages, key=lambda st: st["hbm_peak_bytes"])
+    assert got.timeline_stage == worst["stage"]
+    assert got.timeline_frame().hbm_bytes.max() == pytest.approx(got.hbm_peak_bytes, rel=1e-9)
+    spans = got.spans()
+    assert set(spans.stage) == {0, 1, 2, 3}
+    # Each stage's compute busy time is the union of its compute spans.
+    for st in got.stages:
+        s = spans[(spans.stage == st["stage"]) & (spans.stream == "compute")]
+        assert s.dur_s.sum() == pytest.approx(st["compute_busy_s"], rel=1e-9)
 
 
 def test_systems_and_models_equal_cli(cli):
