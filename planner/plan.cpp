@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
 #include <set>
 
 #include "hwmodels/json_view.hpp"
@@ -12,8 +13,11 @@ namespace hbmsim {
 
 LargestBatch largest_batch(const RunConfig& base, std::int64_t max_batch, bool powers_of_two) {
   LargestBatch out;
-  // A batch split needs a batch it divides: search in units of it (batch = k * unit).
-  const std::int64_t unit = std::max<std::int64_t>(1, base.moe_batch_split);
+  // A batch split needs a batch it divides, and a pipeline's micro-batches a replica batch they divide:
+  // search in units of the smallest per-device batch that gives both (batch = k * unit).
+  const std::int64_t split = std::max<std::int64_t>(1, base.moe_batch_split);
+  const std::int64_t m = base.pp > 1 ? (base.microbatches > 0 ? base.microbatches : base.pp) : 1;
+  const std::int64_t unit = split * (m / std::gcd(m, std::max<std::int64_t>(1, base.tp * base.cp * base.pp)));
   const std::int64_t max_k = max_batch / unit;
   std::map<std::int64_t, bool> fits;
   auto test = [&](std::int64_t k) {

@@ -17,7 +17,8 @@ struct Candidate {
 };
 
 // Largest per-device batch in [1, max_batch] that fits (0 if even the smallest does not), assuming fitting
-// is monotone in batch: doubling, then bisection. Candidates are multiples of the config's moe_batch_split.
+// is monotone in batch: doubling, then bisection. Candidates are multiples of the config's moe_batch_split
+// (and, with pp > 1, of what makes a replica's sequences divide into its micro-batches).
 // `tried` lists every batch simulated. With `powers_of_two` only split * (1, 2, 4, ...) are candidates (the
 // grid capacity experiments usually step through).
 struct LargestBatch {

@@ -317,3 +317,21 @@ TEST_CASE("the micro-batch count comes from microbatches (MaxText) or the global
   CHECK(r.grad_accum == 8);
   CHECK(r.tokens_per_device_per_step == Approx(32.0 * 4096 / 16));
 }
+
+TEST_CASE("largest-batch steps through batches whose sequences divide into the micro-batches", "[pipeline][plan]") {
+  // 4 stages, 8 micro-batches: a replica's batch x 4 sequences must divide by 8, so the batch is even.
+  RunConfig c;
+  c.model = "llama3.1-70b";
+  c.gpus = 16;
+  c.pp = 4;
+  c.microbatches = 8;
+  c.seq = 8192;
+  auto lb = largest_batch(c, 64);
+  REQUIRE(lb.batch > 0);
+  CHECK(lb.batch % 2 == 0);
+  for (const auto& t : lb.tried) CHECK(static_cast<std::int64_t>(*t.config.batch) % 2 == 0);
+  c.batch = static_cast<double>(lb.batch);
+  CHECK(run_simulation(c).fits);
+  c.batch = static_cast<double>(lb.batch + 2);
+  CHECK_FALSE(run_simulation(c).fits);
+}
