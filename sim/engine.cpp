@@ -96,8 +96,8 @@ struct Flow {
 };
 
 struct Scratch {
-  std::vector<Flow> flows;
-  std::vector<int> unmet, succ_start, succ, refs, fill, active, active_pos, finished, unfrozen, zero, zeros;
+  std::vector<Flow> flows, sharing;
+  std::vector<int> unmet, op_queue, succ_start, succ, refs, fill, active, active_pos, finished, unfrozen, zero, zeros;
   std::vector<std::uint64_t> dirty;
   std::vector<double> remaining, rate, updated, start, end, cap_left, weight, demand, fill_rate;
   std::vector<double> active_end;
@@ -118,6 +118,7 @@ class Engine {
     const auto nq = p.queues.size();
     if (nq > 4096) throw std::logic_error("a program has at most 4096 queues");
     unmet_.resize(n);
+    op_queue_.resize(n);
     succ_start_.assign(n + 1, 0);
     refs_.assign(p.buffers.size(), 0);
     if (order_.size() < nq) order_.resize(nq);
@@ -127,6 +128,7 @@ class Engine {
       const auto& op = p.ops[i];
       if (static_cast<std::size_t>(op.queue) >= nq) throw std::logic_error("program op " + std::to_string(i) + " is on no queue");
       order_[static_cast<std::size_t>(op.queue)].push_back(static_cast<int>(i));
+      op_queue_[i] = op.queue;
       unmet_[i] = static_cast<int>(op.deps.size());
       for (int d : op.deps) {
         if (d < 0 || static_cast<std::size_t>(d) >= n || static_cast<std::size_t>(d) == i)
@@ -161,11 +163,10 @@ class Engine {
     start_.assign(n, -1);
     end_.assign(n, -1);
     demand_.assign(p.resources.size(), 0.0);
-    remaining_.assign(n, 0);
-    rate_.assign(n, 0);
-    updated_.assign(n, 0);
-    fill_rate_.assign(n, 0);
-    active_pos_.assign(n, -1);
+    // Per-op state that start() writes before anything reads it: sized, not cleared (a run of a large step
+    // would otherwise spend as long clearing arrays as simulating).
+    for (auto* v : {&remaining_, &rate_, &updated_, &fill_rate_}) v->resize(n);
+    active_pos_.resize(n);
     active_end_.clear();
     zero_.clear();
     dirty_.assign((nq + 63) / 64, 0);
@@ -412,7 +413,7 @@ class Engine {
     mark(op.queue);
     for (int s = succ_start_[k]; s < succ_start_[k + 1]; ++s) {
       const int succ = succ_[static_cast<std::size_t>(s)];
-      if (--unmet_[static_cast<std::size_t>(succ)] == 0) mark(p_.ops[static_cast<std::size_t>(succ)].queue);
+      if (--unmet_[static_cast<std::size_t>(succ)] == 0) mark(op_queue_[static_cast<std::size_t>(succ)]);
     }
   }
 
@@ -494,7 +495,8 @@ class Engine {
       const auto& op = p_.ops[static_cast<std::size_t>(i)];
       if (op.use_count > 0) flows.push_back(Flow{i, op.priority});
     }
-    sharing_.assign(flows.begin(), flows.end());  // every transfer gets its new rate at the end
+    auto& sharing = sharing_;
+    sharing.assign(flows.begin(), flows.end());  // every transfer gets its new rate at the end
     auto& rate = fill_rate_;
     cap_left_.resize(nr);
     weight_.resize(nr);
@@ -545,14 +547,14 @@ class Engine {
         break;
       }
     }
-    for (const Flow& f : sharing_) set_rate(f.op, rate[static_cast<std::size_t>(f.op)]);
+    for (const Flow& f : sharing) set_rate(f.op, rate[static_cast<std::size_t>(f.op)]);
   }
 
   const Program& p_;
   bool record_;
   EngineResult r_;
   double now_ = 0;
-  std::vector<int>&unmet_ = scratch().unmet, &succ_start_ = scratch().succ_start, &succ_ = scratch().succ,
+  std::vector<int>&unmet_ = scratch().unmet, &op_queue_ = scratch().op_queue, &succ_start_ = scratch().succ_start, &succ_ = scratch().succ,
                   &refs_ = scratch().refs;
   std::vector<std::vector<int>>& order_ = scratch().queues;
   std::vector<QueueState>& qs_ = scratch().queue_states;
@@ -562,7 +564,7 @@ class Engine {
   std::vector<std::uint64_t>& dirty_ = scratch().dirty;  // a bit per queue: mark()
   bool any_dirty_ = false;
   std::vector<Flow>& flows_ = scratch().flows;
-  std::vector<Flow> sharing_;
+  std::vector<Flow>& sharing_ = scratch().sharing;
   std::vector<double>&remaining_ = scratch().remaining, &rate_ = scratch().rate, &updated_ = scratch().updated,
                      &start_ = scratch().start, &end_ = scratch().end, &cap_left_ = scratch().cap_left,
                      &weight_ = scratch().weight, &demand_ = scratch().demand, &fill_rate_ = scratch().fill_rate;
