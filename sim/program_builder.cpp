@@ -256,14 +256,18 @@ class StageBuilder {
     const std::size_t slots = static_cast<std::size_t>(g_.training.grad_accum) * info_.chunks.size();
     if (records.size() < slots) records.resize(slots);
     std::vector<int> done;  // what the optimizer waits for
+    // Weight gathers a pass issues before it has anything to wait for wait for the previous pass to start:
+    // prefetching runs at most one pass ahead (else a stage's zero-wait gathers for every micro-batch would
+    // all be in memory at the step's start).
+    int previous_pass = -1;
     for (const PipelineTask& t : tasks) {
       const int k = info_.chunks[static_cast<std::size_t>(t.chunk)];
       ChunkRecord& rec = records[static_cast<std::size_t>(t.microbatch) * info_.chunks.size() + static_cast<std::size_t>(t.chunk)];
       const bool sync = t.microbatch + 1 == g_.training.grad_accum;
       switch (t.pass) {
-        case Pass::forward: forward_pass(t.microbatch, k, param_sync, rec); break;
-        case Pass::backward: backward_pass(t.microbatch, k, sync, rec, done); break;
-        case Pass::weight_grad: weight_pass(k, sync, rec, done); break;
+        case Pass::forward: previous_pass = forward_pass(t.microbatch, k, param_sync, rec, previous_pass); break;
+        case Pass::backward: previous_pass = backward_pass(t.microbatch, k, sync, rec, done, previous_pass); break;
+        case Pass::weight_grad: previous_pass = weight_pass(k, sync, rec, done); break;
       }
     }
     int opt = w_.compute(costs_.memory_s(info_.optimizer_update_bytes), true, 0, 'o', -1, "optimizer_update");
@@ -419,7 +423,8 @@ class StageBuilder {
 
   // One micro-batch through chunk k: its input (looked up or received), its layers, then the head's forward
   // (the last chunk) or the send of its output to the next chunk's stage.
-  void forward_pass(int mb, int k, const ParameterSync& param_sync, ChunkRecord& rec) {
+  // Returns the pass's first op.
+  int forward_pass(int mb, int k, const ParameterSync& param_sync, ChunkRecord& rec, int previous_pass) {
     const PipelineChunk& c = chunk(k);
     const std::int64_t first = c.first_layer, n = c.layers();
     int layer_in_op;
@@ -437,18 +442,19 @@ class StageBuilder {
     barrier[0].push_back(layer_in_op);
     int input_buf = rec.input_buf;
     for (std::int64_t i = 0; i < n; ++i) {
-      forward_layer(first, i, input_buf, fwd, barrier, param_sync.layers[at(first + i)]);
+      forward_layer(first, i, input_buf, fwd, barrier, param_sync.layers[at(first + i)], previous_pass);
       input_buf = fwd[at(i)].output_buf;
     }
     if (c.head) {
       head_forward(rec, fwd, barrier, layer_in_op);
-      return;
+      return layer_in_op;
     }
     // The send waits for the chunk's last iteration to close (its copies and overlapped tails).
     Crossing& out = forward_in(mb, k + 1);
     send(out, input_buf, k + 1, fwd[at(n - 1)].last, 'f', "send activations", mb);
     for (auto& b : {barrier[at(n)], barrier[at(n) + 1]})
       for (int op : b) w_.op(out.send).deps.push_back(op);
+    return layer_in_op;
   }
 
   // Final norm, unembedding and loss. The loss runs in fp32 (MaxText casts logits to float32 for
@@ -508,7 +514,7 @@ class StageBuilder {
   // One micro-batch's backward through chunk k: from the loss (the last chunk) or the gradient received,
   // the layers in reverse, then the embedding's backward (the first chunk) or the send of the input's
   // gradient to the previous chunk's stage. Adds what the optimizer waits for to `done`.
-  void backward_pass(int mb, int k, bool sync, ChunkRecord& rec, std::vector<int>& done) {
+  int backward_pass(int mb, int k, bool sync, ChunkRecord& rec, std::vector<int>& done, int previous_pass) {
     const PipelineChunk& c = chunk(k);
     const std::int64_t first = c.first_layer, n = c.layers(), last = c.end_layer - 1;
     int grad_carry, start;
@@ -521,7 +527,7 @@ class StageBuilder {
     auto& bwd = scratch_.bwd;
     bwd.assign(at(n), BackwardLayer{});
     if (split_weights()) rec.weights.resize(at(n));
-    if (opt_.pipelined_collectives) bwd[at(n - 1)].gather = gather_layer(last, -1, 'b');
+    if (opt_.pipelined_collectives) bwd[at(n - 1)].gather = gather_layer(last, previous_pass, 'b');
     std::vector<int> reduce_scatter(at(n), -1);
     const bool sync_layers = sync && multi(g_.grad_sync) && !split_weights();
     for (std::int64_t i = n - 1; i >= 0; --i) {
@@ -544,7 +550,7 @@ class StageBuilder {
       if (c.head) table_reduce_scatter(c, start, sync, done);
       if (sync_layers && !opt_.dp_overlap)
         for (std::int64_t i = n - 1; i >= 0; --i) done.push_back(grad_sync(plan(first + i).grad_sync, reduce_scatter[at(i)], out.send, first + i));
-      return;
+      return start;
     }
     const double act = dtype_bytes(g_.training.activation_dtype);
     const double T = g_.tokens, d = static_cast<double>(g_.model.d_model);
@@ -576,6 +582,7 @@ class StageBuilder {
       const auto kind = g_.training.parallelism.sharded_optimizer ? CommKind::reduce_scatter : CommKind::all_reduce;
       done.push_back(grad_sync(net_.cost(kind, table_shard_bytes(bucket), g_.grad_sync), rs, -1, -1));
     }
+    return start;
   }
 
   // The head's table bucket on a stage without the embedding: scattered once the head's backward is done.
@@ -596,14 +603,16 @@ class StageBuilder {
 
   // A zero-bubble schedule's weight-gradient pass over chunk k: each layer's weight-gradient dots as one op,
   // then its reduce-scatter (and, on the last micro-batch, its sync).
-  void weight_pass(int k, bool sync, ChunkRecord& rec, std::vector<int>& done) {
+  int weight_pass(int k, bool sync, ChunkRecord& rec, std::vector<int>& done) {
     const PipelineChunk& c = chunk(k);
+    int first_op = -1;
     for (std::int64_t i = c.layers() - 1; i >= 0; --i) {
       const std::int64_t l = c.first_layer + i;
       const auto& t = g_.layer(l);
       WeightPass& wp = rec.weights[at(i)];
       int grad_buf = w_.add_buffer(t.grad_dense_bytes + t.grad_expert_bytes, MemCategory::collective_buffers);
       int id = w_.compute(wp.seconds, false, wp.flops, 'w', static_cast<int>(l), label("weight_grads", l));
+      if (first_op < 0) first_op = id;
       for (int d : wp.deps) w_.op(id).deps.push_back(d);
       w_.op(id).allocs.push_back(grad_buf);
       for (int b : wp.releases) w_.op(id).releases.push_back(b);
@@ -614,6 +623,7 @@ class StageBuilder {
       done.push_back(rs);
       if (sync && multi(g_.grad_sync)) done.push_back(grad_sync(p.grad_sync, rs, -1, l));
     }
+    return first_op;
   }
 
   // One layer's gradient bucket summed over the data-parallel axes, after its reduce-scatter.
@@ -628,7 +638,7 @@ class StageBuilder {
   // Layer first + i of a forward pass: fills fwd[i] (its lists keep their capacity between steps).
   // `barrier[i]`: what iteration i waits for; this layer adds its copies and overlap tails to later ones.
   void forward_layer(std::int64_t first, std::int64_t i, int input_buf, std::vector<ForwardLayer>& fwd,
-                     std::vector<std::vector<int>>& barrier, int param_sync) {
+                     std::vector<std::vector<int>>& barrier, int param_sync, int previous_pass) {
     const std::int64_t l = first + i;
     const auto& prev = fwd;
     const auto& t = g_.layer(l);
@@ -638,7 +648,7 @@ class StageBuilder {
     // Pipelined collectives gather one layer ahead (from when layer l-2 is done with its weights); without
     // them the gather sits at the top of its own iteration and the layer waits for it.
     const std::int64_t lag = opt_.pipelined_collectives ? 2 : 1;
-    const Gather ag = gather_layer(l, i >= lag ? prev[at(i - lag)].last : -1, 'f');
+    const Gather ag = gather_layer(l, i >= lag ? prev[at(i - lag)].last : previous_pass, 'f');
     if (param_sync >= 0) w_.op(ag.op).deps.push_back(param_sync);
 
     ForwardLayer& st = fwd[at(i)];

@@ -335,3 +335,14 @@ TEST_CASE("largest-batch steps through batches whose sequences divide into the m
   c.batch = static_cast<double>(lb.batch + 2);
   CHECK_FALSE(run_simulation(c).fits);
 }
+
+TEST_CASE("a stage prefetches weights at most one pass ahead, however many micro-batches", "[pipeline]") {
+  // Llama 8B over 4 stages x 4 chunks of 2 layers each, without FSDP: each layer's bf16 weights
+  // (218 M x 2 B) are still put in a buffer per use, and a 2-layer pass issues both gathers before any of
+  // its own ops. With 16 micro-batches, the gathered weights at any time are a few layers' worth, not one
+  // per pass.
+  RunConfig c = llama8b_pipeline(4, "1f1b", 16);
+  c.vp = 4;
+  auto r = run_simulation(c);
+  for (const auto& st : r.stages) CHECK(st.hbm_breakdown_bytes.at("gathered_weights") <= 6 * 218e6 * 2);
+}
