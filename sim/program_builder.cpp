@@ -547,7 +547,7 @@ class StageBuilder {
       for (std::int64_t i = 0; i < due && !split_weights(); ++i) {
         w_.op(bwd[at(i)].reduce_scatter).releases.push_back(bwd[at(i)].grad_buf);
       }
-      if (c.head) table_reduce_scatter(c, start, sync, done);
+      if (c.head) head_table_gradients(c, start, sync, done);
       if (sync_layers && !opt_.dp_overlap)
         for (std::int64_t i = n - 1; i >= 0; --i) done.push_back(grad_sync(plan(first + i).grad_sync, reduce_scatter[at(i)], out.send, first + i));
       return start;
@@ -570,35 +570,36 @@ class StageBuilder {
       w_.op(scatter).deps.push_back(bwd[at(i)].reduce_scatter);
       w_.op(scatter).releases.push_back(bwd[at(i)].grad_buf);
     }
-    int rs = w_.comm(Axis::fsdp, net_.cost(CommKind::reduce_scatter, bucket, g_.dense_shard), 1.0, 'b', -1,
-                     "reduce_scatter embedding");
-    w_.op(rs).deps = {scatter};
-    w_.op(rs).releases = {embed_grad};
-    done.push_back(rs);
+    const int rs = table_reduce_scatter(bucket, scatter, embed_grad, "reduce_scatter embedding", done);
     if (sync && multi(g_.grad_sync)) {
       // Without overlap every bucket is issued once the backward pass is done.
       if (sync_layers && !opt_.dp_overlap)
         for (std::int64_t i = n - 1; i >= 0; --i) done.push_back(grad_sync(plan(first + i).grad_sync, reduce_scatter[at(i)], scatter, first + i));
-      const auto kind = g_.training.parallelism.sharded_optimizer ? CommKind::reduce_scatter : CommKind::all_reduce;
-      done.push_back(grad_sync(net_.cost(kind, table_shard_bytes(bucket), g_.grad_sync), rs, -1, -1));
+      table_sync(bucket, rs, done);
     }
     return start;
   }
 
   // The head's table bucket on a stage without the embedding: scattered once the head's backward is done.
-  void table_reduce_scatter(const PipelineChunk& c, int head_bwd, bool sync, std::vector<int>& done) {
+  void head_table_gradients(const PipelineChunk& c, int head_bwd, bool sync, std::vector<int>& done) {
     const double bucket = table_grad_bytes(c);
     int grad = w_.add_buffer(bucket, MemCategory::collective_buffers);
     w_.op(head_bwd).allocs.push_back(grad);
-    int rs = w_.comm(Axis::fsdp, net_.cost(CommKind::reduce_scatter, bucket, g_.dense_shard), 1.0, 'b', -1,
-                     "reduce_scatter unembedding");
-    w_.op(rs).deps = {head_bwd};
-    w_.op(rs).releases = {grad};
+    const int rs = table_reduce_scatter(bucket, head_bwd, grad, "reduce_scatter unembedding", done);
+    if (sync && multi(g_.grad_sync)) table_sync(bucket, rs, done);
+  }
+  // A table bucket's reduce-scatter over the weight shards once `after` is done, freeing `buffer`.
+  int table_reduce_scatter(double bucket, int after, int buffer, const char* name, std::vector<int>& done) {
+    int rs = w_.comm(Axis::fsdp, net_.cost(CommKind::reduce_scatter, bucket, g_.dense_shard), 1.0, 'b', -1, name);
+    w_.op(rs).deps = {after};
+    w_.op(rs).releases = {buffer};
     done.push_back(rs);
-    if (sync && multi(g_.grad_sync)) {
-      const auto kind = g_.training.parallelism.sharded_optimizer ? CommKind::reduce_scatter : CommKind::all_reduce;
-      done.push_back(grad_sync(net_.cost(kind, table_shard_bytes(bucket), g_.grad_sync), rs, -1, -1));
-    }
+    return rs;
+  }
+  // Its shard summed over the gradient-sync axes (on the last micro-batch).
+  void table_sync(double bucket, int rs, std::vector<int>& done) {
+    const auto kind = g_.training.parallelism.sharded_optimizer ? CommKind::reduce_scatter : CommKind::all_reduce;
+    done.push_back(grad_sync(net_.cost(kind, table_shard_bytes(bucket), g_.grad_sync), rs, -1, -1));
   }
 
   // A zero-bubble schedule's weight-gradient pass over chunk k: each layer's weight-gradient dots as one op,
