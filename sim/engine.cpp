@@ -99,6 +99,8 @@ struct Scratch {
   std::vector<Flow> flows, sharing;
   std::vector<int> unmet, op_queue, succ_start, succ, refs, fill, active, active_pos, finished, unfrozen, zero, zeros;
   std::vector<std::uint64_t> dirty;
+  std::vector<char> in_part;
+  std::vector<int> touched;
   std::vector<double> remaining, rate, updated, start, end, cap_left, weight, demand, fill_rate;
   std::vector<double> active_end;
   std::vector<std::vector<int>> device_copy_queues;
@@ -487,20 +489,51 @@ class Engine {
       return;
     }
     was_contended_ = true;
-    // The transfers, with their class read once; classes are served best first (no sort: usually the first
-    // class fills the links the rest would use, and they all get nothing).
+    // Max-min fairness splits into independent parts: only the transfers linked (through shared links) to
+    // an oversubscribed link are slowed; every other one runs at full speed. Mark the links of that part.
     auto& flows = flows_;
     flows.clear();
     for (int i : active_) {
       const auto& op = p_.ops[static_cast<std::size_t>(i)];
       if (op.use_count > 0) flows.push_back(Flow{i, op.priority});
     }
+    in_part_.assign(nr, 0);
+    touched_.clear();
+    for (std::size_t r = 0; r < nr; ++r)
+      if (demand_[r] > p_.resources[r].capacity_bytes_per_s * (1 + 1e-9)) {
+        in_part_[r] = 1;
+        touched_.push_back(static_cast<int>(r));
+      }
     auto& sharing = sharing_;
-    sharing.assign(flows.begin(), flows.end());  // every transfer gets its new rate at the end
+    sharing.clear();
+    for (bool grew = true; grew;) {
+      grew = false;
+      std::size_t kept = 0;
+      for (const Flow& f : flows) {
+        bool linked = false;
+        for (const auto& u : uses_of(f.op)) linked = linked || in_part_[static_cast<std::size_t>(u.resource)];
+        if (!linked) {
+          flows[kept++] = f;
+          continue;
+        }
+        sharing.push_back(f);
+        for (const auto& u : uses_of(f.op))
+          if (!in_part_[static_cast<std::size_t>(u.resource)]) {
+            in_part_[static_cast<std::size_t>(u.resource)] = 1;
+            touched_.push_back(u.resource);
+            grew = true;
+          }
+      }
+      flows.resize(kept);
+    }
+    for (const Flow& f : flows) set_rate(f.op, 1.0);  // not linked to an oversubscribed link
+    flows.assign(sharing.begin(), sharing.end());  // every transfer of the part gets its new rate at the end
+    // The transfers, with their class read once; classes are served best first (no sort: usually the first
+    // class fills the links the rest would use, and they all get nothing).
     auto& rate = fill_rate_;
     cap_left_.resize(nr);
     weight_.resize(nr);
-    for (std::size_t r = 0; r < nr; ++r) cap_left_[r] = p_.resources[r].capacity_bytes_per_s;
+    for (int r : touched_) cap_left_[static_cast<std::size_t>(r)] = p_.resources[static_cast<std::size_t>(r)].capacity_bytes_per_s;
     // A transfer can go faster only while every link it uses has capacity left.
     auto has_room = [&](int i) {
       for (const auto& u : uses_of(i))
@@ -523,14 +556,15 @@ class Engine {
       for (int i : unfrozen) room = room || has_room(i);
       double level = 0;  // every unfrozen flow of the class runs at this rate
       while (room && !unfrozen.empty()) {
-        std::fill(weight_.begin(), weight_.end(), 0.0);
+        for (int r : touched_) weight_[static_cast<std::size_t>(r)] = 0.0;
         for (int i : unfrozen)
           for (const auto& u : uses_of(i)) weight_[static_cast<std::size_t>(u.resource)] += u.bytes_per_s;
         double inc = 1.0 - level;
-        for (std::size_t r = 0; r < nr; ++r)
-          if (weight_[r] > 0) inc = std::min(inc, std::max(0.0, cap_left_[r]) / weight_[r]);
+        for (int r : touched_)
+          if (weight_[static_cast<std::size_t>(r)] > 0)
+            inc = std::min(inc, std::max(0.0, cap_left_[static_cast<std::size_t>(r)]) / weight_[static_cast<std::size_t>(r)]);
         level += inc;
-        for (std::size_t r = 0; r < nr; ++r) cap_left_[r] -= inc * weight_[r];
+        for (int r : touched_) cap_left_[static_cast<std::size_t>(r)] -= inc * weight_[static_cast<std::size_t>(r)];
         std::size_t kept = 0;
         for (int i : unfrozen) {
           rate[static_cast<std::size_t>(i)] = level;
@@ -565,6 +599,8 @@ class Engine {
   bool any_dirty_ = false;
   std::vector<Flow>& flows_ = scratch().flows;
   std::vector<Flow>& sharing_ = scratch().sharing;
+  std::vector<char>& in_part_ = scratch().in_part;  // per link: in the part of the network being shared
+  std::vector<int>& touched_ = scratch().touched;   // those links
   std::vector<double>&remaining_ = scratch().remaining, &rate_ = scratch().rate, &updated_ = scratch().updated,
                      &start_ = scratch().start, &end_ = scratch().end, &cap_left_ = scratch().cap_left,
                      &weight_ = scratch().weight, &demand_ = scratch().demand, &fill_rate_ = scratch().fill_rate;

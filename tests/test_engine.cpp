@@ -194,3 +194,24 @@ TEST_CASE("programs that break the engine's rules are builder bugs, not input er
   q.add(compute(1.0));
   CHECK_THROWS_AS(q.use(op, 0, 1e9), std::logic_error);  // op 0 is no longer the last one
 }
+
+TEST_CASE("only transfers linked to an oversubscribed link slow down", "[engine]") {
+  // Links X, Y, Z at 10 GB/s. A (1 GB) wants all of X; B (1 GB) all of X and of Y; C (0.5 GB) 5 GB/s of Y;
+  // D (1 GB) all of Z. X is oversubscribed: A and B get 5 GB/s each (0.2 s). Y then carries B's 5 and C's 5:
+  // C runs at full speed (0.1 s), as does D, on a link nobody shares (0.1 s).
+  Program p;
+  const int q = p.queue("xfer", QueueKind::concurrent);
+  const int x = p.resource("X", 10e9), y = p.resource("Y", 10e9), z = p.resource("Z", 10e9);
+  auto xfer = [&](double seconds, std::vector<std::pair<int, double>> uses) {
+    int id = p.add(ProgramOp(q, seconds));
+    for (auto [r, bw] : uses) p.use(id, r, bw);
+    return id;
+  };
+  const int a = xfer(0.1, {{x, 10e9}}), b = xfer(0.1, {{x, 10e9}, {y, 10e9}}), c = xfer(0.1, {{y, 5e9}}),
+            d = xfer(0.1, {{z, 10e9}});
+  auto r = run_program(p, true);
+  CHECK(r.end_s[static_cast<std::size_t>(a)] == Approx(0.2));
+  CHECK(r.end_s[static_cast<std::size_t>(b)] == Approx(0.2));
+  CHECK(r.end_s[static_cast<std::size_t>(c)] == Approx(0.1));
+  CHECK(r.end_s[static_cast<std::size_t>(d)] == Approx(0.1));
+}
