@@ -64,46 +64,43 @@ CommCost Network::cost(CommKind kind, double bytes, AxisSet group) const {
       c.seconds = std::max(t_in, t_out);
       return c;
     }
-    case CommKind::send_recv: {  // to the next member of the group (a ring step; the slowest hop sets the pace)
-      CommCost c;
-      const int level = g.local == g.size ? kIntraDomain : kInterDomain;
-      const PathCost& p = paths_.at(level);
-      c.bytes[static_cast<std::size_t>(level)] = bytes;
-      c.seconds = bytes / (p.bytes_per_s * eff) + p.latency_s;
-      return c;
-    }
+    case CommKind::send_recv:  // to the next member of the group (a ring step; the slowest hop sets the pace)
+      return hop(bytes, g.local == g.size ? kIntraDomain : kInterDomain, eff);
     case CommKind::none: break;
   }
   return {};
 }
 
-CommCost Network::point_to_point(double bytes, Axis axis, std::int64_t from, std::int64_t to) const {
+CommCost Network::hop(double bytes, int level, double eff) const {
   CommCost c;
-  if (bytes <= 0 || from == to) return c;
-  bool crosses = false, known = false;
-  for (const auto& x : crossings_)
-    if (x.axis == axis && x.from == from && x.to == to) {
-      crosses = x.crosses;
-      known = true;
-    }
-  if (!known) {
-    // Every rank whose index along the axis is 0 starts an instance; the layout repeats, so the first
-    // million instances decide.
-    const std::int64_t stride = mesh_.stride(axis), size = mesh_.size(axis), devices = mesh_.devices();
-    std::int64_t seen = 0;
-    for (std::int64_t r = 0; r < devices && !crosses && seen < (1 << 20); ++r) {
-      if ((r / stride) % size != 0) continue;
-      ++seen;
-      crosses = topo_.domain_of(r + from * stride) != topo_.domain_of(r + to * stride);
-    }
-    crossings_.push_back({axis, from, to, crosses});
-  }
-  const int level = crosses ? kInterDomain : kIntraDomain;
   const PathCost& p = paths_.at(level);
-  const double eff = sys_.efficiency.collective.at(std::max(bytes, 1.0));
   c.bytes[static_cast<std::size_t>(level)] = bytes;
   c.seconds = bytes / (p.bytes_per_s * eff) + p.latency_s;
   return c;
+}
+
+bool Network::crosses_domain(Axis axis, std::int64_t from, std::int64_t to) const {
+  auto known = std::find_if(crossings_.begin(), crossings_.end(),
+                            [&](const Crossing& x) { return x.axis == axis && x.from == from && x.to == to; });
+  if (known != crossings_.end()) return known->crosses;
+  // Every rank whose index along the axis is 0 starts an instance; the layout repeats, so the first million
+  // instances decide.
+  const std::int64_t stride = mesh_.stride(axis), size = mesh_.size(axis), devices = mesh_.devices();
+  bool crosses = false;
+  std::int64_t seen = 0;
+  for (std::int64_t r = 0; r < devices && !crosses && seen < (1 << 20); ++r) {
+    if ((r / stride) % size != 0) continue;
+    ++seen;
+    crosses = topo_.domain_of(r + from * stride) != topo_.domain_of(r + to * stride);
+  }
+  crossings_.push_back({axis, from, to, crosses});
+  return crosses;
+}
+
+CommCost Network::point_to_point(double bytes, Axis axis, std::int64_t from, std::int64_t to) const {
+  if (bytes <= 0 || from == to) return {};
+  return hop(bytes, crosses_domain(axis, from, to) ? kInterDomain : kIntraDomain,
+             sys_.efficiency.collective.at(std::max(bytes, 1.0)));
 }
 
 }  // namespace hbmsim

@@ -38,6 +38,10 @@ class Network {
 
  private:
   CommCost ring(double bytes, const GroupPlacement& g, double eff) const;
+  // `bytes` to one peer over the path of `level`.
+  CommCost hop(double bytes, int level, double eff) const;
+  // Whether some instance of the pair (from, to) along `axis` crosses a domain boundary (cached).
+  bool crosses_domain(Axis axis, std::int64_t from, std::int64_t to) const;
 
   const System& sys_;
   Mesh mesh_;

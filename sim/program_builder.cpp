@@ -47,11 +47,10 @@ class Writer {
   }
 
   // A device's link out of (or into) it on a path level, created on first use.
-  static int link(const Network& net, int level, bool out, int device, Program& p) {
+  int link(const Network& net, int level, bool out, int device) {
     const PathCost& path = net.path(level);
-    return p.resource(path.bottleneck + (out ? " out" : " in"), path.bytes_per_s, device);
+    return p_.resource(path.bottleneck + (out ? " out" : " in"), path.bytes_per_s, device);
   }
-  int link(const Network& net, int level, bool out, int device) { return link(net, level, out, device, p_); }
 
   bool naming() const { return names_ != nullptr; }
   int device() const { return device_; }
@@ -193,6 +192,12 @@ struct BackwardLayer {
 struct Emitted {
   int head = -1, rest = -1;
 };
+
+// What one micro-batch sends across a pipeline boundary, either way: its activations (sequence-parallel:
+// this tp rank's share), or their gradients.
+double boundary_bytes(const StepGraph& g) {
+  return g.sharded_tokens * static_cast<double>(g.model.d_model) * dtype_bytes(g.training.activation_dtype);
+}
 
 // One pipeline boundary crossing of one micro-batch: the buffer it lands in (on the receiving stage), the
 // send (on the sending stage) and the op the receiver's pass starts with.
@@ -390,15 +395,14 @@ class StageBuilder {
   }
 
   // A pass that starts from another stage's output: a free op on the compute stream that waits for it.
-  int receive(Crossing& in, const char* what, int mb) {
-    in.recv = w_.compute(0, false, 0, what[0] == 'g' ? 'b' : 'f', -1, label_mb(what, mb));
+  int receive(Crossing& in, char phase, const char* what, int mb) {
+    in.recv = w_.compute(0, false, 0, phase, -1, label_mb(what, mb));
     return in.recv;
   }
   // Sends buffer `from` (freed here once sent) to the stage of chunk `to_chunk`, where it lands in `in.buf`.
   void send(Crossing& in, int from, int to_chunk, int after, char phase, const char* what, int mb) {
-    const double bytes = g_.sharded_tokens * static_cast<double>(g_.model.d_model) * dtype_bytes(g_.training.activation_dtype);
     const int to = chunk(to_chunk).stage;
-    in.send = w_.send(net_, net_.point_to_point(bytes, Axis::pp, stage_, to), to, phase, label_mb(what, mb));
+    in.send = w_.send(net_, net_.point_to_point(boundary_bytes(g_), Axis::pp, stage_, to), to, phase, label_mb(what, mb));
     w_.op(in.send).deps.push_back(after);
     w_.op(in.send).allocs.push_back(in.buf);
     w_.op(in.send).releases.push_back(from);
@@ -432,7 +436,7 @@ class StageBuilder {
       layer_in_op = embedding(rec, param_sync.tables);
     } else {
       rec.input_buf = forward_in(mb, k).buf;
-      layer_in_op = receive(forward_in(mb, k), "recv activations", mb);
+      layer_in_op = receive(forward_in(mb, k), 'f', "recv activations", mb);
     }
     auto& fwd = rec.layers;
     fwd.resize(at(n));
@@ -522,7 +526,7 @@ class StageBuilder {
       start = head_backward(rec, grad_carry);
     } else {
       grad_carry = backward_in(mb, k).buf;
-      start = receive(backward_in(mb, k), "grad recv", mb);
+      start = receive(backward_in(mb, k), 'b', "recv gradients", mb);
     }
     auto& bwd = scratch_.bwd;
     bwd.assign(at(n), BackwardLayer{});
@@ -981,9 +985,8 @@ class ProgramBuilder {
     const auto m = static_cast<std::size_t>(g_.training.grad_accum);
     forward_in_.assign(m * V, Crossing{});
     backward_in_.assign(m * V, Crossing{});
-    // The buffers a crossing lands in, on the receiving stage: a micro-batch's activations (sequence-
-    // parallel: this rank's share) going forward, their gradients coming back.
-    const double bytes = g_.sharded_tokens * static_cast<double>(g_.model.d_model) * dtype_bytes(g_.training.activation_dtype);
+    // The buffers a crossing lands in, on the receiving stage: activations going forward, gradients back.
+    const double bytes = boundary_bytes(g_);
     for (std::size_t mb = 0; mb < m; ++mb)
       for (std::size_t k = 0; k < V; ++k) {
         if (k >= 1) forward_in_[mb * V + k].buf = prog_.add_buffer(bytes, MemCategory::saved_activations, false, g_.chunks[k].stage);
