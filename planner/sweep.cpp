@@ -3,6 +3,7 @@
 #include <atomic>
 #include <charconv>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -25,6 +26,17 @@ SweepAxis parse_axis(const std::string& spec) {
   RunConfig probe;
   probe.set(a.field, a.values.front(), "--axis " + spec);  // unknown fields fail here, before any work
   return a;
+}
+
+std::string config_id(const RunConfig& config) {
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a offset basis
+  for (unsigned char ch : dump_json(config.to_json())) {  // bytes that are not UTF-8 replaced, never thrown
+    h ^= ch;
+    h *= 1099511628211ull;  // FNV prime
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
 }
 
 namespace {
@@ -143,7 +155,7 @@ void run_sweep(const std::vector<SweepPoint>& points, int jobs, const std::funct
       if (i >= points.size()) return;
       const auto& p = points[i];
       if (skip.count(p.index)) continue;
-      SweepRow row{p.index, p.values, std::nullopt, ""};
+      SweepRow row{p.index, config_id(p.config), p.values, std::nullopt, ""};
       try {
         row.report = run_simulation(p.config);
       } catch (const InputError& e) {
@@ -181,6 +193,7 @@ std::vector<std::string> sweep_columns(const std::vector<SweepAxis>& axes) {
   for (const auto& q : report_queues())
     if (q != "compute") cols.push_back("exposed_" + q + "_s");
   cols.push_back("error");
+  cols.push_back("config_id");
   return cols;
 }
 
@@ -214,10 +227,10 @@ std::string sweep_csv_line(const SweepRow& row) {
       if (q != "compute") out += "," + num(r.exposed_s.at(q));
     out += ",";
   } else {
-    out += std::string(sweep_columns({}).size() - 1, ',');  // every report column empty, then the error
+    out += std::string(sweep_columns({}).size() - 2, ',');  // every report column empty, then the error
     out += csv_escape(row.error);
   }
-  return out + "\n";
+  return out + "," + row.config_id + "\n";
 }
 
 nlohmann::json sweep_row_json(const std::vector<SweepAxis>& axes, const SweepRow& row) {
@@ -225,16 +238,41 @@ nlohmann::json sweep_row_json(const std::vector<SweepAxis>& axes, const SweepRow
   for (std::size_t k = 0; k < axes.size(); ++k) j[axes[k].field] = row.values[k];
   if (row.report) j["result"] = row.report->to_json();
   else j["error"] = row.error;
+  j["config_id"] = row.config_id;
   return j;
 }
 
-std::set<std::size_t> completed_indices(const std::string& path) {
-  std::set<std::size_t> done;
+namespace {
+
+// The header's axis names: the columns between "index" and the first report column.
+std::vector<std::string> csv_header_axes(const std::string& header) {
+  std::vector<std::string> cols;
+  std::stringstream ss(header);
+  std::string c;
+  while (std::getline(ss, c, ',')) cols.push_back(c);
+  std::vector<std::string> axes;
+  for (std::size_t k = 1; k < cols.size() && cols[k] != "step_time_s"; ++k) axes.push_back(cols[k]);
+  return axes;
+}
+
+}  // namespace
+
+std::string sweep_jsonl_line(const std::vector<SweepAxis>& axes, const SweepRow& row) {
+  nlohmann::ordered_json j = {{"index", row.index}};
+  for (std::size_t k = 0; k < axes.size(); ++k) j[axes[k].field] = row.values[k];
+  if (row.report) j["result"] = row.report->to_json();
+  else j["error"] = row.error;
+  j["config_id"] = row.config_id;
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+}
+
+SweepFile read_sweep_file(const std::string& path) {
+  SweepFile f;
   std::ifstream in(path, std::ios::binary);
-  if (!in) return done;
+  if (!in) return f;
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  bool csv_has_ids = false, first = true;
   std::size_t start = 0;
-  bool first = true;
   while (start < text.size()) {
     auto end = text.find('\n', start);
     if (end == std::string::npos) break;  // a torn last line is not a finished row
@@ -242,19 +280,71 @@ std::set<std::size_t> completed_indices(const std::string& path) {
     start = end + 1;
     if (line.empty()) continue;
     if (line.front() == '{') {
+      nlohmann::ordered_json j;  // keys in the order written: the axes' order
       try {
-        auto j = nlohmann::json::parse(line);
-        done.insert(j.at("index").get<std::size_t>());
+        j = nlohmann::ordered_json::parse(line);
       } catch (const std::exception&) {
+        continue;
       }
-    } else if (!first || std::isdigit(static_cast<unsigned char>(line.front()))) {
-      std::size_t idx = 0;
-      auto [p, ec] = std::from_chars(line.data(), line.data() + line.size(), idx);
-      if (ec == std::errc() && p < line.data() + line.size() && *p == ',') done.insert(idx);
+      if (!j.is_object()) continue;
+      f.format = "jsonl";
+      if (f.rows++ == 0)
+        for (auto& item : j.items())
+          if (item.key() != "index" && item.key() != "result" && item.key() != "error" && item.key() != "config_id")
+            f.axes.push_back(item.key());
+      auto id = j.find("config_id");
+      auto index = j.find("index");
+      if (id != j.end() && id->is_string() && index != j.end() && index->is_number_unsigned())
+        f.index_by_id[id->get<std::string>()] = index->get<std::size_t>();
+      else
+        ++f.rows_without_id;
+    } else if (first && !std::isdigit(static_cast<unsigned char>(line.front()))) {
+      f.axes = csv_header_axes(line);
+      f.format = "csv";
+      csv_has_ids = line.size() >= 10 && line.compare(line.size() - 10, 10, ",config_id") == 0;
+    } else {
+      ++f.rows;
+      const auto comma = line.rfind(',');
+      std::size_t index = 0;
+      auto [p, ec] = std::from_chars(line.data(), line.data() + line.size(), index);
+      if (csv_has_ids && comma != std::string::npos && ec == std::errc() && *p == ',')
+        f.index_by_id[line.substr(comma + 1)] = index;
+      else
+        ++f.rows_without_id;
     }
     first = false;
   }
-  return done;
+  return f;
+}
+
+std::set<std::size_t> resume_skip(const std::string& path, const SweepFile& file, const std::vector<SweepAxis>& axes,
+                                  const std::vector<SweepPoint>& points) {
+  auto names = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (auto& x : v) s += (s.empty() ? "" : ", ") + x;
+    return s.empty() ? std::string("none") : s;
+  };
+  std::vector<std::string> ours;
+  for (auto& a : axes) ours.push_back(a.field);
+  if (file.rows > 0 && ours != file.axes)
+    throw InputError(path + ": written by a sweep over the axes " + names(file.axes) + ", not " + names(ours) +
+                     "; resume with the same axes, or write to a new --out");
+  if (file.rows_without_id > 0)
+    throw InputError(path + ": " + std::to_string(file.rows_without_id) +
+                     " rows have no config_id (written by an older hbmsim), so they cannot be matched to this "
+                     "sweep's points; run it again without --resume");
+  std::map<std::string, std::size_t> index_of;
+  for (auto& p : points) index_of[config_id(p.config)] = p.index;
+  std::set<std::size_t> skip;
+  for (auto& [id, index] : file.index_by_id) {
+    auto it = index_of.find(id);
+    if (it == index_of.end() || it->second != index)
+      throw InputError(path + ": row " + std::to_string(index) + " (config_id " + id + ") is not point " +
+                       std::to_string(index) + " of this sweep: the base configuration, the axis values or --where "
+                       "differ from the run that wrote the file; resume with the same ones, or write to a new --out");
+    skip.insert(index);
+  }
+  return skip;
 }
 
 }  // namespace hbmsim

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstddef>
 #include <functional>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -33,8 +34,13 @@ struct SweepPoint {
 std::vector<SweepPoint> expand_sweep(const RunConfig& base, const std::vector<SweepAxis>& axes,
                                      const std::string& where = "");
 
+// A point's identity whatever the axis order or spelling ("lhs=on" and "lhs=true" are one point): a
+// 64-bit FNV-1a hash of its resolved config's JSON, as 16 hex digits. Rows carry it so --resume matches by it.
+std::string config_id(const RunConfig& config);
+
 struct SweepRow {
   std::size_t index = 0;
+  std::string config_id;
   std::vector<std::string> values;
   std::optional<StepReport> report;
   std::string error;  // bad input for this point (exit-2 class), empty when report is set
@@ -53,8 +59,25 @@ std::vector<std::string> sweep_columns(const std::vector<SweepAxis>& axes);
 std::string sweep_csv_header(const std::vector<SweepAxis>& axes);
 std::string sweep_csv_line(const SweepRow& row);
 nlohmann::json sweep_row_json(const std::vector<SweepAxis>& axes, const SweepRow& row);
+// One JSON-lines row with its keys in column order (index, the axes, result or error, config_id), so that a
+// resume reads the axis order back.
+std::string sweep_jsonl_line(const std::vector<SweepAxis>& axes, const SweepRow& row);
 
-// Indices already present in a CSV or JSON-lines output written by a killed sweep (complete lines only).
-std::set<std::size_t> completed_indices(const std::string& path);
+// What a killed sweep left in its output (CSV or JSON lines; complete lines only): its axes in column
+// order, and the config_id and index of every finished row (a file written before rows had ids has none).
+struct SweepFile {
+  std::string format;  // "csv" or "jsonl" ("" for an empty file)
+  std::vector<std::string> axes;
+  std::map<std::string, std::size_t> index_by_id;  // config_id -> the row's index
+  std::size_t rows = 0;
+  std::size_t rows_without_id = 0;
+};
+SweepFile read_sweep_file(const std::string& path);
+
+// The points of `points` still to run after `file`, or an InputError naming `path` when the file is not an
+// earlier run of this same sweep: other axes, or a row that is not the point of this sweep at its index
+// (another base configuration, other axis values, another --where). `axes` must be in the file's order.
+std::set<std::size_t> resume_skip(const std::string& path, const SweepFile& file, const std::vector<SweepAxis>& axes,
+                                  const std::vector<SweepPoint>& points);
 
 }  // namespace hbmsim

@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <map>
+#include <sstream>
 #include <thread>
 
 #include "helpers.hpp"
@@ -95,6 +97,98 @@ TEST_CASE("a sweep killed with SIGKILL and resumed has every row exactly once", 
     CHECK(n == 1);
     CHECK(idx < total);
   }
+}
+
+namespace {
+
+// CSV rows by their axis values (columns 1..n_axes), each with how often it occurs and its step time.
+std::map<std::string, std::pair<int, std::string>> rows_by_values(const std::string& text, std::size_t n_axes) {
+  std::map<std::string, std::pair<int, std::string>> rows;
+  std::istringstream in(text);
+  std::string line;
+  std::getline(in, line);  // header
+  while (std::getline(in, line)) {
+    std::vector<std::string> cols;
+    std::stringstream ss(line);
+    std::string c;
+    while (std::getline(ss, c, ',')) cols.push_back(c);
+    std::string key;
+    for (std::size_t k = 1; k <= n_axes; ++k) key += cols[k] + "=";
+    rows[key].first++;
+    rows[key].second = cols[n_axes + 1];
+  }
+  return rows;
+}
+
+}  // namespace
+
+TEST_CASE("a resume with the axes in another order matches rows by configuration: each point once, same values",
+          "[planner][sweep][durability]") {
+  auto dir = test::temp_dir();
+  const std::string base = "sweep --model llama3.1-8b --gpus 8 --seq 1024 ";
+  auto full = dir / "full.csv", part = dir / "part.csv";
+  REQUIRE(test::cli(base + "--axis batch=1,2,3 --axis lhs=on,off --axis policy=full,minimal --out " + full.string()).status == 0);
+  // A killed run: the header and the first 5 of 12 rows (batch 1 x 2 x 2 and one of batch 2).
+  std::istringstream in(test::slurp(full));
+  std::string text, line;
+  for (int k = 0; k < 6 && std::getline(in, line); ++k) text += line + "\n";
+  test::write(part, text);
+  // Resumed with the same axes listed in another order (the old bug matched rows by index).
+  auto r = test::cli(base + "--axis policy=full,minimal --axis lhs=on,off --axis batch=1,2,3 --resume --out " + part.string());
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  auto got = rows_by_values(test::slurp(part), 3), want = rows_by_values(test::slurp(full), 3);
+  CHECK(got.size() == 12);
+  for (auto& [key, v] : want) {
+    INFO(key);
+    REQUIRE(got.count(key) == 1);
+    CHECK(got[key].first == 1);
+    CHECK(got[key].second == v.second);
+  }
+  CHECK(test::slurp(part).rfind("index,batch,lhs,policy,", 0) == 0);  // the file's column order kept
+}
+
+TEST_CASE("a resume refuses, with exit 2 and the file named, another base, other axes, other values, old rows",
+          "[planner][sweep][durability]") {
+  auto dir = test::temp_dir();
+  const std::string base = "sweep --model llama3.1-8b --gpus 8 --seq 1024 ";
+  for (auto fmt : {"csv", "jsonl"}) {
+    auto out = (dir / (std::string("refuse.") + fmt)).string();
+    REQUIRE(test::cli(base + "--axis batch=1,2 --axis lhs=on,off --out " + out).status == 0);
+    const auto before = test::slurp(out);
+    auto refused = [&](const std::string& args, const std::string& why) {
+      auto r = test::cli(args + " --resume --out " + out);
+      INFO(args << "\n" << r.err);
+      CHECK(r.status == 2);
+      CHECK(r.err.find("hbmsim: " + out + ": ") == 0);
+      CHECK(r.err.find(why) != std::string::npos);
+      CHECK(test::slurp(out) == before);  // nothing appended, nothing truncated
+    };
+    refused("sweep --model llama3.1-8b --gpus 8 --seq 2048 --axis batch=1,2 --axis lhs=on,off", "base configuration");
+    refused(base + "--axis batch=1,2", "axes batch, lhs, not batch");
+    refused(base + "--axis batch=1,2 --axis lhs=on,off --axis seq=1024", "axes batch, lhs, not batch, lhs, seq");
+    refused(base + "--axis batch=2,4 --axis lhs=on,off", "axis values");
+    // The same sweep resumed runs nothing and leaves the file as it was.
+    auto same = test::cli(base + "--axis lhs=on,off --axis batch=1,2 --resume --out " + out);
+    CHECK(same.status == 0);
+    CHECK(test::slurp(out) == before);
+  }
+  // A file from before rows carried a config_id cannot be matched.
+  auto old = (dir / "old.csv").string();
+  test::write(old, "index,batch,step_time_s,error\n0,1,0.5,\n");
+  auto r = test::cli(base + "--axis batch=1,2 --resume --out " + old);
+  CHECK(r.status == 2);
+  CHECK(r.err.find("no config_id") != std::string::npos);
+}
+
+TEST_CASE("config_id is one per configuration whatever the spelling or the axis that set it", "[planner][sweep]") {
+  RunConfig a, b, c;
+  a.set("lhs", "on", "test");
+  b.set("lhs", "true", "test");
+  c.set("lhs", "off", "test");
+  CHECK(config_id(a) == config_id(b));
+  CHECK(config_id(a) != config_id(c));
+  CHECK(config_id(a).size() == 16);
 }
 
 TEST_CASE("the fitter recovers parameters from runs generated with them", "[planner][fit]") {
