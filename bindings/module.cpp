@@ -20,6 +20,7 @@
 #include "hwmodels/profile.hpp"
 #include "planner/run_config.hpp"
 #include "planner/run_fields.hpp"
+#include "planner/run_summary.hpp"
 #include "planner/sweep.hpp"
 #include "workloads/model.hpp"
 #include "workloads/step_graph.hpp"
@@ -150,9 +151,9 @@ py::dict simulate(const py::object& config, bool trace, const std::string& origi
   json j;
   {
     py::gil_scoped_release nogil;
-    auto report = hbmsim::run_simulation(c, trace);
-    j = report.to_json();
-    j["config"] = c.to_json();
+    auto res = hbmsim::simulate_resolved(c, trace);
+    auto& report = res.report;
+    j = res.to_json();
     if (trace) {
       // With pipeline stages, the timeline of the stage whose HBM peak is the report's.
       std::size_t stage = 0;

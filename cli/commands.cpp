@@ -14,6 +14,7 @@
 #include "hwmodels/json_view.hpp"
 #include "planner/run_config.hpp"
 #include "planner/run_fields.hpp"
+#include "planner/run_summary.hpp"
 #include "workloads/step_graph.hpp"
 
 namespace hbmsim::cli {
@@ -37,11 +38,25 @@ void print_stages(const StepReport& r) {
 
 int exit_status() { return g_exit_status != 0 ? g_exit_status : plan_exit_status(); }
 
-void print_report(const StepReport& r) {
-  std::printf("system %s, model %s, policy %s\n", r.system_id.c_str(), r.model_id.c_str(), r.policy.c_str());
-  std::printf("layout              %s\n", r.mesh.c_str());
-  std::printf("global batch        %10lld sequences (grad accum %lld), %.0f tokens per device per step\n",
-              static_cast<long long>(r.global_batch), static_cast<long long>(r.grad_accum), r.tokens_per_device_per_step);
+void print_warnings(const std::vector<std::string>& warnings) {
+  for (const auto& w : warnings) std::fprintf(stderr, "hbmsim: warning: %s\n", w.c_str());
+}
+
+nlohmann::json announce_run(const RunConfig& config, bool human, const char* title) {
+  const auto prepared = prepare_run(config);
+  print_warnings(run_warnings(config, prepared));
+  auto run = resolved_run(config, prepared);
+  if (human) {
+    if (title) std::printf("%s\n", title);
+    for (const auto& line : resolved_run_lines(run)) std::printf("%s\n", line.c_str());
+    std::printf("\n");
+  }
+  return run;
+}
+
+void print_report(const StepReport& r, const nlohmann::json& run) {
+  for (const auto& line : resolved_run_lines(run)) std::printf("%s\n", line.c_str());
+  std::printf("tokens/device       %10.0f per step\n", r.tokens_per_device_per_step);
   std::printf("step time           %10.3f s\n", r.step_time_s);
   std::printf("model TFLOP/s/dev   %10.1f   (MFU %.1f%%)\n", r.tflops_per_device, 100 * r.mfu);
   std::printf("tokens/s/dev        %10.1f\n", r.tokens_per_s_per_device);
@@ -166,15 +181,13 @@ void register_commands(CLI::App& app) {
     cmd->add_flag("--json", *json, "Print the report as one JSON object");
     cmd->add_option("--trace", *trace, "Write a Chrome/Perfetto trace JSON to this file");
     cmd->callback([flags, json, trace] {
-      auto config = resolve_run_flags(*flags);
-      auto report = run_simulation(config, !trace->empty());
-      if (!trace->empty()) write_file_atomically(*trace, dump_json(report.trace) + "\n");
+      auto res = simulate_resolved(resolve_run_flags(*flags), !trace->empty());
+      print_warnings(res.warnings);
+      if (!trace->empty()) write_file_atomically(*trace, dump_json(res.report.trace) + "\n");
       if (*json) {
-        auto j = report.to_json();
-        j["config"] = config.to_json();
-        std::cout << dump_json(j, 2) << "\n";
+        std::cout << dump_json(res.to_json(), 2) << "\n";
       } else {
-        print_report(report);
+        print_report(res.report, res.run);
       }
     });
   }

@@ -41,7 +41,7 @@ std::string find_calibration_binary() {
 
 void register_calibrate(CLI::App& app) {
   auto* cal = app.add_subcommand("calibrate", "Measure a GPU (CUDA backend) or fit parameters to measured runs");
-  cal->require_subcommand(1);
+  cal->require_subcommand(0, 1);
   {
     auto* cmd = cal->add_subcommand("measure", "Run the CUDA measurement on this machine's GPU and write a profile");
     auto out = std::make_shared<std::string>();
@@ -153,7 +153,7 @@ std::string placement_label(const RunConfig& c) {
 
 void register_plan(CLI::App& app) {
   auto* plan = app.add_subcommand("plan", "Capacity questions: largest batch, best policy, Pareto front, break-even link, HBM needed");
-  plan->require_subcommand(1);
+  plan->require_subcommand(0, 1);
   {
     auto* cmd = plan->add_subcommand("largest-batch", "Largest per-device batch that fits, per policy variant");
     auto flags = make_run_flags(cmd);
@@ -173,6 +173,7 @@ void register_plan(CLI::App& app) {
       for (auto& v : *variants)
         for (auto& setting : split_variant(v).settings) varied.insert(setting.first);
       auto base = resolve_run_flags(*flags, varied);
+      announce_run(base, !*json, "base run (each variant sets its own fields and the batch searched):");
       std::vector<std::pair<std::string, RunConfig>> vs;
       for (auto& v : *variants) vs.push_back(parse_variant(base, v));
       if (vs.empty()) vs = default_variants(base);
@@ -217,6 +218,7 @@ void register_plan(CLI::App& app) {
     cmd->callback([=] {
       check_jobs(*jobs);
       auto base = resolve_run_flags(*flags);  // checks --policy too, which the search replaces (custom)
+      announce_run(base, !*json, "base run (the search replaces the policy):");
       auto ns = names->empty() ? default_search_names(base) : *names;
       auto res = best_policy(base, ns, *jobs);
       auto front = pareto_front(res.evaluated);
@@ -256,6 +258,7 @@ void register_plan(CLI::App& app) {
       if (!(*tol >= 0 && *tol < 1))
         throw InputError("--tolerance = " + format_number(*tol) + " (must be in [0, 1): the slowdown allowed, 0.01 = 1%)");
       auto c = resolve_run_flags(*flags, {"host_link_bytes_per_s"});  // the search sets the host link
+      announce_run(c, !*json, "run (the search sets the host link):");
       auto r = break_even_bandwidth(c, *tol);
       if (*json) {
         auto curve = nlohmann::json::array();
@@ -279,6 +282,7 @@ void register_plan(CLI::App& app) {
     cmd->add_flag("--json", *json, "Machine-readable output");
     cmd->callback([=] {
       auto c = resolve_run_flags(*flags);
+      announce_run(c, !*json);
       auto r = hbm_needed(c);
       if (*json) {
         std::cout << dump_json(nlohmann::json{{"hbm_needed_bytes", r.hbm_bytes}, {"host_needed_bytes", r.host_bytes},

@@ -13,6 +13,7 @@
 #include "cli/run_flags.hpp"
 #include "hwmodels/json_view.hpp"
 #include "planner/reproduce.hpp"
+#include "planner/run_summary.hpp"
 #include "planner/sweep.hpp"
 
 namespace hbmsim::cli {
@@ -97,15 +98,34 @@ void register_planner_commands(CLI::App& app) {
         varied.insert(parsed.back().field);
       }
       RunConfig b = resolve_run_flags(*flags, varied);
-      auto points = expand_sweep(b, parsed, *where);
       std::string fmt = *format;
       if (fmt.empty()) fmt = out->size() > 6 && out->substr(out->size() - 6) == ".jsonl" ? "jsonl" : "csv";
       if (fmt != "csv" && fmt != "jsonl") throw InputError("--format = \"" + fmt + "\" (expected csv or jsonl)");
+      // A resumed file keeps its column order: the same axes given in another order are put in the file's.
+      SweepFile prior;
+      if (*resume && !out->empty()) {
+        prior = read_sweep_file(*out);
+        std::vector<SweepAxis> ordered;
+        for (auto& name : prior.axes)
+          for (auto& a : parsed)
+            if (a.field == name) ordered.push_back(a);
+        if (prior.rows > 0 && ordered.size() == parsed.size()) parsed = ordered;
+        if (prior.rows > 0 && prior.format != fmt)
+          throw InputError(*out + ": holds " + prior.format + " rows; this sweep writes " + fmt + " (--format)");
+      }
+      auto points = expand_sweep(b, parsed, *where);
+      if (!points.empty()) {
+        try {
+          print_warnings(run_warnings(points.front().config, prepare_run(points.front().config)));
+        } catch (const InputError&) {
+          // that point is bad input: its row says so
+        }
+      }
       std::set<std::size_t> skip;
       FILE* f = stdout;
       if (!out->empty()) {
         if (*resume) {
-          skip = completed_indices(*out);
+          skip = resume_skip(*out, prior, parsed, points);
           // Drop a torn last line a kill may have left, so appended rows start on a line of their own.
           truncate_to_last_newline(*out);
         }
@@ -122,7 +142,7 @@ void register_planner_commands(CLI::App& app) {
       const bool show = *progress == "on" || (*progress == "auto" && stderr_is_terminal());
       auto t0 = std::chrono::steady_clock::now();
       run_sweep(points, *jobs, [&](const SweepRow& row) {
-        std::string line = fmt == "csv" ? sweep_csv_line(row) : dump_json(sweep_row_json(parsed, row)) + "\n";
+        std::string line = fmt == "csv" ? sweep_csv_line(row) : sweep_jsonl_line(parsed, row);
         std::fwrite(line.data(), 1, line.size(), f);  // whole lines, flushed: a kill never tears a finished row
         std::fflush(f);
         ++done;

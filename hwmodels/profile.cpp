@@ -32,13 +32,14 @@ double seconds(const JsonView& x) {
 
 Profile load_profile(const nlohmann::json& doc, const std::string& origin) {
   JsonView v(doc, origin);
-  v.allow_only({"format", "name", "source", "metadata", "host_link", "hbm_bandwidth_bytes_per_s",
+  v.allow_only({"format", "name", "source", "system", "metadata", "host_link", "hbm_bandwidth_bytes_per_s",
                 "d2d_bandwidth_bytes_per_s", "launch_overhead_s", "interference", "efficiency", "parameters"});
   auto fmt = v.at("format");
   if (fmt.string() != "hbmsim-profile/1") fmt.fail("unsupported format; expected \"hbmsim-profile/1\"");
   Profile p;
   if (auto n = v.find("name")) p.name = n->string();
   if (auto s = v.find("source")) p.source = s->string();
+  if (auto s = v.find("system")) p.system = s->string();
   if (auto m = v.find("metadata")) {
     m->expect_object();
     for (auto& item : m->raw().items()) p.metadata[item.key()] = m->at(item.key()).string();
@@ -96,6 +97,7 @@ Profile load_profile_file(const std::string& path) { return load_profile(parse_j
 
 nlohmann::json Profile::to_json() const {
   nlohmann::json j = {{"format", "hbmsim-profile/1"}, {"name", name}, {"source", source}};
+  if (!system.empty()) j["system"] = system;
   if (!metadata.empty()) j["metadata"] = metadata;
   nlohmann::json h = nlohmann::json::object();
   if (h2d_bytes_per_s) h["h2d_bytes_per_s"] = *h2d_bytes_per_s;
@@ -163,6 +165,7 @@ System apply_profile(System s, const Profile& p) {
   }
   if (double f = param("copy_compute_interference"); f >= 0) e.compute_slowdown_during_copy = f;
   s.calibration = p.name.empty() ? "unnamed profile" : p.name;
+  s.calibration_system = p.system;
   return s;
 }
 

@@ -14,6 +14,7 @@ namespace hbmsim {
 struct Profile {
   std::string name;
   std::string source;
+  std::string system;  // the system id it was measured or fitted on ("": not recorded)
   std::map<std::string, std::string> metadata;
   std::optional<double> h2d_bytes_per_s, d2h_bytes_per_s, bidirectional_total_bytes_per_s, host_latency_s;
   std::optional<double> hbm_bandwidth_bytes_per_s, d2d_bandwidth_bytes_per_s, launch_overhead_s;

@@ -105,6 +105,7 @@ struct System {
   RuntimeSpec runtime;
   Efficiency efficiency;
   std::string calibration;  // name of the applied profile, empty for datasheet figures
+  std::string calibration_system;  // the system that profile was measured or fitted on ("": not recorded)
 
   // What one GPU gets from the host link per direction while every sharer does the same (SPMD).
   double host_h2d_bytes_per_s() const;

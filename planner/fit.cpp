@@ -251,6 +251,9 @@ FitResult fit_parameters(const std::vector<MeasuredRun>& runs, const std::vector
   for (auto& r : runs) with_tflops += r.tflops_per_device ? 1 : 0;
   if (with_tflops == 0) throw InputError("fit: no measured run reports TFLOP/s");
   FitResult res;
+  res.system = runs.empty() ? "" : runs.front().config.system;
+  for (auto& r : runs)
+    if (r.config.system != res.system) res.system.clear();
   res.parameters = fit_once(runs, ps, o, res.evaluations);
   auto preds = predict_with(runs, res.parameters, o.jobs);
   double sum = 0;
@@ -281,6 +284,7 @@ Profile FitResult::profile(const std::string& name, const std::string& source) c
   Profile p;
   p.name = name;
   p.source = source;
+  p.system = system;
   p.parameters = parameters;
   return p;
 }

@@ -44,6 +44,7 @@ struct FitResult {
   std::vector<Residual> leave_one_out; // TFLOP/s of each run predicted by a fit that excluded it
   double rms_log_error = 0;
   int evaluations = 0;
+  std::string system;  // the system every run was on ("" when they differ): the profile's "system"
   Profile profile(const std::string& name, const std::string& source) const;
   nlohmann::json to_json() const;
 };

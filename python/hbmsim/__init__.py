@@ -13,6 +13,7 @@ Sweeps run on C++ threads (``jobs``) or on a Dask cluster (``client``, see :func
 """
 from . import _hbmsim
 from .api import (
+    HbmsimWarning,
     Reproduction,
     Result,
     checkpoint_names,
@@ -32,6 +33,7 @@ from .api import (
 __version__ = _hbmsim.__version__
 
 __all__ = [
+    "HbmsimWarning",
     "Reproduction",
     "Result",
     "checkpoint_names",

@@ -1,0 +1,134 @@
+#include "planner/run_summary.hpp"
+
+#include <cmath>
+#include <numeric>
+
+#include "hwmodels/catalog.hpp"
+#include "hwmodels/json_view.hpp"
+
+namespace hbmsim {
+
+namespace {
+
+// A what-if figure this many times larger or smaller than the system's own is another class of hardware
+// or, more often, a unit slip (GB typed for bytes, GB/s for bytes/s). An order of magnitude: today's
+// parts span about 3x in HBM per GPU (80-288 GB) and host link per GPU (64-450 GB/s per direction).
+constexpr double kWhatIfWarnRatio = 10;
+
+std::string on_off(bool b) { return b ? "on" : "off"; }
+
+std::string number(double v) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+}  // namespace
+
+std::string calibration_text(const System& s) {
+  if (s.calibration.empty()) return "datasheet (uncalibrated)";
+  return s.calibration + (s.calibration_system.empty() ? " (system it was made on not recorded)"
+                                                        : " (fitted on " + s.calibration_system + ")");
+}
+
+nlohmann::json resolved_run(const RunConfig& c, const PreparedRun& run) {
+  const TrainingSpec& t = run.graph.training;
+  const Parallelism& p = t.parallelism;
+  nlohmann::json j = {
+      {"system", run.system.id},
+      {"model", run.graph.model.id},
+      {"gpus", t.gpus},
+      {"layout", run.graph.mesh.describe()},
+      {"degrees", {{"dp", p.dp}, {"pp", p.pp}, {"fsdp", p.fsdp}, {"ep", p.ep}, {"cp", p.cp}, {"tp", p.tp}, {"vp", p.vp}}},
+      {"device_batch", t.device_batch()},
+      {"replica_batch", t.replica_batch},
+      {"global_batch", t.global_sequences()},
+      {"grad_accum", t.grad_accum},
+      {"seq", t.seq_len},
+      {"policy", c.policy},
+      {"weights", c.weights},
+      {"attention_dtype", c.attention_dtype},
+      {"lhs", c.lhs},
+      {"pipelined_collectives", c.pipelined_collectives},
+      {"pipelined_transfers", c.pipelined_transfers},
+      {"double_buffering", c.double_buffering},
+      {"hbm_bytes", run.system.gpu.hbm_bytes},
+      {"calibration", run.system.calibration},
+      {"calibration_system", run.system.calibration_system},
+      {"calibration_text", calibration_text(run.system)}};
+  if (p.pp > 1) {
+    j["pp_schedule"] = c.pp_schedule;
+    j["stage_policies"] = c.stage_policies;
+  }
+  return j;
+}
+
+std::vector<std::string> resolved_run_lines(const nlohmann::json& j) {
+  auto s = [&](const char* k) { return j.at(k).get<std::string>(); };
+  auto i = [&](const char* k) { return std::to_string(j.at(k).get<std::int64_t>()); };
+  std::vector<std::string> lines;
+  lines.push_back("run          " + s("model") + " on " + i("gpus") + " x " + s("system") + " GPUs");
+  lines.push_back("layout       " + s("layout"));
+  const auto& d = j.at("degrees");
+  const bool replica_spans_devices = d.at("tp").get<std::int64_t>() * d.at("cp").get<std::int64_t>() * d.at("pp").get<std::int64_t>() > 1;
+  lines.push_back("batch        " + number(j.at("device_batch").get<double>()) + " per device" +
+                  (replica_spans_devices ? ", " + i("replica_batch") + " per model replica" : std::string()) + ", global " +
+                  i("global_batch") + " sequences (grad accum " + i("grad_accum") + "), seq " + i("seq"));
+  std::string policy = "policy       " + s("policy");
+  if (j.contains("pp_schedule")) {
+    if (!s("stage_policies").empty()) policy += " (stages: " + s("stage_policies") + ")";
+    policy += ", pipeline " + s("pp_schedule");
+  }
+  lines.push_back(policy + "; weights " + s("weights") + ", attention " + s("attention_dtype"));
+  lines.push_back("schedule     LHS " + on_off(j.at("lhs")) + ", pipelined collectives " + on_off(j.at("pipelined_collectives")) +
+                  ", pipelined transfers " + on_off(j.at("pipelined_transfers")) + ", double buffering " +
+                  on_off(j.at("double_buffering")));
+  lines.push_back("calibration  " + s("calibration_text"));
+  return lines;
+}
+
+std::vector<std::string> run_warnings(const RunConfig& c, const PreparedRun& run) {
+  std::vector<std::string> w;
+  const TrainingSpec& t = run.graph.training;
+  const ModelSpec& m = run.graph.model;
+  if (m.num_experts > 0 && t.parallelism.ep == 1 && t.gpus > 1)
+    w.push_back(m.id + " is a mixture of experts run with ep 1 on " + std::to_string(t.gpus) +
+                " GPUs: every GPU runs all " + std::to_string(m.num_experts) + " experts; set ep (up to " +
+                std::to_string(std::gcd(m.num_experts, t.gpus)) + ", which divides both the experts and the GPUs)");
+  if (!run.system.calibration_system.empty() && run.system.calibration_system != run.system.id)
+    w.push_back("calibration " + run.system.calibration + " was fitted on " + run.system.calibration_system +
+                " and is applied to " + run.system.id + " as a what-if");
+  const System datasheet = resolve_system(c.system);
+  auto far = [&](const char* field, double value, double own, const char* unit) {
+    const double ratio = value / own;
+    if (ratio >= 1 / kWhatIfWarnRatio && ratio <= kWhatIfWarnRatio) return;
+    w.push_back(std::string(field) + " = " + format_number(value) + " " + unit + " is " + number(ratio) + " x the " +
+                datasheet.id + " figure (" + format_number(own) + " " + unit + "); the field is in " + unit);
+  };
+  if (c.hbm_bytes) far("hbm_bytes", *c.hbm_bytes, datasheet.gpu.hbm_bytes, "bytes");
+  if (c.host_link_bytes_per_s)
+    far("host_link_bytes_per_s", *c.host_link_bytes_per_s, datasheet.host_h2d_bytes_per_s(), "bytes/s");
+  return w;
+}
+
+nlohmann::json ResolvedSimulation::to_json() const {
+  auto j = report.to_json();
+  j["config"] = config.to_json();
+  j["run"] = run;
+  j["warnings"] = warnings;
+  return j;
+}
+
+ResolvedSimulation simulate_resolved(const RunConfig& config, bool trace) {
+  auto prepared = prepare_run(config);
+  prepared.options.record_trace = trace;
+  ResolvedSimulation r;
+  r.config = config;
+  r.config.fsdp = prepared.graph.training.parallelism.fsdp;  // the degree the GPUs left, not "0: the rest"
+  r.run = resolved_run(config, prepared);
+  r.warnings = run_warnings(config, prepared);
+  r.report = simulate(prepared.graph, prepared.system, prepared.policy, prepared.options);
+  return r;
+}
+
+}  // namespace hbmsim

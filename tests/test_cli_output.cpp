@@ -1,0 +1,129 @@
+// What a user reads: the resolved run in every report, warnings on stderr, --version, help per command.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <regex>
+
+#include "helpers.hpp"
+
+namespace {
+
+nlohmann::json json_of(const test::CliResult& r) {
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  return nlohmann::json::parse(r.out);
+}
+
+bool has_line(const std::string& text, const std::string& line) { return text.find(line + "\n") != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("simulate prints the run as resolved: GPUs, layout, batch, global batch, seq, schedule, calibration", "[cli][output]") {
+  auto r = test::cli("simulate --system gb200-nvl72 --model llama3.1-70b --gpus 64 --tp 4 --batch 2 --seq 2048 --lhs off");
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  // By hand: 64 GPUs over tp 4 leave fsdp 16; MaxText batch 2 per device, a tp group of 4 devices runs
+  // 2 x 4 = 8 sequences, the step 2 x 64 = 128.
+  CHECK(has_line(r.out, "run          llama3.1-70b on 64 x gb200-nvl72 GPUs"));
+  CHECK(has_line(r.out, "layout       fsdp 16 x tp 4 (maxtext order)"));
+  CHECK(has_line(r.out, "batch        2 per device, 8 per model replica, global 128 sequences (grad accum 1), seq 2048"));
+  CHECK(has_line(r.out, "policy       full; weights bf16, attention bf16"));
+  CHECK(has_line(r.out, "schedule     LHS off, pipelined collectives on, pipelined transfers off, double buffering off"));
+  CHECK(has_line(r.out, "calibration  datasheet (uncalibrated)"));
+  CHECK(r.err.empty());
+}
+
+TEST_CASE("simulate --json carries the resolved run and the fsdp degree the GPUs left", "[cli][output]") {
+  auto j = json_of(test::cli("simulate --model llama3.1-8b --gpus 32 --tp 2 --cp 2 --json"));
+  // 32 / (tp 2 x cp 2) = 8: the "0: the rest" of the input is resolved in both objects.
+  CHECK(j["config"]["fsdp"] == 8);
+  CHECK(j["run"]["degrees"]["fsdp"] == 8);
+  CHECK(j["run"]["degrees"]["tp"] == 2);
+  CHECK(j["run"]["gpus"] == 32);
+  CHECK(j["run"]["global_batch"] == 32);  // batch 1 per device x 32 GPUs
+  CHECK(j["run"]["calibration_text"] == "datasheet (uncalibrated)");
+  CHECK(j["warnings"].empty());
+  // Fed back, the resolved config is the same run.
+  auto path = test::temp_dir() / "resolved.json";
+  test::write(path, j["config"].dump());
+  auto again = json_of(test::cli("simulate --config " + path.string() + " --json"));
+  CHECK(again["step_time_s"] == j["step_time_s"]);
+}
+
+TEST_CASE("a calibration profile is named with the system it was fitted on, and warned about elsewhere", "[cli][output]") {
+  auto own = test::cli("simulate --system gb200-nvl72 --calibration gb200-fitted --model llama3.1-8b");
+  REQUIRE(own.status == 0);
+  CHECK(has_line(own.out, "calibration  gb200-fitted (fitted on gb200-nvl72)"));
+  CHECK(own.err.empty());
+  auto other = test::cli("simulate --system vr-nvl144 --calibration gb200-fitted --model llama3.1-8b");
+  REQUIRE(other.status == 0);  // a warning never changes the exit status
+  CHECK(has_line(other.out, "calibration  gb200-fitted (fitted on gb200-nvl72)"));
+  CHECK(has_line(other.err, "hbmsim: warning: calibration gb200-fitted was fitted on gb200-nvl72 and is applied to "
+                            "vr-nvl144 as a what-if"));
+}
+
+TEST_CASE("an MoE model on several GPUs with ep 1 gets a one-line warning; with ep it gets none", "[cli][output]") {
+  const std::string run = "simulate --model deepseek-v3-671b --gpus 256 --seq 1024 --json";
+  auto without = test::cli(run);
+  REQUIRE(without.status == 0);
+  // One line; the largest ep that divides both 256 experts and 256 GPUs is 256.
+  CHECK(std::count(without.err.begin(), without.err.end(), '\n') == 1);
+  CHECK(without.err.rfind("hbmsim: warning: deepseek-v3-671b is a mixture of experts run with ep 1 on 256 GPUs", 0) == 0);
+  CHECK(without.err.find("up to 256") != std::string::npos);
+  CHECK(nlohmann::json::parse(without.out)["warnings"].size() == 1);
+  auto with = test::cli(run + " --ep 64");
+  REQUIRE(with.status == 0);
+  CHECK(with.err.empty());
+}
+
+TEST_CASE("a what-if an order of magnitude off the hardware is warned about in its units", "[cli][output]") {
+  // 288 bytes where 288 GB was meant: 288 / 2.88e11 = 1e-9 of the VR figure.
+  auto r = test::cli("simulate --system vr-nvl144 --model llama3.1-8b --hbm-bytes 288");
+  REQUIRE(r.status == 0);
+  CHECK(has_line(r.err, "hbmsim: warning: hbm_bytes = 288 bytes is 1e-09 x the vr-nvl144 figure (2.88e+11 bytes); "
+                        "the field is in bytes"));
+  CHECK(r.out.find("fits                        NO") != std::string::npos);
+  // 1.5e11 bytes on a 186 GB GB200 is a plausible what-if: no warning.
+  auto fine = test::cli("simulate --system gb200-nvl72 --model llama3.1-8b --hbm-bytes 1.5e11");
+  REQUIRE(fine.status == 0);
+  CHECK(fine.err.empty());
+}
+
+TEST_CASE("hbmsim --version prints the project version; bare hbmsim and bare plan print their help", "[cli][output]") {
+  // The version as the top-level CMakeLists.txt declares it.
+  std::ifstream cm(std::string(HBMSIM_SOURCE_DIR) + "/CMakeLists.txt");
+  std::string text((std::istreambuf_iterator<char>(cm)), std::istreambuf_iterator<char>());
+  std::smatch m;
+  REQUIRE(std::regex_search(text, m, std::regex(R"(project\(hbmsim VERSION ([0-9.]+))")));
+  auto v = test::cli("--version");
+  CHECK(v.status == 0);
+  CHECK(v.out == "hbmsim " + m[1].str() + "\n");
+
+  auto bare = test::cli("");
+  CHECK(bare.status == 0);
+  CHECK(bare.out.find("Subcommands:") != std::string::npos);
+  CHECK(bare.out.find("simulate") != std::string::npos);
+  auto plan = test::cli("plan");
+  CHECK(plan.status == 0);
+  CHECK(plan.out.find("largest-batch") != std::string::npos);
+}
+
+TEST_CASE("each command's help shows its own examples and the options' defaults", "[cli][output]") {
+  auto sim = test::cli("simulate --help");
+  REQUIRE(sim.status == 0);
+  CHECK(sim.out.find("hbmsim simulate --model llama3.1-70b") != std::string::npos);
+  CHECK(sim.out.find("hbmsim sweep") == std::string::npos);
+  CHECK(sim.out.find("--gpus INT") != std::string::npos);
+  CHECK(sim.out.find("(default 8)") != std::string::npos);
+  auto sweep = test::cli("sweep --help");
+  CHECK(sweep.out.find("--resume") != std::string::npos);
+  CHECK(sweep.out.find("hbmsim sweep --model deepseek-v3-671b") != std::string::npos);
+  CHECK(sweep.out.find("hbmsim simulate") == std::string::npos);
+}
+
+TEST_CASE("plan commands print the base run they searched from", "[cli][output]") {
+  auto r = test::cli("plan hbm-needed --model llama3.1-8b --gpus 8 --batch 2");
+  REQUIRE(r.status == 0);
+  CHECK(has_line(r.out, "run          llama3.1-8b on 8 x gb200-nvl72 GPUs"));
+  CHECK(has_line(r.out, "calibration  datasheet (uncalibrated)"));
+}
