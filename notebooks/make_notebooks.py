@@ -148,7 +148,7 @@ at_largest[["system", "placement", "batch", "tflops_per_device", "hbm_peak_gib",
 for system in SYSTEMS:
     fig = plots.tflops_vs_batch(cap[cap.system == system], line="placement",
                                 path=FIG_DIR / f"02_dsv3_tflops_vs_batch_{system}.png",
-                                title=f"DeepSeek-V3 671B on {system}, 128 GPUs, EP 64 (x: does not fit)")
+                                title=f"DeepSeek-V3 671B on {system}, 128 GPUs, EP 64")
     display(fig)'''),
     ("md", '''\
 ## Every placement of the four tensors on GB200 NVL72
@@ -158,18 +158,16 @@ and more TFLOP/s.'''),
     ("code", '''\
 axes = {"batch": [2, 4, 8, 16], **{f"tensor.{n}": ["remat", "device", "offload"] for n in NAMES}}
 par = hbmsim.sweep(axes, base={**DSV3, "system": "gb200-nvl72"}, jobs=2)
-short = {"remat": "R", "device": "D", "offload": "O"}
-par["label"] = ("b" + par.batch.astype(str) + " " +
-                par[[f"tensor.{n}" for n in NAMES]].apply(lambda r: "".join(short[v] for v in r), axis=1))
+par["placements"] = par.apply(plots.describe_placements, axis=1)  # e.g. "keep mla_q; offload mla_kv; recompute ..."
 fits = par[par.fits == True]
 front = plots.pareto_front(fits)
-print(len(par), "points,", len(fits), "fit; labels: batch, then mla_q mla_kv moe_mlpwi_0 moe_mlpwi_1 as R/D/O")
-front[["label", "tflops_per_device", "hbm_peak_bytes", "host_peak_bytes"]].assign(
+print(len(par), "points,", len(fits), "fit,", len(front), "on the Pareto front")
+front[["batch", "placements", "tflops_per_device", "hbm_peak_bytes", "host_peak_bytes"]].assign(
     hbm_peak_gib=lambda d: d.hbm_peak_bytes / GIB, host_peak_gib=lambda d: d.host_peak_bytes / GIB).drop(
     columns=["hbm_peak_bytes", "host_peak_bytes"]).style.format(precision=1)'''),
     ("code", '''\
-fig = plots.pareto(par, label="label", path=FIG_DIR / "02_dsv3_pareto_gb200-nvl72.png",
-                   title="DeepSeek-V3 on GB200 NVL72: HBM peak vs TFLOP/s over all placements (dashed: HBM capacity)")
+fig = plots.pareto(par, path=FIG_DIR / "02_dsv3_pareto_gb200-nvl72.png",
+                   title="DeepSeek-V3 on GB200 NVL72: HBM peak vs TFLOP/s over all placements of 4 tensors")
 fig'''),
     ("md", '''\
 ## Llama 3.1 405B: break-even host-link bandwidth for QKV offload

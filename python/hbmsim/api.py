@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -28,6 +29,11 @@ _LEADING_COLUMNS = [
 _LEADING_GROUPS = ["exposed_s.", "busy_s.", "hbm_breakdown_bytes."]
 
 
+class HbmsimWarning(UserWarning):
+    """An input that is legal but probably not what was meant (MoE with ep 1, a profile fitted on another
+    system, a what-if an order of magnitude off the hardware); the CLI prints the same lines on stderr."""
+
+
 class Result(dict):
     """One simulated step: the fields of ``hbmsim simulate --json`` (a dict, also readable as attributes).
 
@@ -35,7 +41,8 @@ class Result(dict):
     hbm_peak_time_s, hbm_capacity_bytes, hbm_breakdown_bytes (at the peak, by category), host_peak_bytes,
     host_capacity_bytes, exposed_s / busy_s / comm_bytes (by queue), tokens_per_device_per_step,
     tokens_per_s_per_device, global_batch, grad_accum, mesh, model_flops_per_device, executed_flops_per_device,
-    events, ops, config (the resolved configuration); with pipeline parallelism (pp > 1) also stages (one dict
+    events, ops, config (the configuration, fsdp resolved), run (the resolved run: degrees, batch in both meanings,
+    schedule flags, calibration and the system it was fitted on), warnings (also issued as HbmsimWarning); with pipeline parallelism (pp > 1) also stages (one dict
     per stage: stage, layers, hbm_peak_bytes, hbm_breakdown_bytes, host_peak_bytes, compute_busy_s, idle_s,
     bubble_s, exposed_s, busy_s, comm_bytes, fits; the top-level memory figures are the worst stage's, the
     per-queue ones the mean over stages). With ``trace=True`` also timeline ([[t_s, hbm_bytes, host_bytes], ...],
@@ -148,6 +155,42 @@ def _axes(axes: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> tuple[list[tup
     return out, originals
 
 
+def _field_types() -> dict[str, str]:
+    """Config field -> its type in the simulator's table: text, integer, number or on/off."""
+    global _FIELD_TYPES
+    if _FIELD_TYPES is None:
+        _FIELD_TYPES = {f["name"]: f["type"] for f in _hbmsim.field_table()}
+    return _FIELD_TYPES
+
+
+_FIELD_TYPES: dict[str, str] | None = None
+
+
+def _flag_value(name: str, value: Any) -> Any:
+    """A keyword value read as the CLI reads the same field's flag (``--lhs on``, ``--batch 2``): text for an
+    on/off field (on/off, true/false, yes/no, 1/0) or a number field becomes the bool or number the flag would
+    give, through the simulator's own flag parser. A bool, a number in a number field, and every text field pass
+    through unchanged; so does anything the parser refuses to treat as text (the config check then names it)."""
+    kind = _field_types().get(name)
+    if kind is None or kind == "text" or isinstance(value, (bool, np.bool_)):
+        return value
+    if isinstance(value, bytes):
+        value = value.decode()
+    if kind == "on/off":
+        as_text = isinstance(value, str) or hasattr(value, "__index__")  # "on", "yes", 1, 0 as --lhs 1 / --lhs 0
+    else:
+        as_text = isinstance(value, str)  # "2", "9.6e10" as --batch 2, --hbm-bytes 9.6e10
+    if not as_text:
+        return value
+    text = _value_text(value)
+    try:
+        (point,) = _hbmsim.expand_sweep({}, [(name, [text])], "")
+    except ValueError as e:
+        msg = str(e)
+        raise ValueError(msg[len("--axis "):] if msg.startswith("--axis ") else msg) from None
+    return point["config"][name]
+
+
 # ---- results ----
 
 def _flatten(report: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[str, Any]]:
@@ -194,14 +237,19 @@ def simulate(config: Mapping[str, Any] | str | os.PathLike | None = None, *, tra
     """Simulates one training step of one representative device.
 
     config: a dict with ``simulate --config`` keys, a path to such a JSON file, or None (defaults);
-    keyword arguments override single keys, e.g. ``simulate(cfg, batch=4, policy="save_qkv_proj")``.
+    keyword arguments override single keys, e.g. ``simulate(cfg, batch=4, policy="save_qkv_proj")``, and take
+    what the same field's CLI flag takes: ``lhs="on"`` / ``"off"`` (or true/false, yes/no, 1/0, as ``--lhs``),
+    ``batch="2"``, ``hbm_bytes="9.6e10"``. (A config dict or file is read as a ``--config`` JSON file is.)
     trace: also record the memory timeline and the Chrome trace (``Result.timeline`` / ``Result.trace``).
     Returns a :class:`Result` with the same fields as ``hbmsim simulate --json``.
     Raises ValueError for bad input; the message names the JSON path and the value.
     """
     doc, origin = _load_config(config)
-    doc.update(fields)
-    return Result(_hbmsim.simulate(doc, trace, origin))
+    doc.update({k: _flag_value(k, v) for k, v in fields.items()})
+    result = Result(_hbmsim.simulate(doc, trace, origin))
+    for message in result["warnings"]:  # what the CLI prints on stderr
+        warnings.warn(message, HbmsimWarning, stacklevel=2)
+    return result
 
 
 def expand_sweep(axes: Mapping[str, Sequence[Any]] | Iterable[tuple[str, Sequence[Any]]],
@@ -220,6 +268,27 @@ def _run_chunk(base: dict, axes: list[tuple[str, list[str]]], where: str, indice
     return _hbmsim.sweep(base, axes, where, jobs, indices)
 
 
+def _row_text(row: dict) -> str:
+    return json.dumps(row, sort_keys=True, default=str)
+
+
+def _merge_chunks(indices: list[int], chunk_rows: Iterable[list[dict]]) -> tuple[list[dict], list[int]]:
+    """The rows of the sweep points ``indices``, one per index, from the chunks' results, and the indices no
+    chunk returned. A row delivered twice (a chunk run again after its worker died, by a retry, ...) counts
+    once; two different rows for one point, or a row for a point not asked for, are an error."""
+    wanted = set(indices)
+    by_index: dict[int, dict] = {}
+    for rows in chunk_rows:
+        for row in rows:
+            i = row["index"]
+            if i not in wanted:
+                raise RuntimeError(f"hbmsim.sweep on Dask: a chunk returned point {i}, which was not asked for")
+            if i in by_index and by_index[i] != row and _row_text(by_index[i]) != _row_text(row):  # NaN != NaN
+                raise RuntimeError(f"hbmsim.sweep on Dask: point {i} came back twice with different results")
+            by_index.setdefault(i, row)
+    return [by_index[i] for i in indices if i in by_index], [i for i in indices if i not in by_index]
+
+
 def _sweep_on_dask(client: Any, base: dict, axes: list[tuple[str, list[str]]], where: str, jobs: int,
                    chunks: int | None) -> list[dict]:
     points = _hbmsim.expand_sweep(base, axes, where)  # bad axes or where fail here, before any submission
@@ -232,10 +301,27 @@ def _sweep_on_dask(client: Any, base: dict, axes: list[tuple[str, list[str]]], w
     chunks = max(1, min(int(chunks), len(indices)))
     # Interleaved chunks balance the load when cost grows along an axis (batch, seq).
     parts = [indices[k::chunks] for k in range(chunks)]
-    futures = [client.submit(_run_chunk, base, axes, where, part, jobs, pure=False) for part in parts]
-    rows: list[dict] = []
-    for part_rows in client.gather(futures):
-        rows.extend(part_rows)
+    # Each task is keyed by what it computes (the sweep's configuration and the chunk's points): the scheduler
+    # runs a task again when the worker that ran it or held its result dies, and a key names one result however
+    # often it is computed. The rows are then merged by point index, each point exactly once.
+    try:
+        from dask.base import tokenize
+        token = tokenize(json.dumps(base, sort_keys=True, default=str), axes, where)
+    except ImportError:  # a client that is not Dask's: keys by content all the same
+        import hashlib
+        token = hashlib.sha1(json.dumps([base, axes, where], sort_keys=True, default=str).encode()).hexdigest()
+
+    def submit(part: list[int], kind: str = "chunk") -> Any:
+        return client.submit(_run_chunk, base, axes, where, part, jobs,
+                             key=f"hbmsim-sweep-{kind}-{token}-{part[0]}-{len(part)}-{part[-1]}")
+
+    rows, missing = _merge_chunks(indices, client.gather([submit(part) for part in parts]))
+    if missing:  # no chunk returned these points: run them once more, then give up loudly rather than drop them
+        more, missing = _merge_chunks(missing, client.gather([submit(missing, "rerun")]))
+        rows += more
+        if missing:
+            raise RuntimeError(f"hbmsim.sweep on Dask: no result for points {missing[:10]}"
+                               f"{' ...' if len(missing) > 10 else ''} after running them again")
     return rows
 
 
@@ -251,8 +337,9 @@ def sweep(axes: Mapping[str, Sequence[Any]] | Iterable[tuple[str, Sequence[Any]]
     jobs: C++ threads (per Dask task when ``client`` is given).
     client: a ``dask.distributed.Client``; the points are split into ``chunks`` (default 4 per worker)
     tasks, each worker imports hbmsim and runs its chunk through the C++ sweep, and the rows are gathered.
-    The result equals the local one. The workers must be able to import this same hbmsim (same
-    PYTHONPATH / install). To use an existing cluster::
+    The result equals the local one, also when workers die during the sweep: Dask runs their tasks again
+    elsewhere, tasks are keyed by the points they compute, and the rows are merged by point, each once.
+    The workers must be able to import this same hbmsim (same PYTHONPATH / install). To use an existing cluster::
 
         from dask.distributed import Client
         client = Client("tcp://scheduler:8786")

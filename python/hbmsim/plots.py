@@ -12,6 +12,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.text import Text
+from matplotlib.transforms import Bbox
 
 from .api import Result
 
@@ -22,6 +25,22 @@ _STREAM_COLORS = {"compute": "tab:blue", "fsdp": "tab:orange", "ep": "tab:purple
                   "cp": "tab:pink", "dp": "tab:olive", "d2h": "tab:red", "h2d": "tab:green"}
 _CATEGORY_ORDER = ["parameters", "optimizer_state", "gradients", "gathered_weights", "saved_activations",
                    "offload_buffers", "collective_buffers", "workspace", "runtime_reserve"]
+# One colour per HBM category, used by every figure (the stacked area and the bar at the peak alike), whether or
+# not a category is present in a given result. None of them is the black of the HBM total or the green of host.
+CATEGORY_COLORS = {
+    "parameters": "#1f77b4", "optimizer_state": "#ff7f0e", "gradients": "#bcbd22", "gathered_weights": "#d62728",
+    "saved_activations": "#9467bd", "offload_buffers": "#8c564b", "collective_buffers": "#e377c2",
+    "workspace": "#7f7f7f", "runtime_reserve": "#17becf",
+}
+_EXTRA_COLORS = ["#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2", "#dbdb8d"]
+_AREA_ALPHA = 0.6
+
+
+def category_color(category: str) -> str:
+    """The fixed colour of an HBM category (a category outside the known ones gets a stable colour by name)."""
+    if category in CATEGORY_COLORS:
+        return CATEGORY_COLORS[category]
+    return _EXTRA_COLORS[sum(map(ord, category)) % len(_EXTRA_COLORS)]
 
 
 def _figure(width: float = 9, height: float = 4.5) -> Figure:
@@ -45,49 +64,63 @@ def _title(result: Mapping[str, Any]) -> str:
 
 def hbm_timeline(result: Mapping[str, Any], path: str | os.PathLike | None = None) -> Figure:
     """HBM and pinned-host memory over one step, with both capacities, from a ``simulate(..., trace=True)``
-    result: HBM stacked by category over time (and its total as a line), and on the right the breakdown at
-    the peak (``hbm_breakdown_bytes``)."""
+    result: HBM stacked by category over time (and its total as a black line), and on the right the breakdown
+    at the peak (``hbm_breakdown_bytes``). Each category has one colour in both (``CATEGORY_COLORS``); the
+    legend sits outside the axes, right of the bar, with each category's GiB at the peak."""
     if "timeline" not in result:
         raise ValueError("hbm_timeline needs a result simulated with trace=True")
     tl = np.asarray(result["timeline"], dtype=float).reshape(-1, 3)
-    fig = _figure(10, 4.5)
-    ax, bar = fig.subplots(1, 2, gridspec_kw={"width_ratios": [5, 1]})
+    fig = _figure(12, 4.8)
+    ax, bar = fig.subplots(1, 2, gridspec_kw={"width_ratios": [6, 1]})
+    breakdown = {k: float(v) for k, v in result.get("hbm_breakdown_bytes", {}).items()}
+    in_time: dict[str, np.ndarray] = {}
     if "timeline_hbm_by_category" in result:
-        # Stacked by category over the step; the line on top is the total.
         names = list(result["timeline_categories"])
         cats = np.asarray(result["timeline_hbm_by_category"], dtype=float).reshape(len(tl), len(names))
-        order = [names.index(c) for c in _CATEGORY_ORDER if c in names] + \
-            [i for i, c in enumerate(names) if c not in _CATEGORY_ORDER]
-        order = [i for i in order if cats[:, i].max(initial=0) > 0]
-        ax.stackplot(tl[:, 0], *(cats[:, i] / GIB for i in order), step="post", alpha=0.6,
-                     labels=[names[i] for i in order], colors=[f"C{k % 10}" for k in range(len(order))])
-    ax.step(tl[:, 0], tl[:, 1] / GIB, where="post", color="tab:blue", label="HBM in use")
-    ax.step(tl[:, 0], tl[:, 2] / GIB, where="post", color="tab:green", label="pinned host in use")
-    ax.axhline(result["hbm_capacity_bytes"] / GIB, color="tab:blue", ls="--", lw=1, label="HBM capacity")
+        in_time = {n: cats[:, i] for i, n in enumerate(names) if cats[:, i].max(initial=0) > 0}
+    # Every category that shows anywhere (over time or at the peak), in the fixed order, one colour each.
+    present = set(in_time) | {c for c, v in breakdown.items() if v > 0}
+    order = [c for c in _CATEGORY_ORDER if c in present] + sorted(present - set(_CATEGORY_ORDER))
+    stacked = [c for c in order if c in in_time]
+    if stacked:
+        ax.stackplot(tl[:, 0], *(in_time[c] / GIB for c in stacked), step="post", alpha=_AREA_ALPHA,
+                     colors=[category_color(c) for c in stacked], labels=stacked, linewidth=0)
+    lines = [
+        ax.step(tl[:, 0], tl[:, 1] / GIB, where="post", color="black", lw=1, label="HBM in use (total)")[0],
+        ax.step(tl[:, 0], tl[:, 2] / GIB, where="post", color="tab:green", lw=1.5, label="pinned host in use")[0],
+        ax.axhline(result["hbm_capacity_bytes"] / GIB, color="black", ls="--", lw=1,
+                   label=f"HBM capacity {result['hbm_capacity_bytes'] / GIB:.0f} GiB"),
+    ]
     host_cap = result.get("host_capacity_bytes", 0)
+    tops = [result["hbm_capacity_bytes"], result["hbm_peak_bytes"], tl[:, 1:].max(initial=0)]
     if host_cap and host_cap < 4 * max(result["hbm_capacity_bytes"], tl[:, 2].max(initial=0)):
-        ax.axhline(host_cap / GIB, color="tab:green", ls="--", lw=1, label="host capacity per GPU")
-    ax.plot([result["hbm_peak_time_s"]], [result["hbm_peak_bytes"] / GIB], "v", color="black",
-            label=f"HBM peak {result['hbm_peak_bytes'] / GIB:.1f} GiB")
+        tops.append(host_cap)
+        lines.append(ax.axhline(host_cap / GIB, color="tab:green", ls="--", lw=1,
+                                label=f"host capacity per GPU {host_cap / GIB:.0f} GiB"))
+    lines.append(ax.plot([result["hbm_peak_time_s"]], [result["hbm_peak_bytes"] / GIB], "v", color="black",
+                         label=f"HBM peak {result['hbm_peak_bytes'] / GIB:.1f} GiB")[0])
     ax.set_xlabel("time in step (s)")
     ax.set_ylabel("GiB per device")
     ax.set_title(_title(result), fontsize=10)
     ax.set_xlim(0, max(result.get("step_time_s", 0), tl[-1, 0] if len(tl) else 0))
-    ax.set_ylim(bottom=0)
-    ax.legend(loc="upper left", fontsize=6, ncol=2)
+    ax.set_ylim(0, 1.08 * max(tops) / GIB)
     ax.grid(alpha=0.3)
-    breakdown = result.get("hbm_breakdown_bytes", {})
     bottom = 0.0
-    cats = [c for c in _CATEGORY_ORDER if breakdown.get(c, 0) > 0] + \
-        sorted(c for c in breakdown if c not in _CATEGORY_ORDER and breakdown[c] > 0)
-    for i, cat in enumerate(cats):
-        v = breakdown[cat] / GIB
-        bar.bar([0], [v], bottom=bottom, color=f"C{i % 10}", label=f"{cat} {v:.1f}")
+    handles = []
+    for cat in order:
+        v = breakdown.get(cat, 0.0) / GIB
+        (rect,) = bar.bar([0], [v], bottom=bottom, color=category_color(cat), alpha=_AREA_ALPHA, gid=f"peak:{cat}")
+        rect.set_label(f"{cat}: {v:.1f} GiB at peak")
+        handles.append(rect)
         bottom += v
     bar.set_xticks([0], ["at peak"])
     bar.set_ylim(ax.get_ylim())
-    bar.set_yticklabels([])
-    bar.legend(fontsize=6, loc="lower left", bbox_to_anchor=(0, 1.0), frameon=False)
+    bar.tick_params(axis="y", labelleft=False)
+    bar.grid(axis="y", alpha=0.3)
+    bar.set_title(f"{result['hbm_peak_bytes'] / GIB:.1f} GiB", fontsize=9)
+    # One legend outside the axes (right of the bar): the categories (same colours in area and bar), then the lines.
+    bar.legend(handles=handles[::-1] + lines, fontsize=7, loc="upper left", bbox_to_anchor=(1.05, 1.0),
+               borderaxespad=0, title="HBM by category (top first)", title_fontsize=7)
     return _finish(fig, path)
 
 
@@ -126,26 +159,49 @@ def resource_timeline(result: Mapping[str, Any], path: str | os.PathLike | None 
     return _finish(fig, path)
 
 
+def _powers_of_two_wide(values: Any) -> bool:
+    """True for positive whole powers of two spanning at least a factor 8 (1, 2, 4, 8, ...): a geometric sweep."""
+    v = np.unique(np.asarray(values, dtype=float))
+    v = v[np.isfinite(v)]
+    if len(v) < 3 or (v <= 0).any():
+        return False
+    e = np.log2(v)
+    return bool(np.allclose(e, np.round(e)) and v.max() / v.min() >= 8)
+
+
 def tflops_vs_batch(df: pd.DataFrame, path: str | os.PathLike | None = None, batch: str = "batch",
                     line: str = "policy", y: str = "tflops_per_device", title: str | None = None) -> Figure:
     """TFLOP/s per device against per-device batch, one line per ``line`` value (default: policy). Points
-    that do not fit (``fits`` False) are drawn as crosses; bad-input rows (``error``) are left out."""
+    that do not fit (``fits`` False) are drawn as crosses, with a legend entry; bad-input rows (``error``) are
+    left out. The batch axis is linear, except for a sweep over powers of two spanning a factor 8 or more,
+    which is drawn on a log2 axis with the batches themselves as tick labels."""
     d = df[df["error"] == ""] if "error" in df else df
     fig = _figure(8, 4.5)
     ax = fig.subplots()
+    any_oom = False
     for i, (key, g) in enumerate(d.groupby(line, sort=True)):
         g = g.sort_values(batch)
         color = f"C{i % 10}"
-        ax.plot(g[batch], g[y], "-", color=color, alpha=0.5)
         fits = g["fits"].astype(bool) if "fits" in g else pd.Series(True, index=g.index)
+        ax.plot(g[batch], g[y], "-", color=color, alpha=0.5)
         ax.plot(g.loc[fits, batch], g.loc[fits, y], "o", color=color, label=str(key))
-        ax.plot(g.loc[~fits, batch], g.loc[~fits, y], "x", color=color, ms=8)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel(f"per-device {batch}")
+        if (~fits).any():
+            any_oom = True
+            ax.plot(g.loc[~fits, batch], g.loc[~fits, y], "x", color=color, ms=8, mew=1.5)
+    batches = np.unique(d[batch].astype(float)) if len(d) else np.array([])
+    if _powers_of_two_wide(batches):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(batches, [f"{b:g}" for b in batches])
+        ax.minorticks_off()
+    handles, _ = ax.get_legend_handles_labels()
+    if any_oom:
+        handles.append(Line2D([], [], ls="none", marker="x", ms=8, mew=1.5, color="dimgray",
+                              label="does not fit in HBM (cross, line's colour)"))
+    ax.set_xlabel(f"per-device {batch}" + (" (log scale)" if ax.get_xscale() == "log" else ""))
     ax.set_ylabel("model TFLOP/s per device")
-    ax.set_title(title or "TFLOP/s vs batch (x: does not fit)", fontsize=10)
+    ax.set_title(title or "TFLOP/s per device vs per-device batch", fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
+    ax.legend(handles=handles, fontsize=7, loc="best")
     return _finish(fig, path)
 
 
@@ -160,40 +216,137 @@ def pareto_front(df: pd.DataFrame, x: str = "hbm_peak_bytes", y: str = "tflops_p
     return d.loc[keep]
 
 
+# How a checkpoint placement (``tensors`` / ``tensor.NAME``: "device" | "remat" | "offload") reads in a figure.
+PLACEMENT_WORDS = {"device": "keep", "remat": "recompute", "offload": "offload"}
+
+
+def describe_placements(row: Mapping[str, Any]) -> str:
+    """A readable summary of a sweep row's ``tensor.NAME`` columns, e.g. ``"offload mla_q, mla_kv; recompute
+    moe_mlpwi_0, moe_mlpwi_1"`` (placements in the order keep, offload, recompute; "" without such columns)."""
+    groups: dict[str, list[str]] = {}
+    for k, v in row.items():
+        if isinstance(k, str) and k.startswith("tensor.") and isinstance(v, str):
+            groups.setdefault(v, []).append(k[len("tensor."):])
+    parts = []
+    for placement in ["device", "offload", "remat", *sorted(set(groups) - set(PLACEMENT_WORDS))]:
+        if placement in groups:
+            parts.append(f"{PLACEMENT_WORDS.get(placement, placement)} {', '.join(groups[placement])}")
+    return "; ".join(parts)
+
+
+def _overlaps(a: Any, b: Any, pad: float = 1.0) -> bool:
+    return not (a.x1 + pad <= b.x0 or b.x1 + pad <= a.x0 or a.y1 + pad <= b.y0 or b.y1 + pad <= a.y0)
+
+
 def pareto(df: pd.DataFrame, path: str | os.PathLike | None = None, x: str = "hbm_peak_bytes",
-           y: str = "tflops_per_device", label: str | None = None, title: str | None = None) -> Figure:
+           y: str = "tflops_per_device", label: str | None = None, title: str | None = None,
+           batch: str = "batch", max_labels: int = 14) -> Figure:
     """HBM peak (GiB) against TFLOP/s per device for every row, and the Pareto front (less HBM, more
-    TFLOP/s) of the rows that fit (all rows when there is no ``fits`` column) highlighted; front points are
-    labelled with column ``label`` where there is room. Dashed: the HBM capacity."""
+    TFLOP/s) of the rows that fit (all rows when there is no ``fits`` column) highlighted.
+
+    Front points are numbered where a number fits without touching another (the largest throughput steps
+    first, at most ``max_labels``); the panel on the right spells each number out: batch, HBM, TFLOP/s and
+    the configuration (column ``label`` if given, else the ``tensor.NAME`` placements in words, else
+    ``placement`` or ``policy``). Dashed vertical lines: the HBM capacity of every system present (legend).
+    Rows whose HBM peak is far past the largest capacity are drawn at the right edge as ">" markers (legend:
+    how many) instead of stretching the axis."""
     d = df[df["error"] == ""] if "error" in df else df
+    d = d.dropna(subset=[x, y])
     fits = d["fits"].astype(bool) if "fits" in d else pd.Series(True, index=d.index)
     front = pareto_front(d[fits], x, y)
-    fig = _figure(8, 5)
-    ax = fig.subplots()
+    fig = _figure(13, 6.5)
+    ax, side = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.3, 1]})
     scale = GIB if x.endswith("_bytes") else 1.0
-    ax.scatter(d.loc[fits, x] / scale, d.loc[fits, y], s=14, color="tab:gray", alpha=0.6, label="fits")
-    ax.scatter(d.loc[~fits, x] / scale, d.loc[~fits, y], s=14, marker="x", color="tab:red", alpha=0.5,
+    xs = d[x] / scale
+
+    # HBM capacity of every system present, one legend entry each.
+    caps: list[tuple[str, float]] = []
+    if "hbm_capacity_bytes" in d and x == "hbm_peak_bytes" and len(d):
+        by = d.groupby("system")["hbm_capacity_bytes"] if "system" in d else {"": d["hbm_capacity_bytes"]}.items()
+        for name, col in by:
+            for cap in sorted(set(col.dropna())):
+                caps.append((str(name), cap / GIB))
+    # The x range: everything that fits, capacities, and what does not fit up to 1.5 x the largest capacity.
+    limit = None
+    if caps and len(d):
+        lo = min(xs.min(), min(c for _, c in caps))
+        hi = max([c for _, c in caps] + list(xs[fits]))
+        limit = max(1.5 * max(c for _, c in caps), 1.05 * hi)
+        if xs.max() <= limit:
+            limit = None
+        else:
+            ax.set_xlim(lo - 0.03 * (limit - lo), limit + 0.03 * (limit - lo))
+    clipped = (xs > limit) if limit is not None else pd.Series(False, index=d.index)
+
+    ax.scatter(xs[fits], d.loc[fits, y], s=14, color="tab:gray", alpha=0.6, label="fits")
+    ax.scatter(xs[~fits & ~clipped], d.loc[~fits & ~clipped, y], s=16, marker="x", color="tab:red", alpha=0.6,
                label="does not fit")
+    if clipped.any():
+        ax.scatter(np.full(int(clipped.sum()), limit), d.loc[clipped, y], s=30, marker=">", color="tab:red",
+                   alpha=0.6, zorder=4, gid="clipped",
+                   label=f"does not fit, HBM peak beyond the axis ({int(clipped.sum())}: "
+                         f"{xs[clipped].min():.0f}-{xs[clipped].max():.0f} GiB)")
     ax.step(front[x] / scale, front[y], where="post", color="tab:blue", lw=1.5)
     ax.scatter(front[x] / scale, front[y], s=40, color="tab:blue", zorder=3, label="Pareto front (fitting)")
-    if "hbm_capacity_bytes" in d and x == "hbm_peak_bytes" and len(d):
-        for cap in sorted(set(d["hbm_capacity_bytes"].dropna())):
-            ax.axvline(cap / GIB, color="black", ls="--", lw=1)
-    if label is not None and len(d):
-        # Skip labels that would land on the previous one (in axis fractions).
-        xr = (d[x].max() - d[x].min()) / scale or 1.0
-        yr = (d[y].max() - d[y].min()) or 1.0
-        last = None
-        for _, r in front.iterrows():
-            px, py = r[x] / scale, r[y]
-            if last is None or abs(px - last[0]) / xr > 0.06 or abs(py - last[1]) / yr > 0.04:
-                ax.annotate(str(r[label]), (px, py), fontsize=6, xytext=(4, -8), textcoords="offset points")
-                last = (px, py)
+    for k, (name, cap) in enumerate(caps):
+        ax.axvline(cap, color="black", ls=["--", ":", "-.", (0, (5, 1))][k % 4], lw=1,
+                   label=f"HBM capacity{' ' + name if name else ''}: {cap:.0f} GiB")
     ax.set_xlabel("HBM peak (GiB per device)" if scale == GIB else x)
     ax.set_ylabel("model TFLOP/s per device")
-    ax.set_title(title or "HBM vs throughput (dashed: HBM capacity)", fontsize=10)
+    ax.set_title(title or "HBM peak vs TFLOP/s per device (blue: Pareto front of the fitting configurations)",
+                 fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
+    # The legend goes under the table on the right, off the data.
+    side.legend(*ax.get_legend_handles_labels(), fontsize=7, loc="lower left", borderaxespad=0)
+
+    # Number the front points where a number fits, largest throughput steps first.
+    side.set_axis_off()
+    rows: list[str] = []
+    if len(front):
+        fig.canvas.draw()  # lay out once; then freeze the layout so the numbers' positions stay where checked
+        fig.set_layout_engine("none")
+        renderer = fig.canvas.get_renderer()
+        axbox = ax.get_window_extent(renderer)
+        gain = front[y].diff().fillna(np.inf)
+        placed: list[Any] = []
+        # The markers of the fitting points are taken too: a number must not sit on a point.
+        pts = ax.transData.transform(np.column_stack([xs[fits & ~clipped], d.loc[fits & ~clipped, y]]))
+        r_px = 4.0 * fig.dpi / 72
+        taken: list[Any] = [Bbox([[px - r_px, py - r_px], [px + r_px, py + r_px]]) for px, py in pts]
+        offsets = [(dx, dy) for r_pt in (7, 13, 20) for dx, dy in
+                   [(r_pt, -4), (-r_pt, 4), (r_pt, 4), (-r_pt, -10), (0, r_pt), (0, -r_pt - 6)]]
+        chosen = []
+        for idx in gain.sort_values(ascending=False, kind="stable").index:
+            if len(chosen) >= max_labels:
+                break
+            r = front.loc[idx]
+            for dx, dy in offsets:
+                t = ax.annotate("00", (r[x] / scale, r[y]), xytext=(dx, dy), textcoords="offset points", fontsize=7,
+                                color="tab:blue", fontweight="bold", ha="left" if dx >= 0 else "right", zorder=5,
+                                bbox=dict(boxstyle="square,pad=0.05", fc="white", ec="none", alpha=0.8),
+                                arrowprops=dict(arrowstyle="-", lw=0.6, color="tab:blue", shrinkA=0, shrinkB=2))
+                t.update_positions(renderer)
+                box = Text.get_window_extent(t, renderer)  # the number alone, not its leader line
+                inside = axbox.x0 <= box.x0 and box.x1 <= axbox.x1 and axbox.y0 <= box.y0 and box.y1 <= axbox.y1
+                if inside and not any(_overlaps(box, b) for b in placed + taken):
+                    placed.append(box)
+                    chosen.append((idx, t))
+                    break
+                t.remove()
+        chosen.sort(key=lambda it: (front.loc[it[0], x], -front.loc[it[0], y]))
+        for n, (idx, t) in enumerate(chosen, start=1):
+            t.set_text(str(n))  # placed as "00": no wider than that
+            t.set_gid(f"front-label:{n}")
+            r = front.loc[idx]
+            what = str(r[label]) if label is not None and label in r else (
+                describe_placements(r) or str(r.get("placement", r.get("policy", ""))))
+            head = f"{n:>2}. batch {r[batch]:g}" if batch in r else f"{n:>2}."
+            rows.append(f"{head}: {r[x] / scale:.1f} GiB, {r[y]:.0f} TFLOP/s\n      {what}")
+    header = f"Pareto front: {len(front)} configurations" + (
+        f", {len(rows)} numbered where there is room" if len(rows) < len(front) else "")
+    side.text(0, 1, header, fontsize=8, fontweight="bold", va="top", transform=side.transAxes)
+    side.text(0, 0.95, "\n".join(rows), fontsize=7, va="top", family="monospace", transform=side.transAxes,
+              gid="front-table", linespacing=1.45)
     return _finish(fig, path)
 
 
@@ -230,6 +383,14 @@ def predicted_vs_reported(repro: Any, path: str | os.PathLike | None = None) -> 
     return _finish(fig, path)
 
 
+# The y label of :func:`residuals` per error column: the quantity, its unit, what it is compared with.
+RESIDUAL_LABELS = {
+    "tflops_error": "TFLOP/s per device:\npredicted vs measured (%)",
+    "hbm_error": "HBM peak (GiB per device):\npredicted vs measured (%)",
+    "host_error": "pinned host peak (GiB per device):\npredicted vs measured (%)",
+}
+
+
 def residuals(reproductions: Mapping[str, Any], path: str | os.PathLike | None = None,
               what: str = "tflops_error") -> Figure:
     """Relative errors (predicted / reported - 1, in %) per reference run, one bar group per labelled
@@ -245,8 +406,9 @@ def residuals(reproductions: Mapping[str, Any], path: str | os.PathLike | None =
         ax.bar(xs - 0.4 + w * (k + 0.5), err.fillna(0), w, label=label, color=f"C{k}")
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xticks(xs, ids, rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel(f"{what.replace('_error', '')} error (%)")
-    ax.set_title("Residuals per reference run (runs without a reported figure: no bar)", fontsize=10)
+    ax.set_ylabel(RESIDUAL_LABELS.get(what, f"{what} (predicted / measured - 1, %)"))
+    ax.set_title("Residuals per reference run: predicted / measured - 1 (runs without a measured figure: no bar)",
+                 fontsize=10)
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8)
     return _finish(fig, path)

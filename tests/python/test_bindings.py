@@ -1,8 +1,10 @@
 """The Python package against the CLI: same reports, same sweeps, same reproduction, same errors."""
 import json
 import math
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -304,3 +306,82 @@ def test_switches_take_the_cli_words():
     assert hbmsim.simulate(dict(base, lhs="on")).step_time_s == hbmsim.simulate(dict(base, lhs=True)).step_time_s
     with pytest.raises(ValueError, match='lhs = "maybe"'):
         hbmsim.simulate(dict(base, lhs="maybe"))
+
+
+ON_OFF_SPELLINGS = ["on", "off", "true", "false", "yes", "no", "1", "0"]
+FLAG_TEXTS = {  # a valid flag text per number / integer field (the default config otherwise)
+    "gpus": "16", "batch": "2", "micro_batch": "0", "global_batch": "0", "seq": "2048", "grad_accum": "2", "fsdp": "0",
+    "tp": "2", "ep": "1", "dp": "1", "cp": "1", "pp": "1", "vp": "1", "microbatches": "0", "first_stage_layers": "0",
+    "last_stage_layers": "0", "moe_batch_split": "1", "memory_limit_slop": "0.9", "host_link_bytes_per_s": "3.3e10",
+    "hbm_bytes": "9.6e10",
+}
+TEXT_VALUES = {"policy": "save_qkv_proj", "weights": "fp8", "attention_dtype": "fp8", "cp_exchange": "ring",
+               "mesh_order": "megatron", "pp_schedule": "gpipe", "system": "h200-hgx", "model": "llama3.1-70b"}
+
+
+def _cli_or_error(cli, *args):
+    p = run_cli(cli, "simulate", *args, "--json", check=False)
+    return json.loads(p.stdout) if p.returncode == 0 else p.stderr
+
+
+def _python_or_error(**kw):
+    try:
+        return dict(hbmsim.simulate(**kw))
+    except ValueError as e:
+        return e
+
+
+def test_every_field_keyword_takes_the_cli_flag_spellings(cli):
+    # Issue #20: a keyword takes what the same field's flag takes. Every on/off field with every spelling the
+    # CLI reads (on/off, true/false, yes/no, 1/0), every number/integer field as text: the same report.
+    table = hbmsim.field_table()
+    on_off = [f for f in table.index if table.loc[f, "type"] == "on/off"]
+    numbers = [f for f in table.index if table.loc[f, "type"] in ("integer", "number")]
+    assert "lhs" in on_off and set(numbers) == set(FLAG_TEXTS), "a field was added: give it a flag text here"
+    cases = [(f, s) for f in on_off for s in ON_OFF_SPELLINGS] + list(FLAG_TEXTS.items()) + list(TEXT_VALUES.items())
+    for field, text in cases:
+        expected = _cli_or_error(cli, table.loc[field, "flag"], text)
+        got = _python_or_error(**{field: text})
+        assert isinstance(expected, dict), f"{table.loc[field, 'flag']} {text}: {expected}"
+        assert got == expected, f"simulate({field}={text!r}) differs from {table.loc[field, 'flag']} {text}: {got}"
+    # Python's own values mean the same: bools, and 1/0 as --lhs 1 / --lhs 0; numbers as numbers.
+    for field in on_off:
+        for value, text in [(True, "on"), (False, "off"), (1, "1"), (0, "0"), (np.int64(1), "1")]:
+            assert dict(hbmsim.simulate(**{field: value})) == _cli_or_error(cli, table.loc[field, "flag"], text), \
+                (field, value)
+    assert dict(hbmsim.simulate(batch=2, hbm_bytes=9.6e10)) == dict(hbmsim.simulate(batch="2", hbm_bytes="9.6e10"))
+
+
+@pytest.mark.parametrize("field, text, message", [
+    ("lhs", "ON", 'lhs = "ON" (expected on or off)'),
+    ("lhs", "True", 'lhs = "True" (expected on or off)'),
+    ("double_buffering", "2", 'double_buffering = "2" (expected on or off)'),
+    ("gpus", "8.0", 'gpus = "8.0" (expected an integer)'),
+    ("hbm_bytes", "lots", 'hbm_bytes = "lots" (expected a number)'),
+    ("hbm_bytes", "1e400", "hbm_bytes = 1e400 (out of the range of a double)"),
+    ("batch", "0", "batch = 0 (must be > 0)"),
+])
+def test_keyword_refuses_what_the_cli_flag_refuses(cli, field, text, message):
+    flag = hbmsim.field_table().loc[field, "flag"]
+    p = run_cli(cli, "simulate", flag, text, "--json", check=False)
+    assert p.returncode != 0 and message in p.stderr.replace(flag + " =", field + " =")
+    with pytest.raises(ValueError) as e:
+        hbmsim.simulate(**{field: text})
+    assert message in str(e.value)
+
+
+def test_warnings_are_issued_as_the_cli_prints_them(cli):
+    # DeepSeek-V3 on 256 GPUs without ep: the CLI's stderr line, as an HbmsimWarning, and in the result.
+    p = subprocess.run([str(cli), "simulate", "--model", "deepseek-v3-671b", "--gpus", "256", "--seq", "1024"],
+                       capture_output=True, text=True, check=True)
+    expected = [line.removeprefix("hbmsim: warning: ") for line in p.stderr.splitlines()]
+    assert len(expected) == 1 and "ep 1" in expected[0]
+    with pytest.warns(hbmsim.HbmsimWarning) as caught:
+        got = hbmsim.simulate(model="deepseek-v3-671b", gpus=256, seq=1024)
+    assert [str(w.message) for w in caught] == expected == got.warnings
+    assert got.run["degrees"]["fsdp"] == 256 and got.config["fsdp"] == 256
+
+
+def test_no_warning_for_an_ordinary_run(recwarn):
+    hbmsim.simulate(model="llama3.1-8b", gpus=8)
+    assert not [w for w in recwarn if issubclass(w.category, hbmsim.HbmsimWarning)]
