@@ -8,6 +8,7 @@ PKGS=(
   catch2 libcli11-dev libfmt-dev libboost-graph-dev nlohmann-json3-dev libbenchmark-dev
   pybind11-dev python3-dev python3-pybind11 python3-numpy python3-pandas python3-matplotlib
   python3-pytest python3-distributed python3-nbclient python3-ipykernel python3-nbformat
+  python3-venv python3-pip python3-setuptools python3-wheel
 )
 missing=()
 for p in "${PKGS[@]}"; do
