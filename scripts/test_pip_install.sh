@@ -56,8 +56,7 @@ print(f"hbmsim {hbmsim.__version__} from {os.path.dirname(hbmsim.__file__)}: lla
       f"{r.step_time_s * 1e3:.1f} ms, HBM peak {r.hbm_peak_bytes / 2**30:.1f} GiB (CLI agrees)")
 EOF
   (cd "$tmp" && "$venv/bin/hbmsim" --help) | grep -q "Subcommands:" || fail "hbmsim --help"
-  # Once the C++ CLI has --version, replace the --help check above by (or add):
-  # out=$(cd "$tmp" && "$venv/bin/hbmsim" --version) && grep -qF "$version" <<<"$out" || fail "hbmsim --version: $out"
+  out=$(cd "$tmp" && "$venv/bin/hbmsim" --version) && [ "$out" = "hbmsim $version" ] || fail "hbmsim --version: $out"
   local rc=0
   (cd "$tmp" && "$venv/bin/hbmsim" simulate --model no-such-model >/dev/null 2>&1) || rc=$?
   [ "$rc" -eq 2 ] || fail "hbmsim with bad input exited $rc, not the C++ CLI's 2"
