@@ -334,9 +334,9 @@ class StageBuilder {
   }
 
   // The vocab tables' gradients this stage holds (the input table with the embedding, the unembedding
-  // and final norm with the head), synced as one bucket.
+  // and final norm with the head; a tied table once), synced as one bucket.
   double table_grad_bytes(const PipelineChunk& c) const {
-    return (c.embedding ? g_.embedding_grad_bytes : 0) + (c.head ? g_.head_grad_bytes : 0);
+    return (c.embedding ? g_.embedding_grad_bytes : 0) + (c.head ? g_.head_grad_bytes_on(info_) : 0);
   }
   double table_grad_bytes() const {
     double bytes = 0;

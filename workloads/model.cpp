@@ -1,5 +1,6 @@
 #include "workloads/model.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -10,6 +11,16 @@
 namespace hbmsim {
 
 const char* to_string(Architecture a) { return a == Architecture::llama ? "llama" : "deepseek_v3"; }
+
+bool ModelSpec::is_moe_layer(std::int64_t layer) const {
+  return num_experts > 0 && layer >= first_dense_layers &&
+         !std::binary_search(dense_layer_ids.begin(), dense_layer_ids.end(), layer);
+}
+
+std::int64_t ModelSpec::moe_layers() const {
+  if (num_experts == 0) return 0;
+  return num_layers - first_dense_layers - static_cast<std::int64_t>(dense_layer_ids.size());
+}
 
 double ModelSpec::attention_params_per_layer() const {
   const double d = static_cast<double>(d_model), H = static_cast<double>(num_query_heads);
@@ -22,16 +33,22 @@ double ModelSpec::attention_params_per_layer() const {
     p += static_cast<double>(kv_lora_rank) * H * static_cast<double>(qk_nope_head_dim + v_head_dim);
     p += H * static_cast<double>(v_head_dim) * d;
   } else {
-    p += d * static_cast<double>(head_dim) * (H + 2.0 * num_kv_heads) + H * head_dim * d;
+    const double hd = static_cast<double>(head_dim), qkv_width = hd * (H + 2.0 * num_kv_heads);
+    p += d * qkv_width + H * hd * d;
+    if (qkv_bias) p += qkv_width;
+    if (out_bias) p += d;
+    if (qk_norm) p += 2 * hd;
   }
   return p;
 }
 
-double ModelSpec::dense_mlp_params_per_layer() const { return 3.0 * d_model * mlp_dim; }
+double ModelSpec::dense_mlp_params_per_layer() const {
+  return 3.0 * d_model * mlp_dim + (mlp_bias ? 2.0 * mlp_dim + d_model : 0.0);
+}
 double ModelSpec::expert_params_per_layer() const { return 3.0 * d_model * moe_mlp_dim * num_experts; }
 double ModelSpec::moe_nonexpert_params_per_layer() const {
-  return static_cast<double>(d_model) * num_experts + num_experts /* router bias */ +
-         3.0 * d_model * moe_mlp_dim * shared_experts;
+  return static_cast<double>(d_model) * num_experts + (router_bias ? num_experts : 0) +
+         3.0 * d_model * shared_mlp_dim() + (shared_expert_gate ? d_model : 0);
 }
 
 double ModelSpec::layer_params(std::int64_t layer) const {
@@ -40,7 +57,8 @@ double ModelSpec::layer_params(std::int64_t layer) const {
 }
 
 double ModelSpec::total_params() const {
-  double p = 2.0 * vocab_size * d_model + d_model;  // embedding, unembedding, final norm
+  // Embedding and unembedding tables (one when tied) and the final norm.
+  double p = (tied_embeddings ? 1.0 : 2.0) * vocab_size * d_model + d_model;
   p += num_layers * attention_params_per_layer();
   p += dense_layers() * dense_mlp_params_per_layer();
   p += moe_layers() * (expert_params_per_layer() + moe_nonexpert_params_per_layer());
@@ -61,9 +79,11 @@ ModelSpec::Flops ModelSpec::model_flops(double B, std::int64_t S, std::int64_t g
   auto ffn = [&](double m) { return 6.0 * BS * m * E; };  // gated SwiGLU: wi_0, wi_1, wo
   double ffn_total = 0, qkv = 0, proj = 0, attn = 0;
   if (num_experts > 0) {
-    double gate = 2.0 * BS * E * num_experts;
-    ffn_total = ffn(static_cast<double>(mlp_dim)) * first_dense_layers +
-                (gate + ffn(static_cast<double>(moe_mlp_dim)) * (shared_experts + experts_per_token)) * moe_layers();
+    double gate = 2.0 * BS * E * (static_cast<double>(num_experts) + (shared_expert_gate ? 1 : 0));
+    ffn_total = ffn(static_cast<double>(mlp_dim)) * static_cast<double>(dense_layers()) +
+                (gate + ffn(static_cast<double>(moe_mlp_dim)) * static_cast<double>(experts_per_token) +
+                 ffn(static_cast<double>(shared_mlp_dim()))) *
+                    static_cast<double>(moe_layers());
   } else {
     ffn_total = ffn(static_cast<double>(mlp_dim)) * L;
   }
@@ -79,12 +99,21 @@ ModelSpec::Flops ModelSpec::model_flops(double B, std::int64_t S, std::int64_t g
     attn = 4.0 * B * static_cast<double>(S) * static_cast<double>(S) * H * static_cast<double>(head_dim) / 2;
     proj = 2.0 * BS * E * H * head_dim;
   }
-  double embedding = 2.0 * BS * E * vocab_size;  // the unembedding matmul; the lookup is free
+  double embedding = 2.0 * BS * E * vocab_size;  // the unembedding matmul (tied or not); the lookup is free
   Flops f;
   f.weights_flops = (ffn_total + (qkv + proj) * L + embedding) * 3 * grad_accum;
   f.attention_flops = attn * L * 3 * grad_accum;
   return f;
 }
+
+namespace {
+// The optional boolean fields of a model JSON file, under the field's own name.
+constexpr std::pair<const char*, bool ModelSpec::*> kFlags[] = {
+    {"tied_embeddings", &ModelSpec::tied_embeddings}, {"qkv_bias", &ModelSpec::qkv_bias},
+    {"out_bias", &ModelSpec::out_bias},               {"mlp_bias", &ModelSpec::mlp_bias},
+    {"qk_norm", &ModelSpec::qk_norm},                 {"router_bias", &ModelSpec::router_bias},
+    {"shared_expert_gate", &ModelSpec::shared_expert_gate}};
+}  // namespace
 
 nlohmann::json ModelSpec::to_json() const {
   nlohmann::json j = {{"id", id}, {"name", name}, {"architecture", to_string(architecture)}, {"source", source},
@@ -96,9 +125,15 @@ nlohmann::json ModelSpec::to_json() const {
   } else {
     j.update({{"num_kv_heads", num_kv_heads}, {"head_dim", head_dim}});
   }
-  if (num_experts > 0)
+  if (num_experts > 0) {
     j.update({{"first_dense_layers", first_dense_layers}, {"num_experts", num_experts},
               {"experts_per_token", experts_per_token}, {"shared_experts", shared_experts}, {"moe_mlp_dim", moe_mlp_dim}});
+    if (shared_expert_mlp_dim > 0) j["shared_expert_mlp_dim"] = shared_expert_mlp_dim;
+    if (!dense_layer_ids.empty()) j["dense_layer_ids"] = dense_layer_ids;
+  }
+  // The flags only when set, so that the specs without them read as before.
+  for (auto [key, flag] : kFlags)
+    if (this->*flag) j[key] = true;
   return j;
 }
 
@@ -123,17 +158,40 @@ static void validate(ModelSpec& m, const JsonView& v, const char* heads_key, con
   }
   if (m.num_experts > 0) {
     if (m.first_dense_layers >= m.num_layers) v.at(dense_key).fail("must be below the number of layers");
+    if (m.moe_layers() == 0) v.at(dense_key).fail("leaves no MoE layer");
     if (m.experts_per_token > m.num_experts)
       v.at(experts_key).fail("exceeds the number of experts, " + std::to_string(m.num_experts));
   }
 }
 
+// Layer indices of `list` (an array of integers in [0, num_layers)) as a sorted set; `ascending` refuses an
+// entry not above the previous one (a model file lists each once, in order).
+static std::vector<std::int64_t> layer_list(const JsonView& list, std::int64_t num_layers, std::int64_t min_layer,
+                                            bool ascending) {
+  list.expect_array();
+  std::vector<std::int64_t> layers;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    auto e = list[i];
+    auto l = e.integer();
+    if (l < min_layer || l >= num_layers)
+      e.fail("must be a layer index in [" + std::to_string(min_layer) + ", " + std::to_string(num_layers) + ")");
+    if (ascending && !layers.empty() && l <= layers.back()) e.fail("must be above the previous entry");
+    layers.push_back(l);
+  }
+  std::sort(layers.begin(), layers.end());
+  layers.erase(std::unique(layers.begin(), layers.end()), layers.end());
+  return layers;
+}
+
 ModelSpec load_model(const nlohmann::json& doc, const std::string& origin) {
   JsonView v(doc, origin);
-  v.allow_only({"id", "name", "architecture", "source", "num_layers", "d_model", "num_query_heads", "num_kv_heads",
-                "head_dim", "mlp_dim", "vocab_size", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
-                "qk_rope_head_dim", "v_head_dim", "first_dense_layers", "num_experts", "experts_per_token",
-                "shared_experts", "moe_mlp_dim"});
+  std::vector<std::string_view> keys = {
+      "id", "name", "architecture", "source", "num_layers", "d_model", "num_query_heads", "num_kv_heads",
+      "head_dim", "mlp_dim", "vocab_size", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+      "qk_rope_head_dim", "v_head_dim", "first_dense_layers", "num_experts", "experts_per_token",
+      "shared_experts", "moe_mlp_dim", "shared_expert_mlp_dim", "dense_layer_ids"};
+  for (auto [key, flag] : kFlags) keys.push_back(key);
+  v.allow_only(keys);
   ModelSpec m;
   m.id = v.at("id").string();
   m.name = v.at("name").string();
@@ -147,11 +205,16 @@ ModelSpec load_model(const nlohmann::json& doc, const std::string& origin) {
   m.num_query_heads = v.at("num_query_heads").positive_integer();
   m.mlp_dim = v.at("mlp_dim").positive_integer();
   m.vocab_size = v.at("vocab_size").positive_integer();
+  for (auto [key, flag] : kFlags)
+    if (auto f = v.find(key)) m.*flag = f->boolean();
   if (m.is_mla()) {
     for (auto [key, field] : {std::pair{"q_lora_rank", &m.q_lora_rank}, {"kv_lora_rank", &m.kv_lora_rank},
                               {"qk_nope_head_dim", &m.qk_nope_head_dim}, {"qk_rope_head_dim", &m.qk_rope_head_dim},
                               {"v_head_dim", &m.v_head_dim}})
       *field = v.at(key).positive_integer();
+    // MLA's projections have their own shapes: these would be silently miscounted.
+    for (auto key : {"qkv_bias", "out_bias", "qk_norm"})
+      if (v.has(key)) v.at(key).fail("applies to llama (GQA) attention only");
   } else {
     m.num_kv_heads = v.at("num_kv_heads").positive_integer();
     m.head_dim = v.at("head_dim").positive_integer();
@@ -164,33 +227,80 @@ ModelSpec load_model(const nlohmann::json& doc, const std::string& origin) {
     if (m.first_dense_layers < 0) v.at("first_dense_layers").fail("must be >= 0");
     m.shared_experts = v.at("shared_experts").integer();
     if (m.shared_experts < 0) v.at("shared_experts").fail("must be >= 0");
+    if (auto s = v.find("shared_expert_mlp_dim")) m.shared_expert_mlp_dim = s->positive_integer();
+    if (auto l = v.find("dense_layer_ids")) {
+      m.dense_layer_ids = layer_list(*l, m.num_layers, std::min(m.first_dense_layers, m.num_layers), true);
+      if (m.moe_layers() == 0) l->fail("leaves no MoE layer");
+    }
+  } else {
+    // Without experts these would be silently meaningless.
+    for (auto key : {"shared_expert_mlp_dim", "dense_layer_ids", "router_bias", "shared_expert_gate"})
+      if (v.has(key)) v.at(key).fail("needs num_experts");
   }
   validate(m, v, "num_query_heads", "num_kv_heads", "first_dense_layers", "experts_per_token");
   return m;
 }
+
+namespace {
+// How each supported HuggingFace architecture maps onto ModelSpec: which config.json keys its transformers
+// implementation reads. Keys an architecture does not read are ignored, as transformers ignores them.
+enum class HfMoe {
+  none,
+  mixtral,   // num_local_experts experts of intermediate_size in every layer, no shared expert
+  qwen,      // num_experts of moe_intermediate_size; decoder_sparse_step and mlp_only_layers pick dense layers
+  deepseek,  // n_routed_experts of moe_intermediate_size, n_shared_experts, first_k_dense_replace dense layers
+};
+struct HfArch {
+  const char* name;
+  bool qkv_bias;              // q/k/v biases always present
+  bool reads_attention_bias;  // attention_bias adds q/k/v and output biases
+  bool reads_mlp_bias;        // mlp_bias adds the dense MLP's biases
+  bool qk_norm;               // q_norm/k_norm
+  bool head_dim_required;     // head_dim has a config default that is not hidden_size / num_attention_heads
+  HfMoe moe;
+  bool shared_expert;         // qwen: one gated shared expert of shared_expert_intermediate_size
+};
+constexpr HfArch kHfArchs[] = {
+    {"LlamaForCausalLM", false, true, true, false, false, HfMoe::none, false},
+    {"MistralForCausalLM", false, false, false, false, false, HfMoe::none, false},
+    {"Qwen2ForCausalLM", true, false, false, false, false, HfMoe::none, false},
+    {"Qwen3ForCausalLM", false, true, false, true, true, HfMoe::none, false},
+    {"MixtralForCausalLM", false, false, false, false, false, HfMoe::mixtral, false},
+    {"Qwen2MoeForCausalLM", true, false, false, false, false, HfMoe::qwen, true},
+    {"Qwen3MoeForCausalLM", false, true, false, true, true, HfMoe::qwen, false},
+    {"DeepseekV3ForCausalLM", false, false, false, false, false, HfMoe::deepseek, false},
+};
+
+bool optional_flag(const JsonView& v, const char* key) { return v.has(key) && v.at(key).boolean(); }
+}  // namespace
 
 ModelSpec load_hf_config(const nlohmann::json& doc, const std::string& origin) {
   JsonView v(doc, origin);
   v.expect_object();
   auto archs = v.at("architectures");
   if (archs.size() == 0) archs.fail("must name one architecture");
-  std::string arch = archs[0].string();
+  const std::string arch_name = archs[0].string();
+  const HfArch* arch = nullptr;
+  for (const auto& a : kHfArchs)
+    if (arch_name == a.name) arch = &a;
+  if (!arch) {
+    std::string known;
+    for (const auto& a : kHfArchs) known += (known.empty() ? "" : ", ") + std::string(a.name);
+    archs[0].fail("unsupported architecture; expected one of " + known);
+  }
   ModelSpec m;
   m.id = origin;
   m.source = origin + " (HuggingFace config.json)";
-  m.name = arch;
+  m.name = arch_name;
   m.num_layers = layer_count(v.at("num_hidden_layers"));
   m.d_model = v.at("hidden_size").positive_integer();
   m.num_query_heads = v.at("num_attention_heads").positive_integer();
   m.mlp_dim = v.at("intermediate_size").positive_integer();
   m.vocab_size = v.at("vocab_size").positive_integer();
-  if (arch == "LlamaForCausalLM") {
-    m.architecture = Architecture::llama;
-    m.num_kv_heads = v.has("num_key_value_heads") ? v.at("num_key_value_heads").positive_integer() : m.num_query_heads;
-    if (v.has("head_dim")) m.head_dim = v.at("head_dim").positive_integer();
-    else if (m.d_model % m.num_query_heads != 0) v.at("hidden_size").fail("must be divisible by num_attention_heads");
-    else m.head_dim = m.d_model / m.num_query_heads;
-  } else if (arch == "DeepseekV3ForCausalLM") {
+  // Every supported architecture's config class defaults tie_word_embeddings to false.
+  m.tied_embeddings = optional_flag(v, "tie_word_embeddings");
+  const char* dense_key = "first_k_dense_replace";
+  if (arch->moe == HfMoe::deepseek) {
     m.architecture = Architecture::deepseek_v3;
     m.q_lora_rank = v.at("q_lora_rank").raw().is_null() ? 0 : v.at("q_lora_rank").positive_integer();
     m.kv_lora_rank = v.at("kv_lora_rank").positive_integer();
@@ -204,10 +314,51 @@ ModelSpec load_hf_config(const nlohmann::json& doc, const std::string& origin) {
     m.moe_mlp_dim = v.at("moe_intermediate_size").positive_integer();
     m.first_dense_layers = v.at("first_k_dense_replace").integer();
     if (m.first_dense_layers < 0) v.at("first_k_dense_replace").fail("must be >= 0");
+    m.router_bias = true;  // e_score_correction_bias
+    // Past the first dense layers, layer i is MoE when i % moe_layer_freq == 0.
+    const std::int64_t freq = v.has("moe_layer_freq") ? v.at("moe_layer_freq").positive_integer() : 1;
+    for (std::int64_t l = m.first_dense_layers; l < m.num_layers; ++l)
+      if (l % freq != 0) m.dense_layer_ids.push_back(l);
+    if (m.first_dense_layers < m.num_layers && m.moe_layers() == 0) v.at("moe_layer_freq").fail("leaves no MoE layer");
   } else {
-    archs[0].fail("unsupported architecture; expected LlamaForCausalLM or DeepseekV3ForCausalLM");
+    m.architecture = Architecture::llama;
+    m.num_kv_heads = v.has("num_key_value_heads") ? v.at("num_key_value_heads").positive_integer() : m.num_query_heads;
+    if (v.has("head_dim")) m.head_dim = v.at("head_dim").positive_integer();
+    else if (arch->head_dim_required)
+      throw InputError(origin + ": head_dim is missing (required for " + arch_name +
+                       ", whose default is not hidden_size / num_attention_heads)");
+    else if (m.d_model % m.num_query_heads != 0) v.at("hidden_size").fail("must be divisible by num_attention_heads");
+    else m.head_dim = m.d_model / m.num_query_heads;
+    m.qkv_bias = arch->qkv_bias;
+    if (arch->reads_attention_bias) m.qkv_bias = m.out_bias = optional_flag(v, "attention_bias");
+    if (arch->reads_mlp_bias) m.mlp_bias = optional_flag(v, "mlp_bias");
+    m.qk_norm = arch->qk_norm;
   }
-  validate(m, v, "num_attention_heads", "num_key_value_heads", "first_k_dense_replace", "num_experts_per_tok");
+  if (arch->moe == HfMoe::mixtral) {
+    m.num_experts = v.at("num_local_experts").positive_integer();
+    m.experts_per_token = v.at("num_experts_per_tok").positive_integer();
+    m.moe_mlp_dim = m.mlp_dim;  // every layer is MoE: intermediate_size is the experts' width
+  } else if (arch->moe == HfMoe::qwen) {
+    m.num_experts = v.at("num_experts").positive_integer();
+    m.experts_per_token = v.at("num_experts_per_tok").positive_integer();
+    m.moe_mlp_dim = v.at("moe_intermediate_size").positive_integer();
+    if (arch->shared_expert) {
+      const auto shared = v.at("shared_expert_intermediate_size");
+      m.shared_expert_mlp_dim = shared.integer();
+      if (m.shared_expert_mlp_dim < 0) shared.fail("must be >= 0");
+      m.shared_experts = m.shared_expert_mlp_dim > 0 ? 1 : 0;
+      m.shared_expert_gate = m.shared_experts > 0;
+    }
+    // transformers: layer i is MoE unless listed in mlp_only_layers or (i + 1) % decoder_sparse_step != 0.
+    const std::int64_t step = v.has("decoder_sparse_step") ? v.at("decoder_sparse_step").positive_integer() : 1;
+    if (v.has("mlp_only_layers")) m.dense_layer_ids = layer_list(v.at("mlp_only_layers"), m.num_layers, 0, false);
+    for (std::int64_t l = 0; l < m.num_layers; ++l)
+      if ((l + 1) % step != 0) m.dense_layer_ids.push_back(l);
+    std::sort(m.dense_layer_ids.begin(), m.dense_layer_ids.end());
+    m.dense_layer_ids.erase(std::unique(m.dense_layer_ids.begin(), m.dense_layer_ids.end()), m.dense_layer_ids.end());
+    dense_key = step > 1 ? "decoder_sparse_step" : "mlp_only_layers";
+  }
+  validate(m, v, "num_attention_heads", "num_key_value_heads", dense_key, "num_experts_per_tok");
   return m;
 }
 

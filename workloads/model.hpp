@@ -1,4 +1,5 @@
-// Model architecture specs (dense GQA Llama, MLA + MoE DeepSeek-V3) and MaxText's model-FLOPs formula.
+// Model architecture specs (dense GQA Llama and its relatives, MLA + MoE DeepSeek-V3, GQA + MoE Mixtral/Qwen-MoE)
+// and MaxText's model-FLOPs formula.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -18,19 +19,36 @@ struct ModelSpec {
   std::int64_t mlp_dim = 0, vocab_size = 0;
   // MLA (DeepSeek-V3); num_kv_heads == num_query_heads there.
   std::int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
-  // MoE; layers [0, first_dense_layers) use a dense MLP of mlp_dim.
+  // The head reuses the input embedding table (HF tie_word_embeddings): the table is stored, trained and
+  // synced once, while the unembedding matmul still runs.
+  bool tied_embeddings = false;
+  // Small per-layer extras that only change parameter counts (their FLOPs and bytes are negligible); the
+  // attention ones apply to GQA attention only:
+  bool qkv_bias = false;       // biases on the q, k and v projections (Qwen2, Llama/Qwen3 attention_bias)
+  bool out_bias = false;       // a bias on the attention output projection (Llama/Qwen3 attention_bias)
+  bool mlp_bias = false;       // biases on the dense MLP's gate, up and down projections (Llama mlp_bias)
+  bool qk_norm = false;        // per-head RMSNorm scales of queries and keys, head_dim each (Qwen3)
+  bool router_bias = false;    // one routing bias per expert (DeepSeek-V3's e_score_correction_bias)
+  // MoE; layers [0, first_dense_layers) and those in dense_layer_ids use a dense MLP of mlp_dim, the others
+  // num_experts routed experts of moe_mlp_dim plus shared_experts always-on experts of shared_expert_mlp_dim.
   std::int64_t first_dense_layers = 0, num_experts = 0, experts_per_token = 0, shared_experts = 0, moe_mlp_dim = 0;
+  std::int64_t shared_expert_mlp_dim = 0;    // one shared expert's width; 0: moe_mlp_dim (DeepSeek-V3)
+  bool shared_expert_gate = false;           // a d_model -> 1 sigmoid gate scales the shared output (Qwen2-MoE)
+  std::vector<std::int64_t> dense_layer_ids;  // sorted, each >= first_dense_layers (Qwen-MoE mlp_only_layers)
 
   bool is_mla() const { return architecture == Architecture::deepseek_v3; }
-  bool is_moe_layer(std::int64_t layer) const { return num_experts > 0 && layer >= first_dense_layers; }
-  std::int64_t moe_layers() const { return num_experts > 0 ? num_layers - first_dense_layers : 0; }
+  bool is_moe_layer(std::int64_t layer) const;
+  std::int64_t moe_layers() const;
   std::int64_t dense_layers() const { return num_layers - moe_layers(); }
+  std::int64_t shared_mlp_dim() const {  // all shared experts' width together
+    return shared_experts * (shared_expert_mlp_dim > 0 ? shared_expert_mlp_dim : moe_mlp_dim);
+  }
 
-  // Parameter counts (embedding and unembedding included, norms included).
+  // Parameter counts (embedding and unembedding included, once when tied; norms and biases included).
   double attention_params_per_layer() const;
   double dense_mlp_params_per_layer() const;
   double expert_params_per_layer() const;       // routed experts only
-  double moe_nonexpert_params_per_layer() const;  // router + shared experts
+  double moe_nonexpert_params_per_layer() const;  // router + shared experts (and their gate)
   double layer_params(std::int64_t layer) const;  // one decoder layer's (every expert included)
   double total_params() const;
   double activated_params() const;  // all but the routed experts a token does not pick
@@ -48,7 +66,8 @@ struct ModelSpec {
 };
 
 ModelSpec load_model(const nlohmann::json& doc, const std::string& origin);
-// HuggingFace config.json (LlamaForCausalLM, DeepseekV3ForCausalLM).
+// HuggingFace config.json: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM (dense);
+// MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM (MoE).
 ModelSpec load_hf_config(const nlohmann::json& doc, const std::string& origin);
 std::vector<std::string> builtin_model_ids();
 ModelSpec builtin_model(const std::string& id);

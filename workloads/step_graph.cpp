@@ -395,7 +395,8 @@ class BodyBuilder {
     std::vector<int> ins = {res, moe_out};
     if (m_.shared_experts > 0) {
       int x = tp_enter("mlp_norm", mnorm, T * d * a);
-      int shared = mlp("", x, T, Fm * static_cast<double>(m_.shared_experts));
+      // Qwen2-MoE's shared-expert gate (d_model -> 1 per token) is left out: a GEMV of negligible time.
+      int shared = mlp("", x, T, static_cast<double>(m_.shared_mlp_dim()) / tp_);
       ins.push_back(tp_exit("shared_out", shared, Ts * d * a));
     }
     int out = b_.tensor("layer_output", Ts * d * a);
@@ -481,16 +482,21 @@ StepGraph build_step_graph(const ModelSpec& model, TrainingSpec training) {
   const double wb = dtype_bytes(training.weight_storage_dtype);
   g.embedding_grad_bytes = V * d / tp * wb;
   g.head_grad_bytes = (V * d / tp + d) * wb;
+  g.final_norm_grad_bytes = d * wb;
   // Every weight is split over tp and sharded over fsdp (and ep: the routed experts by partition, the rest
   // FSDP-style over the expert axis too, as MaxText does; and cp when it shards weights).
   const double shards = static_cast<double>(p.fsdp * p.ep * p.tp * (p.cp_shards_weights ? p.cp : 1));
   g.chunks = pipeline_chunks(model, p);
   g.stages.resize(static_cast<std::size_t>(p.pp));
+  for (const auto& c : g.chunks)
+    if (c.embedding) g.stages[static_cast<std::size_t>(c.stage)].embedding = true;
   for (std::size_t k = 0; k < g.chunks.size(); ++k) {
     const auto& c = g.chunks[k];
     auto& st = g.stages[static_cast<std::size_t>(c.stage)];
     st.chunks.push_back(static_cast<int>(k));
-    double params = (c.embedding ? V * d : 0) + (c.head ? V * d + d : 0);
+    // A tied head on the lookup's stage reads that table: only the final norm is its own.
+    const bool shares_table = model.tied_embeddings && st.embedding;
+    double params = (c.embedding ? V * d : 0) + (c.head ? (shares_table ? 0 : V * d) + d : 0);
     for (std::int64_t l = c.first_layer; l < c.end_layer; ++l) params += model.layer_params(l);
     st.local_params += params / shards;
   }

@@ -81,6 +81,10 @@ struct StepGraph {
   double table_gathered_bytes = 0;   // one vocab table as the lookup or the head gathers it (this tp shard)
   double embedding_grad_bytes = 0;   // the input table's gradients
   double head_grad_bytes = 0;        // the unembedding table's and the final norm's
+  // With tied tables (ModelSpec::tied_embeddings) a stage that also holds the lookup stores the one table and
+  // its gradient once, in the embedding's bucket, so its head adds only the final norm's. A head on another
+  // stage keeps its own copy of the table, as Megatron does (the copies' gradient sum is not modelled).
+  double final_norm_grad_bytes = 0;
   double logits_bytes = 0;          // this device's vocab shard of the logits, activation dtype
   double unembed_flops = 0;
   // Pipeline parallelism: the chunks in model order (one, all layers, without it) and per stage what its
@@ -88,6 +92,7 @@ struct StepGraph {
   std::vector<PipelineChunk> chunks;
   struct Stage {
     std::vector<int> chunks;  // indices into StepGraph::chunks, in the order the stage holds them
+    bool embedding = false;   // holds the model's first chunk (the lookup table)
     double local_params = 0;  // parameters each of its devices stores
     double parameter_bytes = 0, optimizer_bytes = 0, gradient_bytes = 0;
     double optimizer_update_bytes = 0;  // HBM traffic of the Adam update
@@ -104,6 +109,10 @@ struct StepGraph {
   double tokens = 0;          // layer_tokens: what the column-parallel GEMMs see per micro-step
   double sharded_tokens = 0;  // tokens of the sequence-parallel (norm/residual) activations
 
+  // The head's table bucket on `stage` (see final_norm_grad_bytes).
+  double head_grad_bytes_on(const Stage& stage) const {
+    return model.tied_embeddings && stage.embedding ? final_norm_grad_bytes : head_grad_bytes;
+  }
   const LayerTemplate& layer(std::int64_t i) const { return templates[static_cast<std::size_t>(layer_template[static_cast<std::size_t>(i)])]; }
   // Bytes of one checkpoint-named tensor in one layer of the given kind (0 when absent).
   double tensor_bytes(const std::string& name, const std::string& kind = "") const;

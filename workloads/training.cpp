@@ -88,10 +88,12 @@ void check_model_split(const TrainingSpec& t, const ModelSpec& m) {
     throw InputError("tp = " + str(p.tp) + " (num_query_heads = " + str(m.num_query_heads) + " is not divisible by it)");
   if (!m.is_mla() && m.num_kv_heads % p.tp != 0 && p.tp % m.num_kv_heads != 0)
     throw InputError("tp = " + str(p.tp) + " (num_kv_heads = " + str(m.num_kv_heads) + " neither divides nor is divided by it)");
-  if (m.mlp_dim % p.tp != 0)
+  if (m.dense_layers() > 0 && m.mlp_dim % p.tp != 0)  // unused when every layer is MoE (Mixtral)
     throw InputError("tp = " + str(p.tp) + " (mlp_dim = " + str(m.mlp_dim) + " is not divisible by it)");
   if (m.num_experts > 0 && m.moe_mlp_dim % p.tp != 0)
     throw InputError("tp = " + str(p.tp) + " (moe_mlp_dim = " + str(m.moe_mlp_dim) + " is not divisible by it)");
+  if (m.num_experts > 0 && m.shared_mlp_dim() % p.tp != 0)
+    throw InputError("tp = " + str(p.tp) + " (the shared experts' width " + str(m.shared_mlp_dim()) + " is not divisible by it)");
   if (m.num_experts > 0 && p.tp > 1 && !p.sequence_parallel)
     throw InputError("sequence_parallel = off (MoE layers with tp > 1 need sequence parallelism, as Megatron-Core requires)");
   if (p.ep > 1 && m.num_experts == 0) throw InputError("ep = " + str(p.ep) + " (the model has no experts)");

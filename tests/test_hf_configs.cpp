@@ -1,0 +1,254 @@
+// HuggingFace config.json import: the Llama relatives (Mistral, Qwen2, Qwen3), the MoE families (Mixtral,
+// Qwen2-MoE, Qwen3-MoE) and tied embeddings, checked against parameter counts derived by hand and the
+// published model sizes.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "helpers.hpp"
+#include "hwmodels/builtin.hpp"
+#include "workloads/step_graph.hpp"
+
+using namespace hbmsim;
+
+namespace {
+
+ModelSpec hf(const std::string& file) {
+  const std::string name = "hf/" + file;
+  auto text = builtin_file(name);
+  REQUIRE(text);
+  return load_hf_config(nlohmann::json::parse(*text), name);
+}
+
+nlohmann::json hf_doc(const std::string& file) { return nlohmann::json::parse(*builtin_file("hf/" + file)); }
+
+struct Expected {
+  const char* file;
+  // Exact counts from the formula below, evaluated independently of hbmsim (by hand/Python from config.json).
+  double total, active;
+  // The publisher's figures and the unit of their last digit (published sizes are rounded, or truncated as
+  // Qwen does: its card gives 7.61B for Qwen2.5-7B's 7,615,616,512): the count must lie within one unit.
+  double published_total, published_active, unit;
+};
+
+// Exact parameter counts, as transformers instantiates these models (d hidden, L layers, H/K query/KV heads,
+// h head_dim, V vocab, F intermediate, X experts, k per token, Fm expert width, Fs shared width):
+//   tables V*d, twice unless tie_word_embeddings; final norm d
+//   per layer: 2 norms 2d; q,k,v,o d*h*(H+2K) + H*h*d; + q/k/v bias h*(H+2K) (Qwen2, Qwen2-MoE);
+//              + q/k norm 2h (Qwen3, Qwen3-MoE)
+//   dense MLP 3*d*F; MoE: router d*X + experts X*3*d*Fm (+ shared 3*d*Fs + its gate d: Qwen2-MoE)
+//   active: the same with k experts instead of X.
+// Llama 3.2 3B: 128256*3072 + 3072 + 28*(6144 + 3072*128*40 + 3072*3072 + 3*3072*8192) = 3,212,749,824
+//   (3.61 B if the tied head were counted twice: 394,002,432 more).
+// Mixtral 8x7B: 2*32000*4096 + 4096 + 32*(8192 + 4096*128*48 + 4096*4096 + 4096*8 + 8*3*4096*14336)
+//   = 46,702,792,704; active with 2 of 8 experts 12,879,925,248.
+// Qwen3-30B-A3B: 2*151936*2048 + 2048 + 48*(4096 + 2048*128*40 + 4096*2048 + 256 + 2048*128 + 128*3*2048*768)
+//   = 30,532,122,624; active with 8 of 128: 3,353,032,704.
+// Qwen2-57B-A14B: 2*151936*3584 + 3584 + 28*(7168 + 3584*128*36 + 3584*3584 + 128*36 + 3584*64
+//   + 64*3*3584*2560 + 3*3584*20480 + 3584) = 57,408,658,944; active with 8 of 64: 14,249,270,784.
+const Expected kExpected[] = {
+    {"llama3.2-3b.config.json", 3212749824, 3212749824, 3.21e9, 3.21e9, 0.01e9},
+    {"mistral-7b-v0.1.config.json", 7241732096, 7241732096, 7.24e9, 7.24e9, 0.01e9},
+    {"qwen2.5-7b.config.json", 7615616512, 7615616512, 7.61e9, 7.61e9, 0.01e9},  // Qwen's card: 7.61B
+    {"qwen3-8b.config.json", 8190735360, 8190735360, 8.2e9, 8.2e9, 0.1e9},       // Qwen's card: 8.2B
+    {"mixtral-8x7b.config.json", 46702792704, 12879925248, 46.7e9, 12.9e9, 0.1e9},
+    {"qwen1.5-moe-a2.7b.config.json", 14315784192, 2689173504, 14.3e9, 2.7e9, 0.1e9},
+    {"qwen3-30b-a3b.config.json", 30532122624, 3353032704, 30.5e9, 3.3e9, 0.1e9},
+    {"qwen2-57b-a14b.config.json", 57408658944, 14249270784, 57e9, 14e9, 1e9},  // Qwen2 report: 57B, 14B
+};
+
+TrainingSpec training(std::int64_t gpus, std::int64_t ep = 1, std::int64_t pp = 1) {
+  TrainingSpec t;
+  t.gpus = gpus;
+  t.per_device_batch = 1;
+  t.seq_len = 4096;
+  t.parallelism.ep = ep;
+  t.parallelism.pp = pp;
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("HF configs: parameter counts match the exact formula and the published sizes", "[workloads][hf]") {
+  for (const auto& e : kExpected) {
+    INFO(e.file);
+    auto m = hf(e.file);
+    CHECK(m.total_params() == Approx(e.total).epsilon(1e-12));
+    CHECK(m.activated_params() == Approx(e.active).epsilon(1e-12));
+    CHECK(std::abs(m.total_params() - e.published_total) <= e.unit);
+    CHECK(std::abs(m.activated_params() - e.published_active) <= e.unit);
+  }
+  // The Qwen cards also give the non-embedding counts (both tables off): 6.53B and 6.95B.
+  auto q25 = hf("qwen2.5-7b.config.json"), q3 = hf("qwen3-8b.config.json");
+  CHECK(std::abs(q25.total_params() - 2.0 * q25.vocab_size * q25.d_model - 6.53e9) <= 0.01e9);
+  CHECK(std::abs(q3.total_params() - 2.0 * q3.vocab_size * q3.d_model - 6.95e9) <= 0.01e9);
+}
+
+TEST_CASE("HF configs: a tied head counts once in parameters but still runs its GEMM", "[workloads][hf]") {
+  auto tied = hf("llama3.2-3b.config.json");
+  CHECK(tied.tied_embeddings);
+  auto doc = hf_doc("llama3.2-3b.config.json");
+  doc["tie_word_embeddings"] = false;
+  auto untied = load_hf_config(doc, "untied");
+  const double table = 128256.0 * 3072;
+  CHECK(untied.total_params() - tied.total_params() == table);
+  CHECK(tied.model_flops(1, 4096).total() == untied.model_flops(1, 4096).total());
+
+  // What a device stores: one table on a single stage (fsdp 8: an eighth of everything) ...
+  auto g = build_step_graph(tied, training(8));
+  REQUIRE(g.stages.size() == 1);
+  CHECK(g.stages[0].local_params * 8 == Approx(tied.total_params()).epsilon(1e-12));
+  CHECK(g.head_grad_bytes_on(g.stages[0]) == g.final_norm_grad_bytes);
+  auto gu = build_step_graph(untied, training(8));
+  CHECK(gu.head_grad_bytes_on(gu.stages[0]) == gu.head_grad_bytes);
+  CHECK(gu.stages[0].local_params * 8 == Approx(untied.total_params()).epsilon(1e-12));
+  // ... and a copy on the head's stage when the pipeline puts it elsewhere (Megatron's layout).
+  auto gp = build_step_graph(tied, training(8, 1, 2));
+  REQUIRE(gp.stages.size() == 2);
+  CHECK((gp.stages[0].local_params + gp.stages[1].local_params) * 4 == Approx(tied.total_params() + table).epsilon(1e-12));
+  CHECK(gp.head_grad_bytes_on(gp.stages[1]) == gp.head_grad_bytes);
+}
+
+TEST_CASE("HF configs: model FLOPs per token are 6x the matmul parameters a token uses", "[workloads][hf]") {
+  // weights_flops / tokens = 6 * (activated parameters - the lookup table when untied - norms, biases and
+  // router biases, which no GEMM uses). The left-out terms are below 0.1% for every model here.
+  for (const auto& e : kExpected) {
+    INFO(e.file);
+    auto m = hf(e.file);
+    const double S = 4096, table = static_cast<double>(m.vocab_size) * static_cast<double>(m.d_model);
+    const double matmul_params = m.activated_params() - (m.tied_embeddings ? 0 : table);
+    CHECK(m.model_flops(1, 4096).weights_flops / S / 6 == Approx(matmul_params).epsilon(1e-3));
+  }
+}
+
+TEST_CASE("HF configs map onto the spec's fields", "[workloads][hf]") {
+  auto mistral = hf("mistral-7b-v0.1.config.json");
+  CHECK(mistral.head_dim == 128);
+  CHECK_FALSE(mistral.qkv_bias);
+  CHECK(mistral.num_experts == 0);
+
+  auto q25 = hf("qwen2.5-7b.config.json");
+  CHECK(q25.qkv_bias);
+  CHECK_FALSE(q25.out_bias);
+  CHECK_FALSE(q25.qk_norm);
+
+  // Qwen3-30B-A3B: head_dim 128 is not hidden_size / heads (64); every layer MoE, no shared expert.
+  auto q3moe = hf("qwen3-30b-a3b.config.json");
+  CHECK(q3moe.head_dim == 128);
+  CHECK(q3moe.qk_norm);
+  CHECK(q3moe.moe_layers() == 48);
+  CHECK(q3moe.shared_mlp_dim() == 0);
+  CHECK(q3moe.moe_mlp_dim == 768);
+
+  auto mixtral = hf("mixtral-8x7b.config.json");
+  CHECK(mixtral.num_experts == 8);
+  CHECK(mixtral.experts_per_token == 2);
+  CHECK(mixtral.moe_mlp_dim == 14336);
+  CHECK(mixtral.moe_layers() == 32);
+  CHECK(mixtral.shared_mlp_dim() == 0);
+  CHECK_FALSE(mixtral.router_bias);
+
+  auto q2moe = hf("qwen2-57b-a14b.config.json");
+  CHECK(q2moe.shared_mlp_dim() == 20480);
+  CHECK(q2moe.shared_expert_gate);
+  CHECK(q2moe.qkv_bias);
+
+  // Llama's attention_bias covers q, k, v and o; mlp_bias the MLP's three projections.
+  auto doc = hf_doc("llama3.2-3b.config.json");
+  doc["attention_bias"] = true;
+  doc["mlp_bias"] = true;
+  auto biased = load_hf_config(doc, "biased");
+  CHECK(biased.total_params() - hf("llama3.2-3b.config.json").total_params() ==
+        28.0 * (128 * (24 + 2 * 8) + 3072 + 2 * 8192 + 3072));
+  // Mistral ignores attention_bias, as transformers' MistralAttention does.
+  doc = hf_doc("mistral-7b-v0.1.config.json");
+  doc["attention_bias"] = true;
+  CHECK(load_hf_config(doc, "mistral").total_params() == mistral.total_params());
+}
+
+TEST_CASE("HF configs: decoder_sparse_step, mlp_only_layers and moe_layer_freq choose the dense layers", "[workloads][hf]") {
+  // transformers: Qwen-MoE layer i is sparse unless i is in mlp_only_layers or (i + 1) % decoder_sparse_step != 0.
+  auto doc = hf_doc("qwen3-30b-a3b.config.json");
+  doc["decoder_sparse_step"] = 2;
+  doc["mlp_only_layers"] = {5, 1, 5};
+  auto m = load_hf_config(doc, "sparse");
+  CHECK_FALSE(m.is_moe_layer(0));
+  CHECK_FALSE(m.is_moe_layer(1));
+  CHECK(m.is_moe_layer(3));
+  CHECK_FALSE(m.is_moe_layer(5));
+  CHECK(m.is_moe_layer(47));
+  CHECK(m.moe_layers() == 22);  // the 24 odd layers less 1 and 5
+  auto full = hf("qwen3-30b-a3b.config.json");
+  CHECK(full.total_params() - m.total_params() ==
+        26.0 * (full.expert_params_per_layer() + full.moe_nonexpert_params_per_layer() - 3.0 * 2048 * 6144));
+  auto g = build_step_graph(m, training(8, 8));
+  CHECK(g.layer_template[1] == 0);
+  CHECK(g.layer_template[3] == 1);
+  CHECK(g.layer_template[5] == 0);
+
+  // DeepSeek-V3: past first_k_dense_replace, layer i is MoE when i % moe_layer_freq == 0.
+  auto ds_doc = hf_doc("deepseek-v3.config.json");
+  ds_doc["moe_layer_freq"] = 2;
+  auto ds = load_hf_config(ds_doc, "ds");
+  CHECK_FALSE(ds.is_moe_layer(2));
+  CHECK_FALSE(ds.is_moe_layer(3));
+  CHECK(ds.is_moe_layer(4));
+  CHECK(ds.moe_layers() == 29);  // 4, 6, ..., 60
+
+  // A model file keeps the list: to_json reads back to the same spec.
+  auto back = load_model(m.to_json(), "roundtrip");
+  CHECK(back.to_json() == m.to_json());
+  CHECK(back.total_params() == m.total_params());
+}
+
+TEST_CASE("HF configs read back from to_json as model files", "[workloads][hf]") {
+  for (const auto& e : kExpected) {
+    INFO(e.file);
+    auto m = hf(e.file);
+    auto back = load_model(m.to_json(), "roundtrip");
+    CHECK(back.to_json() == m.to_json());
+    CHECK(back.total_params() == m.total_params());
+    CHECK(back.activated_params() == m.activated_params());
+  }
+}
+
+TEST_CASE("HF configs: unsupported or incomplete files name the file, the path and the value", "[workloads][hf]") {
+  auto doc = hf_doc("qwen2.5-7b.config.json");
+  doc["architectures"] = {"Gemma2ForCausalLM"};
+  try {
+    load_hf_config(doc, "gemma.json");
+    FAIL("accepted an unsupported architecture");
+  } catch (const InputError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("gemma.json: architectures[0] = \"Gemma2ForCausalLM\" (unsupported architecture") &&
+                             Catch::Contains("Qwen2MoeForCausalLM"));
+  }
+  doc = hf_doc("mixtral-8x7b.config.json");
+  doc.erase("num_local_experts");
+  CHECK_THROWS_WITH(load_hf_config(doc, "mixtral.json"), "mixtral.json: num_local_experts is missing (required)");
+  doc = hf_doc("qwen3-8b.config.json");
+  doc.erase("head_dim");
+  CHECK_THROWS_WITH(load_hf_config(doc, "qwen3.json"), Catch::StartsWith("qwen3.json: head_dim is missing"));
+  doc = hf_doc("qwen3-30b-a3b.config.json");
+  doc["mlp_only_layers"] = {-1};
+  CHECK_THROWS_WITH(load_hf_config(doc, "q.json"), Catch::StartsWith("q.json: mlp_only_layers[0] = -1 (must be a layer index in [0, 48))"));
+}
+
+TEST_CASE("HF configs simulate end to end on 8 H200s with plausible results", "[workloads][hf][cli]") {
+  struct Run { const char* file; const char* flags; };
+  for (auto r : {Run{"llama3.2-3b", ""}, {"mistral-7b-v0.1", ""}, {"qwen2.5-7b", ""}, {"qwen3-8b", ""},
+                 {"mixtral-8x7b", " --ep 8"}, {"qwen1.5-moe-a2.7b", " --ep 4"}, {"qwen3-30b-a3b", " --ep 8"},
+                 {"qwen2-57b-a14b", " --ep 8"}}) {
+    INFO(r.file);
+    const std::string path = std::string(HBMSIM_SOURCE_DIR) + "/data/hf/" + r.file + ".config.json";
+    auto res = test::cli("simulate --model " + path + " --system h200-hgx --gpus 8 --json" + r.flags);
+    REQUIRE(res.status == 0);
+    auto j = nlohmann::json::parse(res.out);
+    CHECK(j.at("mfu").get<double>() > 0.05);
+    CHECK(j.at("mfu").get<double>() <= 1.0);
+    CHECK(j.at("fits").get<bool>());  // each fits 141 GB at batch 1 x 4096 with its weights over 8 GPUs
+    // The stored weights are the model's total over the 8 devices (the experts split over ep, the rest over
+    // fsdp and ep): fp32 master weights, 4 bytes each.
+    auto m = load_hf_config(nlohmann::json::parse(test::slurp(path)), path);
+    CHECK(j.at("hbm_breakdown_bytes").at("parameters").get<double>() == Approx(m.total_params() * 4 / 8).epsilon(1e-9));
+  }
+}
