@@ -40,6 +40,7 @@ nlohmann::json resolved_run(const RunConfig& c, const PreparedRun& run) {
       {"gpus", t.gpus},
       {"layout", run.graph.mesh.describe()},
       {"degrees", {{"dp", p.dp}, {"pp", p.pp}, {"fsdp", p.fsdp}, {"ep", p.ep}, {"cp", p.cp}, {"tp", p.tp}, {"vp", p.vp}}},
+      {"batch_meaning", c.micro_batch > 0 ? "megatron" : "maxtext"},  // which batch fields were given
       {"device_batch", t.device_batch()},
       {"replica_batch", t.replica_batch},
       {"global_batch", t.global_sequences()},
@@ -71,9 +72,12 @@ std::vector<std::string> resolved_run_lines(const nlohmann::json& j) {
   lines.push_back("layout       " + s("layout"));
   const auto& d = j.at("degrees");
   const bool replica_spans_devices = d.at("tp").get<std::int64_t>() * d.at("cp").get<std::int64_t>() * d.at("pp").get<std::int64_t>() > 1;
-  lines.push_back("batch        " + number(j.at("device_batch").get<double>()) + " per device" +
-                  (replica_spans_devices ? ", " + i("replica_batch") + " per model replica" : std::string()) + ", global " +
-                  i("global_batch") + " sequences (grad accum " + i("grad_accum") + "), seq " + i("seq"));
+  const std::string per = s("batch_meaning") == "megatron"
+                              ? "micro-batch " + i("replica_batch") + " per model replica"
+                              : number(j.at("device_batch").get<double>()) + " per device" +
+                                    (replica_spans_devices ? ", " + i("replica_batch") + " per model replica" : std::string());
+  lines.push_back("batch        " + per + ", global " + i("global_batch") + " sequences (grad accum " + i("grad_accum") +
+                  "), seq " + i("seq"));
   std::string policy = "policy       " + s("policy");
   if (j.contains("pp_schedule")) {
     if (!s("stage_policies").empty()) policy += " (stages: " + s("stage_policies") + ")";

@@ -127,3 +127,11 @@ TEST_CASE("plan commands print the base run they searched from", "[cli][output]"
   CHECK(has_line(r.out, "run          llama3.1-8b on 8 x gb200-nvl72 GPUs"));
   CHECK(has_line(r.out, "calibration  datasheet (uncalibrated)"));
 }
+
+TEST_CASE("a Megatron batch is printed in Megatron's terms: micro-batch per replica, global batch, accumulation", "[cli][output]") {
+  auto r = test::cli("simulate --model llama3.1-8b --gpus 16 --tp 2 --micro-batch 2 --global-batch 64");
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  // 16 GPUs / tp 2 = 8 replicas; accumulation = 64 / (2 x 8) = 4.
+  CHECK(has_line(r.out, "batch        micro-batch 2 per model replica, global 64 sequences (grad accum 4), seq 4096"));
+}
