@@ -34,6 +34,11 @@ void print_stages(const StepReport& r) {
               "and draining)\n%s", t.render().c_str());
 }
 
+// A capacity too small to show in GiB (a what-if typed in GB: --hbm-bytes 288) is shown in bytes, not as 0.0.
+std::string capacity(double bytes) {
+  return bytes >= 0.05 * 1073741824.0 ? gib(bytes) + " GiB" : format_number(bytes) + " bytes";
+}
+
 }  // namespace
 
 int exit_status() { return g_exit_status != 0 ? g_exit_status : plan_exit_status(); }
@@ -61,11 +66,11 @@ void print_report(const StepReport& r, const nlohmann::json& run) {
   std::printf("model TFLOP/s/dev   %10.1f   (MFU %.1f%%)\n", r.tflops_per_device, 100 * r.mfu);
   std::printf("tokens/s/dev        %10.1f\n", r.tokens_per_s_per_device);
   std::printf("fits                %10s   %s\n", r.fits ? "yes" : "NO", r.fits_reason.c_str());
-  std::printf("HBM peak            %10s GiB of %s GiB at t=%.3f s\n", gib(r.hbm_peak_bytes).c_str(),
-              gib(r.hbm_capacity_bytes).c_str(), r.hbm_peak_time_s);
+  std::printf("HBM peak            %10s GiB of %s at t=%.3f s\n", gib(r.hbm_peak_bytes).c_str(),
+              capacity(r.hbm_capacity_bytes).c_str(), r.hbm_peak_time_s);
   for (auto& [k, v] : r.hbm_breakdown_bytes)
     if (v > 0) std::printf("  %-18s%10s GiB\n", k.c_str(), gib(v).c_str());
-  std::printf("pinned host peak    %10s GiB of %s GiB\n", gib(r.host_peak_bytes).c_str(), gib(r.host_capacity_bytes).c_str());
+  std::printf("pinned host peak    %10s GiB of %s\n", gib(r.host_peak_bytes).c_str(), capacity(r.host_capacity_bytes).c_str());
   // Queues the step used, in report order: how long compute waited on each, and what each sent.
   std::string exposed, sent;
   for (const auto& q : report_queues()) {

@@ -83,6 +83,7 @@ TEST_CASE("a what-if an order of magnitude off the hardware is warned about in i
   CHECK(has_line(r.err, "hbmsim: warning: hbm_bytes = 288 bytes is 1e-09 x the vr-nvl144 figure (2.88e+11 bytes); "
                         "the field is in bytes"));
   CHECK(r.out.find("fits                        NO") != std::string::npos);
+  CHECK(r.out.find("GiB of 288 bytes at t=") != std::string::npos);  // not "of 0.0 GiB"
   // 1.5e11 bytes on a 186 GB GB200 is a plausible what-if: no warning.
   auto fine = test::cli("simulate --system gb200-nvl72 --model llama3.1-8b --hbm-bytes 1.5e11");
   REQUIRE(fine.status == 0);
