@@ -97,7 +97,7 @@ struct Flow {
 
 struct Scratch {
   std::vector<Flow> flows, sharing;
-  std::vector<int> unmet, op_queue, succ_start, succ, refs, fill, active, active_pos, finished, unfrozen, zero, zeros;
+  std::vector<int> unmet, op_queue, succ_start, succ, refs, fill, active, active_pos, finished, unfrozen, zero, zeros, lifts;
   std::vector<std::uint64_t> dirty;
   std::vector<char> in_part;
   std::vector<int> touched;
@@ -138,6 +138,13 @@ class Engine {
         ++succ_start_[static_cast<std::size_t>(d) + 1];
       }
       for (int b : op.releases) ++refs_[static_cast<std::size_t>(b)];
+    }
+    lifts_.assign(n, -1);
+    for (std::size_t i = 0; i < n; ++i) {
+      const int lift = p.ops[i].gate_lift;
+      if (lift < 0) continue;
+      if (static_cast<std::size_t>(lift) >= n) throw std::logic_error("program op " + std::to_string(i) + " has no valid gate_lift");
+      lifts_[static_cast<std::size_t>(lift)] = p.queues[static_cast<std::size_t>(p.ops[i].queue)].device;
     }
     for (std::size_t i = 0; i < n; ++i) succ_start_[i + 1] += succ_start_[i];
     succ_.resize(succ_start_[n]);
@@ -324,6 +331,7 @@ class Engine {
     const auto& op = p_.ops[static_cast<std::size_t>(i)];
     if (unmet_[static_cast<std::size_t>(i)] != 0) return false;
     if (op.gate_bytes <= 0) return true;
+    if (op.gate_lift >= 0 && end_[static_cast<std::size_t>(op.gate_lift)] >= 0) return true;
     const auto device = static_cast<std::size_t>(qs_[static_cast<std::size_t>(op.queue)].device);
     return dev_[device].hbm_live + op.gate_bytes <= p_.hbm_limit_bytes[device];
   }
@@ -412,6 +420,8 @@ class Engine {
     }
     if (qs.compute) dv.compute_idle_since = now_;
     for (int b : op.releases) release(b);
+    if (lifts_[k] >= 0)  // a held-back prefetch's latest start has come
+      for (int cq : copy_queues_[static_cast<std::size_t>(lifts_[k])]) mark(cq);
     mark(op.queue);
     for (int s = succ_start_[k]; s < succ_start_[k + 1]; ++s) {
       const int succ = succ_[static_cast<std::size_t>(s)];
@@ -606,6 +616,7 @@ class Engine {
                      &weight_ = scratch().weight, &demand_ = scratch().demand, &fill_rate_ = scratch().fill_rate;
   std::vector<double>& active_end_ = scratch().active_end;  // beside active_: each one's predicted end
   std::vector<std::vector<int>>& copy_queues_ = scratch().device_copy_queues;
+  std::vector<int>& lifts_ = scratch().lifts;  // per op: the device whose gated prefetch it lifts (-1: none)
   int over_ = 0;  // links whose demand exceeds their capacity
   bool rates_stale_ = true;          // a transfer or copy started or ended since the rates were computed
   bool interference_stale_ = false;  // host copies started or all ended: memory-bound kernels change speed

@@ -68,6 +68,9 @@ struct ProgramOp {
   std::uint32_t use_begin = 0, use_count = 0;
   int priority = 0;           // on a shared link, a lower class is served first, sharing within it
   int layer = -1;
+  // With gate_bytes: the op that, once complete, opens the gate whatever the memory (the point where the
+  // schedule without LHS issues the copy: a held-back prefetch starts no later than that). -1: none.
+  int gate_lift = -1;
   bool memory_bound = false;  // slowed while a host copy runs (HBM interference)
   char phase = 'f';           // f forward, b backward, r recompute, o optimizer, c copy
   SmallVec<int, 4> deps;      // ops that must complete first

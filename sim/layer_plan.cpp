@@ -82,11 +82,16 @@ void plan_backward_steps(const LayerTemplate& t, TemplatePlan& p) {
     for (std::size_t i : dag.list_schedule(false)) order.push_back(steps[i]);
     steps = std::move(order);
   }
+  p.first_read.assign(nt, -1);
   p.last_read.assign(nt, -1);
   p.grad_last.assign(no, -1);
   for (std::size_t s = 0; s < steps.size(); ++s) {
     const auto& def = t.ops[steps[s].op];
-    for (int k : step_reads(def, steps[s].kind)) p.last_read[static_cast<std::size_t>(k)] = static_cast<int>(s);
+    for (int k : step_reads(def, steps[s].kind)) {
+      const auto kk = static_cast<std::size_t>(k);
+      if (p.first_read[kk] < 0) p.first_read[kk] = static_cast<int>(s);
+      p.last_read[kk] = static_cast<int>(s);
+    }
     if (steps[s].kind != Kind::replay) p.grad_last[steps[s].op] = static_cast<int>(s);
   }
 }

@@ -38,7 +38,7 @@ struct TemplatePlan {
   enum class Kind : std::uint8_t { replay, bwd, bwd_x, bwd_w };
   struct Step { Kind kind; std::size_t op; };
   std::vector<Step> steps;     // issue order
-  std::vector<int> last_read;  // per tensor: the last step that reads its forward value (-1: none)
+  std::vector<int> first_read, last_read;  // per tensor: the first / last step that reads its forward value (-1: none)
   std::vector<int> grad_last;  // per op: the last step that reads the gradients of its outputs
 
   double seconds(const Step& st) const;

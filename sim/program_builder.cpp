@@ -229,7 +229,7 @@ struct PendingCopy {
   int after, src;
 };
 struct Scratch {
-  std::vector<int> buf, h2d, grad, val_op, tails, op_id;
+  std::vector<int> buf, h2d, grad, val_op, tails, op_id, prefetch;
   std::vector<std::vector<int>> grad_ops, barrier;
   std::vector<PendingCopy> pending;
   std::vector<ChunkRecord> records;
@@ -813,9 +813,18 @@ class StageBuilder {
     };
     // With LHS the prefetch is hoisted to the iteration's start (pipelined: anywhere in the backward pass the
     // memory limit allows).
-    if (opt_.lhs)
+    // Issued in the order of first use: a copy queue starts its ops in order, so a prefetch held back by the
+    // memory limit must not hold back one that is needed earlier.
+    if (opt_.lhs) {
+      auto& prefetch = scratch_.prefetch;
+      prefetch.clear();
       for (std::size_t k = 1; k < nt; ++k)
-        if (p.placement[k] == Placement::offload && read(k)) make_h2d(k, pipelined ? backward_start : body_start);
+        if (p.placement[k] == Placement::offload && read(k)) prefetch.push_back(static_cast<int>(k));
+      std::stable_sort(prefetch.begin(), prefetch.end(), [&](int a, int b) {
+        return p.first_read[static_cast<std::size_t>(a)] < p.first_read[static_cast<std::size_t>(b)];
+      });
+      for (int k : prefetch) make_h2d(static_cast<std::size_t>(k), pipelined ? backward_start : body_start);
+    }
 
     // The unsharded gradients: written here, or by the weight pass when it is split off.
     const int grad_buf = split ? -1 : w_.add_buffer(t.grad_dense_bytes + t.grad_expert_bytes, MemCategory::collective_buffers);
@@ -860,12 +869,14 @@ class StageBuilder {
             if (grad[static_cast<std::size_t>(out)] >= 0) wp->releases.push_back(grad[static_cast<std::size_t>(out)]);
         continue;
       }
-      // Without LHS the copy starts right before the first op that reads it.
-      if (!opt_.lhs)
-        for (int k : reads) {
-          auto kk = static_cast<std::size_t>(k);
-          if (p.placement[kk] == Placement::offload && h2d[kk] < 0) make_h2d(kk, w_.last_compute());
-        }
+      // Without LHS the copy starts right before the first op that reads it. With LHS that is the latest a
+      // prefetch the memory limit holds back may start: the scheduler can shorten the overlap, not undo it.
+      for (int k : reads) {
+        auto kk = static_cast<std::size_t>(k);
+        if (p.placement[kk] != Placement::offload) continue;
+        if (h2d[kk] < 0) make_h2d(kk, w_.last_compute());
+        else if (opt_.lhs && w_.op(h2d[kk]).gate_lift < 0) w_.op(h2d[kk]).gate_lift = w_.last_compute();
+      }
       const char* prefix = replay ? "recompute " : kind == Kind::bwd ? "bwd " : kind == Kind::bwd_x ? "bwd_x " : "bwd_w ";
       std::string name = w_.naming() ? prefix + def.name + " L" + std::to_string(l) : std::string();
       int id;

@@ -146,6 +146,35 @@ TEST_CASE("more HBM or host-link bandwidth is never slower and never turns a fit
   }
 }
 
+TEST_CASE("LHS is never slower than the schedule without it by more than 1% on the same placement", "[invariants]") {
+  // The latency-hiding scheduler reorders to overlap; held back by the memory limit, a prefetch may lose its
+  // overlap but still starts no later than the default schedule would issue it (right before its first
+  // reader), so turning LHS on cannot cost more than the rounding of the two orders. Drawn near capacity:
+  // offload policies with HBM squeezed to 0.6-1.0x the system's, where the limit binds.
+  std::mt19937 rng(1130);
+  int compared = 0, offloading = 0;
+  for (int k = 0; k < 400 && compared < 120; ++k) {
+    RunConfig c = random_config(rng);
+    c.policy = pick<std::string>(rng, {"qkv_proj_offloaded", "minimal_offloaded", "qkv_proj_offloaded"});
+    c.lhs = true;
+    RunConfig off = c;
+    off.lhs = false;
+    try {
+      const System sys = prepare_run(c).system;
+      const double squeeze = pick<double>(rng, {0.6, 0.7, 0.8, 0.9, 1.0});
+      c.hbm_bytes = off.hbm_bytes = squeeze * sys.gpu.hbm_bytes;
+      const auto on = run_simulation(c), without = run_simulation(off);
+      INFO(describe(c));
+      CHECK(on.step_time_s <= without.step_time_s * 1.01);
+      ++compared;
+      offloading += on.host_peak_bytes > 0;
+    } catch (const InputError&) {
+    }
+  }
+  CHECK(compared == 120);
+  CHECK(offloading > 60);
+}
+
 TEST_CASE("a larger batch never lowers the HBM peak", "[invariants]") {
   // Memory is freed at program points (an async collective's buffer at its done, an activation after its
   // last reader), so the peak does not depend on how fast anything runs. The one exception is chosen by the
