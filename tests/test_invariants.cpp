@@ -2,6 +2,7 @@
 // schedule flag drawn from a fixed seed, each result checked against laws that hold for any of them.
 #include <catch2/catch.hpp>
 
+#include <map>
 #include <random>
 #include <sstream>
 
@@ -281,4 +282,44 @@ TEST_CASE("pipelined steps keep the physics stage by stage", "[invariants][pipel
     CHECK(m.stages[0].bubble_s / m.step_time_s <= r.stages[0].bubble_s / r.step_time_s + 1e-9);
   }
   CHECK(runs == 80);
+}
+
+TEST_CASE("issue 18's counterexamples: LHS on Llama 405B near capacity, HBM of Llama 70B by batch and precision", "[invariants]") {
+  // Llama 405B on 64 GB200s, QKV offload: LHS was 15.37 s against 13.73 s without it.
+  RunConfig c;
+  c.system = "gb200-nvl72";
+  c.model = "llama3.1-405b";
+  c.gpus = 64;
+  c.batch = 2;
+  c.seq = 4096;
+  c.policy = "qkv_proj_offloaded";
+  RunConfig off = c;
+  off.lhs = false;
+  CHECK(run_simulation(c).step_time_s <= run_simulation(off).step_time_s * 1.01);
+  // Llama 70B on 8 GB200s, seq 1024, minimal_offloaded, no LHS: the peak fell from batch 1 to 2 and rose
+  // from bf16 to fp8 weights (a queue of gradients whose length depended on relative speeds). More sequences
+  // never need less memory, and narrower MLP GEMM inputs never need more.
+  RunConfig m;
+  m.system = "gb200-nvl72";
+  m.model = "llama3.1-70b";
+  m.gpus = 8;
+  m.seq = 1024;
+  m.policy = "minimal_offloaded";
+  m.lhs = false;
+  std::map<std::string, std::map<int, double>> peak;
+  for (std::string w : {"bf16", "fp8", "nvfp4"})
+    for (int b : {1, 2}) {
+      m.weights = w;
+      m.batch = b;
+      peak[w][b] = run_simulation(m).hbm_peak_bytes;
+    }
+  for (const auto& [w, by_batch] : peak) {
+    INFO(w);
+    CHECK(by_batch.at(2) >= by_batch.at(1));
+  }
+  for (int b : {1, 2}) {
+    INFO("batch " << b);
+    CHECK(peak["fp8"][b] <= peak["bf16"][b] * (1 + 1e-12));
+    CHECK(peak["nvfp4"][b] <= peak["fp8"][b] * (1 + 1e-12));
+  }
 }
