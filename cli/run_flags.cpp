@@ -118,6 +118,15 @@ void check_run_config(const RunConfig& c, const Sources& s, const std::set<std::
   if (fixed("model")) model = attributed(s, {"model"}, [&] { return resolve_model(c.model); });
   if (fixed("weights")) check_dtype(s, "weights", c.weights, false);
   if (fixed("attention_dtype")) check_dtype(s, "attention_dtype", c.attention_dtype, true);
+  if (fixed("system") && fixed("calibration")) {
+    const System sys = resolve_run_system(c);
+    for (const char* field : {"weights", "attention_dtype"})
+      if (fixed(field))
+        attributed(s, {field}, [&] {
+          check_gpu_dtype(sys, field, parse_dtype(std::string(field) == "weights" ? c.weights : c.attention_dtype));
+          return 0;
+        });
+  }
 
   if (fixed("policy") && tensors_fixed) {
     // A config file's tensor names and placements were checked when it was read; the remat boundary rule

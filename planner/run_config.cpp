@@ -115,6 +115,14 @@ System resolve_run_system(const RunConfig& c, const Profile* extra) {
   return sys;
 }
 
+void check_gpu_dtype(const System& sys, const std::string& field, Dtype dtype) {
+  if (dtype == Dtype::fp32 || sys.gpu.dense_peak_flops.count(dtype)) return;
+  std::string has;
+  for (const auto& [d, flops] : sys.gpu.dense_peak_flops) has += (has.empty() ? "" : ", ") + std::string(to_string(d));
+  throw InputError(field + " = " + to_string(dtype) + " (" + sys.id + "'s " + sys.gpu.name + " has no " + to_string(dtype) +
+                   " tensor cores; it has " + has + ")");
+}
+
 TrainingSpec training_shape(const RunConfig& c) {
   TrainingSpec t;
   t.gpus = c.gpus;
@@ -160,6 +168,8 @@ PreparedRun prepare_run(const RunConfig& c, const Profile* extra) {
   t.mlp_gemm_dtype = dtype(c.weights, "weights");
   t.attention_gemm_dtype = dtype(c.attention_dtype, "attention_dtype");
   if (t.mlp_gemm_dtype == Dtype::fp32) throw InputError("weights = fp32 (expected bf16, fp8 or nvfp4)");
+  check_gpu_dtype(sys, "weights", t.mlp_gemm_dtype);
+  check_gpu_dtype(sys, "attention_dtype", t.attention_gemm_dtype);
   PreparedRun r{sys, build_step_graph(model, t), make_stage_policy(c.policy, c.stage_policies, c.tensors, t.parallelism.pp), SimOptions{}};
   r.options.lhs = c.lhs;
   r.options.pipelined_transfers = c.pipelined_transfers;

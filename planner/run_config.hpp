@@ -79,6 +79,9 @@ std::optional<std::string> what_if_problem(const std::string& field, double valu
 System resolve_run_system(const RunConfig& config, const Profile* extra = nullptr);
 // `extra` (optional) is applied after the config's own calibration: the fitter's trial parameters.
 PreparedRun prepare_run(const RunConfig& config, const Profile* extra = nullptr);
+// A GEMM dtype the system's GPU has no tensor cores for (nvfp4 on Hopper) is bad input, not a silent fallback;
+// the message starts with the field ("weights = nvfp4 (...)").
+void check_gpu_dtype(const System& system, const std::string& field, Dtype dtype);
 // The training shape (GPUs, batch, sequence, accumulation, parallel degrees) of a config, unchecked.
 TrainingSpec training_shape(const RunConfig& config);
 StepReport run_simulation(const RunConfig& config, bool trace = false, const Profile* extra = nullptr);
