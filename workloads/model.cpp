@@ -208,13 +208,17 @@ ModelSpec load_model(const nlohmann::json& doc, const std::string& origin) {
   for (auto [key, flag] : kFlags)
     if (auto f = v.find(key)) m.*flag = f->boolean();
   if (m.is_mla()) {
-    for (auto [key, field] : {std::pair{"q_lora_rank", &m.q_lora_rank}, {"kv_lora_rank", &m.kv_lora_rank},
-                              {"qk_nope_head_dim", &m.qk_nope_head_dim}, {"qk_rope_head_dim", &m.qk_rope_head_dim},
-                              {"v_head_dim", &m.v_head_dim}})
+    for (auto [key, field] : {std::pair{"kv_lora_rank", &m.kv_lora_rank}, {"qk_nope_head_dim", &m.qk_nope_head_dim},
+                              {"qk_rope_head_dim", &m.qk_rope_head_dim}, {"v_head_dim", &m.v_head_dim}})
       *field = v.at(key).positive_integer();
     // MLA's projections have their own shapes: these would be silently miscounted.
     for (auto key : {"qkv_bias", "out_bias", "qk_norm"})
       if (v.has(key)) v.at(key).fail("applies to llama (GQA) attention only");
+    // 0 or absent: the query is projected directly, without a low-rank latent (DeepSeek-V2-Lite).
+    if (auto q = v.find("q_lora_rank")) {
+      m.q_lora_rank = q->integer();
+      if (m.q_lora_rank < 0) q->fail("must be >= 0 (0: no query LoRA)");
+    }
   } else {
     m.num_kv_heads = v.at("num_kv_heads").positive_integer();
     m.head_dim = v.at("head_dim").positive_integer();
