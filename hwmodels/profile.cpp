@@ -146,6 +146,7 @@ System apply_profile(System s, const Profile& p) {
   if (p.host_latency_s) l.latency_s = *p.host_latency_s;
   if (p.hbm_bandwidth_bytes_per_s) s.gpu.hbm_bandwidth_bytes_per_s = *p.hbm_bandwidth_bytes_per_s;
   if (p.launch_overhead_s) s.gpu.launch_overhead_s = *p.launch_overhead_s;
+  if (p.d2d_bandwidth_bytes_per_s) s.gpu.measured_d2d_bytes_per_s = *p.d2d_bandwidth_bytes_per_s;
   if (p.compute_slowdown_during_copy) e.compute_slowdown_during_copy = *p.compute_slowdown_during_copy;
   if (p.gemm_bf16) e.gemm_bf16 = *p.gemm_bf16;
   if (p.gemm_fp8) e.gemm_fp8 = *p.gemm_fp8;

@@ -53,6 +53,9 @@ struct GpuSpec {
   double hbm_bandwidth_bytes_per_s = 0;
   std::map<Dtype, double> dense_peak_flops;  // absent dtype: not supported in hardware
   double launch_overhead_s = 0;
+  // A calibration profile's cudaMemcpy device-to-device rate (bytes copied per second); without one a
+  // device copy is an HBM streaming kernel reading and writing its bytes.
+  std::optional<double> measured_d2d_bytes_per_s;
   double peak_flops(Dtype d) const;          // falls back to the next wider dtype the part has
 };
 

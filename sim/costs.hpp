@@ -16,6 +16,11 @@ struct Costs {
   double memory_s_raw(double bytes) const;
   double memory_s(double bytes) const { return memory_s_raw(bytes) + sys.gpu.launch_overhead_s; }
   bool memory_bound_gemm(double flops, double bytes, Dtype dt) const;
+  // A copy of `bytes` from one HBM buffer to another (the pipelined-offload staging copy).
+  double device_copy_s(double bytes) const {
+    return sys.gpu.measured_d2d_bytes_per_s ? bytes / *sys.gpu.measured_d2d_bytes_per_s + sys.gpu.launch_overhead_s
+                                            : memory_s(2 * bytes);
+  }
   // A collective in the forward or the backward pass (its mirror).
   CommCost comm(const CommDef& c, bool backward) const { return net.cost(c.kind(backward), c.bytes, c.group); }
   // Copies: the per-GPU share of the host link times the copy efficiency for this size.

@@ -711,7 +711,7 @@ class StageBuilder {
         if (pipelined) {
           // Staged through a loop-carried device buffer so the copy may finish in a later iteration.
           int staged = w_.add_buffer(t.tensors[k].bytes, MemCategory::offload_buffers);
-          after = w_.compute(costs_.memory_s(2 * t.tensors[k].bytes), true, 0, 'f', static_cast<int>(l),
+          after = w_.compute(costs_.device_copy_s(t.tensors[k].bytes), true, 0, 'f', static_cast<int>(l),
                              label("stage ", t.tensors[k].name, l));
           w_.op(after).allocs.push_back(staged);
           w_.op(after).releases.push_back(src);  // the stage copy is one more reader of the original
