@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <set>
 
 #include "cli/commands.hpp"
@@ -178,7 +179,9 @@ void register_plan(CLI::App& app) {
       for (auto& v : *variants) vs.push_back(parse_variant(base, v));
       if (vs.empty()) vs = default_variants(base);
       auto arr = nlohmann::json::array();
-      Table t{{"variant", "largest batch", "TFLOP/s there", "HBM GiB there"}, {}};
+      Table t{{"variant", "largest batch", "TFLOP/s there", "HBM GiB there", "stopped at"}, {}};
+      std::optional<Candidate> winner;  // the fastest variant at its largest batch (a copy: `r` is per variant)
+      std::string winner_label;
       for (std::size_t i = 0; i < vs.size(); ++i) {
         auto& [label, c] = vs[i];
         LargestBatch r;
@@ -191,17 +194,29 @@ void register_plan(CLI::App& app) {
         }
         const Candidate* at = nullptr;
         for (auto& x : r.tried) if (x.config.batch == r.batch) at = &x;
-        nlohmann::json j = {{"variant", label}, {"largest_batch", r.batch}};
+        nlohmann::json j = {{"variant", label}, {"largest_batch", r.batch}, {"stopped", r.stopped}};
         if (at) {
           j["report"] = at->report.to_json();
           j["settings"] = runnable_settings(at->config);
+          if (!winner || at->report.tflops_per_device > winner->report.tflops_per_device) {
+            winner = *at;
+            winner_label = label;
+          }
         }
         arr.push_back(j);
         t.rows.push_back({label, std::to_string(r.batch), at ? fixed(at->report.tflops_per_device, 1) : "-",
-                          at ? gib(at->report.hbm_peak_bytes) : "-"});
+                          at ? gib(at->report.hbm_peak_bytes) : "-", r.stopped});
       }
       if (*json) { std::cout << dump_json(arr, 2) << "\n"; return; }
       std::cout << t.render();
+      if (!winner) {
+        std::printf("\nno variant fits even the smallest batch\n");
+        return;
+      }
+      std::printf("\nfastest: %s at batch %s, %.1f TFLOP/s/device, HBM %s GiB\n", winner_label.c_str(),
+                  format_number(*winner->config.batch).c_str(), winner->report.tflops_per_device,
+                  gib(winner->report.hbm_peak_bytes).c_str());
+      print_settings(winner->config);
     });
   }
   {
@@ -248,7 +263,7 @@ void register_plan(CLI::App& app) {
     });
   }
   {
-    auto* cmd = plan->add_subcommand("break-even", "Lowest host-link bandwidth at which the offload policy costs at most 1% against keeping those tensors on device");
+    auto* cmd = plan->add_subcommand("break-even", "Lowest host-link bandwidth at which the offload policy costs at most 1% against the best alternative that fits (on device, else rematerialized)");
     auto flags = make_run_flags(cmd);
     auto tol = std::make_shared<double>(0.01);
     auto json = std::make_shared<bool>(false);
@@ -264,13 +279,14 @@ void register_plan(CLI::App& app) {
         auto curve = nlohmann::json::array();
         for (auto& [bw, t] : r.curve) curve.push_back({{"host_link_bytes_per_s", bw}, {"tflops_per_device", t}});
         std::cout << dump_json(nlohmann::json{{"break_even_bytes_per_s", r.bytes_per_s}, {"reference_tflops", r.reference_tflops},
+                                              {"reference", r.reference}, {"reference_settings", runnable_settings(r.reference_config)},
                                               {"tolerance", *tol}, {"curve", curve}}, 2) << "\n";
         return;
       }
-      std::printf("same tensors on device: %.1f TFLOP/s/device\n", r.reference_tflops);
+      std::printf("reference, %s: %.1f TFLOP/s/device\n", r.reference.c_str(), r.reference_tflops);
       if (r.bytes_per_s > 0) std::printf("break-even host link: %.1f GB/s per GPU per direction (within %.1f%%)\n\n", r.bytes_per_s / 1e9, 100 * *tol);
       else std::printf("offload never comes within %.1f%% up to 4 TB/s\n\n", 100 * *tol);
-      Table t{{"host link GB/s", "TFLOP/s", "vs device"}, {}};
+      Table t{{"host link GB/s", "TFLOP/s", "vs reference"}, {}};
       for (auto& [bw, tf] : r.curve) t.rows.push_back({fixed(bw / 1e9, 1), fixed(tf, 1), fixed(100 * (tf / r.reference_tflops - 1), 2) + "%"});
       std::cout << t.render();
     });

@@ -29,7 +29,32 @@ LargestBatch largest_batch(const RunConfig& base, std::int64_t max_batch, bool p
     out.tried.push_back({c, r});
     return fits[k] = r.fits;
   };
-  if (max_k < 1 || !test(1)) return out;
+  // Why a batch does not fit: the memory it ran out of, with the figures ("batch 6: pinned host 183.0 > 178.8 GiB").
+  auto why = [&](std::int64_t k) {
+    for (const auto& t : out.tried)
+      if (t.config.batch == k * unit) {
+        const auto& r = t.report;
+        auto over = [](const char* what, double need, double have) {
+          char buf[96];
+          std::snprintf(buf, sizeof buf, "%s %.1f > %.1f GiB", what, need / 1073741824.0, have / 1073741824.0);
+          return std::string(buf);
+        };
+        std::string text;
+        if (r.hbm_peak_bytes > r.hbm_capacity_bytes) text = over("HBM", r.hbm_peak_bytes, r.hbm_capacity_bytes);
+        if (r.host_peak_bytes > r.host_capacity_bytes)
+          text += (text.empty() ? "" : ", ") + over("pinned host", r.host_peak_bytes, r.host_capacity_bytes);
+        return "batch " + format_number(k * unit) + ": " + (text.empty() ? r.fits_reason : text);
+      }
+    return std::string();
+  };
+  if (max_k < 1) {
+    out.stopped = "max_batch " + std::to_string(max_batch) + " is below the smallest candidate, " + std::to_string(unit);
+    return out;
+  }
+  if (!test(1)) {
+    out.stopped = why(1);
+    return out;
+  }
   std::int64_t good = 1, bad = 0;
   for (std::int64_t k = 2; k <= max_k; k *= 2) {
     if (test(k)) good = k;
@@ -47,6 +72,10 @@ LargestBatch largest_batch(const RunConfig& base, std::int64_t max_batch, bool p
     }
   }
   out.batch = good * unit;
+  std::int64_t first_bad = 0;  // the smallest batch tried above the answer that does not fit
+  for (const auto& [k, f] : fits)
+    if (!f && k > good && (first_bad == 0 || k < first_bad)) first_bad = k;
+  out.stopped = first_bad > 0 ? why(first_bad) : "reached max_batch " + std::to_string(max_batch);
   return out;
 }
 
@@ -302,17 +331,50 @@ std::vector<Candidate> pareto_front(const std::vector<Candidate>& points) {
   return front;
 }
 
+namespace {
+
+// The config with every offloaded checkpoint name placed `instead` (device or remat), as a custom policy.
+RunConfig offload_as(const RunConfig& c, Placement instead, bool& any) {
+  const Policy policy = make_policy(c.policy, c.tensors);
+  RunConfig out = c;
+  out.policy = "custom";
+  out.tensors.clear();
+  for (const auto& name : checkpoint_names()) {
+    Placement p = policy.placement(name);
+    if (p == Placement::offload) {
+      p = instead;
+      any = true;
+    }
+    out.tensors[name] = to_string(p);
+  }
+  return out;
+}
+
+}  // namespace
+
 BreakEven break_even_bandwidth(const RunConfig& offload, double tolerance, double lo, double hi) {
   bool any = false;
-  RunConfig reference = offload;
-  for (auto& [n, p] : reference.tensors)
-    if (p == "offload") { p = "device"; any = true; }
-  if (reference.policy == "qkv_proj_offloaded") { reference.policy = "save_qkv_proj"; any = true; }
-  if (reference.policy == "minimal_offloaded") { reference.policy = "minimal"; any = true; }
+  RunConfig on_device = offload_as(offload, Placement::device, any);
   if (!any) throw InputError("plan break-even: the config offloads nothing (use an *_offloaded policy or --tensor NAME=offload)");
-  reference.hbm_bytes = 1e15;  // the reference keeps everything on device whatever it takes
   BreakEven out;
-  out.reference_tflops = run_simulation(reference).tflops_per_device;
+  // The alternative a planner would take: on device if it fits, else recompute; offload is worth it only
+  // against what could run instead.
+  auto device_run = run_simulation(on_device);
+  RunConfig remat = offload_as(offload, Placement::remat, any);
+  if (device_run.fits) {
+    out.reference = "the same tensors on device";
+    out.reference_config = on_device;
+    out.reference_tflops = device_run.tflops_per_device;
+  } else if (auto r = run_simulation(remat); r.fits) {
+    out.reference = "the same tensors rematerialized (on device does not fit)";
+    out.reference_config = remat;
+    out.reference_tflops = r.tflops_per_device;
+  } else {
+    on_device.hbm_bytes = 1e15;
+    out.reference = "the same tensors on device, HBM capacity ignored (neither on device nor rematerialized fits)";
+    out.reference_config = on_device;
+    out.reference_tflops = run_simulation(on_device).tflops_per_device;
+  }
   auto at = [&](double bw) {
     RunConfig c = offload;
     c.host_link_bytes_per_s = bw;

@@ -24,6 +24,9 @@ struct Candidate {
 struct LargestBatch {
   std::int64_t batch = 0;
   std::vector<Candidate> tried;
+  // Why the search stopped: the smallest batch tried that does not fit and what it ran out of ("batch 6:
+  // pinned host 183.0 > 178.8 GiB"), or that max_batch was reached.
+  std::string stopped;
 };
 LargestBatch largest_batch(const RunConfig& base, std::int64_t max_batch = 4096, bool powers_of_two = false);
 
@@ -55,11 +58,14 @@ PolicySearch best_policy(const RunConfig& base, const std::vector<std::string>& 
 // Points not dominated in (lower HBM peak, higher TFLOP/s), sorted by HBM.
 std::vector<Candidate> pareto_front(const std::vector<Candidate>& points);
 
-// Lowest host-link bandwidth (per GPU, per direction) at which `offload` is within `tolerance` of the same
-// config with every offloaded name kept on device instead (HBM capacity ignored for that reference).
+// Lowest host-link bandwidth (per GPU, per direction) at which `offload` is within `tolerance` of the best
+// alternative that fits: the offloaded names kept on device if that fits, else rematerialized; when neither
+// fits, on device with HBM capacity ignored (and `reference` says so).
 struct BreakEven {
   double bytes_per_s = 0;  // 0: never within tolerance up to the highest bandwidth tried
   double reference_tflops = 0;
+  std::string reference;   // "on device", "rematerialized (on device does not fit)", ...
+  RunConfig reference_config;
   std::vector<std::pair<double, double>> curve;  // (bytes/s, TFLOP/s)
 };
 BreakEven break_even_bandwidth(const RunConfig& offload, double tolerance = 0.01, double lo = 1e9, double hi = 4e12);

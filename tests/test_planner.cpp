@@ -387,22 +387,29 @@ TEST_CASE("the DeepSeek-V3 policy search ends in a local optimum and prints MaxT
 }
 
 TEST_CASE("the break-even host-link bandwidth is the lowest within tolerance: just below it is not", "[planner][plan]") {
-  // Llama 3.1 405B with QKV offloaded and LHS off: every copy is exposed. A break-even must exist in
-  // [1 GB/s, 4 TB/s]: the offloaded run differs from the reference (the same tensors saved on device) only
-  // by its copies, 576 MiB per layer each way over 126 layers = 152 GB, which at 4 TB/s add about 38 ms
-  // (plus 3 x 126 x 2 copy latencies of microseconds) to a step of several seconds: far under 1%.
+  // Llama 3.1 405B with QKV offloaded and LHS off: every copy is exposed. The reference is the best
+  // alternative that fits: the same tensors on device (save_qkv_proj) does not fit here, so they are
+  // rematerialized (full). A break-even must exist in [1 GB/s, 4 TB/s]: at 4 TB/s the copies, 576 MiB per
+  // layer each way over 126 layers = 152 GB, add about 38 ms to a step of several seconds, so offload runs
+  // within 1% of keeping them on device, which is faster than recomputing them.
   RunConfig c = reference_config("llama405b-qkv-offload-nolhs");
   REQUIRE(c.policy == "qkv_proj_offloaded");
   REQUIRE_FALSE(c.lhs);
   const double tolerance = 0.01;
   auto be = break_even_bandwidth(c, tolerance, 1e9, 4e12);
-  // The reference, simulated here directly: the same config with the tensors saved on device, HBM no limit.
-  RunConfig ref = c;
-  ref.policy = "save_qkv_proj";
-  ref.hbm_bytes = 1e15;
-  const auto reference = run_simulation(ref);
+  // The alternatives, simulated here directly.
+  RunConfig on_device = c, remat = c, unlimited = c;
+  on_device.policy = "save_qkv_proj";
+  remat.policy = "full";
+  unlimited.policy = "save_qkv_proj";
+  unlimited.hbm_bytes = 1e15;
+  REQUIRE_FALSE(run_simulation(on_device).fits);
+  const auto reference = run_simulation(remat);
+  REQUIRE(reference.fits);
+  CHECK(be.reference == "the same tensors rematerialized (on device does not fit)");
   CHECK(be.reference_tflops == Approx(reference.tflops_per_device).epsilon(1e-12));
   CHECK(reference.step_time_s > 1.0);  // the premise of the argument above
+  CHECK(run_simulation(unlimited).tflops_per_device > reference.tflops_per_device);
   REQUIRE(be.bytes_per_s > 0);
   CHECK(be.bytes_per_s > 1e9);
   CHECK(be.bytes_per_s < 4e12);
@@ -415,10 +422,50 @@ TEST_CASE("the break-even host-link bandwidth is the lowest within tolerance: ju
   };
   CHECK(at(be.bytes_per_s) >= (1 - tolerance) * reference.tflops_per_device);
   CHECK(at(0.99 * be.bytes_per_s) < (1 - tolerance) * reference.tflops_per_device);
-  // The curve rises with bandwidth and never passes the reference (offload can at best match it).
+  // The curve rises with bandwidth and never passes keeping the tensors on device with HBM unlimited.
   REQUIRE(be.curve.size() >= 10);
   for (std::size_t i = 1; i < be.curve.size(); ++i) CHECK(be.curve[i].second >= be.curve[i - 1].second - 1e-9);
-  CHECK(be.curve.back().second <= reference.tflops_per_device * (1 + 1e-9));
+  CHECK(be.curve.back().second <= run_simulation(unlimited).tflops_per_device * (1 + 1e-9));
+}
+
+TEST_CASE("break-even compares with the tensors on device when that fits", "[planner][plan]") {
+  // Llama 3.1 8B on 8 GB200s: saving the QKV projections on device fits easily, so it is the reference.
+  RunConfig c;
+  c.model = "llama3.1-8b";
+  c.policy = "qkv_proj_offloaded";
+  RunConfig on_device = c;
+  on_device.policy = "save_qkv_proj";
+  const auto dev = run_simulation(on_device);
+  REQUIRE(dev.fits);
+  auto be = break_even_bandwidth(c, 0.01, 1e9, 4e12);
+  CHECK(be.reference == "the same tensors on device");
+  CHECK(be.reference_tflops == Approx(dev.tflops_per_device).epsilon(1e-12));
+}
+
+TEST_CASE("largest-batch says why it stopped: the first batch that does not fit and what it ran out of", "[planner][plan]") {
+  // DeepSeek-V3 on 128 GB200s, QKV offloaded: the search ends where pinned host memory runs out (the
+  // offloaded tensors grow with the batch while HBM stays under capacity), not at HBM.
+  RunConfig c;
+  c.model = "deepseek-v3-671b";
+  c.gpus = 128;
+  c.ep = 64;
+  c.seq = 4096;
+  c.policy = "qkv_proj_offloaded";
+  auto r = largest_batch(c, 64);
+  REQUIRE(r.batch >= 1);
+  RunConfig next = c;
+  next.batch = r.batch + 1;
+  const auto over = run_simulation(next);
+  REQUIRE_FALSE(over.fits);
+  CHECK(over.fits_reason == "pinned host memory exceeds capacity");
+  char expected[128];
+  std::snprintf(expected, sizeof expected, "batch %d: pinned host %.1f > %.1f GiB", static_cast<int>(r.batch + 1),
+                over.host_peak_bytes / 1073741824.0, over.host_capacity_bytes / 1073741824.0);
+  CHECK(r.stopped == expected);
+  // With a bound below what fits, the search says it reached the bound.
+  auto capped = largest_batch(c, 2);
+  CHECK(capped.batch == 2);
+  CHECK(capped.stopped == "reached max_batch 2");
 }
 
 TEST_CASE("run-config errors from sweeps and Python name the field and print the value in full", "[planner]") {
