@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "planner/run_config.hpp"
+
 namespace test {
 
 struct CliResult {
@@ -47,6 +49,20 @@ inline CliResult cli(const std::string& args) {
   r.out = slurp(out);
   r.err = slurp(err);
   return r;
+}
+
+// The suite's small real run: Llama 3.1 8B on 8 H200s (FSDP 8), batch 2 x seq 4096, so T = 8192 tokens per
+// device per micro-step.
+inline hbmsim::RunConfig llama8b_h200(const std::string& policy, bool lhs = true) {
+  hbmsim::RunConfig c;
+  c.system = "h200-hgx";
+  c.model = "llama3.1-8b";
+  c.gpus = 8;
+  c.batch = 2;
+  c.seq = 4096;
+  c.policy = policy;
+  c.lhs = lhs;
+  return c;
 }
 
 }  // namespace test

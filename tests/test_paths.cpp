@@ -24,16 +24,7 @@ constexpr double GiB = 1073741824.0;
 constexpr double E = 4096, H = 32, Hkv = 8, D = 128, F = 14336, V = 128256, L = 32;
 
 // Llama 3.1 8B on 8 H200s (FSDP 8), batch 2 x seq 4096: T = 8192 tokens per device per micro-step.
-RunConfig llama8b(const std::string& policy) {
-  RunConfig c;
-  c.system = "h200-hgx";
-  c.model = "llama3.1-8b";
-  c.gpus = 8;
-  c.batch = 2;
-  c.seq = 4096;
-  c.policy = policy;
-  return c;
-}
+RunConfig llama8b(const std::string& policy) { return test::llama8b_h200(policy); }
 
 // One step's program and every op's times, by op name (the first op of that name unless `nth`).
 struct Timeline {

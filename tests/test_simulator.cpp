@@ -10,17 +10,7 @@ using namespace hbmsim;
 namespace {
 constexpr double GiB = 1073741824.0;
 
-RunConfig small(const std::string& policy, bool lhs = true) {
-  RunConfig c;
-  c.system = "h200-hgx";
-  c.model = "llama3.1-8b";
-  c.gpus = 8;
-  c.batch = 2;
-  c.seq = 4096;
-  c.policy = policy;
-  c.lhs = lhs;
-  return c;
-}
+RunConfig small(const std::string& policy, bool lhs = true) { return test::llama8b_h200(policy, lhs); }
 
 int find_op(const std::vector<std::string>& names, const std::string& name) {
   for (std::size_t i = 0; i < names.size(); ++i)
