@@ -19,6 +19,8 @@
 #include "hwmodels/json_view.hpp"
 #include "hwmodels/profile.hpp"
 #include "planner/run_config.hpp"
+#include "planner/plan.hpp"
+#include "planner/plan_json.hpp"
 #include "planner/run_fields.hpp"
 #include "planner/run_summary.hpp"
 #include "planner/sweep.hpp"
@@ -223,6 +225,55 @@ py::dict reproduce(const std::string& calibration, const std::string& runs_path,
   return to_py(j);
 }
 
+// ---- Plans (the same answers as `hbmsim plan ... --json`) ----
+
+py::list plan_largest_batch(const py::object& config, const std::vector<std::string>& variants, std::int64_t max_batch,
+                            bool powers_of_two) {
+  auto base = config_from_py(config, "config");
+  json arr = json::array();
+  {
+    py::gil_scoped_release nogil;
+    std::vector<std::pair<std::string, hbmsim::RunConfig>> vs;
+    for (const auto& v : variants) vs.push_back(hbmsim::parse_variant(base, v));
+    if (vs.empty()) vs = hbmsim::default_variants(base);
+    for (const auto& [label, c] : vs) arr.push_back(hbmsim::largest_batch_json(label, hbmsim::largest_batch(c, max_batch, powers_of_two)));
+  }
+  return to_py(arr);
+}
+
+py::dict plan_best_policy(const py::object& config, const std::vector<std::string>& names, int jobs) {
+  auto base = config_from_py(config, "config");
+  json j;
+  {
+    py::gil_scoped_release nogil;
+    hbmsim::check_jobs(jobs, "jobs");
+    j = hbmsim::policy_search_json(hbmsim::best_policy(base, names.empty() ? hbmsim::default_search_names(base) : names, jobs));
+  }
+  return to_py(j);
+}
+
+py::dict plan_break_even(const py::object& config, double tolerance) {
+  auto c = config_from_py(config, "config");
+  if (!(tolerance >= 0 && tolerance < 1))
+    throw hbmsim::InputError("tolerance = " + hbmsim::format_number(tolerance) + " (must be in [0, 1))");
+  json j;
+  {
+    py::gil_scoped_release nogil;
+    j = hbmsim::break_even_json(hbmsim::break_even_bandwidth(c, tolerance), tolerance);
+  }
+  return to_py(j);
+}
+
+py::dict plan_hbm_needed(const py::object& config) {
+  auto c = config_from_py(config, "config");
+  json j;
+  {
+    py::gil_scoped_release nogil;
+    j = hbmsim::hbm_needed_json(hbmsim::hbm_needed(c));
+  }
+  return to_py(j);
+}
+
 py::dict profile(const py::object& doc, const std::string& origin) {
   json d = from_py(doc, "");
   json j;
@@ -276,6 +327,16 @@ PYBIND11_MODULE(_hbmsim, m) {
   m.def("reproduce", &reproduce, py::arg("calibration") = "", py::arg("runs_path") = "", py::arg("configs_path") = "",
         "The measured reference runs next to hbmsim's predictions and the checked claims (as\n"
         "`hbmsim reproduce --json`). calibration: profile file or built-in name (\"\" = datasheet figures).");
+  m.def("plan_largest_batch", &plan_largest_batch, py::arg("config"), py::arg("variants") = std::vector<std::string>{},
+        py::arg("max_batch") = 1024, py::arg("powers_of_two") = false,
+        "Largest per-device batch that fits, per variant (\"LABEL=field:value;...\"; none: the default variants), as\n"
+        "`plan largest-batch --json`: list of {variant, largest_batch, stopped, report, settings}.");
+  m.def("plan_best_policy", &plan_best_policy, py::arg("config"), py::arg("names") = std::vector<std::string>{},
+        py::arg("jobs") = 1, "Best device/remat/offload placement of `names`, as `plan best-policy --json`.");
+  m.def("plan_break_even", &plan_break_even, py::arg("config"), py::arg("tolerance") = 0.01,
+        "Lowest host-link bandwidth at which the offload policy is within `tolerance` of the best alternative\n"
+        "that fits, as `plan break-even --json`.");
+  m.def("plan_hbm_needed", &plan_hbm_needed, py::arg("config"), "HBM and pinned host memory a config needs, as `plan hbm-needed --json`.");
   m.def("profile", &profile, py::arg("doc"), py::arg("origin") = "profile",
         "Validates a calibration profile document (dict) and returns it normalised (Profile::to_json).");
   m.def("data_files", &hbmsim::builtin_files, py::arg("prefix") = "",

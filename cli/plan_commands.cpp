@@ -16,6 +16,7 @@
 #include "hwmodels/json_view.hpp"
 #include "planner/fit.hpp"
 #include "planner/plan.hpp"
+#include "planner/plan_json.hpp"
 #include "planner/sweep.hpp"
 
 namespace hbmsim::cli {
@@ -144,14 +145,6 @@ void print_settings(const RunConfig& c) {
   std::printf("  XLA_FLAGS: %s\n", s["xla_flags"].get<std::string>().c_str());
 }
 
-std::string placement_label(const RunConfig& c) {
-  if (!c.stage_policies.empty()) return "per stage: " + c.stage_policies;
-  auto d = make_policy(c.policy, c.tensors).describe();
-  std::string out;
-  for (auto& x : d) out += (out.empty() ? "" : " ") + x;
-  return out.empty() ? "all remat" : out;
-}
-
 void register_plan(CLI::App& app) {
   auto* plan = app.add_subcommand("plan", "Capacity questions: largest batch, best policy, Pareto front, break-even link, HBM needed");
   plan->require_subcommand(0, 1);
@@ -194,16 +187,11 @@ void register_plan(CLI::App& app) {
         }
         const Candidate* at = nullptr;
         for (auto& x : r.tried) if (x.config.batch == r.batch) at = &x;
-        nlohmann::json j = {{"variant", label}, {"largest_batch", r.batch}, {"stopped", r.stopped}};
-        if (at) {
-          j["report"] = at->report.to_json();
-          j["settings"] = runnable_settings(at->config);
-          if (!winner || at->report.tflops_per_device > winner->report.tflops_per_device) {
-            winner = *at;
-            winner_label = label;
-          }
+        if (at && (!winner || at->report.tflops_per_device > winner->report.tflops_per_device)) {
+          winner = *at;
+          winner_label = label;
         }
-        arr.push_back(j);
+        arr.push_back(largest_batch_json(label, r));
         t.rows.push_back({label, std::to_string(r.batch), at ? fixed(at->report.tflops_per_device, 1) : "-",
                           at ? gib(at->report.hbm_peak_bytes) : "-", r.stopped});
       }
@@ -238,16 +226,7 @@ void register_plan(CLI::App& app) {
       auto res = best_policy(base, ns, *jobs);
       auto front = pareto_front(res.evaluated);
       if (*json) {
-        nlohmann::json j = {{"method", res.method}, {"evaluated", res.evaluated.size()}, {"found", res.found}};
-        if (res.found) {
-          j["best"] = res.best.report.to_json();
-          j["settings"] = runnable_settings(res.best.config);
-        }
-        auto f = nlohmann::json::array();
-        for (auto& c : front) f.push_back({{"placement", placement_label(c.config)}, {"hbm_peak_bytes", c.report.hbm_peak_bytes},
-                                           {"tflops_per_device", c.report.tflops_per_device}});
-        j["pareto"] = f;
-        std::cout << dump_json(j, 2) << "\n";
+        std::cout << dump_json(policy_search_json(res), 2) << "\n";
         return;
       }
       std::printf("searched %s; %zu placements evaluated\n", res.method.c_str(), res.evaluated.size());
@@ -276,11 +255,7 @@ void register_plan(CLI::App& app) {
       announce_run(c, !*json, "run (the search sets the host link):");
       auto r = break_even_bandwidth(c, *tol);
       if (*json) {
-        auto curve = nlohmann::json::array();
-        for (auto& [bw, t] : r.curve) curve.push_back({{"host_link_bytes_per_s", bw}, {"tflops_per_device", t}});
-        std::cout << dump_json(nlohmann::json{{"break_even_bytes_per_s", r.bytes_per_s}, {"reference_tflops", r.reference_tflops},
-                                              {"reference", r.reference}, {"reference_settings", runnable_settings(r.reference_config)},
-                                              {"tolerance", *tol}, {"curve", curve}}, 2) << "\n";
+        std::cout << dump_json(break_even_json(r, *tol), 2) << "\n";
         return;
       }
       std::printf("reference, %s: %.1f TFLOP/s/device\n", r.reference.c_str(), r.reference_tflops);
@@ -301,8 +276,7 @@ void register_plan(CLI::App& app) {
       announce_run(c, !*json);
       auto r = hbm_needed(c);
       if (*json) {
-        std::cout << dump_json(nlohmann::json{{"hbm_needed_bytes", r.hbm_bytes}, {"host_needed_bytes", r.host_bytes},
-                                              {"hbm_capacity_bytes", r.capacity_bytes}, {"breakdown", r.report.hbm_breakdown_bytes}}, 2) << "\n";
+        std::cout << dump_json(hbm_needed_json(r), 2) << "\n";
         return;
       }
       std::printf("HBM needed %s GiB (the system has %s GiB), pinned host %s GiB\n", gib(r.hbm_bytes).c_str(),

@@ -420,6 +420,52 @@ def _summary(config: Mapping[str, Any]) -> str:
     return f"{config.get('policy', '')}: {'/'.join(placements)} {', '.join(sorted(tensors))}"
 
 
+def _plan_config(config, fields) -> dict:
+    doc, _ = _load_config(config)
+    doc.update({k: _flag_value(k, v) for k, v in fields.items()})
+    return doc
+
+
+def plan_largest_batch(config: Mapping[str, Any] | str | os.PathLike | None = None, *,
+                       variants: Sequence[str] = (), max_batch: int = 1024, powers_of_two: bool = False,
+                       **fields: Any) -> pd.DataFrame:
+    """Largest per-device batch that fits, per policy variant (as ``hbmsim plan largest-batch --json``).
+
+    variants: ``"LABEL=field:value;field:value"`` strings; none: on device / remat / offload of the config's
+    ``tensors``, or MaxText's presets. Returns one row per variant: variant, largest_batch, stopped (the first
+    batch that does not fit and what ran out, or that max_batch was reached), tflops_per_device and
+    hbm_peak_bytes at the largest batch, and settings (simulate config, MaxText keys, XLA flags).
+    """
+    rows = []
+    for v in _hbmsim.plan_largest_batch(_plan_config(config, fields), list(variants), max_batch, powers_of_two):
+        rep = v.get("report", {})
+        rows.append({"variant": v["variant"], "largest_batch": v["largest_batch"], "stopped": v["stopped"],
+                     "tflops_per_device": rep.get("tflops_per_device", np.nan),
+                     "hbm_peak_bytes": rep.get("hbm_peak_bytes", np.nan), "settings": v.get("settings")})
+    return pd.DataFrame(rows)
+
+
+def plan_best_policy(config: Mapping[str, Any] | str | os.PathLike | None = None, *, names: Sequence[str] = (),
+                     jobs: int = 1, **fields: Any) -> dict:
+    """Best device/remat/offload placement of ``names`` (default: the model's largest checkpoints) within HBM and
+    host capacity, as ``hbmsim plan best-policy --json``: method, evaluated, found, best (a report), placement,
+    settings, and pareto (HBM peak vs TFLOP/s over every placement evaluated)."""
+    return _hbmsim.plan_best_policy(_plan_config(config, fields), list(names), jobs)
+
+
+def plan_break_even(config: Mapping[str, Any] | str | os.PathLike | None = None, *, tolerance: float = 0.01,
+                    **fields: Any) -> dict:
+    """Lowest host-link bandwidth (bytes/s per GPU per direction) at which the config's offload is within
+    ``tolerance`` of the best alternative that fits (the same tensors on device, else rematerialized), as
+    ``hbmsim plan break-even --json``: break_even_bytes_per_s (0: never), reference, reference_tflops, curve."""
+    return _hbmsim.plan_break_even(_plan_config(config, fields), tolerance)
+
+
+def plan_hbm_needed(config: Mapping[str, Any] | str | os.PathLike | None = None, **fields: Any) -> dict:
+    """HBM and pinned host memory the config needs, as ``hbmsim plan hbm-needed --json``."""
+    return _hbmsim.plan_hbm_needed(_plan_config(config, fields))
+
+
 def reproduce(calibration: str = "", runs_path: str = "", configs_path: str = "") -> Reproduction:
     """Simulates every measured reference run (GB200 NVL72, 128 GPUs) and checks the documented claims.
 

@@ -1,0 +1,51 @@
+#include "planner/plan_json.hpp"
+
+#include "sim/policy.hpp"
+
+namespace hbmsim {
+
+std::string placement_label(const RunConfig& c) {
+  if (!c.stage_policies.empty()) return "per stage: " + c.stage_policies;
+  std::string out;
+  for (auto& x : make_policy(c.policy, c.tensors).describe()) out += (out.empty() ? "" : " ") + x;
+  return out.empty() ? "all remat" : out;
+}
+
+nlohmann::json largest_batch_json(const std::string& label, const LargestBatch& r) {
+  nlohmann::json j = {{"variant", label}, {"largest_batch", r.batch}, {"stopped", r.stopped}};
+  for (const auto& t : r.tried)
+    if (t.config.batch && *t.config.batch == static_cast<double>(r.batch) && r.batch > 0) {
+      j["report"] = t.report.to_json();
+      j["settings"] = runnable_settings(t.config);
+    }
+  return j;
+}
+
+nlohmann::json policy_search_json(const PolicySearch& r) {
+  nlohmann::json j = {{"method", r.method}, {"evaluated", r.evaluated.size()}, {"found", r.found}};
+  if (r.found) {
+    j["best"] = r.best.report.to_json();
+    j["settings"] = runnable_settings(r.best.config);
+    j["placement"] = placement_label(r.best.config);
+  }
+  auto front = nlohmann::json::array();
+  for (const auto& c : pareto_front(r.evaluated))
+    front.push_back({{"placement", placement_label(c.config)}, {"hbm_peak_bytes", c.report.hbm_peak_bytes},
+                     {"tflops_per_device", c.report.tflops_per_device}});
+  j["pareto"] = front;
+  return j;
+}
+
+nlohmann::json break_even_json(const BreakEven& r, double tolerance) {
+  auto curve = nlohmann::json::array();
+  for (const auto& [bw, t] : r.curve) curve.push_back({{"host_link_bytes_per_s", bw}, {"tflops_per_device", t}});
+  return {{"break_even_bytes_per_s", r.bytes_per_s}, {"reference_tflops", r.reference_tflops}, {"reference", r.reference},
+          {"reference_settings", runnable_settings(r.reference_config)}, {"tolerance", tolerance}, {"curve", curve}};
+}
+
+nlohmann::json hbm_needed_json(const HbmNeeded& r) {
+  return {{"hbm_needed_bytes", r.hbm_bytes}, {"host_needed_bytes", r.host_bytes}, {"hbm_capacity_bytes", r.capacity_bytes},
+          {"breakdown", r.report.hbm_breakdown_bytes}};
+}
+
+}  // namespace hbmsim

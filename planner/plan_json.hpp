@@ -1,0 +1,23 @@
+// The plan answers as JSON, one form for every front end (`plan ... --json` and the Python plan functions).
+#pragma once
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/plan.hpp"
+
+namespace hbmsim {
+
+// "mlpwi_0=offload query_proj=device", "per stage: ...", or "all remat".
+std::string placement_label(const RunConfig& config);
+
+// One variant's largest batch: {variant, largest_batch, stopped, report, settings} (report and settings at
+// that batch, absent when none fits).
+nlohmann::json largest_batch_json(const std::string& label, const LargestBatch& r);
+// {method, evaluated, found, best, settings, pareto: [{placement, hbm_peak_bytes, tflops_per_device}]}.
+nlohmann::json policy_search_json(const PolicySearch& r);
+nlohmann::json break_even_json(const BreakEven& r, double tolerance);
+nlohmann::json hbm_needed_json(const HbmNeeded& r);
+
+}  // namespace hbmsim
