@@ -229,7 +229,10 @@ void register_plan(CLI::App& app) {
         std::cout << dump_json(policy_search_json(res), 2) << "\n";
         return;
       }
-      std::printf("searched %s; %zu placements evaluated\n", res.method.c_str(), res.evaluated.size());
+      // The search is at one batch: say which (the default is 1 when --batch is not given).
+      std::printf("searched %s at the batch above%s; %zu placements evaluated\n", res.method.c_str(),
+                  base.batch || base.micro_batch > 0 ? "" : " (--batch not given: 1 per device)",
+                  res.evaluated.size());
       if (!res.found) { std::printf("no placement fits\n"); return; }
       std::printf("best: %s\n  %.1f TFLOP/s/device, HBM %s GiB, host %s GiB\n", placement_label(res.best.config).c_str(),
                   res.best.report.tflops_per_device, gib(res.best.report.hbm_peak_bytes).c_str(), gib(res.best.report.host_peak_bytes).c_str());
