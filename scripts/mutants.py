@@ -166,7 +166,9 @@ builds the project once into its scratch directory, then rebuilds what each muta
     scripts/mutants.sh --write-docs          # rewrite this file with the result
 
 A mutant that survives needs a test that catches it: `tests/test_mutant_guards.cpp` holds the tests added for
-the mutants nothing else caught, each asserting real behaviour against an independently computed value.
+the mutants nothing else caught (and for some only the README accuracy tables caught), each asserting real
+behaviour against a value computed by hand. The "first failing test cases" are the first three in the suite's
+order; the scratch directory's `logs/ID.xml` (kept with --keep) lists them all.
 
 ## Last result
 
