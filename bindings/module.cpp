@@ -25,6 +25,7 @@
 #include "workloads/model.hpp"
 #include "workloads/step_graph.hpp"
 #include "planner/reproduce.hpp"
+#include "planner/validation_report.hpp"
 
 namespace py = pybind11;
 using nlohmann::json;
@@ -223,6 +224,16 @@ py::dict reproduce(const std::string& calibration, const std::string& runs_path,
   return to_py(j);
 }
 
+py::dict validate(const std::string& calibration, const std::string& runs_path, int jobs) {
+  json j;
+  {
+    py::gil_scoped_release nogil;
+    auto rows = hbmsim::validate_runs(hbmsim::load_published_runs(runs_path), calibration, jobs);
+    j = hbmsim::validation_json(rows, hbmsim::summarize_validation(rows), calibration, hbmsim::published_runs_origin(runs_path));
+  }
+  return to_py(j);
+}
+
 py::dict profile(const py::object& doc, const std::string& origin) {
   json d = from_py(doc, "");
   json j;
@@ -276,6 +287,9 @@ PYBIND11_MODULE(_hbmsim, m) {
   m.def("reproduce", &reproduce, py::arg("calibration") = "", py::arg("runs_path") = "", py::arg("configs_path") = "",
         "The measured reference runs next to hbmsim's predictions and the checked claims (as\n"
         "`hbmsim reproduce --json`). calibration: profile file or built-in name (\"\" = datasheet figures).");
+  m.def("validate", &validate, py::arg("calibration") = "", py::arg("runs_path") = "", py::arg("jobs") = 2,
+        "The published measured runs (data/reference/published_runs.csv or runs_path), measured vs predicted tokens/s "
+        "per GPU, as `hbmsim validate --json`.");
   m.def("profile", &profile, py::arg("doc"), py::arg("origin") = "profile",
         "Validates a calibration profile document (dict) and returns it normalised (Profile::to_json).");
   m.def("data_files", &hbmsim::builtin_files, py::arg("prefix") = "",

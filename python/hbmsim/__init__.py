@@ -28,6 +28,7 @@ from .api import (
     sweep,
     system,
     systems,
+    validate,
 )
 
 __version__ = _hbmsim.__version__
@@ -48,5 +49,6 @@ __all__ = [
     "sweep",
     "system",
     "systems",
+    "validate",
     "__version__",
 ]
