@@ -27,6 +27,7 @@
 #include "workloads/model.hpp"
 #include "workloads/step_graph.hpp"
 #include "planner/reproduce.hpp"
+#include "planner/validation_report.hpp"
 
 namespace py = pybind11;
 using nlohmann::json;
@@ -274,6 +275,16 @@ py::dict plan_hbm_needed(const py::object& config) {
   return to_py(j);
 }
 
+py::dict validate(const std::string& calibration, const std::string& runs_path, int jobs) {
+  json j;
+  {
+    py::gil_scoped_release nogil;
+    auto rows = hbmsim::validate_runs(hbmsim::load_published_runs(runs_path), calibration, jobs);
+    j = hbmsim::validation_json(rows, hbmsim::summarize_validation(rows), calibration, hbmsim::published_runs_origin(runs_path));
+  }
+  return to_py(j);
+}
+
 py::dict profile(const py::object& doc, const std::string& origin) {
   json d = from_py(doc, "");
   json j;
@@ -337,6 +348,9 @@ PYBIND11_MODULE(_hbmsim, m) {
         "Lowest host-link bandwidth at which the offload policy is within `tolerance` of the best alternative\n"
         "that fits, as `plan break-even --json`.");
   m.def("plan_hbm_needed", &plan_hbm_needed, py::arg("config"), "HBM and pinned host memory a config needs, as `plan hbm-needed --json`.");
+  m.def("validate", &validate, py::arg("calibration") = "", py::arg("runs_path") = "", py::arg("jobs") = 2,
+        "The published measured runs (data/reference/published_runs.csv or runs_path), measured vs predicted tokens/s "
+        "per GPU, as `hbmsim validate --json`.");
   m.def("profile", &profile, py::arg("doc"), py::arg("origin") = "profile",
         "Validates a calibration profile document (dict) and returns it normalised (Profile::to_json).");
   m.def("data_files", &hbmsim::builtin_files, py::arg("prefix") = "",

@@ -13,6 +13,7 @@ void register_planner_commands(CLI::App& app);  // reproduce, sweep
 void register_plan_commands(CLI::App& app);     // plan, calibrate, bench
 int plan_exit_status();
 void register_bench_command(CLI::App& app);
+void register_validate_command(CLI::App& app);  // validate: the published measured runs
 int exit_status();
 // Warnings to stderr, one line each ("hbmsim: warning: ..."); they never change the exit status.
 void print_warnings(const std::vector<std::string>& warnings);

@@ -46,6 +46,8 @@ const std::map<std::string, std::string>& examples() {
            "  hbmsim sweep --model deepseek-v3-671b --gpus 128 --ep 64 --axis batch=1,2,4 --out results.csv\n"
            "  hbmsim plan largest-batch --model deepseek-v3-671b --gpus 128 --ep 64 --seq 4096\n"
            "  hbmsim SUBCOMMAND --help   (each command's options and examples)\n"},
+      {"validate", "  hbmsim validate\n  hbmsim validate --calibration gb200-fitted --markdown > docs/validation-gb200-fitted.md\n"
+                   "  hbmsim validate --runs my_runs.csv --json\n"},
       {"systems", "  hbmsim systems\n  hbmsim systems --json\n"},
       {"models", "  hbmsim models\n  hbmsim simulate --model path/to/huggingface/config.json --gpus 8\n"},
       {"fields", "  hbmsim fields\n  hbmsim fields --markdown > docs/run-fields.md\n"},

@@ -1,4 +1,4 @@
-// reproduce, sweep, plan, calibrate and bench subcommands.
+// reproduce, validate, sweep, plan, calibrate and bench subcommands.
 #include <unistd.h>
 
 #include <chrono>
@@ -68,6 +68,7 @@ void register_planner_commands(CLI::App& app) {
       else print_repro(rows, claims, *calibration);
     });
   }
+  register_validate_command(app);
   // sweep
   {
     auto* cmd = app.add_subcommand("sweep", "Run the Cartesian product of --axis values; rows stream to --out as they finish");

@@ -252,3 +252,9 @@ TEST_CASE("HF configs simulate end to end on 8 H200s with plausible results", "[
     CHECK(j.at("hbm_breakdown_bytes").at("parameters").get<double>() == Approx(m.total_params() * 4 / 8).epsilon(1e-9));
   }
 }
+
+TEST_CASE("HF configs: a shipped config resolves by its data name from any directory", "[hf]") {
+  auto m = resolve_model("hf/mixtral-8x7b.config.json");
+  CHECK(m.num_experts == 8);
+  CHECK(m.num_layers == 32);
+}

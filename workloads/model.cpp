@@ -389,6 +389,13 @@ ModelSpec builtin_model(const std::string& id) {
 
 ModelSpec resolve_model(const std::string& name_or_path) {
   std::error_code ec;
+  // A data file shipped in the binary ("hf/mixtral-8x7b.config.json") when no such file is on disk.
+  if (!std::filesystem::exists(name_or_path, ec) && name_or_path.rfind("hf/", 0) == 0) {
+    if (auto text = builtin_file(name_or_path)) {
+      auto doc = parse_json_text(*text, "builtin:" + name_or_path);
+      return load_hf_config(doc, "builtin:" + name_or_path);
+    }
+  }
   if (name_or_path.find('/') != std::string::npos || name_or_path.ends_with(".json") ||
       std::filesystem::exists(name_or_path, ec)) {
     auto doc = parse_json_file(name_or_path);

@@ -71,7 +71,8 @@ ModelSpec load_model(const nlohmann::json& doc, const std::string& origin);
 ModelSpec load_hf_config(const nlohmann::json& doc, const std::string& origin);
 std::vector<std::string> builtin_model_ids();
 ModelSpec builtin_model(const std::string& id);
-// An existing file is read (HF config.json when it has "architectures"); otherwise a built-in id.
+// An existing file is read (HF config.json when it has "architectures"); otherwise a built-in id, or one of the
+// HuggingFace configs shipped under data/hf by its data name ("hf/mixtral-8x7b.config.json").
 ModelSpec resolve_model(const std::string& name_or_path);
 
 }  // namespace hbmsim

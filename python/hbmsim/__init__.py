@@ -32,6 +32,7 @@ from .api import (
     sweep,
     system,
     systems,
+    validate,
 )
 
 __version__ = _hbmsim.__version__
@@ -56,5 +57,6 @@ __all__ = [
     "sweep",
     "system",
     "systems",
+    "validate",
     "__version__",
 ]

@@ -506,3 +506,32 @@ def reproduce(calibration: str = "", runs_path: str = "", configs_path: str = ""
         runs[col] = runs[col].astype("float64")  # None (not reported) -> NaN
     claims = pd.DataFrame(raw["claims"], columns=["claim", "reported", "predicted", "holds", "test"])
     return Reproduction(runs=runs, claims=claims, raw=raw, calibration=calibration)
+
+
+# Columns of :func:`validate`, in order: the row as published, how hbmsim read it, and the comparison.
+VALIDATION_COLUMNS = ["row", "src", "container", "system", "gpus", "model", "prec", "hbmsim_system", "hbmsim_model", "layout", "recompute", "expressed",
+                      "reason", "note", "measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu",
+                      "predicted_tokens_per_s_per_gpu", "error", "predicted_tflops_per_gpu", "hbm_peak_gib", "fits",
+                      "config"]
+_VALIDATION_FLOATS = ["measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu", "predicted_tokens_per_s_per_gpu",
+                      "error", "predicted_tflops_per_gpu", "hbm_peak_gib"]
+
+
+def validate(calibration: str = "", runs_path: str = "", jobs: int = 2) -> pd.DataFrame:
+    """The published measured runs (Megatron-Bridge, NeMo, DGX Cloud recipes, FlagPerf) against hbmsim.
+
+    One row per run of ``data/reference/published_runs.csv`` (or ``runs_path``), in file order, as ``hbmsim
+    validate --json``: the row as published, the built-in system and model it maps to ("" when none), its layout and recompute as hbmsim reads them, whether it could be
+    expressed (``reason`` says why not), measured and predicted tokens/s per GPU, ``error`` = predicted /
+    measured - 1 (NaN where unmeasured or not expressed), predicted TFLOP/s, HBM peak, ``fits`` and the run
+    ``config`` (None when not expressed). ``df.attrs`` holds ``calibration``, ``calibration_label``,
+    ``runs_file`` and ``summary`` (MAPE, median and worst overall and per src, system, model).
+    calibration: profile file path or built-in profile name ("" = datasheet figures).
+    """
+    raw = _hbmsim.validate(calibration, os.fspath(runs_path), jobs)
+    df = pd.DataFrame.from_records(raw["rows"], columns=VALIDATION_COLUMNS)
+    for col in _VALIDATION_FLOATS:
+        df[col] = df[col].astype("float64")  # None -> NaN
+    df.attrs.update({"calibration": raw["calibration"], "calibration_label": raw["calibration_label"],
+                     "runs_file": raw["runs_file"], "summary": raw["summary"]})
+    return df

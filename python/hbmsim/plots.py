@@ -441,3 +441,41 @@ def break_even(df: pd.DataFrame, path: str | os.PathLike | None = None, x: str =
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
     return _finish(fig, path)
+
+
+# The band of :func:`validation`: predictions within this fraction of the measurement.
+VALIDATION_BAND = 0.10
+
+
+def validation(df: pd.DataFrame, path: str | os.PathLike | None = None) -> Figure:
+    """Predicted vs measured tokens/s per GPU of :func:`hbmsim.validate`'s rows, log-log: one point per row
+    expressed and measured (coloured by hbmsim system), the y = x line and the +-10% band. Rows not expressed, or
+    without a measured tokens/s, are not drawn; the title counts them and names the calibration."""
+    drawn = df[df["expressed"].astype(bool) & df["measured_tokens_per_s_per_gpu"].notna()]
+    unexpressed = int((~df["expressed"].astype(bool)).sum())
+    unmeasured = int((df["expressed"].astype(bool) & df["measured_tokens_per_s_per_gpu"].isna()).sum())
+    fig = _figure(7, 6.5)
+    ax = fig.subplots()
+    values = pd.concat([drawn["measured_tokens_per_s_per_gpu"], drawn["predicted_tokens_per_s_per_gpu"]])
+    lo, hi = (values.min() / 1.5, values.max() * 1.5) if len(values) else (100.0, 1e5)
+    xs = np.geomspace(lo, hi, 50)
+    ax.fill_between(xs, xs * (1 - VALIDATION_BAND), xs * (1 + VALIDATION_BAND), color="tab:gray", alpha=0.2,
+                    label=f"\u00b1{100 * VALIDATION_BAND:.0f}%")
+    ax.plot(xs, xs, color="black", lw=1, label="y = x")
+    systems = list(dict.fromkeys(drawn["hbmsim_system"]))
+    for i, system in enumerate(systems):
+        part = drawn[drawn["hbmsim_system"] == system]
+        ax.scatter(part["measured_tokens_per_s_per_gpu"], part["predicted_tokens_per_s_per_gpu"], s=28,
+                   color=_EXTRA_COLORS[i % len(_EXTRA_COLORS)] if i >= 10 else f"C{i}", label=system, zorder=3)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_xlabel("measured tokens/s per GPU")
+    ax.set_ylabel("predicted tokens/s per GPU")
+    ax.grid(which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left")
+    label = df.attrs.get("calibration_label", "")
+    ax.set_title(f"Published runs vs hbmsim{', ' + label if label else ''}\n{len(drawn)} of {len(df)} runs "
+                 f"drawn; {unexpressed} not expressed, {unmeasured} without measured tokens/s", fontsize=10)
+    return _finish(fig, path)

@@ -2,7 +2,7 @@
 // NUL-separated piece. Each input gets a fresh CLI::App from the CLI's own register_commands, parsed the
 // way cli/main.cpp does; the subcommand callbacks run for real. To keep one input around a millisecond,
 // only `simulate`, `systems`, `models` and `graph` are fuzzed: inputs naming the planner subcommands
-// (reproduce, sweep, plan, calibrate, which run many simulations), --trace (writes files) or device and
+// (reproduce, validate, sweep, plan, calibrate, which run many simulations), --trace (writes files) or device and
 // pseudo files (/dev, /proc, /sys: endless or special reads) are skipped. CLI::ParseError and
 // hbmsim::InputError are the expected outcomes of bad input; anything else is a finding.
 #include <cstdio>
@@ -23,7 +23,7 @@ bool allowed(const std::vector<std::string>& args) {
   for (auto* f : fuzzed) known = known || args[0] == f;
   if (!known) return false;
   for (auto& a : args) {
-    if (a == "reproduce" || a == "sweep" || a == "plan" || a == "calibrate" || a == "bench") return false;
+    if (a == "reproduce" || a == "validate" || a == "sweep" || a == "plan" || a == "calibrate" || a == "bench") return false;
     if (a.find("--trace") != std::string::npos) return false;
     for (auto* special : {"/dev", "/proc", "/sys"})
       if (a.find(special) != std::string::npos) return false;

@@ -1,0 +1,30 @@
+// The published measured runs (data/reference/published_runs.csv): one training run per CSV row, as printed by
+// its source. Only the reading is here; what a row means to hbmsim is planner/validation.hpp.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hbmsim {
+
+struct PublishedRun {
+  int row = 0;  // 1-based data row (the header is not counted)
+  std::string src, container, system, model, prec;
+  std::int64_t gpus = 0, seq = 0, mbs = 0, gbs = 0;
+  // Parallel degrees as printed: '-' means 1 and is read as 1. ep may carry "(ETPn)", the expert tensor
+  // parallel degree (etp, 0 when not given).
+  std::int64_t tp = 1, pp = 1, vp = 1, cp = 1, ep = 1, etp = 0;
+  std::string dp_fsdp, remat_offload, notes;
+  std::optional<double> tok_s_gpu, tflops_gpu, step_s;
+};
+
+// Parses the CSV text; `origin` names the file in errors. A missing column, or a cell that is not a number
+// where one is expected, is bad input naming the file, the row, the column and the value.
+std::vector<PublishedRun> parse_published_runs(const std::string& text, const std::string& origin);
+// The file at `path`, or the built-in copy when `path` is empty.
+std::vector<PublishedRun> load_published_runs(const std::string& path = "");
+// "builtin:reference/published_runs.csv" or the path.
+std::string published_runs_origin(const std::string& path);
+
+}  // namespace hbmsim

@@ -1,0 +1,359 @@
+#include "planner/validation.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <exception>
+#include <map>
+#include <thread>
+
+#include "hwmodels/json_view.hpp"
+#include "planner/sweep.hpp"
+#include "workloads/model.hpp"
+
+namespace hbmsim {
+
+namespace {
+
+std::string str(std::int64_t v) { return std::to_string(v); }
+
+bool contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
+}
+
+// The first whole number in `s` after position `from` (nullopt when none).
+std::optional<std::int64_t> number_after(const std::string& s, std::size_t from) {
+  auto b = s.find_first_of("0123456789", from);
+  if (b == std::string::npos) return std::nullopt;
+  auto e = s.find_first_not_of("0123456789", b);
+  return std::stoll(s.substr(b, e == std::string::npos ? std::string::npos : e - b));
+}
+
+// System column -> built-in system. GB200/GB300 rows ran on NVL72 racks (PUBLISHED_RUNS.md), DGX H100 and
+// "H100 SXM" on 8-GPU HGX H100 nodes. DGX B200/B300 are air-cooled 8-GPU HGX boards: hbmsim has no such system
+// (its Blackwell systems are the NVL72 racks, whose 72-GPU NVLink domain would be the wrong network).
+std::optional<std::string> map_system(const std::string& s, std::string& why) {
+  if (s == "DGX-GB200" || s == "GB200") return "gb200-nvl72";
+  if (s == "DGX-GB300" || s == "GB300") return "gb300-nvl72";
+  if (s == "DGX-H100" || s == "H100" || s.rfind("H100 SXM", 0) == 0) return "h100-hgx";
+  if (contains(s, "B200") || contains(s, "B300"))
+    why = "system " + s + ": no built-in system for air-cooled HGX B200/B300 (8-GPU NVLink nodes; the built-in Blackwell "
+          "systems are GB200/GB300 NVL72 racks)";
+  else
+    why = "system " + quote(s) + ": no built-in system maps to it";
+  return std::nullopt;
+}
+
+// Model column -> built-in model. Llama 3 and 3.1 share their shapes (8B, 70B; 405B is 3.1 only, the "Llama3-405B"
+// rows are it); DeepSeek-V3 with or without MTP is deepseek-v3-671b (hbmsim models no MTP layer); Mixtral
+// 8x7B is its HuggingFace config shipped in data/hf.
+std::optional<std::string> map_model(const std::string& m, std::string& why) {
+  std::string base = m;
+  if (auto p = base.find(" (no MTP)"); p != std::string::npos) base = base.substr(0, p);
+  if (base == "Llama3-8B" || base == "Llama3.1-8B") return "llama3.1-8b";
+  if (base == "Llama3-70B" || base == "Llama3.1-70B") return "llama3.1-70b";
+  if (base == "Llama3-405B" || base == "Llama3.1-405B") return "llama3.1-405b";
+  if (base == "DeepSeek-V3") return "deepseek-v3-671b";
+  if (base == "Mixtral-8x7B") return "hf/mixtral-8x7b.config.json";
+  why = "model " + quote(m) + ": no built-in model or shipped config maps to it";
+  return std::nullopt;
+}
+
+// prec -> GEMM dtypes. Transformer Engine runs every linear layer (QKV, output projection, MLP, experts) in
+// the recipe's precision, the core attention (softmax(QK^T)V) in bf16: hbmsim's weights (MLP) and
+// attention_dtype (the projections; its core attention is always bf16) both get it. The FP8 scaling recipes
+// (delayed, current "CS", block-scaled MXFP8) are one fp8 GEMM rate to hbmsim.
+std::optional<std::string> map_precision(const std::string& p, std::string& why) {
+  if (p == "BF16") return "bf16";
+  if (p == "FP8" || p == "FP8-CS" || p == "FP8 CS" || p == "MXFP8") return "fp8";
+  if (p == "NVFP4") return "nvfp4";
+  why = "precision " + quote(p) + ": not a GEMM dtype hbmsim models (bf16, fp8, nvfp4)";
+  return std::nullopt;
+}
+
+// remat_offload -> policy preset. "recipe@REV" only says where the setting was read. Nothing stated is
+// Megatron's default, no recompute (every activation kept): minimal_with_context, the preset that saves the
+// most (projections, MLP outputs and the attention context). Megatron's selective recompute (the
+// --recompute-activations flag is recompute_granularity=selective, module core_attn by default) keeps the
+// projections and recomputes the core attention: minimal, which saves the projections and MLP outputs and
+// recomputes the context. Selective recompute of a cheap module hbmsim has no name for (moe_act: the expert
+// activation function; layernorm; mla_up_proj: MLA's up-projections) keeps the rest: minimal_with_context.
+// Full recompute: full; of N layers per stage ("block N layers") when N is fewer than the stage's layers a
+// per-layer choice, as is CPU activation offload of some layers: hbmsim has one policy per stage (issue #19).
+// flash-attn2 and TE name the kernels: hbmsim's attention is a fused flash kernel, its GEMMs TE's.
+bool map_recompute(const std::string& text, std::int64_t layers_per_chunk, RunMapping& m, std::string& policy) {
+  std::string rest = trim(text);
+  if (rest.rfind("recipe@", 0) == 0) {
+    auto sp = rest.find(' ');
+    rest = sp == std::string::npos ? "" : trim(rest.substr(sp + 1));
+  }
+  policy = "minimal_with_context";
+  m.recompute = "none stated (Megatron default: no recompute): minimal_with_context";
+  std::size_t start = 0;
+  while (start <= rest.size()) {
+    auto semi = rest.find(';', start);
+    std::string item = trim(rest.substr(start, semi == std::string::npos ? std::string::npos : semi - start));
+    start = semi == std::string::npos ? rest.size() + 1 : semi + 1;
+    if (item.empty() || item == "TE" || item.rfind("flash-attn", 0) == 0) continue;
+    if (contains(item, "offload")) {
+      m.reason = "\"" + item + "\": CPU activation offload of some layers is a per-layer policy, which hbmsim cannot express "
+                 "yet (issue #19)";
+      return false;
+    }
+    if (contains(item, "full recompute")) {
+      auto block = item.find("block");
+      auto n = block == std::string::npos ? std::nullopt : number_after(item, block);
+      if (n && *n < layers_per_chunk) {
+        m.reason = "\"" + item + "\": full recompute of " + str(*n) + " of the " + str(layers_per_chunk) +
+                   " layers per pipeline chunk is a per-layer policy, which hbmsim cannot express yet (issue #19)";
+        return false;
+      }
+      policy = "full";
+      m.recompute = "\"" + item + "\": full";
+      continue;
+    }
+    if (item == "recompute-activations" || item == "recompute-activations (selective)" || contains(item, "selective") ||
+        item.rfind("sel. recompute", 0) == 0) {
+      std::string module = "core_attn";
+      if (item.rfind("sel. recompute", 0) == 0) module = trim(item.substr(14));
+      if (module.empty() || module == "core_attn") {
+        policy = "minimal";
+        m.recompute = "\"" + item + "\" (selective, core attention): minimal";
+      } else if (module == "moe_act" || module == "layernorm" || module == "mla_up_proj") {
+        policy = "minimal_with_context";
+        m.recompute = "\"" + item + "\" (selective, " + module + " only): minimal_with_context";
+      } else {
+        m.reason = "\"" + item + "\": no hbmsim preset recomputes only " + module;
+        return false;
+      }
+      continue;
+    }
+    m.reason = "remat_offload item " + quote(item) + " not understood";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+RunMapping map_published_run(const PublishedRun& r) {
+  RunMapping m;
+  auto no = [&](const std::string& why) {
+    m.reason = why;
+    m.config.reset();
+    return m;
+  };
+  std::string why, model_why;
+  auto system = map_system(r.system, why);
+  auto model = map_model(r.model, model_why);
+  m.system_id = system.value_or("");
+  m.model_id = model.value_or("");
+  // Fine-tuning trains adapters or a subset with other optimizer state: hbmsim simulates pre-training steps.
+  for (const auto* col : {&r.model, &r.notes, &r.remat_offload, &r.src})
+    if (contains(*col, "SFT") || contains(*col, "LoRA"))
+      return no("fine-tuning (SFT/LoRA): hbmsim simulates pre-training steps, every weight trained");
+  if (!system) return no(why);
+  if (!model) return no(model_why);
+  auto dtype = map_precision(r.prec, why);
+  if (!dtype) return no(why);
+
+  RunConfig c;
+  c.system = *system;
+  c.model = *model;
+  c.gpus = r.gpus;
+  c.seq = r.seq;
+  c.weights = c.attention_dtype = *dtype;
+  // Megatron's batch: mbs sequences per model replica per micro-step, gbs per step.
+  c.micro_batch = r.mbs;
+  c.global_batch = r.gbs;
+  c.tp = r.tp;
+  c.pp = r.pp;
+  c.vp = r.vp;
+  c.cp = r.cp;
+  c.ep = r.ep;
+  // Megatron-Core's rank order (tp innermost, then cp, ep, dp, pp), its ring (p2p) context-parallel exchange,
+  // context ranks holding whole weights and summing gradients with dp, and its default 1F1B schedule
+  // (interleaved when vp > 1).
+  c.mesh_order = "megatron";
+  c.cp_exchange = "ring";
+  c.cp_shards_weights = false;
+  c.pp_schedule = "1f1b";
+
+  // Data parallelism. Megatron's data-parallel size is gpus / (tp x cp x pp), and expert parallelism is carved
+  // out of those ranks; hbmsim's ep is a mesh axis of its own beside dp, which its replicas count too, so dp is
+  // gpus / (tp x cp x pp x ep). (hbmsim shards the non-expert weights over ep FSDP-style, as MaxText does,
+  // where Megatron keeps them whole on every expert rank: documented in docs/validation.md.)
+  const std::int64_t model_parallel = r.tp * r.cp * r.pp;
+  if (r.gpus % model_parallel != 0)
+    return no("gpus = " + str(r.gpus) + " is not divisible by tp x cp x pp = " + str(model_parallel));
+  const std::int64_t replicas = r.gpus / model_parallel;
+  // Expert tensor parallelism other than tp (Megatron's MoE parallel folding, "ep (ETPn)") lays the experts over
+  // tp x dp ranks; hbmsim splits the experts over tp and takes ep beside it.
+  if (r.etp > 0 && r.etp != r.tp)
+    return no("expert tensor parallel ETP" + str(r.etp) + " differs from tp = " + str(r.tp) +
+              " (Megatron's MoE parallel folding); hbmsim splits experts over tp and places ep beside it");
+  if (replicas % r.ep != 0)
+    return no("ep = " + str(r.ep) + " does not divide the data-parallel size gpus / (tp x cp x pp) = " + str(replicas));
+  const std::int64_t left = replicas / r.ep;
+  const std::string& d = r.dp_fsdp;
+  if (d == "DDP") {
+    // DDP: data parallel with the distributed optimizer (PUBLISHED_RUNS.md), optimizer state sharded over dp x cp.
+    c.fsdp = 1;
+    c.dp = left;
+    c.sharded_optimizer = true;
+  } else if (d.rfind("FSDP", 0) == 0) {
+    // Megatron FSDP (ZeRO-3: parameters, gradients and optimizer state sharded) over n GPUs (FSDP alone: all the
+    // data-parallel ranks), replicated over the rest.
+    std::int64_t n = left;
+    if (d.size() > 4) {
+      auto v = number_after(d, 4);
+      if (!v || str(*v) != d.substr(4)) return no("dp_fsdp " + quote(d) + " not understood");
+      n = *v;
+    }
+    if (n <= 0 || left % n != 0) return no("dp_fsdp " + d + ": " + str(n) + " does not divide the " + str(left) + " data-parallel ranks");
+    c.fsdp = n;
+    c.dp = left / n;
+  } else if (d.rfind("DP", 0) == 0 && d.size() > 2) {
+    // DPn: Megatron's data-parallel size n (expert ranks included), with the distributed optimizer as the NeMo
+    // and Megatron-Bridge recipes default to (FlagPerf's tables do not say).
+    auto v = number_after(d, 2);
+    if (!v || str(*v) != d.substr(2)) return no("dp_fsdp " + quote(d) + " not understood");
+    if (*v != replicas)
+      return no("dp_fsdp " + d + " disagrees with gpus / (tp x cp x pp) = " + str(replicas));
+    c.fsdp = 1;
+    c.dp = left;
+    c.sharded_optimizer = true;
+  } else {
+    return no("dp_fsdp " + quote(d) + " not understood (expected DDP, FSDP, FSDPn or DPn)");
+  }
+
+  // An even pipeline split needs pp x vp to divide the layers; Megatron's recipes for layer counts it does
+  // not divide (Llama 3.1 405B's 126) count the embedding and the loss as a layer each
+  // (account_for_embedding/loss_in_pipeline_split). Other splits are left to hbmsim, which names the problem.
+  ModelSpec spec = resolve_model(c.model);
+  const std::int64_t chunks = r.pp * r.vp;
+  if (r.pp > 1 && spec.num_layers % chunks != 0 && (spec.num_layers + 2) % chunks == 0)
+    c.embedding_as_layer = c.loss_as_layer = true;
+  const std::int64_t units = spec.num_layers + (c.embedding_as_layer ? 2 : 0);
+  const std::int64_t layers_per_chunk = std::max<std::int64_t>(1, units / std::max<std::int64_t>(1, chunks));
+  if (!map_recompute(r.remat_offload, layers_per_chunk, m, c.policy)) return no(m.reason);
+
+  // A GAn note is the source's own accumulation count: say when the batch and layout give another.
+  if (auto ga = r.notes.find("GA"); ga != std::string::npos) {
+    if (auto n = number_after(r.notes, ga); n && r.gbs % (r.mbs * replicas) == 0 && *n != r.gbs / (r.mbs * replicas))
+      m.remarks.push_back("notes say GA" + str(*n) + "; gbs / (mbs x data-parallel size) = " + str(r.gbs / (r.mbs * replicas)));
+  }
+  m.config = c;
+  return m;
+}
+
+std::vector<ValidationRow> validate_runs(const std::vector<PublishedRun>& runs, const std::string& calibration, int jobs) {
+  check_jobs(jobs);
+  std::vector<ValidationRow> rows(runs.size());
+  std::vector<std::exception_ptr> failures(runs.size());
+  std::atomic<std::size_t> next{0};
+  auto worker = [&] {
+    for (std::size_t i; (i = next++) < runs.size();) {
+      try {
+        auto& row = rows[i];
+        row.run = runs[i];
+        try {
+          row.mapping = map_published_run(runs[i]);
+        } catch (const InputError& e) {
+          row.mapping.reason = e.what();
+        }
+        if (!row.mapping.config) {
+          row.reason = row.mapping.reason;
+          continue;
+        }
+        RunConfig c = *row.mapping.config;
+        c.calibration = calibration;
+        try {
+          row.predicted = run_simulation(c);
+        } catch (const InputError& e) {
+          row.reason = std::string("hbmsim refuses: ") + e.what();
+          continue;
+        }
+        if (runs[i].tok_s_gpu) row.error = row.predicted->tokens_per_s_per_device / *runs[i].tok_s_gpu - 1;
+      } catch (...) {
+        failures[i] = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int j = 1; j < std::min<int>(jobs, static_cast<int>(runs.size())); ++j) threads.emplace_back(worker);
+  worker();
+  for (auto& t : threads) t.join();
+  for (auto& f : failures)
+    if (f) std::rethrow_exception(f);
+  return rows;
+}
+
+std::string validation_system_group(const ValidationRow& row) {
+  return row.mapping.system_id.empty() ? row.run.system : row.mapping.system_id;
+}
+
+std::string validation_model_group(const ValidationRow& row) {
+  return row.mapping.model_id.empty() ? row.run.model : row.mapping.model_id;
+}
+
+namespace {
+
+ErrorSummary summarize_group(const std::string& group, const std::vector<const ValidationRow*>& rows) {
+  ErrorSummary s;
+  s.group = group;
+  std::vector<double> abs_errors;
+  for (const auto* r : rows) {
+    ++s.total;
+    if (r->expressed()) ++s.expressed;
+    if (!r->error) continue;
+    ++s.measured;
+    const double a = std::fabs(*r->error);
+    abs_errors.push_back(a);
+    if (s.worst_row == 0 || a > std::fabs(s.worst_error)) {
+      s.worst_row = r->run.row;
+      s.worst_error = *r->error;
+    }
+  }
+  if (abs_errors.empty()) return s;
+  double sum = 0;
+  for (double a : abs_errors) sum += a;
+  s.mape = sum / static_cast<double>(abs_errors.size());
+  std::sort(abs_errors.begin(), abs_errors.end());
+  const std::size_t n = abs_errors.size();
+  s.median_abs_error = n % 2 ? abs_errors[n / 2] : (abs_errors[n / 2 - 1] + abs_errors[n / 2]) / 2;
+  return s;
+}
+
+template <class Key>
+std::vector<ErrorSummary> by(const std::vector<ValidationRow>& rows, Key key) {
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<const ValidationRow*>> groups;
+  for (const auto& r : rows) {
+    auto k = key(r);
+    if (!groups.count(k)) order.push_back(k);
+    groups[k].push_back(&r);
+  }
+  std::vector<ErrorSummary> out;
+  for (const auto& k : order) out.push_back(summarize_group(k, groups[k]));
+  return out;
+}
+
+}  // namespace
+
+ValidationSummary summarize_validation(const std::vector<ValidationRow>& rows) {
+  ValidationSummary s;
+  std::vector<const ValidationRow*> all;
+  for (const auto& r : rows) all.push_back(&r);
+  s.overall = summarize_group("all", all);
+  s.by_src = by(rows, [](const ValidationRow& r) { return r.run.src; });
+  s.by_system = by(rows, validation_system_group);
+  s.by_model = by(rows, validation_model_group);
+  return s;
+}
+
+}  // namespace hbmsim

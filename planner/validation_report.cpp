@@ -1,0 +1,234 @@
+#include "planner/validation_report.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+namespace hbmsim {
+
+namespace {
+
+std::string fmt(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+std::string pct(double e) { return (e >= 0 ? "+" : "") + fmt(100 * e, 1) + "%"; }
+std::string opt_pct(const std::optional<double>& e) { return e ? fmt(100 * *e, 1) + "%" : "-"; }
+nlohmann::json opt(const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); }
+std::string md_cell(std::string s) {
+  std::string out;
+  for (char ch : s) out += ch == '|' ? std::string("\\|") : std::string(1, ch);
+  return out;
+}
+
+nlohmann::json summary_json(const ErrorSummary& s) {
+  return {{"group", s.group},       {"rows", s.total},
+          {"expressed", s.expressed}, {"measured", s.measured},
+          {"mape", opt(s.mape)},    {"median_abs_error", opt(s.median_abs_error)},
+          {"worst_row", s.worst_row ? nlohmann::json(s.worst_row) : nlohmann::json(nullptr)},
+          {"worst_error", s.worst_row ? nlohmann::json(s.worst_error) : nlohmann::json(nullptr)}};
+}
+
+std::string summary_md_row(const std::string& kind, const ErrorSummary& s) {
+  return "| " + kind + " | " + md_cell(s.group) + " | " + std::to_string(s.total) + " | " + std::to_string(s.expressed) + " | " +
+         std::to_string(s.measured) + " | " + opt_pct(s.mape) + " | " + opt_pct(s.median_abs_error) + " | " +
+         (s.worst_row ? "row " + std::to_string(s.worst_row) + " (" + pct(s.worst_error) + ")" : "-") + " |\n";
+}
+
+// The kind of a reason, for the counts: refusals and other reasons by their text, the per-row variants of one
+// limitation together.
+std::string reason_kind(const std::string& reason) {
+  auto has = [&](const char* w) { return reason.find(w) != std::string::npos; };
+  if (reason.rfind("hbmsim refuses: ", 0) == 0) return reason;
+  if (has("issue #19") && has("offload")) return "CPU activation offload of some layers: a per-layer policy (issue #19)";
+  if (has("issue #19") && has("full recompute")) return "full recompute of some layers: a per-layer policy (issue #19)";
+  if (has("HGX B200/B300")) return "no built-in system for air-cooled HGX B200/B300";
+  if (has("MoE parallel folding")) return "expert tensor parallel (ETP) other than tp: Megatron's MoE parallel folding";
+  return reason;
+}
+
+}  // namespace
+
+std::string calibration_label(const std::string& calibration) {
+  return calibration.empty() ? "datasheet figures (no calibration)" : "calibration " + calibration;
+}
+
+std::string validation_layout(const ValidationRow& row) {
+  if (row.mapping.config) {
+    const auto& c = *row.mapping.config;
+    std::string s = "tp" + std::to_string(c.tp) + " pp" + std::to_string(c.pp) + " vp" + std::to_string(c.vp) + " cp" +
+                    std::to_string(c.cp) + " ep" + std::to_string(c.ep) + " dp" + std::to_string(c.dp);
+    if (c.fsdp > 1) s += " fsdp" + std::to_string(c.fsdp);
+    return s;
+  }
+  const auto& r = row.run;
+  return "tp" + std::to_string(r.tp) + " pp" + std::to_string(r.pp) + " vp" + std::to_string(r.vp) + " cp" + std::to_string(r.cp) +
+         " ep" + std::to_string(r.ep) + (r.etp ? " etp" + std::to_string(r.etp) : "") + " " + r.dp_fsdp;
+}
+
+std::string validation_note(const ValidationRow& row) {
+  std::string note = row.reason;
+  if (note.empty() && !row.run.tok_s_gpu) note = "no measured tokens/s";
+  for (const auto& r : row.mapping.remarks) note += (note.empty() ? "" : "; ") + r;
+  return note;
+}
+
+const std::vector<std::string>& validation_rules() {
+  static const std::vector<std::string> rules = {
+      "Only the row's columns decide its configuration: nothing is fitted, no row is special-cased, no model parameter "
+      "was tuned for this corpus.",
+      "**system**: DGX-GB200 / GB200 -> `gb200-nvl72`, DGX-GB300 -> `gb300-nvl72` (NVL72 racks, PUBLISHED_RUNS.md); "
+      "DGX-H100 / H100 / H100 SXM -> `h100-hgx` (8-GPU HGX nodes). DGX-B200 / DGX-B300 are air-cooled 8-GPU HGX "
+      "boards: not expressible, hbmsim has no such system (its Blackwell systems are the NVL72 racks).",
+      "**model**: Llama3-8B -> `llama3.1-8b`, Llama3-70B -> `llama3.1-70b` (Llama 3 and 3.1 share their shapes), "
+      "Llama3-405B / Llama3.1-405B -> `llama3.1-405b`, DeepSeek-V3 with or without MTP -> `deepseek-v3-671b` (hbmsim "
+      "models no MTP layer), Mixtral-8x7B -> `hf/mixtral-8x7b.config.json` (the HuggingFace config shipped in data/hf).",
+      "**prec**: BF16 -> bf16; FP8, FP8-CS, FP8 CS, MXFP8 -> fp8; NVFP4 -> nvfp4, for both `weights` (MLP and expert "
+      "GEMMs) and `attention_dtype` (QKV and output projections): Transformer Engine runs every linear layer in the "
+      "recipe's precision and the core attention in bf16, as hbmsim's attention always is. The FP8 scaling recipes "
+      "(delayed, current, MXFP8 block scaling) are one fp8 GEMM rate to hbmsim.",
+      "**batch** (Megatron): mbs -> `micro_batch`, gbs -> `global_batch`; the accumulation / micro-batch count is "
+      "gbs / (mbs x gpus / (tp x cp x pp)). A `GAn` note that disagrees is shown as a remark.",
+      "**layout**: tp, pp, vp, cp, ep as given ('-' = 1); `mesh_order megatron`; context parallelism as Megatron-Core's "
+      "ring (`cp_exchange ring`, `cp_shards_weights off`); pipeline schedule 1F1B, interleaved when vp > 1 "
+      "(Megatron's default). Sequence parallelism is on with tp > 1 (hbmsim's default; the sources' recipes set it), "
+      "TP communication overlap off (Megatron-Core's default: no row states it), gradient and parameter collectives "
+      "overlapped (hbmsim's defaults).",
+      "**pipeline split**: even; when pp x vp does not divide the layers but does divide them plus two, the embedding "
+      "and the loss count as a layer each (Megatron's account_for_embedding/loss_in_pipeline_split, which the Llama 3.1 "
+      "405B recipes set for its 126 layers). Other splits (DeepSeek-V3's 61 layers with vp, which Megatron-Bridge lays "
+      "out with a custom pipeline layout) are left to hbmsim, which refuses them naming the field.",
+      "**dp_fsdp**: Megatron's data-parallel size is gpus / (tp x cp x pp), and expert parallelism is carved out of it; "
+      "hbmsim's replicas count its `ep` axis too, so `dp` = gpus / (tp x cp x pp x ep). DDP -> that dp with the "
+      "distributed optimizer (`sharded_optimizer on`, `fsdp 1`); FSDP / FSDPn -> `fsdp` n (all of those ranks when n is "
+      "not given; Megatron FSDP shards parameters, gradients and optimizer state, as ZeRO-3), `dp` the rest; DPn -> "
+      "Megatron data-parallel size n (checked against the layout), with the distributed optimizer as DDP (the NeMo and "
+      "Megatron-Bridge recipes' default; the FlagPerf tables do not say). Deviation: hbmsim shards the non-expert "
+      "weights over `ep` FSDP-style (MaxText's way) where Megatron keeps them whole on every expert rank, so MoE rows "
+      "gather those weights per layer and hold less of them. `ep (ETPn)` with n other than tp is Megatron's MoE parallel "
+      "folding: not expressible (hbmsim splits experts over tp and places ep beside it).",
+      "**remat_offload** (`recipe@REV` only says where the setting was read): nothing stated -> Megatron's default, no "
+      "recompute: `minimal_with_context`, the preset that saves the most (projections, MLP outputs, attention "
+      "context). Selective recompute (`recompute-activations`, `(selective)`: Megatron's recompute_granularity=selective, "
+      "module core_attn) -> `minimal`, which keeps the projections and MLP outputs and recomputes the core attention; "
+      "selective recompute of a cheap module hbmsim has no name for (`sel. recompute moe_act`, `mla_up_proj`, "
+      "`layernorm`) -> `minimal_with_context`. Full recompute -> `full`, but of N layers per pipeline chunk (\"block N "
+      "layers\") when N is fewer than the chunk's layers: not expressible, a per-layer policy (issue #19). CPU "
+      "activation offload of some layers: not expressible, a per-layer offload (issue #19); no approximation is used. "
+      "flash-attn2 and TE name the kernels hbmsim's costs already assume.",
+      "**SFT / LoRA** rows: not expressible (hbmsim simulates pre-training steps). A row without a measured tok_s_gpu "
+      "is simulated when expressible but is in no error statistic. A configuration hbmsim refuses is listed with its "
+      "error text.",
+      "**error** = predicted / measured tokens/s per GPU - 1; MAPE is the mean of |error| over the expressed, measured "
+      "rows, the median is of |error|. Rows predicted not to fit are kept in the statistics and marked in `fits`.",
+  };
+  return rules;
+}
+
+nlohmann::json validation_json(const std::vector<ValidationRow>& rows, const ValidationSummary& summary,
+                               const std::string& calibration, const std::string& origin) {
+  auto arr = nlohmann::json::array();
+  for (const auto& r : rows) {
+    const auto& p = r.predicted;
+    arr.push_back({{"row", r.run.row},
+                   {"src", r.run.src},
+                   {"container", r.run.container},
+                   {"system", r.run.system},
+                   {"gpus", r.run.gpus},
+                   {"model", r.run.model},
+                   {"prec", r.run.prec},
+                   {"hbmsim_system", r.mapping.system_id},
+                   {"hbmsim_model", r.mapping.model_id},
+                   {"layout", validation_layout(r)},
+                   {"recompute", r.mapping.recompute},
+                   {"expressed", r.expressed()},
+                   {"reason", r.reason},
+                   {"note", validation_note(r)},
+                   {"measured_tokens_per_s_per_gpu", opt(r.run.tok_s_gpu)},
+                   {"measured_tflops_per_gpu", opt(r.run.tflops_gpu)},
+                   {"predicted_tokens_per_s_per_gpu", p ? nlohmann::json(p->tokens_per_s_per_device) : nlohmann::json(nullptr)},
+                   {"error", opt(r.error)},
+                   {"predicted_tflops_per_gpu", p ? nlohmann::json(p->tflops_per_device) : nlohmann::json(nullptr)},
+                   {"hbm_peak_gib", p ? nlohmann::json(p->hbm_peak_bytes / 1073741824.0) : nlohmann::json(nullptr)},
+                   {"fits", p ? nlohmann::json(p->fits) : nlohmann::json(nullptr)},
+                   {"config", r.mapping.config ? r.mapping.config->to_json() : nlohmann::json(nullptr)}});
+  }
+  auto groups = [](const std::vector<ErrorSummary>& v) {
+    auto a = nlohmann::json::array();
+    for (const auto& s : v) a.push_back(summary_json(s));
+    return a;
+  };
+  return {{"calibration", calibration},
+          {"calibration_label", calibration_label(calibration)},
+          {"runs_file", origin},
+          {"rows", arr},
+          {"summary",
+           {{"overall", summary_json(summary.overall)},
+            {"by_src", groups(summary.by_src)},
+            {"by_system", groups(summary.by_system)},
+            {"by_model", groups(summary.by_model)}}}};
+}
+
+std::string validation_csv(const std::vector<ValidationRow>& rows) {
+  auto q = [](const std::string& s) {
+    if (s.find_first_of(",\"\n") == std::string::npos) return s;
+    std::string out = "\"";
+    for (char ch : s) out += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+    return out + "\"";
+  };
+  std::string out = "row,src,system,gpus,model,prec,layout,measured_tok_s_gpu,predicted_tok_s_gpu,error,predicted_tflops_gpu,"
+                    "hbm_peak_gib,fits,note\n";
+  for (const auto& r : rows) {
+    const auto& p = r.predicted;
+    out += std::to_string(r.run.row) + "," + q(r.run.src) + "," + q(r.run.system) + "," + std::to_string(r.run.gpus) + "," +
+           q(r.run.model) + "," + q(r.run.prec) + "," + q(validation_layout(r)) + "," + (r.run.tok_s_gpu ? fmt(*r.run.tok_s_gpu, 1) : "") +
+           "," + (p ? fmt(p->tokens_per_s_per_device, 1) : "") + "," + (r.error ? fmt(*r.error, 4) : "") + "," +
+           (p ? fmt(p->tflops_per_device, 1) : "") + "," + (p ? fmt(p->hbm_peak_bytes / 1073741824.0, 1) : "") + "," +
+           (p ? (p->fits ? "yes" : "no") : "") + "," + q(validation_note(r)) + "\n";
+  }
+  return out;
+}
+
+std::string validation_markdown(const std::vector<ValidationRow>& rows, const ValidationSummary& summary,
+                                const std::string& calibration, const std::string& origin) {
+  std::string out = "# Validation against published measured runs: " + calibration_label(calibration) + "\n\n";
+  out += "Generated by `hbmsim validate --markdown" + (calibration.empty() ? std::string() : " --calibration " + calibration) +
+         "` from `" + origin + "` (data/reference/published_runs.csv, " + std::to_string(rows.size()) +
+         " runs; sources in data/reference/PUBLISHED_RUNS.md). Predicted: hbmsim with " + calibration_label(calibration) +
+         ". tests/test_validation.cpp re-runs it and fails when a number or a reason here moves: regenerate this file in "
+         "the commit that moves it.\n\n";
+  out += "## Summary\n\nTokens/s per GPU, error = predicted / measured - 1, over the rows expressed and measured.\n\n";
+  out += "| by | group | rows | expressed | measured | MAPE | median abs. error | worst |\n|---|---|---|---|---|---|---|---|\n";
+  out += summary_md_row("all", summary.overall);
+  for (const auto& s : summary.by_src) out += summary_md_row("src", s);
+  for (const auto& s : summary.by_system) out += summary_md_row("system", s);
+  for (const auto& s : summary.by_model) out += summary_md_row("model", s);
+  std::map<std::string, int> kinds;
+  std::vector<std::string> order;
+  for (const auto& r : rows)
+    if (!r.expressed()) {
+      auto k = reason_kind(r.reason);
+      if (!kinds.count(k)) order.push_back(k);
+      ++kinds[k];
+    }
+  out += "\n## Not expressed\n\n| rows | reason |\n|---|---|\n";
+  for (const auto& k : order) out += "| " + std::to_string(kinds[k]) + " | " + md_cell(k) + " |\n";
+  out += "\n## Runs\n\n";
+  out += "| # | src | system | GPUs | model | prec | layout | policy | measured tok/s/GPU | predicted | error | TFLOP/s pred | HBM GiB | "
+         "fits | note |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& r : rows) {
+    const auto& p = r.predicted;
+    out += "| " + std::to_string(r.run.row) + " | " + md_cell(r.run.src) + " | " + md_cell(r.run.system) + " | " +
+           std::to_string(r.run.gpus) + " | " + md_cell(r.run.model) + " | " + md_cell(r.run.prec) + " | " + md_cell(validation_layout(r)) +
+           " | " + (r.mapping.config ? r.mapping.config->policy : "-") + " | " + (r.run.tok_s_gpu ? fmt(*r.run.tok_s_gpu, 0) : "-") +
+           " | " + (p ? fmt(p->tokens_per_s_per_device, 0) : "-") + " | " + (r.error ? pct(*r.error) : "-") + " | " +
+           (p ? fmt(p->tflops_per_device, 1) : "-") + " | " + (p ? fmt(p->hbm_peak_bytes / 1073741824.0, 1) : "-") + " | " +
+           (p ? (p->fits ? "yes" : "**no**") : "-") + " | " + md_cell(validation_note(r)) + " |\n";
+  }
+  out += "\n## How a row becomes a run\n\n";
+  for (const auto& rule : validation_rules()) out += "- " + rule + "\n";
+  return out;
+}
+
+}  // namespace hbmsim

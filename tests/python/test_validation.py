@@ -1,0 +1,80 @@
+"""hbmsim.validate against `hbmsim validate --json`, and hbmsim.plots.validation by what it draws."""
+import math
+
+import numpy as np
+import pytest
+from matplotlib.collections import PathCollection, PolyCollection
+
+import hbmsim
+from hbmsim import plots
+from conftest import cli_json
+
+
+@pytest.fixture(scope="module")
+def frame():
+    return hbmsim.validate()
+
+
+def same(a, b):
+    if b is None:
+        return a is None or (isinstance(a, float) and math.isnan(a))
+    if isinstance(b, float) or isinstance(a, float):
+        return a == pytest.approx(b, rel=1e-12)
+    return a == b
+
+
+def test_frame_equals_cli_json(frame, cli):
+    raw = cli_json(cli, "validate", "--json")
+    assert list(frame.columns) == hbmsim.api.VALIDATION_COLUMNS
+    assert len(frame) == len(raw["rows"]) == 53
+    for rec, row in zip(frame.to_dict("records"), raw["rows"]):
+        assert set(row) == set(rec)
+        for key, value in row.items():
+            assert same(rec[key], value), (row["row"], key, rec[key], value)
+    assert frame.attrs["calibration"] == ""
+    assert frame.attrs["calibration_label"] == raw["calibration_label"] == "datasheet figures (no calibration)"
+    assert frame.attrs["summary"] == raw["summary"]
+
+
+def test_fitted_calibration_is_passed_through(cli):
+    df = hbmsim.validate("gb200-fitted")
+    raw = cli_json(cli, "validate", "--json", "--calibration", "gb200-fitted")
+    assert df.attrs["calibration_label"] == "calibration gb200-fitted"
+    got = df["predicted_tokens_per_s_per_gpu"].to_numpy()
+    want = np.array([np.nan if r["predicted_tokens_per_s_per_gpu"] is None else r["predicted_tokens_per_s_per_gpu"]
+                     for r in raw["rows"]])
+    assert np.allclose(got, want, rtol=1e-12, equal_nan=True)
+
+
+def test_bad_runs_file_is_value_error(tmp_path):
+    bad = tmp_path / "runs.csv"
+    bad.write_text("src,system\nMBA,DGX-H100\n")
+    with pytest.raises(ValueError, match="missing column"):
+        hbmsim.validate(runs_path=str(bad))
+
+
+def test_plot_draws_one_point_per_expressed_measured_row_with_band(frame):
+    fig = plots.validation(frame)
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    drawn = frame[frame["expressed"] & frame["measured_tokens_per_s_per_gpu"].notna()]
+    points = np.concatenate([c.get_offsets() for c in ax.collections if isinstance(c, PathCollection)])
+    assert len(points) == len(drawn) > 0
+    want = sorted(zip(drawn["measured_tokens_per_s_per_gpu"], drawn["predicted_tokens_per_s_per_gpu"]))
+    assert np.allclose(sorted(map(tuple, points)), want)
+    # The +-10% band: a filled polygon whose upper and lower edges are 1.1 and 0.9 times x.
+    bands = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    assert len(bands) == 1
+    verts = bands[0].get_paths()[0].vertices
+    xs = verts[:, 0]
+    upper = verts[np.isclose(verts[:, 1], 1.1 * xs)]
+    lower = verts[np.isclose(verts[:, 1], 0.9 * xs)]
+    assert len(upper) >= 2 and len(lower) >= 2
+    # The y = x line.
+    assert any(np.allclose(line.get_xdata(), line.get_ydata()) for line in ax.get_lines())
+    # Unexpressed and unmeasured rows are counted in the title, with the calibration.
+    unexpressed = int((~frame["expressed"]).sum())
+    title = ax.get_title()
+    assert f"{len(drawn)} of 53 runs drawn" in title
+    assert f"{unexpressed} not expressed" in title
+    assert "datasheet figures" in title

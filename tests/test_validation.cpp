@@ -1,0 +1,278 @@
+// hbmsim validate: the published measured runs (data/reference/published_runs.csv) mapped to runs by rules on
+// their columns, and the checked-in report. docs/validation.md (datasheet) and docs/validation-gb200-fitted.md
+// are read back and compared with a fresh validation: a change that moves a predicted tokens/s by more than
+// 0.5%, or changes which rows are expressed or why, fails here until the documents are regenerated in the same
+// commit (`hbmsim validate --markdown > docs/validation.md`, and with --calibration gb200-fitted).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <map>
+#include <sstream>
+
+#include "helpers.hpp"
+#include "hwmodels/json_view.hpp"
+#include "planner/validation_report.hpp"
+
+using namespace hbmsim;
+
+namespace {
+
+const std::string kHeader =
+    "src,container,system,gpus,model,prec,seq,mbs,gbs,tp,pp,vp,cp,ep,dp_fsdp,remat_offload,tok_s_gpu,tflops_gpu,step_s,mfu,mem,notes\n";
+
+PublishedRun one_row(const std::string& line) {
+  auto runs = parse_published_runs(kHeader + line + "\n", "test.csv");
+  REQUIRE(runs.size() == 1);
+  return runs[0];
+}
+
+RunConfig mapped(const std::string& line) {
+  auto m = map_published_run(one_row(line));
+  INFO(m.reason);
+  REQUIRE(m.config);
+  return *m.config;
+}
+
+std::string not_expressed(const std::string& line) {
+  auto m = map_published_run(one_row(line));
+  REQUIRE_FALSE(m.config);
+  REQUIRE_FALSE(m.reason.empty());
+  return m.reason;
+}
+
+// Cells of a Markdown table line, '\|' unescaped.
+std::vector<std::string> cells(const std::string& line) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (std::size_t i = 1; i < line.size(); ++i) {
+    if (line[i] == '\\' && i + 1 < line.size() && line[i + 1] == '|') {
+      cur += '|';
+      ++i;
+    } else if (line[i] == '|') {
+      auto b = cur.find_first_not_of(' '), e = cur.find_last_not_of(' ');
+      out.push_back(b == std::string::npos ? "" : cur.substr(b, e - b + 1));
+      cur.clear();
+    } else {
+      cur += line[i];
+    }
+  }
+  return out;
+}
+
+struct PrintedRun {
+  std::string predicted, note;
+};
+
+// The "## Runs" table of a validation report: row number -> its predicted tokens/s and note.
+std::map<int, PrintedRun> printed_runs(const std::string& doc) {
+  auto at = doc.find("\n## Runs\n");
+  REQUIRE(at != std::string::npos);
+  std::istringstream in(doc.substr(at));
+  std::map<int, PrintedRun> rows;
+  bool header = false;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("| # |", 0) == 0) {
+      header = true;
+      continue;
+    }
+    if (!header || line.rfind("|---", 0) == 0) continue;
+    if (line.rfind("| ", 0) != 0) break;
+    auto c = cells(line);
+    REQUIRE(c.size() == 15);
+    rows[std::stoi(c[0])] = {c[9], c[14]};
+  }
+  return rows;
+}
+
+void check_document(const std::string& file, const std::string& calibration) {
+  const std::string doc = test::slurp(std::string(HBMSIM_SOURCE_DIR) + "/docs/" + file);
+  REQUIRE_FALSE(doc.empty());
+  INFO("docs/" << file << ": regenerate it with `hbmsim validate --markdown" << (calibration.empty() ? "" : " --calibration " + calibration)
+                << "` in the commit that moves these numbers");
+  CHECK(doc.find("# Validation against published measured runs: " + calibration_label(calibration) + "\n") == 0);
+  auto printed = printed_runs(doc);
+  auto rows = validate_runs(load_published_runs(), calibration, 2);
+  REQUIRE(printed.size() == rows.size());
+  int expressed = 0;
+  for (const auto& r : rows) {
+    INFO("row " << r.run.row);
+    REQUIRE(printed.count(r.run.row));
+    const auto& p = printed.at(r.run.row);
+    CHECK(p.note == validation_note(r));
+    if (!r.expressed()) {
+      CHECK(p.predicted == "-");
+      continue;
+    }
+    ++expressed;
+    REQUIRE(p.predicted != "-");
+    const double doc_value = std::stod(p.predicted);
+    const double fresh = r.predicted->tokens_per_s_per_device;
+    // 0.5% plus half the last printed digit (tokens/s print as whole numbers).
+    CHECK(std::fabs(fresh - doc_value) <= 0.005 * doc_value + 0.5);
+  }
+  CHECK(expressed > 0);
+}
+
+}  // namespace
+
+TEST_CASE("Validation: docs/validation.md is what hbmsim validate gives now (datasheet)", "[validation]") {
+  check_document("validation.md", "");
+}
+
+TEST_CASE("Validation: docs/validation-gb200-fitted.md is what hbmsim validate gives now (gb200-fitted)", "[validation]") {
+  check_document("validation-gb200-fitted.md", "gb200-fitted");
+}
+
+TEST_CASE("Validation: the built-in corpus is the 53 published runs, every one accounted for", "[validation]") {
+  auto runs = load_published_runs();
+  REQUIRE(runs.size() == 53);
+  CHECK(runs.front().row == 1);
+  CHECK(runs.back().row == 53);
+  for (const auto& r : runs) {
+    auto m = map_published_run(r);
+    INFO("row " << r.row);
+    CHECK(m.config.has_value() != !m.reason.empty());  // either a run or a reason, never both or neither
+  }
+}
+
+TEST_CASE("Validation mapping: Llama 3.1 405B on 256 GB200s, tp 4 x pp 16 x vp 4, FP8, DDP (derived by hand)", "[validation]") {
+  auto c = mapped("MBA,26.04.01,DGX-GB200,256,Llama3.1-405B,FP8,8192,1,1536,4,16,4,1,-,DDP,,864,2144,,,,");
+  CHECK(c.system == "gb200-nvl72");
+  CHECK(c.model == "llama3.1-405b");
+  CHECK(c.gpus == 256);
+  CHECK(c.seq == 8192);
+  CHECK(c.micro_batch == 1);
+  CHECK(c.global_batch == 1536);
+  CHECK(c.tp == 4);
+  CHECK(c.pp == 16);
+  CHECK(c.vp == 4);
+  CHECK(c.cp == 1);
+  CHECK(c.ep == 1);
+  CHECK(c.dp == 4);  // 256 / (4 x 16)
+  CHECK(c.fsdp == 1);
+  CHECK(c.sharded_optimizer);
+  CHECK(c.weights == "fp8");
+  CHECK(c.attention_dtype == "fp8");
+  CHECK(c.policy == "minimal_with_context");  // nothing stated: Megatron keeps every activation
+  CHECK(c.mesh_order == "megatron");
+  CHECK(c.pp_schedule == "1f1b");
+  CHECK(c.cp_exchange == "ring");
+  CHECK_FALSE(c.cp_shards_weights);
+  // 126 layers on 16 x 4 chunks: only with the embedding and the loss as a layer each (128 / 64 = 2).
+  CHECK(c.embedding_as_layer);
+  CHECK(c.loss_as_layer);
+  // 1536 / (1 x 4 replicas) = 384 micro-batches.
+  auto report = run_simulation(c);
+  CHECK(report.tokens_per_device_per_step == Approx(1536.0 * 8192 / 256));
+}
+
+TEST_CASE("Validation mapping: Mixtral 8x7B, ep 8 carved out of the 64 data-parallel ranks (derived by hand)", "[validation]") {
+  auto c = mapped("NDOC2504,NeMo 25.04,DGX-GB200,64,Mixtral-8x7B,FP8 CS,4096,2,256,1,1,1,1,8,DDP,,19275,1598,,,,GA2");
+  CHECK(c.model == "hf/mixtral-8x7b.config.json");
+  CHECK(c.ep == 8);
+  CHECK(c.dp == 8);  // 64 / (1 x 1 x 1 x 8): Megatron's data-parallel size 64 holds ep 8
+  CHECK(c.fsdp == 1);
+  CHECK(c.micro_batch == 2);
+  CHECK(c.global_batch == 256);  // accumulation 256 / (2 x 64) = 2, the GA2 of the notes
+  CHECK(c.weights == "fp8");
+  CHECK_FALSE(c.embedding_as_layer);
+  CHECK(map_published_run(one_row("NDOC2504,NeMo 25.04,DGX-GB200,64,Mixtral-8x7B,FP8 CS,4096,2,256,1,1,1,1,8,DDP,,19275,1598,,,,GA2"))
+            .remarks.empty());
+}
+
+TEST_CASE("Validation mapping: FSDP over every rank, and FSDPn (derived by hand)", "[validation]") {
+  auto c = mapped("NDOC2504,NeMo 25.04,DGX-GB200,64,Llama3-70B,FP8 CS,8192,1,128,1,1,1,1,1,FSDP,,4035,1943,,,,GA2");
+  CHECK(c.model == "llama3.1-70b");
+  CHECK(c.fsdp == 64);
+  CHECK(c.dp == 1);
+  CHECK_FALSE(c.sharded_optimizer);
+  auto d = mapped("MBA,25.09,DGX-GB200,128,Llama3.1-405B,FP8,8192,1,64,2,1,1,1,-,FSDP64,,729,1840,,,,");
+  CHECK(d.tp == 2);
+  CHECK(d.fsdp == 64);  // 128 / 2
+  CHECK(d.dp == 1);
+}
+
+TEST_CASE("Validation mapping: FlagPerf Llama 3 70B on H100, DP2, selective recompute (derived by hand)", "[validation]") {
+  auto c = mapped("FLAG,megatron-core 0.6.0,H100 SXM (IB 400Gb/s),64,Llama3-70B,BF16,8192,1,512,8,4,-,1,-,DP2,"
+                  "recompute-activations (selective); flash-attn2; TE,851,,,36.1%,55/80 GiB,");
+  CHECK(c.system == "h100-hgx");
+  CHECK(c.tp == 8);
+  CHECK(c.pp == 4);
+  CHECK(c.vp == 1);
+  CHECK(c.dp == 2);  // 64 / (8 x 4)
+  CHECK(c.sharded_optimizer);
+  CHECK(c.weights == "bf16");
+  CHECK(c.attention_dtype == "bf16");
+  CHECK(c.policy == "minimal");  // selective recompute: the core attention recomputed
+  CHECK_FALSE(c.embedding_as_layer);  // 80 layers split evenly over 4 stages
+  CHECK(mapped("FLAG,megatron-core 0.6.0,H100 SXM,8,Llama3-8B,BF16,8192,1,512,2,1,-,1,-,DP4,recompute-activations,8103,,,39.3%,71/80 GiB,")
+            .policy == "minimal");
+}
+
+TEST_CASE("Validation mapping: what cannot be expressed says why", "[validation]") {
+  CHECK_THAT(not_expressed("MBA,26.04.01,DGX-GB300,64,Llama3-70B,FP8,8192,2,256,1,1,-,1,-,FSDP64,recipe@HEAD CPU act-offload 20 layers,5248,2348,,,,"),
+             Catch::Contains("issue #19") && Catch::Contains("offload"));
+  CHECK_THAT(not_expressed("MBA,26.04.01,DGX-B300,256,DeepSeek-V3,MXFP8,4096,2,4096,1,8,-,1,8,DDP,,3456,898,,,,"),
+             Catch::Contains("HGX B200/B300"));
+  CHECK_THAT(not_expressed("DGXC-05,NeMo 25.04.01,GB200,128,DeepSeek-V3,BF16,4096,1,1024,2,4,1,1,32 (ETP1),DP16,,,249.3,34.168,10.18%,,"),
+             Catch::Contains("ETP1") && Catch::Contains("tp = 2"));
+  CHECK_THAT(not_expressed("MBA,25.11,DGX-H100,8,Llama3-8B,FP8-CS,8192,1,128,1,1,-,1,-,FSDP8,recipe@HEAD full recompute block 5 layers,14451,744,,,,GA16"),
+             Catch::Contains("5 of the 32 layers") && Catch::Contains("issue #19"));
+  CHECK_THAT(not_expressed("X,1,DGX-H100,8,Llama3-8B LoRA,BF16,8192,1,128,1,1,-,1,-,DDP,,1000,,,,,SFT"), Catch::Contains("fine-tuning"));
+  CHECK_THAT(not_expressed("X,1,DGX-H100,8,Llama3-8B,FP16,8192,1,128,1,1,-,1,-,DDP,,1000,,,,,"), Catch::Contains("precision \"FP16\""));
+  CHECK_THAT(not_expressed("X,1,DGX-H100,8,Llama3-8B,BF16,8192,1,128,1,1,-,1,-,DP3,,1000,,,,,"), Catch::Contains("DP3 disagrees"));
+  // Full recompute of every layer is expressible.
+  CHECK(mapped("X,1,DGX-H100,8,Llama3-8B,BF16,8192,1,128,1,1,-,1,-,FSDP8,full recompute block 32 layers,1000,,,,,").policy == "full");
+  // A GAn note the batch and layout disagree with is a remark, not a refusal.
+  auto m = map_published_run(one_row("DGXC-05,NeMo 25.04.01,H100,512,Llama3.1-405B,BF16,8192,1,256,8,8,8,2,-,DP4,,,,19.810,55.34%,,total 105863; GA32"));
+  REQUIRE(m.config);
+  REQUIRE(m.remarks.size() == 1);
+  CHECK_THAT(m.remarks[0], Catch::Contains("GA32") && Catch::Contains("64"));
+}
+
+TEST_CASE("Validation: a bad runs file names the file, row, column and value", "[validation]") {
+  CHECK_THROWS_WITH(parse_published_runs("src,system\nMBA,DGX-H100\n", "runs.csv"),
+                    Catch::Contains("runs.csv") && Catch::Contains("missing column \"container\""));
+  std::string line = "MBA,1,DGX-H100,eight,Llama3-8B,BF16,8192,1,128,1,1,-,1,-,DDP,,1000,,,,,";
+  CHECK_THROWS_WITH(parse_published_runs(kHeader + line + "\n", "runs.csv"),
+                    Catch::Contains("runs.csv: row 1, column gpus = \"eight\""));
+  line = "MBA,1,DGX-H100,8,Llama3-8B,BF16,8192,1,128,1,1,-,1,-,DDP,,fast,,,,,";
+  CHECK_THROWS_WITH(parse_published_runs(kHeader + line + "\n", "runs.csv"),
+                    Catch::Contains("row 1, column tok_s_gpu = \"fast\" (expected a number)"));
+  line = "MBA,1,DGX-H100,8,Llama3-8B,BF16,8192,1,128,1,1,-,1,x (ETP1),DDP,,1000,,,,,";
+  CHECK_THROWS_WITH(parse_published_runs(kHeader + line + "\n", "runs.csv"), Catch::Contains("column ep = \"x (ETP1)\""));
+
+  auto dir = test::temp_dir();
+  test::write(dir / "bad_runs.csv", kHeader + "MBA,1,DGX-H100,8,Llama3-8B,BF16,8192,1,128,two,1,-,1,-,DDP,,1000,,,,,\n");
+  auto r = test::cli("validate --runs " + (dir / "bad_runs.csv").string());
+  CHECK(r.status == 2);
+  CHECK_THAT(r.err, Catch::Contains("bad_runs.csv: row 1, column tp = \"two\""));
+  r = test::cli("validate --runs " + (dir / "no_such_runs.csv").string());
+  CHECK(r.status == 2);
+  CHECK_THAT(r.err, Catch::Contains("no_such_runs.csv"));
+}
+
+TEST_CASE("Validation CLI: output order does not depend on --jobs, and every output names the calibration", "[validation]") {
+  auto dir = test::temp_dir();
+  test::write(dir / "three_runs.csv",
+              kHeader + "FLAG,megatron-core 0.6.0,H100 SXM,16,Llama3-8B,BF16,8192,1,512,2,1,-,1,-,DP8,recompute-activations,7914,,,38.4%,62/80 GiB,\n"
+                        "MBA,26.04,DGX-B200,256,DeepSeek-V3,MXFP8,4096,1,4096,1,16,-,1,8,DDP,,2815,732,,,,\n"
+                        "FLAG,megatron-core 0.6.0,H100 SXM,8,Llama3-8B,BF16,8192,1,512,2,1,-,1,-,DP4,recompute-activations,8103,,,39.3%,71/80 GiB,\n");
+  const std::string runs = " --runs " + (dir / "three_runs.csv").string();
+  auto one = test::cli("validate --csv --jobs 1" + runs), three = test::cli("validate --csv --jobs 3" + runs);
+  REQUIRE(one.status == 0);
+  CHECK(one.out == three.out);
+  auto human = test::cli("validate" + runs);
+  REQUIRE(human.status == 0);
+  CHECK_THAT(human.out, Catch::Contains("datasheet figures (no calibration)"));
+  CHECK_THAT(human.out, Catch::Contains("HGX B200/B300"));
+  auto fitted = test::cli("validate --markdown --calibration gb200-fitted" + runs);
+  REQUIRE(fitted.status == 0);
+  CHECK_THAT(fitted.out, Catch::Contains("calibration gb200-fitted"));
+  auto json = nlohmann::json::parse(test::cli("validate --json" + runs).out);
+  CHECK(json["calibration_label"] == "datasheet figures (no calibration)");
+  REQUIRE(json["rows"].size() == 3);
+  CHECK(json["rows"][1]["expressed"] == false);
+  CHECK(json["summary"]["overall"]["measured"] == 2);
+  CHECK(test::cli("validate --json --csv" + runs).status == 2);
+}
