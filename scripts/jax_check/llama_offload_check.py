@@ -1,15 +1,19 @@
 #!/usr/bin/env python3
-"""Measure a small Llama-style JAX training step under three activation policies, LHS on and off.
+"""Measure a small Llama-style JAX training step under the activation policies of policies.json, LHS on and off.
 
-Policies (MaxText checkpoint names, jax.checkpoint over scanned layers):
-  remat    - save everything but query_proj/key_proj/value_proj (those are recomputed in backward)
-  device   - save QKV too
+Policies (MaxText checkpoint names, jax.checkpoint over scanned layers), from scripts/jax_check/policies.json:
+  device   - save QKV and the other layer outputs
   offload  - save the others, offload QKV to pinned host memory
+  remat    - save the others, recompute QKV in the backward pass
+The same table gives the hbmsim commands (policy_table.hbmsim_command: --policy custom plus --tensor
+NAME=device|offload for exactly the names JAX saves or offloads), so both describe one program.
 Each (policy, LHS) configuration runs in a fresh subprocess, because XLA_FLAGS
-(--xla_gpu_enable_latency_hiding_scheduler) is read once when JAX starts.
+(--xla_gpu_enable_latency_hiding_scheduler) is read once when JAX starts. With --attention cudnn, the first
+configuration whose cuDNN attention fails and whose XLA attention works decides XLA for all later ones.
 
 Writes OUT/results.json (one object per config) and OUT/config.json (HuggingFace-style model config).
-With --hbmsim PATH it also runs `hbmsim simulate` for each config and prints measured vs predicted.
+The predicted-vs-measured comparison normally runs afterwards on a machine with hbmsim
+(scripts/gpu_compare.sh); --hbmsim PATH runs it here instead.
 Exit status: 0 ok, 1 some configuration failed, 3 JAX is not importable.
 """
 
@@ -23,58 +27,9 @@ import subprocess
 import sys
 import time
 
-MODEL = {
-    "d_model": 2048,
-    "num_layers": 16,
-    "num_heads": 16,
-    "num_kv_heads": 8,
-    "head_dim": 128,
-    "mlp_dim": 8192,
-    "vocab_size": 32000,
-    "rms_norm_eps": 1e-5,
-    "rope_theta": 500000.0,
-}
-TRAINING = {"batch": 4, "seq": 2048, "activation_dtype": "bfloat16", "param_dtype": "float32",
-            "optimizer": "adamw (fp32 m and v)"}
-
-OTHER_NAMES = ["decoder_layer_input", "context", "out_proj", "mlpwi_0", "mlpwi_1", "mlpwo"]
-QKV_NAMES = ["query_proj", "key_proj", "value_proj"]
-POLICIES = ["device", "offload", "remat"]
-
-# hbmsim simulate flags that express each policy (MaxText preset names where one exists).
-HBMSIM_POLICY_FLAGS = {
-    "remat": ["--policy", "custom", "--tensor", "query_proj=remat", "--tensor", "key_proj=remat",
-              "--tensor", "value_proj=remat"],
-    "device": ["--policy", "save_qkv_proj"],
-    "offload": ["--policy", "qkv_proj_offloaded"],
-}
-
-
-def hf_config():
-    m = MODEL
-    return {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "hidden_size": m["d_model"],
-        "intermediate_size": m["mlp_dim"],
-        "num_attention_heads": m["num_heads"],
-        "num_key_value_heads": m["num_kv_heads"],
-        "num_hidden_layers": m["num_layers"],
-        "vocab_size": m["vocab_size"],
-        "head_dim": m["head_dim"],
-        "max_position_embeddings": TRAINING["seq"],
-        "rms_norm_eps": m["rms_norm_eps"],
-        "rope_theta": m["rope_theta"],
-        "tie_word_embeddings": False,
-    }
-
-
-def write_json_atomically(path, obj):
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=2)
-        f.write("\n")
-    os.replace(tmp, path)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from policy_table import (MODEL, POLICIES, POLICY_NAMES, TRAINING, hbmsim_command, hf_config,  # noqa: E402
+                          write_json_atomically)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -95,20 +50,17 @@ def run_worker(policy_name, lhs, steps, warmup, attention):
     act = jnp.bfloat16
 
     cp = jax.checkpoint_policies
-    if policy_name == "device":
-        policy = cp.save_only_these_names(*(OTHER_NAMES + QKV_NAMES))
-    elif policy_name == "remat":
-        policy = cp.save_only_these_names(*OTHER_NAMES)
-    elif policy_name == "offload":
+    table = POLICIES[policy_name]  # the same entry policy_table.hbmsim_command turns into hbmsim flags
+    if table["offload"]:
         try:  # older JAX releases keep memory kinds (pinned_host) behind this flag
             jax.config.update("jax_enable_memories", True)
         except Exception:
             pass
         policy = cp.save_and_offload_only_these_names(
-            names_which_can_be_saved=OTHER_NAMES, names_which_can_be_offloaded=QKV_NAMES,
+            names_which_can_be_saved=list(table["save"]), names_which_can_be_offloaded=list(table["offload"]),
             offload_src="device", offload_dst="pinned_host")
     else:
-        raise ValueError(policy_name)
+        policy = cp.save_only_these_names(*table["save"])
 
     def init_params(key):
         ks = jax.random.split(key, 10)
@@ -206,9 +158,15 @@ def run_worker(policy_name, lhs, steps, warmup, attention):
     try:
         ma = compiled.memory_analysis()
         for key in ("temp_size_in_bytes", "argument_size_in_bytes", "output_size_in_bytes",
-                    "alias_size_in_bytes", "generated_code_size_in_bytes", "host_temp_size_in_bytes"):
+                    "alias_size_in_bytes", "generated_code_size_in_bytes", "host_temp_size_in_bytes",
+                    "host_argument_size_in_bytes", "host_output_size_in_bytes", "host_alias_size_in_bytes"):
             if hasattr(ma, key):
                 mem[key] = int(getattr(ma, key))
+        if all(k in mem for k in ("temp_size_in_bytes", "argument_size_in_bytes", "output_size_in_bytes",
+                                  "alias_size_in_bytes")):
+            # What the compiled step itself needs on device: donated outputs alias their arguments.
+            mem["device_total_bytes"] = (mem["argument_size_in_bytes"] + mem["output_size_in_bytes"]
+                                         - mem["alias_size_in_bytes"] + mem["temp_size_in_bytes"])
     except Exception as e:  # memory_analysis is best effort across JAX versions
         mem["error"] = repr(e)
 
@@ -226,6 +184,9 @@ def run_worker(policy_name, lhs, steps, warmup, attention):
         "step_time_s": statistics.median(times),
         "step_times_s": times,
         "peak_hbm_bytes": stats.get("peak_bytes_in_use"),
+        "peak_hbm_bytes_note": ("memory_stats()['peak_bytes_in_use'] since the process started: includes XLA's "
+                                "autotuning buffers and init-time arrays, so it can exceed what the step needs; "
+                                "compiled_memory_analysis.device_total_bytes is the compiled step's own figure"),
         "bytes_limit": stats.get("bytes_limit"),
         "compile_s": compile_s,
         "compiled_memory_analysis": mem,
@@ -245,7 +206,8 @@ def run_config(policy, lhs, args, timeout_s):
     env = dict(os.environ)
     flag = "--xla_gpu_enable_latency_hiding_scheduler=" + ("true" if lhs else "false")
     env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + flag).strip()
-    record = {"policy": policy, "lhs": lhs, "xla_flags": env["XLA_FLAGS"], "model": MODEL, "training": TRAINING}
+    record = {"policy": policy, "lhs": lhs, "xla_flags": env["XLA_FLAGS"], "model": MODEL, "training": TRAINING,
+              "policy_table": POLICIES[policy]}
     attempts = [args.attention, "xla"] if args.attention == "cudnn" else [args.attention]
     errors = []
     for attention in attempts:
@@ -273,12 +235,7 @@ def run_config(policy, lhs, args, timeout_s):
 
 
 def simulate(hbmsim, config_path, policy, lhs, calibration):
-    cmd = [hbmsim, "simulate", "--system", "h200-hgx", "--model", config_path, "--gpus", "1",
-           "--batch", str(TRAINING["batch"]), "--seq", str(TRAINING["seq"])]
-    cmd += HBMSIM_POLICY_FLAGS[policy] + ["--lhs", "on" if lhs else "off"]
-    if calibration:
-        cmd += ["--calibration", calibration]
-    cmd += ["--json"]
+    cmd = hbmsim_command(hbmsim, config_path, policy, lhs, calibration)
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired) as e:
@@ -322,7 +279,8 @@ def main():
     ap.add_argument("--calibration", help="calibration profile passed to hbmsim simulate")
     ap.add_argument("--steps", type=int, default=10, help="timed steps per config (median reported)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps after compilation")
-    ap.add_argument("--policies", default=",".join(POLICIES), help="comma list of device,offload,remat")
+    ap.add_argument("--policies", default=",".join(POLICY_NAMES),
+                    help="comma list of policies.json names (%s)" % ",".join(POLICY_NAMES))
     ap.add_argument("--lhs", default="on,off", help="comma list of on,off")
     ap.add_argument("--attention", default="cudnn", choices=["cudnn", "xla"],
                     help="jax.nn.dot_product_attention implementation (cudnn falls back to xla)")
@@ -344,7 +302,7 @@ def main():
     policies = [p for p in args.policies.split(",") if p]
     lhs_values = [v == "on" for v in args.lhs.split(",") if v]
     for p in policies:
-        if p not in POLICIES:
+        if p not in POLICY_NAMES:
             ap.error("unknown policy %s" % p)
     os.makedirs(args.out, exist_ok=True)
     config_path = os.path.abspath(os.path.join(args.out, "config.json"))
@@ -353,6 +311,7 @@ def main():
 
     start = time.perf_counter()
     results = []
+    attention_decided_by = None
     for lhs in lhs_values:
         for policy in policies:
             left = args.time_budget_s - (time.perf_counter() - start)
@@ -363,6 +322,16 @@ def main():
             print("llama_offload_check: %s lhs=%s (%.0f s left)" % (policy, "on" if lhs else "off", left),
                   file=sys.stderr, flush=True)
             r = run_config(policy, lhs, args, min(args.config_timeout_s, left))
+            if attention_decided_by:
+                r["attention_decided_by"] = attention_decided_by
+            elif args.attention == "cudnn" and r.get("fallback_from") and "step_time_s" in r:
+                # cuDNN attention failed here and XLA's worked: decide once, not again in every process.
+                args.attention = "xla"
+                attention_decided_by = "%s/lhs-%s: cudnn failed (%s), xla worked" % (
+                    policy, "on" if lhs else "off", r["fallback_from"][0][:300])
+                r["attention_decided_by"] = attention_decided_by
+                print("llama_offload_check: attention = xla for the remaining configs (%s)" % attention_decided_by,
+                      file=sys.stderr, flush=True)
             results.append(r)
             write_json_atomically(results_path, results)  # partial results survive a later timeout
 

@@ -4,14 +4,33 @@
 #pragma once
 
 #include <cstdio>
+#include <cstring>
+#include <string>
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
 namespace hbmsim::calib {
 
+// The first failure since the last take_failure(): a failed stage records it in raw.json.
+inline std::string& pending_failure() {
+    static std::string s;
+    return s;
+}
+
+inline std::string take_failure() {
+    std::string s;
+    s.swap(pending_failure());
+    return s;
+}
+
 inline void report_failure(const char* file, int line, const char* call, const char* what) {
     std::fprintf(stderr, "hbmsim-calibrate-cuda: %s:%d: %s failed: %s\n", file, line, call, what);
+    if (pending_failure().empty()) {
+        const char* base = std::strrchr(file, '/');
+        pending_failure() = std::string(base != nullptr ? base + 1 : file) + ":" + std::to_string(line) + ": " + call +
+                            " failed: " + what;
+    }
 }
 
 }  // namespace hbmsim::calib

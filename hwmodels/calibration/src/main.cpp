@@ -1,5 +1,6 @@
 // hbmsim-calibrate-cuda: measures the local GPU and writes an `hbmsim-profile/1` calibration profile.
-// Exit status: 0 success, 1 measurement or write failure, 2 bad command line, 3 no CUDA device.
+// Exit status: 0 success, 4 profile written but a stage failed or was skipped (raw.json says which and why),
+// 1 no profile (set-up failed, nothing measured, or a write failed), 2 bad command line, 3 no CUDA device.
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
@@ -28,9 +29,15 @@ void print_usage(std::FILE* to) {
     std::fprintf(to,
                  "usage: %s -o PROFILE.json [--raw RAW.json] [--quick] [--name NAME]\n"
                  "       [--peak-bf16-flops F] [--peak-fp8-flops F] [--shapes SHAPES.json] [--device N]\n"
+                 "       [--budget-s S] [--fp8-no-fast-accum]\n"
                  "Measures host-link, HBM, D2D, GEMM (cuBLASLt bf16/fp8), interference and launch cost on one\n"
                  "GPU and writes an hbmsim-profile/1 JSON. SHAPES.json: [[M,N,K], ...] or\n"
-                 "[{\"m\":M,\"n\":N,\"k\":K,\"label\":\"...\"}, ...]. Exit 3 when no CUDA device is available.\n",
+                 "[{\"m\":M,\"n\":N,\"k\":K,\"label\":\"...\"}, ...]. Each stage is independent: a failed one is\n"
+                 "recorded in RAW.json (stages.NAME.error) and the profile keeps the others' fields. --budget-s skips\n"
+                 "the stages not started within S seconds. fp8 GEMMs use fast accumulation unless\n"
+                 "--fp8-no-fast-accum.\n"
+                 "Exit: 0 every stage ok, 4 profile written but a stage failed or was skipped, 1 no profile (nothing\n"
+                 "measured, or a write failed), 2 bad command line, 3 no CUDA device.\n",
                  kTool);
 }
 
@@ -116,6 +123,15 @@ bool parse_args(int argc, char** argv, calib::Options& opt, bool& help) {
             if (!value(v) || !parse_positive(a, v, opt.peak_bf16_flops)) return false;
         } else if (a == "--peak-fp8-flops") {
             if (!value(v) || !parse_positive(a, v, opt.peak_fp8_flops)) return false;
+        } else if (a == "--fp8-no-fast-accum") {
+            opt.fp8_fast_accum = false;
+        } else if (a == "--budget-s") {
+            if (!value(v)) return false;
+            char* end = nullptr;
+            opt.budget_s = std::strtod(v.c_str(), &end);
+            if (v.empty() || *end != '\0' || !(opt.budget_s > 0.0) || opt.budget_s > 86400.0) {
+                return usage_error("--budget-s = " + v + " (must be a positive number of seconds)");
+            }
         } else if (a == "--shapes") {
             if (!value(opt.shapes_path)) return false;
         } else if (a == "--device") {
@@ -233,8 +249,14 @@ int run(int argc, char** argv) {
     raw["device"] = {{"index", opt.device}, {"device_count", device_count}, {"hostname", host},
                      {"driver", m.driver}, {"cuda_runtime", m.cuda}};
 
+    const auto write_raw = [&](std::string& err) {
+        return opt.raw_path.empty() || calib::write_file_atomically(opt.raw_path, raw.dump(2) + "\n", err);
+    };
+    std::string error;
     if (!calib::run_measurements(opt, m, raw)) {
-        std::fprintf(stderr, "%s: measurement failed; no profile written\n", kTool);
+        std::fprintf(stderr, "%s: set-up failed; nothing measured, no profile written%s%s\n", kTool,
+                     opt.raw_path.empty() ? "" : " (stages in ", opt.raw_path.empty() ? "" : (opt.raw_path + ")").c_str());
+        if (!write_raw(error)) std::fprintf(stderr, "%s: %s\n", kTool, error.c_str());
         return 1;
     }
     const std::string cc = raw["device"]["compute_capability"].get<std::string>();
@@ -245,15 +267,17 @@ int run(int argc, char** argv) {
                cc.substr(0, cc.find('.')) + cc.substr(cc.find('.') + 1) + ")";
 
     calib::Json derivation;
-    std::string error;
     const auto profile = calib::build_profile(m, derivation, error);
+    raw["derivation"] = derivation;
     if (!profile) {
+        raw["profile_error"] = error;
         std::fprintf(stderr, "%s: cannot build the profile: %s\n", kTool, error.c_str());
+        std::string werr;
+        if (!write_raw(werr)) std::fprintf(stderr, "%s: %s\n", kTool, werr.c_str());
         return 1;
     }
-    raw["derivation"] = derivation;
     raw["profile"] = *profile;
-    if (!opt.raw_path.empty() && !calib::write_file_atomically(opt.raw_path, raw.dump(2) + "\n", error)) {
+    if (!write_raw(error)) {
         std::fprintf(stderr, "%s: %s\n", kTool, error.c_str());
         return 1;
     }
@@ -261,25 +285,38 @@ int run(int argc, char** argv) {
         std::fprintf(stderr, "%s: %s\n", kTool, error.c_str());
         return 1;
     }
-    const auto& hl = (*profile)["host_link"];
+    const calib::Json& pr = *profile;
+    const auto num = [&](const calib::Json& j, const char* key) {
+        return j.is_object() && j.contains(key) && j[key].is_number() ? j[key].get<double>() : 0.0;
+    };
+    const calib::Json none = calib::Json::object();
+    const calib::Json& hl = pr.contains("host_link") ? pr["host_link"] : none;
+    const calib::Json& itf = pr.contains("interference") ? pr["interference"] : none;
     std::printf("%s: wrote %s%s%s\n", kTool, opt.output_path.c_str(), opt.raw_path.empty() ? "" : " and ",
                 opt.raw_path.c_str());
     std::printf("  gpu %s (sm %s), driver %s, CUDA %s\n", m.gpu.c_str(), cc.c_str(), m.driver.c_str(), m.cuda.c_str());
     std::printf("  h2d %.1f GB/s, d2h %.1f GB/s, bidirectional %.1f GB/s, copy latency %.2f us\n",
-                hl["h2d_bytes_per_s"].get<double>() / 1e9, hl["d2h_bytes_per_s"].get<double>() / 1e9,
-                hl["bidirectional_total_bytes_per_s"].get<double>() / 1e9, hl["latency_s"].get<double>() * 1e6);
-    std::printf("  hbm %.0f GB/s, d2d %.0f GB/s, launch %.2f us, slowdown during copy %.3f\n",
-                (*profile)["hbm_bandwidth_bytes_per_s"].get<double>() / 1e9,
-                (*profile)["d2d_bandwidth_bytes_per_s"].get<double>() / 1e9,
-                (*profile)["launch_overhead_s"].get<double>() * 1e6,
-                (*profile)["interference"]["compute_slowdown_during_copy"].get<double>());
+                num(hl, "h2d_bytes_per_s") / 1e9, num(hl, "d2h_bytes_per_s") / 1e9,
+                num(hl, "bidirectional_total_bytes_per_s") / 1e9, num(hl, "latency_s") * 1e6);
+    std::printf("  hbm %.0f GB/s, d2d %.0f GB/s, launch %.2f us, slowdown during copy %.3f (0 = not measured)\n",
+                num(pr, "hbm_bandwidth_bytes_per_s") / 1e9, num(pr, "d2d_bandwidth_bytes_per_s") / 1e9,
+                num(pr, "launch_overhead_s") * 1e6, num(itf, "compute_slowdown_during_copy"));
     for (const auto& [dtype, pts] : {std::pair{"bf16", &m.gemm_bf16}, std::pair{"fp8", &m.gemm_fp8}}) {
         double best = 0.0;
         for (const auto& p : *pts) best = std::max(best, p.x / p.median_s);
         if (best > 0.0) std::printf("  best %s GEMM %.0f TFLOP/s\n", dtype, best / 1e12);
     }
+    int not_ok = 0;
+    std::string stages;
+    for (const auto& [name, st] : raw["stages"].items()) {
+        const std::string status = st.value("status", "?");
+        stages += (stages.empty() ? "" : ", ") + name + " " + status;
+        // A stage the GPU cannot run (fp8 before sm_89) is not a failure of the run.
+        if (status != "ok" && st.value("reason", "").find("compute capability") == std::string::npos) ++not_ok;
+    }
+    std::printf("  stages: %s\n", stages.c_str());
     std::printf("  measurement took %.1f s\n", raw["measurement_wall_s"].get<double>());
-    return 0;
+    return not_ok == 0 ? 0 : 4;
 }
 
 }  // namespace

@@ -167,8 +167,14 @@ private:
     bool measure_pageable_copies(const Measurements& m, Json& raw);
     bool measure_d2d(Measurements& m, Json& raw);
     bool measure_streaming(Measurements& m, Json& raw);
-    bool measure_gemms(Measurements& m, Json& raw);
+    void gemm_header(Measurements& m, Json& raw);
+    bool measure_gemms_bf16(Measurements& m, Json& raw);
+    bool measure_gemms_fp8(Measurements& m, Json& raw);
     bool measure_gemm_dtype(Dtype dt, std::vector<Point>& pts, Json& out);
+    // Runs one stage: records {status, wall_s, error} in raw["stages"][name]; a failure restores `m` to
+    // what it was before the stage, so a half-measured series never reaches the profile.
+    template <class Fn>
+    bool run_stage(const char* name, Measurements& m, Json& raw, Fn&& fn, const char* skip_reason = nullptr);
     bool measure_interference(Measurements& m, Json& raw);
 
     template <class Enqueue>
@@ -205,6 +211,7 @@ private:
     std::vector<std::size_t> pageable_sizes_bytes_;
     std::vector<std::size_t> d2d_sizes_bytes_;
     std::uint64_t stream_counter_ = 0;         // rotates offsets so consecutive launches miss in L2
+    Clock::time_point start_ = Clock::now();
     double h2d_large_bytes_per_s_ = 0.0, d2h_large_bytes_per_s_ = 0.0;
 
     Stream main_, aux_;
@@ -503,6 +510,12 @@ bool Calibrator::gemm_setup(Dtype dt, const GemmShape& s, Gemm& g) {
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     CALIB_BLAS(cublasLtMatmulDescSetAttribute(g.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     CALIB_BLAS(cublasLtMatmulDescSetAttribute(g.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    if (dt == Dtype::fp8_e4m3) {
+        // Fast accumulation (partial sums kept in the tensor core's reduced precision, promoted less often) is
+        // what fp8 training uses for its forward GEMMs; --fp8-no-fast-accum measures the precise path instead.
+        const std::int8_t fast = opt_.fp8_fast_accum ? 1 : 0;
+        CALIB_BLAS(cublasLtMatmulDescSetAttribute(g.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast));
+    }
     // Column-major: A stored K x M, B stored K x N, D = op(A) * B stored M x N (bf16 output for both dtypes).
     CALIB_BLAS(cublasLtMatrixLayoutCreate(&g.a, in_type, static_cast<std::uint64_t>(s.k), static_cast<std::uint64_t>(s.m), s.k));
     CALIB_BLAS(cublasLtMatrixLayoutCreate(&g.b, in_type, static_cast<std::uint64_t>(s.k), static_cast<std::uint64_t>(s.n), s.k));
@@ -581,7 +594,7 @@ bool Calibrator::measure_gemm_dtype(Dtype dt, std::vector<Point>& pts, Json& out
     return true;
 }
 
-bool Calibrator::measure_gemms(Measurements& m, Json& raw) {
+void Calibrator::gemm_header(Measurements& m, Json& raw) {
     const PeakFlops table = peak_from_device_name(m.gpu);
     m.peak_bf16_flops_per_s = opt_.peak_bf16_flops > 0 ? opt_.peak_bf16_flops : table.bf16_flops_per_s;
     m.peak_fp8_flops_per_s = opt_.peak_fp8_flops > 0 ? opt_.peak_fp8_flops : table.fp8_flops_per_s;
@@ -589,27 +602,35 @@ bool Calibrator::measure_gemms(Measurements& m, Json& raw) {
         return arg > 0 ? "--peak argument" : tab > 0 ? "compiled-in table by device name"
                                                      : "unknown: best measured rate used as the peak";
     };
-    Json g;
+    Json& g = raw["gemm"];
     g["layout"] = "cuBLASLt TN (A^T * B), fp32 accumulate, bf16 output, 32 MiB workspace, best of up to 4 heuristic algorithms";
+    g["fp8_fast_accumulation"] = opt_.fp8_fast_accum;
+    g["fp8_accumulation"] = opt_.fp8_fast_accum
+                                ? "CUBLASLT_MATMUL_DESC_FAST_ACCUM = 1 (as fp8 training's forward GEMMs)"
+                                : "CUBLASLT_MATMUL_DESC_FAST_ACCUM = 0 (precise: --fp8-no-fast-accum)";
     g["peak_bf16_flops_per_s"] = m.peak_bf16_flops_per_s;
     g["peak_bf16_source"] = source(opt_.peak_bf16_flops, table.bf16_flops_per_s);
     g["peak_fp8_flops_per_s"] = m.peak_fp8_flops_per_s;
     g["peak_fp8_source"] = source(opt_.peak_fp8_flops, table.fp8_flops_per_s);
-
-    progress("bf16 GEMMs (cuBLASLt)");
-    Json list;
-    if (!measure_gemm_dtype(Dtype::bf16, m.gemm_bf16, list)) return false;
-    g["bf16"] = list;
-    if (cc_major_ * 10 + cc_minor_ >= 89) {
-        progress("fp8 e4m3 GEMMs (cuBLASLt)");
-        if (!measure_gemm_dtype(Dtype::fp8_e4m3, m.gemm_fp8, list)) return false;
-        g["fp8_e4m3"] = list;
-    } else {
-        g["fp8_e4m3"] = "skipped: FP8 tensor cores need compute capability 8.9 or newer";
-    }
     g["nvfp4"] = "skipped: not measured (block-scaled NVFP4 GEMMs need sm_100+ and per-block scale tensors this tool does not set up)";
-    raw["gemm"] = g;
-    return true;
+}
+
+bool Calibrator::measure_gemms_bf16(Measurements& m, Json& raw) {
+    progress("bf16 GEMMs (cuBLASLt)");
+    gemm_header(m, raw);
+    Json list;
+    const bool ok = measure_gemm_dtype(Dtype::bf16, m.gemm_bf16, list);
+    raw["gemm"]["bf16"] = list;  // the shapes done so far, also when one failed
+    return ok;
+}
+
+bool Calibrator::measure_gemms_fp8(Measurements& m, Json& raw) {
+    progress("fp8 e4m3 GEMMs (cuBLASLt)");
+    gemm_header(m, raw);
+    Json list;
+    const bool ok = measure_gemm_dtype(Dtype::fp8_e4m3, m.gemm_fp8, list);
+    raw["gemm"]["fp8_e4m3"] = list;
+    return ok;
 }
 
 bool Calibrator::measure_interference(Measurements& m, Json& raw) {
@@ -686,6 +707,7 @@ bool Calibrator::measure_interference(Measurements& m, Json& raw) {
         if (std::string(w.name) == "streaming_kernel") {
             m.slowdown_during_h2d = slow_h2d;
             m.slowdown_during_d2h = slow_d2h;
+            m.interference_measured = true;
         }
     }
     out["profile_uses"] = "streaming_kernel slowdowns (memory-bound), max over directions, clamped to [0, 0.99]";
@@ -693,18 +715,76 @@ bool Calibrator::measure_interference(Measurements& m, Json& raw) {
     return true;
 }
 
+template <class Fn>
+bool Calibrator::run_stage(const char* name, Measurements& m, Json& raw, Fn&& fn, const char* skip_reason) {
+    Json rec;
+    const double at_s = seconds_since(start_);
+    rec["started_at_s"] = at_s;
+    if (skip_reason == nullptr && opt_.budget_s > 0 && at_s > opt_.budget_s) {
+        skip_reason = "time budget (--budget-s) spent before this stage";
+    }
+    if (skip_reason != nullptr) {
+        rec["status"] = "skipped";
+        rec["reason"] = skip_reason;
+        raw["stages"][name] = rec;
+        std::fprintf(stderr, "hbmsim-calibrate-cuda: stage %s skipped: %s\n", name, skip_reason);
+        return false;
+    }
+    const Measurements before = m;
+    (void)take_failure();
+    bool ok = false;
+    std::string error;
+    try {
+        ok = fn();
+    } catch (const std::exception& e) {
+        error = std::string("exception: ") + e.what();
+    } catch (...) {
+        error = "unknown exception";
+    }
+    if (!ok && error.empty()) error = take_failure();
+    if (!ok && error.empty()) error = "failed (no message)";
+    rec["wall_s"] = seconds_since(start_) - at_s;
+    if (ok) {
+        rec["status"] = "ok";
+    } else {
+        m = before;
+        rec["status"] = "failed";
+        rec["error"] = error;
+        // Let the next stage start clean: drain both streams and clear a non-sticky error. A sticky error
+        // (the context is lost) makes every later stage fail too, each recorded with its own message.
+        (void)cudaStreamSynchronize(main_.get());
+        (void)cudaStreamSynchronize(aux_.get());
+        const cudaError_t after = cudaGetLastError();
+        const cudaError_t sync = cudaDeviceSynchronize();
+        if (after != cudaSuccess || sync != cudaSuccess) {
+            rec["device_state_after"] = std::string(cudaGetErrorString(sync != cudaSuccess ? sync : after));
+        }
+        std::fprintf(stderr, "hbmsim-calibrate-cuda: stage %s failed: %s (the other stages still run)\n", name,
+                     error.c_str());
+    }
+    raw["stages"][name] = rec;
+    return ok;
+}
+
 bool Calibrator::run(Measurements& m, Json& raw) {
-    const auto t0 = Clock::now();
-    if (!setup(m, raw)) return false;
-    if (!measure_launch_overhead(m, raw)) return false;
-    if (!measure_pinned_copies(m, raw)) return false;
-    if (!measure_pageable_copies(m, raw)) return false;
-    if (!measure_d2d(m, raw)) return false;
-    if (!measure_streaming(m, raw)) return false;
-    if (!measure_gemms(m, raw)) return false;
-    if (!measure_interference(m, raw)) return false;
+    start_ = Clock::now();
+    raw["stages"] = Json::object();
+    if (!run_stage("setup", m, raw, [&] { return setup(m, raw); })) {
+        raw["measurement_wall_s"] = seconds_since(start_);
+        return false;  // no buffers, streams or cuBLASLt handle: nothing else can run
+    }
+    run_stage("launch_overhead", m, raw, [&] { return measure_launch_overhead(m, raw); });
+    const bool pinned = run_stage("pinned_copies", m, raw, [&] { return measure_pinned_copies(m, raw); });
+    run_stage("pageable_copies", m, raw, [&] { return measure_pageable_copies(m, raw); });
+    run_stage("d2d_copies", m, raw, [&] { return measure_d2d(m, raw); });
+    run_stage("streaming_kernel", m, raw, [&] { return measure_streaming(m, raw); });
+    run_stage("gemm_bf16", m, raw, [&] { return measure_gemms_bf16(m, raw); });
+    run_stage("gemm_fp8", m, raw, [&] { return measure_gemms_fp8(m, raw); },
+              cc_major_ * 10 + cc_minor_ >= 89 ? nullptr : "FP8 tensor cores need compute capability 8.9 or newer");
+    run_stage("interference", m, raw, [&] { return measure_interference(m, raw); },
+              pinned ? nullptr : "needs the pinned-copy rates (the pinned_copies stage did not succeed)");
     int devices = 0;
-    CALIB_CUDA(cudaGetDeviceCount(&devices));
+    if (cudaGetDeviceCount(&devices) != cudaSuccess) devices = 0;
     raw["collectives"] = {
         {"status", "skipped"},
         {"reason", devices > 1 ? "NCCL is deliberately not a build dependency of this tool"
@@ -713,7 +793,7 @@ bool Calibrator::run(Measurements& m, Json& raw) {
     };
     raw["attention"] = "not measured: efficiency.attention keeps the system's defaults";
     m.latency_fit_max_bytes = kMiB;
-    raw["measurement_wall_s"] = seconds_since(t0);
+    raw["measurement_wall_s"] = seconds_since(start_);
     return true;
 }
 

@@ -29,12 +29,16 @@ struct Options {
     int device = 0;
     double peak_bf16_flops = 0.0;  // 0: from the device table, else the best measured rate
     double peak_fp8_flops = 0.0;
+    bool fp8_fast_accum = true;  // CUBLASLT_MATMUL_DESC_FAST_ACCUM for the fp8 GEMMs
+    double budget_s = 0.0;       // > 0: stages not started within this many seconds are skipped
     std::vector<GemmShape> shapes;
     std::string command_line;
 };
 
-// Runs every measurement on `opt.device`. Fills `m` (medians for the profile) and `raw` (every
-// repeat). Returns false after printing the failing call to stderr.
+// Runs every measurement stage on `opt.device`. Fills `m` (medians for the profile) and `raw` (every
+// repeat, and raw["stages"][name] = {status ok|failed|skipped, wall_s, error}). Each stage is independent:
+// a failed one is recorded and the others still run. Returns false only when the set-up (buffers, streams,
+// cuBLASLt) failed, so nothing could be measured.
 bool run_measurements(const Options& opt, Measurements& m, Json& raw);
 
 }  // namespace hbmsim::calib

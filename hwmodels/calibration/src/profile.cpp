@@ -93,17 +93,29 @@ const Point* largest(const std::vector<Point>& pts) {
 
 double rate(const Point& p) { return p.x / p.median_s; }
 
+// The time of one op without the fixed cost the simulator adds on its own (launch or copy latency).
+double net_time(const Point& p, double fixed_s, bool& floored) {
+    const double net = p.median_s - fixed_s;
+    floored = !(net >= kMinKernelShare * p.median_s);
+    return floored ? kMinKernelShare * p.median_s : net;
+}
+
+bool all_positive(const std::vector<Point>& pts) {
+    for (const Point& p : pts) {
+        if (!positive_finite(p.x) || !positive_finite(p.median_s)) return false;
+    }
+    return true;
+}
+
 // GEMM table against a peak; an unknown peak (0) falls back to the best measured rate.
-std::optional<Json> gemm_table(const std::vector<Point>& pts, double peak, const char* dtype,
+std::optional<Json> gemm_table(const std::vector<Point>& pts, double peak, double launch_s, const char* dtype,
                                Json& derivation, std::string& error) {
     double best = 0.0;
-    for (const Point& p : pts) {
-        if (!positive_finite(p.x) || !positive_finite(p.median_s)) {
-            error = std::string("gemm ") + dtype + ": non-positive FLOPs or time";
-            return std::nullopt;
-        }
-        best = std::max(best, rate(p));
+    if (!all_positive(pts)) {
+        error = std::string("gemm ") + dtype + ": non-positive FLOPs or time";
+        return std::nullopt;
     }
+    for (const Point& p : pts) best = std::max(best, rate(p));
     Json d;
     d["measured_best_flops_per_s"] = best;
     if (positive_finite(peak)) {
@@ -114,8 +126,15 @@ std::optional<Json> gemm_table(const std::vector<Point>& pts, double peak, const
         d["peak_flops_per_s"] = peak;
         d["peak_source"] = "best measured rate (device not in the peak table and no --peak argument)";
     }
+    d["launch_overhead_subtracted_s"] = launch_s;
     std::vector<std::pair<double, double>> xf;
-    for (const Point& p : pts) xf.emplace_back(p.x, rate(p) / peak);
+    Json floored_at = Json::array();
+    for (const Point& p : pts) {
+        bool floored = false;
+        xf.emplace_back(p.x, p.x / net_time(p, launch_s, floored) / peak);
+        if (floored) floored_at.push_back(p.x);
+    }
+    d["net_time_floored_at_x"] = floored_at;
     d["points"] = Json::array();
     Json table = efficiency_table(xf, d["points"]);
     derivation["gemm_" + std::string(dtype)] = d;
@@ -126,63 +145,24 @@ std::optional<Json> gemm_table(const std::vector<Point>& pts, double peak, const
 
 std::optional<Json> build_profile(const Measurements& m, Json& derivation, std::string& error) {
     derivation = Json::object();
+    for (const auto* v : {&m.h2d_pinned, &m.d2h_pinned, &m.bidirectional, &m.streaming, &m.d2d}) {
+        if (!all_positive(*v)) {
+            error = "a copy or streaming measurement has a non-positive size or time";
+            return std::nullopt;
+        }
+    }
+    if (m.launch_overhead_s != 0.0 && !positive_finite(m.launch_overhead_s)) {
+        error = "launch overhead is not a positive finite time";
+        return std::nullopt;
+    }
     const Point* h2d = largest(m.h2d_pinned);
     const Point* d2h = largest(m.d2h_pinned);
     const Point* bidir = largest(m.bidirectional);
     const Point* stream = largest(m.streaming);
     const Point* d2d = largest(m.d2d);
-    if (h2d == nullptr || d2h == nullptr || bidir == nullptr || stream == nullptr || d2d == nullptr) {
-        error = "missing copy or streaming measurements";
-        return std::nullopt;
-    }
-    for (const auto* v : {&m.h2d_pinned, &m.d2h_pinned, &m.bidirectional, &m.streaming, &m.d2d}) {
-        for (const Point& p : *v) {
-            if (!positive_finite(p.x) || !positive_finite(p.median_s)) {
-                error = "a copy or streaming measurement has a non-positive size or time";
-                return std::nullopt;
-            }
-        }
-    }
-    if (!positive_finite(m.launch_overhead_s)) {
-        error = "launch overhead is not a positive finite time";
-        return std::nullopt;
-    }
-
-    // Fixed cost per copy: intercept of time = latency + bytes / bw over the small sizes; the
-    // smallest-size time is the fallback when the fit is degenerate (noise can make it negative).
-    Json lat;
-    double latency_sum = 0.0;
-    int latency_n = 0;
-    for (const auto& [dir, pts] : {std::pair{"h2d", &m.h2d_pinned}, std::pair{"d2h", &m.d2h_pinned}}) {
-        std::vector<Point> small;
-        for (const Point& p : *pts) {
-            if (p.x <= static_cast<double>(m.latency_fit_max_bytes)) small.push_back(p);
-        }
-        const LinearFit fit = fit_latency(small);
-        Json d = {{"points_used", small.size()}, {"fit_ok", fit.ok}};
-        double value = 0.0;
-        if (fit.ok) {
-            value = fit.latency_s;
-            d["latency_s"] = fit.latency_s;
-            d["small_size_bytes_per_s"] = fit.bytes_per_s;
-            d["method"] = "least-squares intercept of time = latency + bytes/bw";
-        } else {
-            const Point* smallest = nullptr;
-            for (const Point& p : *pts) {
-                if (smallest == nullptr || p.x < smallest->x) smallest = &p;
-            }
-            value = smallest->median_s;
-            d["latency_s"] = value;
-            d["method"] = "time of the smallest transfer (fit degenerate)";
-        }
-        latency_sum += value;
-        ++latency_n;
-        lat[dir] = d;
-    }
-    const double latency_s = latency_sum / latency_n;
-    lat["latency_s"] = latency_s;
-    lat["combined_as"] = "mean of h2d and d2h";
-    derivation["host_link_latency"] = lat;
+    const bool have_launch = positive_finite(m.launch_overhead_s);
+    const double launch_s = have_launch ? m.launch_overhead_s : 0.0;
+    Json missing = Json::array();
 
     Json p;
     p["format"] = "hbmsim-profile/1";
@@ -192,61 +172,134 @@ std::optional<Json> build_profile(const Measurements& m, Json& derivation, std::
     p["metadata"] = {{"gpu", m.gpu}, {"driver", m.driver}, {"cuda", m.cuda}, {"date", m.date}};
     if (!m.compute_capability.empty()) p["metadata"]["compute_capability"] = m.compute_capability;
     if (!m.hostname.empty()) p["metadata"]["hostname"] = m.hostname;
-    p["host_link"] = {
-        {"h2d_bytes_per_s", rate(*h2d)},
-        {"d2h_bytes_per_s", rate(*d2h)},
-        {"bidirectional_total_bytes_per_s", 2.0 * rate(*bidir)},
-        {"latency_s", latency_s},
-    };
-    derivation["host_link_sizes_bytes"] = {{"h2d", h2d->x}, {"d2h", d2h->x}, {"bidirectional_per_direction", bidir->x}};
-    const double hbm = rate(*stream);
-    p["hbm_bandwidth_bytes_per_s"] = hbm;
-    p["d2d_bandwidth_bytes_per_s"] = rate(*d2d);
-    p["launch_overhead_s"] = m.launch_overhead_s;
 
-    // Offloading copies both ways, so the worse direction is the conservative figure.
-    const double raw_slowdown = std::max(m.slowdown_during_h2d, m.slowdown_during_d2h);
-    double slowdown = std::isfinite(raw_slowdown) ? raw_slowdown : 0.0;
-    slowdown = std::clamp(slowdown, 0.0, 0.99);
-    derivation["interference"] = {{"slowdown_during_h2d", m.slowdown_during_h2d},
-                                  {"slowdown_during_d2h", m.slowdown_during_d2h},
-                                  {"combined_as", "max of the two directions"},
-                                  {"raw", std::isfinite(raw_slowdown) ? Json(raw_slowdown) : Json("non-finite")},
-                                  {"value", slowdown},
-                                  {"clamped", slowdown != raw_slowdown}};
-    p["interference"] = {{"compute_slowdown_during_copy", slowdown}};
+    // Fixed cost per copy: intercept of time = latency + bytes / bw over the small sizes; the
+    // smallest-size time is the fallback when the fit is degenerate (noise can make it negative).
+    double latency_s = 0.0;
+    const bool have_copies = h2d != nullptr && d2h != nullptr;
+    if (have_copies) {
+        Json lat;
+        double latency_sum = 0.0;
+        int latency_n = 0;
+        for (const auto& [dir, pts] : {std::pair{"h2d", &m.h2d_pinned}, std::pair{"d2h", &m.d2h_pinned}}) {
+            std::vector<Point> small;
+            for (const Point& pt : *pts) {
+                if (pt.x <= static_cast<double>(m.latency_fit_max_bytes)) small.push_back(pt);
+            }
+            const LinearFit fit = fit_latency(small);
+            Json d = {{"points_used", small.size()}, {"fit_ok", fit.ok}};
+            double value = 0.0;
+            if (fit.ok) {
+                value = fit.latency_s;
+                d["latency_s"] = fit.latency_s;
+                d["small_size_bytes_per_s"] = fit.bytes_per_s;
+                d["method"] = "least-squares intercept of time = latency + bytes/bw";
+            } else {
+                const Point* smallest = nullptr;
+                for (const Point& pt : *pts) {
+                    if (smallest == nullptr || pt.x < smallest->x) smallest = &pt;
+                }
+                value = smallest->median_s;
+                d["latency_s"] = value;
+                d["method"] = "time of the smallest transfer (fit degenerate)";
+            }
+            latency_sum += value;
+            ++latency_n;
+            lat[dir] = d;
+        }
+        latency_s = latency_sum / latency_n;
+        lat["latency_s"] = latency_s;
+        lat["combined_as"] = "mean of h2d and d2h";
+        derivation["host_link_latency"] = lat;
+        p["host_link"] = {{"h2d_bytes_per_s", rate(*h2d)}, {"d2h_bytes_per_s", rate(*d2h)}};
+        if (bidir != nullptr) p["host_link"]["bidirectional_total_bytes_per_s"] = 2.0 * rate(*bidir);
+        p["host_link"]["latency_s"] = latency_s;
+        derivation["host_link_sizes_bytes"] = {{"h2d", h2d->x}, {"d2h", d2h->x}};
+        if (bidir != nullptr) derivation["host_link_sizes_bytes"]["bidirectional_per_direction"] = bidir->x;
+    } else {
+        missing.push_back("host_link and efficiency.copy (pinned copies not measured)");
+    }
+    if (have_copies && bidir == nullptr) missing.push_back("host_link.bidirectional_total_bytes_per_s");
+    const double hbm = stream != nullptr ? rate(*stream) : 0.0;
+    if (stream != nullptr) {
+        p["hbm_bandwidth_bytes_per_s"] = hbm;
+    } else {
+        missing.push_back("hbm_bandwidth_bytes_per_s and efficiency.memory_bound (streaming kernel not measured)");
+    }
+    if (d2d != nullptr) {
+        p["d2d_bandwidth_bytes_per_s"] = rate(*d2d);
+    } else {
+        missing.push_back("d2d_bandwidth_bytes_per_s");
+    }
+    if (have_launch) {
+        p["launch_overhead_s"] = m.launch_overhead_s;
+    } else {
+        missing.push_back("launch_overhead_s (tables keep the launch gap: nothing was subtracted)");
+    }
+
+    if (m.interference_measured) {
+        // Offloading copies both ways, so the worse direction is the conservative figure.
+        const double raw_slowdown = std::max(m.slowdown_during_h2d, m.slowdown_during_d2h);
+        double slowdown = std::isfinite(raw_slowdown) ? raw_slowdown : 0.0;
+        slowdown = std::clamp(slowdown, 0.0, 0.99);
+        derivation["interference"] = {{"slowdown_during_h2d", m.slowdown_during_h2d},
+                                      {"slowdown_during_d2h", m.slowdown_during_d2h},
+                                      {"combined_as", "max of the two directions"},
+                                      {"raw", std::isfinite(raw_slowdown) ? Json(raw_slowdown) : Json("non-finite")},
+                                      {"value", slowdown},
+                                      {"clamped", slowdown != raw_slowdown}};
+        p["interference"] = {{"compute_slowdown_during_copy", slowdown}};
+    } else {
+        missing.push_back("interference");
+    }
 
     Json eff = Json::object();
     Json gemm = Json::object();
     if (!m.gemm_bf16.empty()) {
-        auto t = gemm_table(m.gemm_bf16, m.peak_bf16_flops_per_s, "bf16", derivation, error);
+        auto t = gemm_table(m.gemm_bf16, m.peak_bf16_flops_per_s, launch_s, "bf16", derivation, error);
         if (!t) return std::nullopt;
         gemm["bf16"] = *t;
+    } else {
+        missing.push_back("efficiency.gemm.bf16");
     }
     if (!m.gemm_fp8.empty()) {
-        auto t = gemm_table(m.gemm_fp8, m.peak_fp8_flops_per_s, "fp8", derivation, error);
+        auto t = gemm_table(m.gemm_fp8, m.peak_fp8_flops_per_s, launch_s, "fp8", derivation, error);
         if (!t) return std::nullopt;
         gemm["fp8"] = *t;
+    } else {
+        missing.push_back("efficiency.gemm.fp8");
     }
     if (!gemm.empty()) eff["gemm"] = gemm;
 
     // Memory-bound fractions are relative to hbm_bandwidth_bytes_per_s written above, so the simulator's
-    // bandwidth * fraction reproduces the measured rate at each size.
-    {
+    // bandwidth * fraction (+ launch_overhead_s) reproduces the measured per-op time at each size.
+    if (stream != nullptr) {
         std::vector<std::pair<double, double>> xf;
-        for (const Point& s : m.streaming) xf.emplace_back(s.x, rate(s) / hbm);
+        Json floored_at = Json::array();
+        for (const Point& s : m.streaming) {
+            bool floored = false;
+            xf.emplace_back(s.x, s.x / net_time(s, launch_s, floored) / hbm);
+            if (floored) floored_at.push_back(s.x);
+        }
         Json d = Json::array();
         eff["memory_bound"] = efficiency_table(xf, d);
-        derivation["memory_bound"] = {{"relative_to_bytes_per_s", hbm}, {"points", d}};
+        derivation["memory_bound"] = {{"relative_to_bytes_per_s", hbm},
+                                      {"launch_overhead_subtracted_s", launch_s},
+                                      {"net_time_floored_at_x", floored_at},
+                                      {"points", d}};
     }
-    // Copy fractions: each direction against its own largest-size rate, averaged over H2D and D2H.
-    {
+    // Copy fractions: each direction against its own largest-size rate, averaged over H2D and D2H, after
+    // taking out the host_link.latency_s the simulator adds to every copy.
+    if (have_copies) {
         std::map<double, std::pair<double, int>> by_size;
+        Json floored_at = Json::array();
         for (const auto& [pts, top] : {std::pair{&m.h2d_pinned, h2d}, std::pair{&m.d2h_pinned, d2h}}) {
             for (const Point& c : *pts) {
+                bool floored = false;
                 auto& slot = by_size[c.x];
-                slot.first += rate(c) / rate(*top);
+                slot.first += c.x / net_time(c, latency_s, floored) / rate(*top);
                 slot.second += 1;
+                if (floored) floored_at.push_back(c.x);
             }
         }
         std::vector<std::pair<double, double>> xf;
@@ -254,9 +307,18 @@ std::optional<Json> build_profile(const Measurements& m, Json& derivation, std::
         Json d = Json::array();
         eff["copy"] = efficiency_table(xf, d);
         derivation["copy"] = {{"relative_to", "largest-size pinned rate of the same direction, mean of h2d and d2h"},
+                              {"latency_subtracted_s", latency_s},
+                              {"net_time_floored_at_x", floored_at},
                               {"points", d}};
     }
-    p["efficiency"] = eff;
+    if (!eff.empty()) p["efficiency"] = eff;
+    derivation["not_in_profile"] = missing;
+    const bool anything = have_copies || stream != nullptr || d2d != nullptr || have_launch ||
+                          m.interference_measured || !gemm.empty();
+    if (!anything) {
+        error = "no measurement succeeded: nothing to put in a profile";
+        return std::nullopt;
+    }
     return p;
 }
 

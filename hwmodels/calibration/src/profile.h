@@ -61,7 +61,8 @@ struct Measurements {
     std::vector<Point> streaming;      // x = bytes read + written by one kernel
     std::vector<Point> d2d;            // x = bytes copied
 
-    double launch_overhead_s = 0.0;
+    double launch_overhead_s = 0.0;    // 0: not measured (the stage failed or was skipped)
+    bool interference_measured = false;
     double slowdown_during_h2d = 0.0;  // 1 - rate_with_copy / rate_alone, memory-bound kernel
     double slowdown_during_d2h = 0.0;
 
@@ -73,6 +74,14 @@ struct Measurements {
 
 // Returns the profile, or nullopt with `error` set when a measurement cannot give a valid profile.
 // `derivation` receives how each figure was derived (fits, clamps, peaks) for the raw file.
+// Every part is optional (a failed stage leaves its vectors empty): the profile carries the fields whose
+// measurements exist, and only a run with nothing usable at all is an error.
+//
+// The simulator adds launch_overhead_s to every kernel it times and host_link.latency_s to every copy, so
+// the efficiency tables exclude them: a GEMM or streaming fraction is work / ((t_op - launch) * rate) and a
+// copy fraction (bytes / (t - latency)) / large-copy rate, with t - launch floored at kMinKernelShare * t.
+// bandwidth * fraction + the fixed cost then reproduces each measured back-to-back time once, not twice.
+constexpr double kMinKernelShare = 0.05;
 std::optional<Json> build_profile(const Measurements& m, Json& derivation, std::string& error);
 
 // Writes `text` to PATH.tmp, then renames it onto PATH, so readers never see a half-written file.

@@ -38,12 +38,15 @@ void expect_only_known_keys(const Json& p) {
                                              "bidirectional_total_bytes_per_s", "latency_s"};
     const std::set<std::string> eff = {"gemm", "attention", "memory_bound", "copy", "collective"};
     const std::set<std::string> gemm = {"bf16", "fp8", "nvfp4"};
+    // A partial profile (a failed stage) leaves whole sections out.
+    const Json none = Json::object();
+    const auto section = [&](const Json& j, const char* key) -> const Json& { return j.contains(key) ? j[key] : none; };
     for (const auto& [k, v] : p.items()) EXPECT(top.count(k) == 1);
-    for (const auto& [k, v] : p["metadata"].items()) EXPECT(metadata.count(k) == 1 && v.is_string());
-    for (const auto& [k, v] : p["host_link"].items()) EXPECT(host_link.count(k) == 1);
-    for (const auto& [k, v] : p["interference"].items()) EXPECT(k == "compute_slowdown_during_copy");
-    for (const auto& [k, v] : p["efficiency"].items()) EXPECT(eff.count(k) == 1);
-    for (const auto& [k, v] : p["efficiency"]["gemm"].items()) EXPECT(gemm.count(k) == 1);
+    for (const auto& [k, v] : section(p, "metadata").items()) EXPECT(metadata.count(k) == 1 && v.is_string());
+    for (const auto& [k, v] : section(p, "host_link").items()) EXPECT(host_link.count(k) == 1);
+    for (const auto& [k, v] : section(p, "interference").items()) EXPECT(k == "compute_slowdown_during_copy");
+    for (const auto& [k, v] : section(p, "efficiency").items()) EXPECT(eff.count(k) == 1);
+    for (const auto& [k, v] : section(section(p, "efficiency"), "gemm").items()) EXPECT(gemm.count(k) == 1);
 }
 
 void expect_valid_table(const Json& t) {
@@ -77,6 +80,7 @@ calib::Measurements synthetic() {
     for (double b = 49152; b <= 3.3e9; b *= 4) m.streaming.push_back({b, 3e-6 + b / 4.2e12});
     m.d2d = {{16777216.0, 1e-5}, {1073741824.0, 1073741824.0 / 3.9e12}};
     m.launch_overhead_s = 3e-6;
+    m.interference_measured = true;
     m.slowdown_during_h2d = -0.01;  // noise: must clamp to 0
     m.slowdown_during_d2h = 0.02;
     // bf16: the largest GEMM beats the stated peak (1000 TFLOP/s vs 989): must clamp to 1 and say so.
@@ -112,11 +116,35 @@ void test_profile(const std::filesystem::path& dir) {
     EXPECT(eff["gemm"]["bf16"].back()[1].get<double>() == 1.0);
     EXPECT(derivation["gemm_bf16"]["points"].back()["clamped"] == true);
     EXPECT(eff["gemm"]["fp8"].size() == 2);
-    EXPECT(near(eff["gemm"]["fp8"][0][1].get<double>(), 0.5 * (300.0 + 500.0) / 1200.0, 1e-12));
+    // The launch overhead (3 us) comes out of each time before the fraction: the simulator adds it back.
+    const double fp8_a = 1e10 / (1e10 / 300e12 - 3e-6) / 1200e12, fp8_b = 1e10 / (1e10 / 500e12 - 3e-6) / 1200e12;
+    EXPECT(near(eff["gemm"]["fp8"][0][1].get<double>(), 0.5 * (fp8_a + fp8_b), 1e-12));
+    EXPECT(derivation["gemm_fp8"]["launch_overhead_subtracted_s"].get<double>() == 3e-6);
     EXPECT(eff["gemm"]["fp8"][1][1].get<double>() == 1.0);
     EXPECT(eff["memory_bound"].back()[1].get<double>() == 1.0);
     EXPECT(eff["copy"].back()[1].get<double>() == 1.0);
-    EXPECT(eff["copy"][0][1].get<double>() < 0.01);
+    // 4 KiB H2D takes less than the combined latency: its net time is floored, not negative.
+    EXPECT(eff["copy"][0][1].get<double>() > 0.0 && eff["copy"][0][1].get<double>() < 0.5);
+    EXPECT(!derivation["copy"]["net_time_floored_at_x"].empty() && derivation["copy"]["net_time_floored_at_x"][0] == 4096.0);
+    EXPECT(near(derivation["copy"]["latency_subtracted_s"].get<double>(), 11e-6, 1e-6));
+    // No double counting: what the simulator computes for a streaming op (bytes / (hbm * fraction) plus the
+    // launch overhead it adds to every op) is the measured time, not the measured time plus another launch.
+    {
+        const calib::Measurements sm = synthetic();
+        const double hbm = (*p)["hbm_bandwidth_bytes_per_s"].get<double>();
+        const Json& t = eff["memory_bound"];
+        EXPECT(t.size() == sm.streaming.size());
+        for (std::size_t i = 0; i < sm.streaming.size() && i < t.size(); ++i) {
+            const double predicted = sm.streaming[i].x / (hbm * t[i][1].get<double>()) + sm.launch_overhead_s;
+            // Within 1%, or at most kMinKernelShare above where the net time was floored (the tiny sizes).
+            if (!near(predicted, sm.streaming[i].median_s, 1e-2) &&
+                !(predicted >= sm.streaming[i].median_s && predicted <= (1.0 + calib::kMinKernelShare) * sm.streaming[i].median_s)) {
+                std::fprintf(stderr, "streaming %g bytes: predicted %g s, measured %g s\n", sm.streaming[i].x, predicted,
+                             sm.streaming[i].median_s);
+                ++failures;
+            }
+        }
+    }
 
     // Atomic write: the file appears, the .tmp does not stay, a bad directory is an error, not a crash.
     const std::string path = (dir / "profile.json").string();
@@ -144,11 +172,34 @@ void test_helpers() {
     EXPECT(calib::peak_from_device_name("NVIDIA H100 PCIe").bf16_flops_per_s == 0.0);
     EXPECT(calib::peak_from_device_name("NVIDIA A100-SXM4-80GB").bf16_flops_per_s == 0.0);
 
+    // A failed stage leaves its part out; the rest still makes a profile, and the derivation names the gap.
     calib::Measurements m = synthetic();
     m.streaming.clear();
+    m.gemm_fp8.clear();
+    m.interference_measured = false;
     Json d;
     std::string error;
-    EXPECT(!calib::build_profile(m, d, error).has_value() && !error.empty());
+    const auto partial = calib::build_profile(m, d, error);
+    EXPECT(partial.has_value());
+    if (partial) {
+        expect_only_known_keys(*partial);
+        EXPECT(!partial->contains("hbm_bandwidth_bytes_per_s") && !partial->contains("interference"));
+        EXPECT(!(*partial)["efficiency"].contains("memory_bound"));
+        EXPECT(!(*partial)["efficiency"]["gemm"].contains("fp8") && (*partial)["efficiency"]["gemm"].contains("bf16"));
+        EXPECT(partial->contains("host_link") && partial->contains("launch_overhead_s"));
+        EXPECT(d["not_in_profile"].size() == 3);
+    }
+    // Without a launch overhead nothing is subtracted, and the profile has no launch_overhead_s.
+    m = synthetic();
+    m.launch_overhead_s = 0.0;
+    const auto no_launch = calib::build_profile(m, d, error);
+    EXPECT(no_launch.has_value() && !no_launch->contains("launch_overhead_s"));
+    if (no_launch) EXPECT(d["gemm_bf16"]["launch_overhead_subtracted_s"].get<double>() == 0.0);
+    // Nothing measured at all: an error, not an empty profile.
+    calib::Measurements none;
+    none.name = "x";
+    error.clear();
+    EXPECT(!calib::build_profile(none, d, error).has_value() && !error.empty());
 }
 
 }  // namespace
