@@ -12,26 +12,17 @@ Exit: 0 table printed, 1 an hbmsim run failed, 2 bad input. No JAX needed.
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from policy_table import POLICIES, hbmsim_command, hf_config  # noqa: E402
+from policy_table import POLICIES, hbmsim_command, hf_config, run_hbmsim  # noqa: E402
 
 
 def simulate(cmd):
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return {"command": cmd, "error": repr(e)}
-    if p.returncode != 0:
-        err = (p.stderr.strip().splitlines() or ["(no stderr)"])[-1]
-        return {"command": cmd, "error": "exit %d: %s" % (p.returncode, err)}
-    try:
-        out = json.loads(p.stdout)
-    except ValueError as e:
-        return {"command": cmd, "error": "output is not JSON: %s" % e}
+    out, failed = run_hbmsim(cmd)
+    if failed:
+        return failed
     return {"command": cmd, "step_time_s": out.get("step_time_s"), "hbm_peak_bytes": out.get("hbm_peak_bytes"),
             "host_peak_bytes": out.get("host_peak_bytes"), "tensors": out.get("config", {}).get("tensors"),
             "calibration": out.get("run", {}).get("calibration_text")}

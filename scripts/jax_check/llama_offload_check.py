@@ -29,7 +29,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from policy_table import (MODEL, POLICIES, POLICY_NAMES, TRAINING, hbmsim_command, hf_config,  # noqa: E402
-                          write_json_atomically)
+                          run_hbmsim, write_json_atomically)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -236,17 +236,9 @@ def run_config(policy, lhs, args, timeout_s):
 
 def simulate(hbmsim, config_path, policy, lhs, calibration):
     cmd = hbmsim_command(hbmsim, config_path, policy, lhs, calibration)
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return {"command": cmd, "error": repr(e)}
-    if p.returncode != 0:
-        err = (p.stderr.strip().splitlines() or ["(no stderr)"])[-1]
-        return {"command": cmd, "error": "exit %d: %s" % (p.returncode, err)}
-    try:
-        out = json.loads(p.stdout)
-    except ValueError as e:
-        return {"command": cmd, "error": "output is not JSON: %s" % e}
+    out, failed = run_hbmsim(cmd)
+    if failed:
+        return failed
     return {"command": cmd, "step_time_s": out.get("step_time_s"), "hbm_peak_bytes": out.get("hbm_peak_bytes"),
             "output": out}
 

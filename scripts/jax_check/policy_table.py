@@ -10,6 +10,7 @@ plus --tensor NAME=device|offload for exactly those names.
 
 import json
 import os
+import subprocess
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 POLICIES_PATH = os.path.join(HERE, "policies.json")
@@ -111,6 +112,21 @@ def hbmsim_command(hbmsim, config_path, policy, lhs, calibration=None):
     if calibration:
         cmd += ["--calibration", calibration]
     return cmd + ["--json"]
+
+
+def run_hbmsim(cmd):
+    """Runs one `hbmsim simulate --json` command: (its JSON, None), or (None, {command, error}) when it fails."""
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return None, {"command": cmd, "error": repr(e)}
+    if p.returncode != 0:
+        err = (p.stderr.strip().splitlines() or ["(no stderr)"])[-1]
+        return None, {"command": cmd, "error": "exit %d: %s" % (p.returncode, err)}
+    try:
+        return json.loads(p.stdout), None
+    except ValueError as e:
+        return None, {"command": cmd, "error": "output is not JSON: %s" % e}
 
 
 def write_json_atomically(path, obj):
