@@ -150,6 +150,18 @@ TrainingSpec training_shape(const RunConfig& c) {
   else throw InputError("cp_exchange = " + quote(c.cp_exchange) + " (expected ring or all_gather)");
   p.sharded_optimizer = c.sharded_optimizer;
   p.cp_shards_weights = c.cp_shards_weights;
+  // Bytes of training state per parameter. MaxText keeps fp32 weights (weight_dtype float32) and fp32
+  // gradients, Adam's two fp32 moments in the optimizer. Megatron-Core's mixed precision keeps bf16 weights,
+  // fp32 main gradients (grad_reduce_in_fp32) and fp32 master weights beside the two moments in the optimizer
+  // state: 2 + 4 + 12 bytes, the 12 divided over the data-parallel ranks by the distributed optimizer
+  // (Megatron-Core's distributed optimizer docs: "6 + 12/d" bytes per parameter for bf16 weights, fp32 grads).
+  if (c.framework == "megatron") {
+    t.weight_storage_dtype = Dtype::bf16;
+    t.gradient_bytes_per_param = 4;
+    t.optimizer_bytes_per_param = 12;
+  } else if (c.framework != "maxtext") {
+    throw InputError("framework = " + quote(c.framework) + " (expected maxtext or megatron)");
+  }
   return t;
 }
 

@@ -38,6 +38,7 @@ struct RunConfig {
   bool sequence_parallel = true;
   std::string cp_exchange = "all_gather";  // ring (Megatron p2p) or all_gather (MaxText)
   bool sharded_optimizer = false;
+  std::string framework = "maxtext";    // whose training state layout: maxtext (fp32 weights) or megatron
   bool cp_shards_weights = true;
   bool tp_comm_overlap = false;
   bool dp_overlap = true;

@@ -65,6 +65,10 @@ const std::vector<RunField> kFields = {
      "The context axis shards the weights FSDP-style (MaxText); off: context ranks hold them whole and sum their "
      "gradients with dp (Megatron-Core)",
      &C::cp_shards_weights},
+    {"framework", "--framework",
+     "Training state per parameter: maxtext (fp32 weights and gradients, Adam moments 8 bytes) or megatron (bf16 "
+     "weights, fp32 main gradients, fp32 master weights with the moments in the optimizer: 12 bytes)",
+     &C::framework},
     {"sharded_optimizer", "--sharded-optimizer",
      "Optimizer state sharded over the gradient-sync axes, dp (x cp when cp does not shard weights) (Megatron "
      "distributed optimizer): gradients reduce-scattered, parameters all-gathered",

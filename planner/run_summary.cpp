@@ -47,6 +47,7 @@ nlohmann::json resolved_run(const RunConfig& c, const PreparedRun& run) {
       {"grad_accum", t.grad_accum},
       {"seq", t.seq_len},
       {"policy", c.policy},
+      {"framework", c.framework},
       {"weights", c.weights},
       {"attention_dtype", c.attention_dtype},
       {"lhs", c.lhs},
@@ -83,6 +84,7 @@ std::vector<std::string> resolved_run_lines(const nlohmann::json& j) {
     if (!s("stage_policies").empty()) policy += " (stages: " + s("stage_policies") + ")";
     policy += ", pipeline " + s("pp_schedule");
   }
+  if (s("framework") == "megatron") policy += "; Megatron state (bf16 weights, fp32 master and moments)";
   lines.push_back(policy + "; weights " + s("weights") + ", attention " + s("attention_dtype"));
   lines.push_back("schedule     LHS " + on_off(j.at("lhs")) + ", pipelined collectives " + on_off(j.at("pipelined_collectives")) +
                   ", pipelined transfers " + on_off(j.at("pipelined_transfers")) + ", double buffering " +

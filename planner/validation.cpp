@@ -179,6 +179,7 @@ RunMapping map_published_run(const PublishedRun& r) {
   // context ranks holding whole weights and summing gradients with dp, and its default 1F1B schedule
   // (interleaved when vp > 1).
   c.mesh_order = "megatron";
+  c.framework = "megatron";  // bf16 weights, fp32 main gradients, master weights in the optimizer state
   c.cp_exchange = "ring";
   c.cp_shards_weights = false;
   c.pp_schedule = "1f1b";

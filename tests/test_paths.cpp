@@ -433,3 +433,25 @@ TEST_CASE("GPUs sharing a host link get its per-direction bandwidth split, and c
   }
   CHECK(h2d_rate[1] == 2 * h2d_rate[2]);
 }
+
+TEST_CASE("framework megatron keeps bf16 weights, fp32 gradients and 12 optimizer bytes per parameter", "[paths]") {
+  // Megatron-Core mixed precision with the distributed optimizer: 2 + 4 + 12/d bytes per parameter
+  // (its distributed-optimizer docs). Llama 8B on 16 GPUs as dp 2 x fsdp 8: each device holds P/8 of the
+  // weights; the optimizer state is further split over dp 2.
+  RunConfig c = test::llama8b_h200("full");
+  c.gpus = 16;
+  c.dp = 2;
+  c.sharded_optimizer = true;
+  c.framework = "megatron";
+  const double P = resolve_model(c.model).total_params();
+  const auto r = run_simulation(c);
+  CHECK(r.hbm_breakdown_bytes.at("parameters") == Approx(2 * P / 8).epsilon(1e-12));
+  CHECK(r.hbm_breakdown_bytes.at("gradients") == Approx(4 * P / 8).epsilon(1e-12));
+  CHECK(r.hbm_breakdown_bytes.at("optimizer_state") == Approx(12 * P / 8 / 2).epsilon(1e-12));
+  c.framework = "maxtext";  // fp32 weights and gradients, two fp32 moments
+  const auto m = run_simulation(c);
+  CHECK(m.hbm_breakdown_bytes.at("parameters") == Approx(4 * P / 8).epsilon(1e-12));
+  CHECK(m.hbm_breakdown_bytes.at("optimizer_state") == Approx(8 * P / 8 / 2).epsilon(1e-12));
+  c.framework = "nemo";
+  CHECK_THROWS_WITH(run_simulation(c), Catch::Contains("framework = \"nemo\" (expected maxtext or megatron)"));
+}

@@ -444,9 +444,10 @@ LayerTemplate build_template(const ModelSpec& model, const TrainingSpec& trainin
   double expert_params = moe ? model.expert_params_per_layer() / (tp * static_cast<double>(p.ep)) : 0;
   t.gathered_dense_bytes = attn_params * dtype_bytes(training.attention_gemm_dtype) + mlp_params * dtype_bytes(training.mlp_gemm_dtype);
   t.gathered_expert_bytes = expert_params * dtype_bytes(training.mlp_gemm_dtype);
-  double wb = dtype_bytes(training.weight_storage_dtype);
-  t.grad_dense_bytes = (attn_params + mlp_params) * wb;
-  t.grad_expert_bytes = expert_params * wb;
+  // Unsharded gradients are reduced in the gradient buffer's precision (fp32 in both frameworks' defaults).
+  const double gb = training.gradient_bytes_per_param;
+  t.grad_dense_bytes = (attn_params + mlp_params) * gb;
+  t.grad_expert_bytes = expert_params * gb;
   return t;
 }
 
@@ -479,10 +480,10 @@ StepGraph build_step_graph(const ModelSpec& model, TrainingSpec training) {
   const double tp = static_cast<double>(p.tp);
   const double V = static_cast<double>(model.vocab_size);
   g.table_gathered_bytes = V * d / tp * dtype_bytes(Dtype::bf16);
-  const double wb = dtype_bytes(training.weight_storage_dtype);
-  g.embedding_grad_bytes = V * d / tp * wb;
-  g.head_grad_bytes = (V * d / tp + d) * wb;
-  g.final_norm_grad_bytes = d * wb;
+  const double wb = dtype_bytes(training.weight_storage_dtype), gb = training.gradient_bytes_per_param;
+  g.embedding_grad_bytes = V * d / tp * gb;
+  g.head_grad_bytes = (V * d / tp + d) * gb;
+  g.final_norm_grad_bytes = d * gb;
   // Every weight is split over tp and sharded over fsdp (and ep: the routed experts by partition, the rest
   // FSDP-style over the expert axis too, as MaxText does; and cp when it shards weights).
   const double shards = static_cast<double>(p.fsdp * p.ep * p.tp * (p.cp_shards_weights ? p.cp : 1));
