@@ -21,6 +21,7 @@ void Program::clear() {
   resources.clear();
   ops.clear();
   uses.clear();
+  gate_lifts.clear();
   buffers.clear();
   resident.clear();
   hbm_limit_bytes.clear();
@@ -97,7 +98,7 @@ struct Flow {
 
 struct Scratch {
   std::vector<Flow> flows, sharing;
-  std::vector<int> unmet, op_queue, succ_start, succ, refs, fill, active, active_pos, finished, unfrozen, zero, zeros, lifts;
+  std::vector<int> unmet, op_queue, succ_start, succ, refs, fill, active, active_pos, finished, unfrozen, zero, zeros, lifts, gate_after;
   std::vector<std::uint64_t> dirty;
   std::vector<char> in_part;
   std::vector<int> touched;
@@ -140,11 +141,12 @@ class Engine {
       for (int b : op.releases) ++refs_[static_cast<std::size_t>(b)];
     }
     lifts_.assign(n, -1);
-    for (std::size_t i = 0; i < n; ++i) {
-      const int lift = p.ops[i].gate_lift;
-      if (lift < 0) continue;
-      if (static_cast<std::size_t>(lift) >= n) throw std::logic_error("program op " + std::to_string(i) + " has no valid gate_lift");
-      lifts_[static_cast<std::size_t>(lift)] = p.queues[static_cast<std::size_t>(p.ops[i].queue)].device;
+    gate_after_.assign(n, -1);
+    for (const auto& g : p.gate_lifts) {
+      if (g.op < 0 || g.after < 0 || static_cast<std::size_t>(g.op) >= n || static_cast<std::size_t>(g.after) >= n)
+        throw std::logic_error("program gate lift " + std::to_string(g.op) + " after " + std::to_string(g.after) + " names no valid op");
+      gate_after_[static_cast<std::size_t>(g.op)] = g.after;
+      lifts_[static_cast<std::size_t>(g.after)] = p.queues[static_cast<std::size_t>(p.ops[static_cast<std::size_t>(g.op)].queue)].device;
     }
     for (std::size_t i = 0; i < n; ++i) succ_start_[i + 1] += succ_start_[i];
     succ_.resize(succ_start_[n]);
@@ -331,7 +333,8 @@ class Engine {
     const auto& op = p_.ops[static_cast<std::size_t>(i)];
     if (unmet_[static_cast<std::size_t>(i)] != 0) return false;
     if (op.gate_bytes <= 0) return true;
-    if (op.gate_lift >= 0 && end_[static_cast<std::size_t>(op.gate_lift)] >= 0) return true;
+    if (const int after = gate_after_[static_cast<std::size_t>(i)]; after >= 0 && end_[static_cast<std::size_t>(after)] >= 0)
+      return true;
     const auto device = static_cast<std::size_t>(qs_[static_cast<std::size_t>(op.queue)].device);
     return dev_[device].hbm_live + op.gate_bytes <= p_.hbm_limit_bytes[device];
   }
@@ -617,6 +620,7 @@ class Engine {
   std::vector<double>& active_end_ = scratch().active_end;  // beside active_: each one's predicted end
   std::vector<std::vector<int>>& copy_queues_ = scratch().device_copy_queues;
   std::vector<int>& lifts_ = scratch().lifts;  // per op: the device whose gated prefetch it lifts (-1: none)
+  std::vector<int>& gate_after_ = scratch().gate_after;  // per op: the op after which its gate opens (-1: none)
   int over_ = 0;  // links whose demand exceeds their capacity
   bool rates_stale_ = true;          // a transfer or copy started or ended since the rates were computed
   bool interference_stale_ = false;  // host copies started or all ended: memory-bound kernels change speed

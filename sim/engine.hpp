@@ -68,9 +68,6 @@ struct ProgramOp {
   std::uint32_t use_begin = 0, use_count = 0;
   int priority = 0;           // on a shared link, a lower class is served first, sharing within it
   int layer = -1;
-  // With gate_bytes: the op that, once complete, opens the gate whatever the memory (the point where the
-  // schedule without LHS issues the copy: a held-back prefetch starts no later than that). -1: none.
-  int gate_lift = -1;
   bool memory_bound = false;  // slowed while a host copy runs (HBM interference)
   char phase = 'f';           // f forward, b backward, r recompute, o optimizer, c copy
   SmallVec<int, 4> deps;      // ops that must complete first
@@ -88,6 +85,12 @@ struct Program {
   std::vector<Resource> resources;
   std::vector<ProgramOp> ops;
   std::vector<Use> uses;  // every op's link uses, contiguous per op (kept apart: most ops have none)
+  // A gated op's gate also opens once `after` completes, whatever the memory: the point where the schedule
+  // without LHS issues the copy, so a held-back prefetch starts no later than that (kept apart: few ops).
+  struct GateLift {
+    int op, after;
+  };
+  std::vector<GateLift> gate_lifts;
   std::vector<Buffer> buffers;
   std::vector<int> resident;            // buffers alive for the whole step (allocated at t = 0, never freed)
   std::vector<double> hbm_limit_bytes;  // per device: the LHS memory limit for gated prefetches

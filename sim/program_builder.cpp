@@ -55,6 +55,10 @@ class Writer {
   bool naming() const { return names_ != nullptr; }
   int device() const { return device_; }
   ProgramOp& op(int i) { return p_.ops[static_cast<std::size_t>(i)]; }
+  // `gated` may start once `after` completes whatever the memory limit (see Program::gate_lifts).
+  void gate_lift(int gated, int after) {
+    if (after >= 0) p_.gate_lifts.push_back({gated, after});
+  }
   int last_compute() const { return last_compute_; }
 
   int compute(double seconds, bool memory_bound, double flops, char phase, int layer, std::string name) {
@@ -230,6 +234,7 @@ struct PendingCopy {
 };
 struct Scratch {
   std::vector<int> buf, h2d, grad, val_op, tails, op_id, prefetch;
+  std::vector<char> lifted;
   std::vector<std::vector<int>> grad_ops, barrier;
   std::vector<PendingCopy> pending;
   std::vector<ChunkRecord> records;
@@ -793,6 +798,8 @@ class StageBuilder {
     h2d.assign(nt, -1);
     grad.assign(nt, -1);
     val_op.assign(nt, -1);
+    auto& lifted = scratch_.lifted;  // per tensor: its prefetch's gate lift is set
+    lifted.assign(nt, 0);
     if (grad_ops.size() < nt) grad_ops.resize(nt);
     for (std::size_t k = 0; k < nt; ++k) grad_ops[k].clear();
     tails.clear();
@@ -875,7 +882,10 @@ class StageBuilder {
         auto kk = static_cast<std::size_t>(k);
         if (p.placement[kk] != Placement::offload) continue;
         if (h2d[kk] < 0) make_h2d(kk, w_.last_compute());
-        else if (opt_.lhs && w_.op(h2d[kk]).gate_lift < 0) w_.op(h2d[kk]).gate_lift = w_.last_compute();
+        else if (opt_.lhs && !lifted[kk] && w_.last_compute() >= 0) {
+          w_.gate_lift(h2d[kk], w_.last_compute());
+          lifted[kk] = 1;
+        }
       }
       const char* prefix = replay ? "recompute " : kind == Kind::bwd ? "bwd " : kind == Kind::bwd_x ? "bwd_x " : "bwd_w ";
       std::string name = w_.naming() ? prefix + def.name + " L" + std::to_string(l) : std::string();
