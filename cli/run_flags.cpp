@@ -110,23 +110,22 @@ void check_run_config(const RunConfig& c, const Sources& s, const std::set<std::
   what_if("host_link_bytes_per_s", c.host_link_bytes_per_s);
 
   if (fixed("system")) attributed(s, {"system"}, [&] { return resolve_system(c.system); });
+  std::optional<System> run_system;  // the system as the run sees it, profile applied
   if (fixed("calibration")) {
     check_calibration(s, c.calibration);
-    if (fixed("system")) attributed(s, {"calibration"}, [&] { return resolve_run_system(c); });
+    if (fixed("system")) run_system = attributed(s, {"calibration"}, [&] { return resolve_run_system(c); });
   }
   std::optional<ModelSpec> model;
   if (fixed("model")) model = attributed(s, {"model"}, [&] { return resolve_model(c.model); });
   if (fixed("weights")) check_dtype(s, "weights", c.weights, false);
   if (fixed("attention_dtype")) check_dtype(s, "attention_dtype", c.attention_dtype, true);
-  if (fixed("system") && fixed("calibration")) {
-    const System sys = resolve_run_system(c);
-    for (const char* field : {"weights", "attention_dtype"})
+  if (run_system)
+    for (auto [field, value] : {std::pair<const char*, const std::string*>{"weights", &c.weights}, {"attention_dtype", &c.attention_dtype}})
       if (fixed(field))
         attributed(s, {field}, [&] {
-          check_gpu_dtype(sys, field, parse_dtype(std::string(field) == "weights" ? c.weights : c.attention_dtype));
+          check_gpu_dtype(*run_system, field, parse_dtype(*value));
           return 0;
         });
-  }
 
   if (fixed("policy") && tensors_fixed) {
     // A config file's tensor names and placements were checked when it was read; the remat boundary rule
