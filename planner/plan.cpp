@@ -333,19 +333,23 @@ std::vector<Candidate> pareto_front(const std::vector<Candidate>& points) {
 
 namespace {
 
+// Whether the config's policy sends any checkpoint name to host memory.
+bool offloads_any(const RunConfig& c) {
+  const Policy policy = make_policy(c.policy, c.tensors);
+  for (const auto& name : checkpoint_names())
+    if (policy.placement(name) == Placement::offload) return true;
+  return false;
+}
+
 // The config with every offloaded checkpoint name placed `instead` (device or remat), as a custom policy.
-RunConfig offload_as(const RunConfig& c, Placement instead, bool& any) {
+RunConfig offload_as(const RunConfig& c, Placement instead) {
   const Policy policy = make_policy(c.policy, c.tensors);
   RunConfig out = c;
   out.policy = "custom";
   out.tensors.clear();
   for (const auto& name : checkpoint_names()) {
-    Placement p = policy.placement(name);
-    if (p == Placement::offload) {
-      p = instead;
-      any = true;
-    }
-    out.tensors[name] = to_string(p);
+    const Placement p = policy.placement(name);
+    out.tensors[name] = to_string(p == Placement::offload ? instead : p);
   }
   return out;
 }
@@ -353,14 +357,13 @@ RunConfig offload_as(const RunConfig& c, Placement instead, bool& any) {
 }  // namespace
 
 BreakEven break_even_bandwidth(const RunConfig& offload, double tolerance, double lo, double hi) {
-  bool any = false;
-  RunConfig on_device = offload_as(offload, Placement::device, any);
-  if (!any) throw InputError("plan break-even: the config offloads nothing (use an *_offloaded policy or --tensor NAME=offload)");
+  if (!offloads_any(offload)) throw InputError("plan break-even: the config offloads nothing (use an *_offloaded policy or --tensor NAME=offload)");
   BreakEven out;
   // The alternative a planner would take: on device if it fits, else recompute; offload is worth it only
   // against what could run instead.
+  RunConfig on_device = offload_as(offload, Placement::device);
   auto device_run = run_simulation(on_device);
-  RunConfig remat = offload_as(offload, Placement::remat, any);
+  const RunConfig remat = offload_as(offload, Placement::remat);
   if (device_run.fits) {
     out.reference = "the same tensors on device";
     out.reference_config = on_device;
@@ -445,9 +448,7 @@ std::string maxtext_settings(const RunConfig& c) {
 }
 
 std::string xla_flags(const RunConfig& c) {
-  auto policy = make_policy(c.policy, c.tensors);
-  bool offload = false;
-  for (auto& n : checkpoint_names()) offload = offload || policy.placement(n) == Placement::offload;
+  const bool offload = offloads_any(c);
   std::string out = std::string("--xla_gpu_enable_latency_hiding_scheduler=") + (c.lhs ? "true" : "false");
   out += std::string(" --xla_gpu_enable_host_memory_offloading=") + (offload ? "true" : "false");
   out += std::string(" --xla_gpu_enable_pipelined_host_offloading=") + (c.pipelined_transfers ? "true" : "false");
