@@ -166,6 +166,13 @@ def _field_types() -> dict[str, str]:
 _FIELD_TYPES: dict[str, str] | None = None
 
 
+def _config_with(config, fields: Mapping[str, Any]) -> tuple[dict, str]:
+    """The config (dict, file or None) with keyword fields on top, each read as its CLI flag is; and its name."""
+    doc, origin = _load_config(config)
+    doc.update({k: _flag_value(k, v) for k, v in fields.items()})
+    return doc, origin
+
+
 def _flag_value(name: str, value: Any) -> Any:
     """A keyword value read as the CLI reads the same field's flag (``--lhs on``, ``--batch 2``): text for an
     on/off field (on/off, true/false, yes/no, 1/0) or a number field becomes the bool or number the flag would
@@ -244,8 +251,7 @@ def simulate(config: Mapping[str, Any] | str | os.PathLike | None = None, *, tra
     Returns a :class:`Result` with the same fields as ``hbmsim simulate --json``.
     Raises ValueError for bad input; the message names the JSON path and the value.
     """
-    doc, origin = _load_config(config)
-    doc.update({k: _flag_value(k, v) for k, v in fields.items()})
+    doc, origin = _config_with(config, fields)
     result = Result(_hbmsim.simulate(doc, trace, origin))
     for message in result["warnings"]:  # what the CLI prints on stderr
         warnings.warn(message, HbmsimWarning, stacklevel=2)
@@ -420,12 +426,6 @@ def _summary(config: Mapping[str, Any]) -> str:
     return f"{config.get('policy', '')}: {'/'.join(placements)} {', '.join(sorted(tensors))}"
 
 
-def _plan_config(config, fields) -> dict:
-    doc, _ = _load_config(config)
-    doc.update({k: _flag_value(k, v) for k, v in fields.items()})
-    return doc
-
-
 def plan_largest_batch(config: Mapping[str, Any] | str | os.PathLike | None = None, *,
                        variants: Sequence[str] = (), max_batch: int = 1024, powers_of_two: bool = False,
                        **fields: Any) -> pd.DataFrame:
@@ -437,7 +437,7 @@ def plan_largest_batch(config: Mapping[str, Any] | str | os.PathLike | None = No
     hbm_peak_bytes at the largest batch, and settings (simulate config, MaxText keys, XLA flags).
     """
     rows = []
-    for v in _hbmsim.plan_largest_batch(_plan_config(config, fields), list(variants), max_batch, powers_of_two):
+    for v in _hbmsim.plan_largest_batch(_config_with(config, fields)[0], list(variants), max_batch, powers_of_two):
         rep = v.get("report", {})
         rows.append({"variant": v["variant"], "largest_batch": v["largest_batch"], "stopped": v["stopped"],
                      "tflops_per_device": rep.get("tflops_per_device", np.nan),
@@ -450,7 +450,7 @@ def plan_best_policy(config: Mapping[str, Any] | str | os.PathLike | None = None
     """Best device/remat/offload placement of ``names`` (default: the model's largest checkpoints) within HBM and
     host capacity, as ``hbmsim plan best-policy --json``: method, evaluated, found, best (a report), placement,
     settings, and pareto (HBM peak vs TFLOP/s over every placement evaluated)."""
-    return _hbmsim.plan_best_policy(_plan_config(config, fields), list(names), jobs)
+    return _hbmsim.plan_best_policy(_config_with(config, fields)[0], list(names), jobs)
 
 
 def plan_break_even(config: Mapping[str, Any] | str | os.PathLike | None = None, *, tolerance: float = 0.01,
@@ -458,12 +458,12 @@ def plan_break_even(config: Mapping[str, Any] | str | os.PathLike | None = None,
     """Lowest host-link bandwidth (bytes/s per GPU per direction) at which the config's offload is within
     ``tolerance`` of the best alternative that fits (the same tensors on device, else rematerialized), as
     ``hbmsim plan break-even --json``: break_even_bytes_per_s (0: never), reference, reference_tflops, curve."""
-    return _hbmsim.plan_break_even(_plan_config(config, fields), tolerance)
+    return _hbmsim.plan_break_even(_config_with(config, fields)[0], tolerance)
 
 
 def plan_hbm_needed(config: Mapping[str, Any] | str | os.PathLike | None = None, **fields: Any) -> dict:
     """HBM and pinned host memory the config needs, as ``hbmsim plan hbm-needed --json``."""
-    return _hbmsim.plan_hbm_needed(_plan_config(config, fields))
+    return _hbmsim.plan_hbm_needed(_config_with(config, fields)[0])
 
 
 def reproduce(calibration: str = "", runs_path: str = "", configs_path: str = "") -> Reproduction:
