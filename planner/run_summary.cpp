@@ -104,7 +104,8 @@ std::vector<std::string> run_warnings(const RunConfig& c, const PreparedRun& run
   if (!run.system.calibration_system.empty() && run.system.calibration_system != run.system.id)
     w.push_back("calibration " + run.system.calibration + " was fitted on " + run.system.calibration_system +
                 " and is applied to " + run.system.id + " as a what-if");
-  const System datasheet = resolve_system(c.system);
+  if (!c.hbm_bytes && !c.host_link_bytes_per_s) return w;
+  const System datasheet = resolve_system(c.system);  // the system's own figures, before the what-ifs
   auto far = [&](const char* field, double value, double own, const char* unit) {
     const double ratio = value / own;
     if (ratio >= 1 / kWhatIfWarnRatio && ratio <= kWhatIfWarnRatio) return;
