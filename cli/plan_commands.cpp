@@ -185,8 +185,7 @@ void register_plan(CLI::App& app) {
           if (variants->empty()) throw;
           throw InputError("--variant " + (*variants)[i] + ": " + e.what());
         }
-        const Candidate* at = nullptr;
-        for (auto& x : r.tried) if (x.config.batch == r.batch) at = &x;
+        const Candidate* at = r.batch > 0 ? r.at(static_cast<double>(r.batch)) : nullptr;
         if (at && (!winner || at->report.tflops_per_device > winner->report.tflops_per_device)) {
           winner = *at;
           winner_label = label;

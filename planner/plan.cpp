@@ -11,6 +11,30 @@
 
 namespace hbmsim {
 
+namespace {
+
+// The memory a batch that does not fit ran out of, with the figures ("batch 6: pinned host 183.0 > 178.8 GiB").
+std::string ran_out(std::int64_t batch, const StepReport& r) {
+  auto over = [](const char* what, double need, double have) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%s %.1f > %.1f GiB", what, need / 1073741824.0, have / 1073741824.0);
+    return std::string(buf);
+  };
+  std::string text;
+  if (r.hbm_peak_bytes > r.hbm_capacity_bytes) text = over("HBM", r.hbm_peak_bytes, r.hbm_capacity_bytes);
+  if (r.host_peak_bytes > r.host_capacity_bytes)
+    text += (text.empty() ? "" : ", ") + over("pinned host", r.host_peak_bytes, r.host_capacity_bytes);
+  return "batch " + std::to_string(batch) + ": " + (text.empty() ? r.fits_reason : text);
+}
+
+}  // namespace
+
+const Candidate* LargestBatch::at(double per_device_batch) const {
+  for (const auto& t : tried)
+    if (t.config.batch == per_device_batch) return &t;
+  return nullptr;
+}
+
 LargestBatch largest_batch(const RunConfig& base, std::int64_t max_batch, bool powers_of_two) {
   LargestBatch out;
   // A batch split needs a batch it divides, and a pipeline's micro-batches a replica batch they divide:
@@ -30,23 +54,8 @@ LargestBatch largest_batch(const RunConfig& base, std::int64_t max_batch, bool p
     return fits[k] = r.fits;
   };
   // Why a batch does not fit: the memory it ran out of, with the figures ("batch 6: pinned host 183.0 > 178.8 GiB").
-  auto why = [&](std::int64_t k) {
-    for (const auto& t : out.tried)
-      if (t.config.batch == k * unit) {
-        const auto& r = t.report;
-        auto over = [](const char* what, double need, double have) {
-          char buf[96];
-          std::snprintf(buf, sizeof buf, "%s %.1f > %.1f GiB", what, need / 1073741824.0, have / 1073741824.0);
-          return std::string(buf);
-        };
-        std::string text;
-        if (r.hbm_peak_bytes > r.hbm_capacity_bytes) text = over("HBM", r.hbm_peak_bytes, r.hbm_capacity_bytes);
-        if (r.host_peak_bytes > r.host_capacity_bytes)
-          text += (text.empty() ? "" : ", ") + over("pinned host", r.host_peak_bytes, r.host_capacity_bytes);
-        return "batch " + format_number(k * unit) + ": " + (text.empty() ? r.fits_reason : text);
-      }
-    return std::string();
-  };
+  // Why a tried batch does not fit ("batch 6: pinned host 183.0 > 178.8 GiB").
+  auto why = [&](std::int64_t k) { return ran_out(k * unit, out.at(static_cast<double>(k * unit))->report); };
   if (max_k < 1) {
     out.stopped = "max_batch " + std::to_string(max_batch) + " is below the smallest candidate, " + std::to_string(unit);
     return out;

@@ -27,6 +27,8 @@ struct LargestBatch {
   // Why the search stopped: the smallest batch tried that does not fit and what it ran out of ("batch 6:
   // pinned host 183.0 > 178.8 GiB"), or that max_batch was reached.
   std::string stopped;
+  // The run tried at `per_device_batch` (nullptr if that batch was not tried); at(batch) is the answer's.
+  const Candidate* at(double per_device_batch) const;
 };
 LargestBatch largest_batch(const RunConfig& base, std::int64_t max_batch = 4096, bool powers_of_two = false);
 

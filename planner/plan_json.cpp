@@ -13,11 +13,10 @@ std::string placement_label(const RunConfig& c) {
 
 nlohmann::json largest_batch_json(const std::string& label, const LargestBatch& r) {
   nlohmann::json j = {{"variant", label}, {"largest_batch", r.batch}, {"stopped", r.stopped}};
-  for (const auto& t : r.tried)
-    if (t.config.batch && *t.config.batch == static_cast<double>(r.batch) && r.batch > 0) {
-      j["report"] = t.report.to_json();
-      j["settings"] = runnable_settings(t.config);
-    }
+  if (const Candidate* t = r.batch > 0 ? r.at(static_cast<double>(r.batch)) : nullptr) {
+    j["report"] = t->report.to_json();
+    j["settings"] = runnable_settings(t->config);
+  }
   return j;
 }
 
