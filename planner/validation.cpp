@@ -1,11 +1,8 @@
 #include "planner/validation.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <exception>
 #include <map>
-#include <thread>
 
 #include "hwmodels/json_view.hpp"
 #include "planner/sweep.hpp"
@@ -254,43 +251,35 @@ RunMapping map_published_run(const PublishedRun& r) {
 
 std::vector<ValidationRow> validate_runs(const std::vector<PublishedRun>& runs, const std::string& calibration, int jobs) {
   check_jobs(jobs);
+  // Map every row (cheap, here), then simulate the expressed ones on the sweep's thread pool: a config hbmsim
+  // refuses comes back as the row's error, anything else ends the run.
   std::vector<ValidationRow> rows(runs.size());
-  std::vector<std::exception_ptr> failures(runs.size());
-  std::atomic<std::size_t> next{0};
-  auto worker = [&] {
-    for (std::size_t i; (i = next++) < runs.size();) {
-      try {
-        auto& row = rows[i];
-        row.run = runs[i];
-        try {
-          row.mapping = map_published_run(runs[i]);
-        } catch (const InputError& e) {
-          row.mapping.reason = e.what();
-        }
-        if (!row.mapping.config) {
-          row.reason = row.mapping.reason;
-          continue;
-        }
-        RunConfig c = *row.mapping.config;
-        c.calibration = calibration;
-        try {
-          row.predicted = run_simulation(c);
-        } catch (const InputError& e) {
-          row.reason = std::string("hbmsim refuses: ") + e.what();
-          continue;
-        }
-        if (runs[i].tok_s_gpu) row.error = row.predicted->tokens_per_s_per_device / *runs[i].tok_s_gpu - 1;
-      } catch (...) {
-        failures[i] = std::current_exception();
-      }
+  std::vector<SweepPoint> points;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    auto& row = rows[i];
+    row.run = runs[i];
+    try {
+      row.mapping = map_published_run(runs[i]);
+    } catch (const InputError& e) {
+      row.mapping.reason = e.what();
     }
-  };
-  std::vector<std::thread> threads;
-  for (int j = 1; j < std::min<int>(jobs, static_cast<int>(runs.size())); ++j) threads.emplace_back(worker);
-  worker();
-  for (auto& t : threads) t.join();
-  for (auto& f : failures)
-    if (f) std::rethrow_exception(f);
+    if (!row.mapping.config) {
+      row.reason = row.mapping.reason;
+      continue;
+    }
+    RunConfig c = *row.mapping.config;
+    c.calibration = calibration;
+    points.push_back({i, {}, c});
+  }
+  run_sweep(points, jobs, [&](const SweepRow& r) {
+    auto& row = rows[r.index];
+    if (!r.report) {
+      row.reason = "hbmsim refuses: " + r.error;
+      return;
+    }
+    row.predicted = r.report;
+    if (row.run.tok_s_gpu) row.error = r.report->tokens_per_s_per_device / *row.run.tok_s_gpu - 1;
+  });
   return rows;
 }
 
