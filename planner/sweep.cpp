@@ -233,16 +233,18 @@ std::string sweep_csv_line(const SweepRow& row) {
   return out + "," + row.config_id + "\n";
 }
 
-nlohmann::json sweep_row_json(const std::vector<SweepAxis>& axes, const SweepRow& row) {
-  nlohmann::json j = {{"index", row.index}};
+namespace {
+
+// A row as a JSON object (keys sorted in nlohmann::json, in column order in nlohmann::ordered_json).
+template <class Json>
+Json row_object(const std::vector<SweepAxis>& axes, const SweepRow& row) {
+  Json j = {{"index", row.index}};
   for (std::size_t k = 0; k < axes.size(); ++k) j[axes[k].field] = row.values[k];
   if (row.report) j["result"] = row.report->to_json();
   else j["error"] = row.error;
   j["config_id"] = row.config_id;
   return j;
 }
-
-namespace {
 
 // The header's axis names: the columns between "index" and the first report column.
 std::vector<std::string> csv_header_axes(const std::string& header) {
@@ -257,13 +259,12 @@ std::vector<std::string> csv_header_axes(const std::string& header) {
 
 }  // namespace
 
+nlohmann::json sweep_row_json(const std::vector<SweepAxis>& axes, const SweepRow& row) {
+  return row_object<nlohmann::json>(axes, row);
+}
+
 std::string sweep_jsonl_line(const std::vector<SweepAxis>& axes, const SweepRow& row) {
-  nlohmann::ordered_json j = {{"index", row.index}};
-  for (std::size_t k = 0; k < axes.size(); ++k) j[axes[k].field] = row.values[k];
-  if (row.report) j["result"] = row.report->to_json();
-  else j["error"] = row.error;
-  j["config_id"] = row.config_id;
-  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+  return row_object<nlohmann::ordered_json>(axes, row).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }
 
 SweepFile read_sweep_file(const std::string& path) {
