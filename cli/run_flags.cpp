@@ -119,11 +119,11 @@ void check_run_config(const RunConfig& c, const Sources& s, const std::set<std::
   if (fixed("model")) model = attributed(s, {"model"}, [&] { return resolve_model(c.model); });
   if (fixed("weights")) check_dtype(s, "weights", c.weights, false);
   if (fixed("attention_dtype")) check_dtype(s, "attention_dtype", c.attention_dtype, true);
-  if (run_system)
-    for (auto [field, value] : {std::pair<const char*, const std::string*>{"weights", &c.weights}, {"attention_dtype", &c.attention_dtype}})
-      if (fixed(field))
-        attributed(s, {field}, [&] {
-          check_gpu_dtype(*run_system, field, parse_dtype(*value));
+  if (run_system)  // (a pair, not a structured binding: clang cannot capture those in a lambda)
+    for (const auto& dt : {std::pair<const char*, const std::string*>{"weights", &c.weights}, {"attention_dtype", &c.attention_dtype}})
+      if (fixed(dt.first))
+        attributed(s, {dt.first}, [&] {
+          check_gpu_dtype(*run_system, dt.first, parse_dtype(*dt.second));
           return 0;
         });
 
