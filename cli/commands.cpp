@@ -166,6 +166,10 @@ void register_commands(CLI::App& app) {
       if (*layer < 0 || *layer >= g.model.num_layers)
         throw InputError("--layer = " + std::to_string(*layer) + " (model has " + std::to_string(g.model.num_layers) + " layers)");
       const auto& t = g.layer(*layer);
+      std::size_t stage = 0;
+      for (const auto& c : g.chunks)
+        if (*layer >= c.first_layer && *layer < c.end_layer) stage = static_cast<std::size_t>(c.stage);
+      const Policy& policy = run.policy.for_layer(*layer, stage);
       if (*dot) {
         std::cout << layer_dot(t, g.model.id + " layer " + std::to_string(*layer) + " (" + t.kind + ")");
         return;
@@ -173,7 +177,7 @@ void register_commands(CLI::App& app) {
       Table tab{{"tensor", "MiB", "checkpoint", "placement"}, {}};
       for (auto& tensor : t.tensors)
         tab.rows.push_back({tensor.name, fixed(tensor.bytes / 1048576.0, 1), tensor.checkpoint ? "yes" : "",
-                            tensor.checkpoint ? to_string(run.policy.placement(tensor.name)) : "remat"});
+                            tensor.checkpoint ? to_string(policy.placement(tensor.name)) : "remat"});
       std::cout << tab.render();
     });
   }

@@ -343,12 +343,7 @@ std::vector<Candidate> pareto_front(const std::vector<Candidate>& points) {
 namespace {
 
 // Whether the config's policy sends any checkpoint name to host memory.
-bool offloads_any(const RunConfig& c) {
-  const Policy policy = make_policy(c.policy, c.tensors);
-  for (const auto& name : checkpoint_names())
-    if (policy.placement(name) == Placement::offload) return true;
-  return false;
-}
+bool offloads_any(const RunConfig& c) { return prepare_run(c).policy.offloads_any(); }
 
 // The config with every offloaded checkpoint name placed `instead` (device or remat), as a custom policy.
 RunConfig offload_as(const RunConfig& c, Placement instead) {
@@ -366,6 +361,8 @@ RunConfig offload_as(const RunConfig& c, Placement instead) {
 }  // namespace
 
 BreakEven break_even_bandwidth(const RunConfig& offload, double tolerance, double lo, double hi) {
+  if (!offload.layer_policies.empty() || offload.offload_layers > 0 || offload.recompute_layers > 0 || !offload.stage_policies.empty())
+    throw InputError("plan break-even: per-layer and per-stage policies are not supported (give one policy for every layer)");
   if (!offloads_any(offload)) throw InputError("plan break-even: the config offloads nothing (use an *_offloaded policy or --tensor NAME=offload)");
   BreakEven out;
   // The alternative a planner would take: on device if it fits, else recompute; offload is worth it only
@@ -450,6 +447,8 @@ std::string maxtext_settings(const RunConfig& c) {
     if (p != Placement::remat) out += " " + n + "=" + to_string(p);
   }
   if (!c.stage_policies.empty()) out += " (the first stage's policy: MaxText has one remat policy for every stage)";
+  if (!c.layer_policies.empty() || c.offload_layers > 0 || c.recompute_layers > 0)
+    out += " (every layer's: per-layer policies are Megatron settings, or a MaxText model split into scans per policy)";
   out += " scan_layers=true";
   if (c.moe_batch_split > 1)
     out += " use_batch_split_schedule=true batch_split_factor=" + std::to_string(c.moe_batch_split);

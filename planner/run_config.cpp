@@ -165,6 +165,14 @@ TrainingSpec training_shape(const RunConfig& c) {
   return t;
 }
 
+Policy resolve_policy(const RunConfig& c, const StepGraph& g) {
+  Policy p = make_stage_policy(c.policy, c.stage_policies, c.tensors, g.training.parallelism.pp);
+  add_layer_policies(p, c.layer_policies, c.tensors, g.model.num_layers);
+  add_offload_layers(p, c.offload_layers, g.model.num_layers);
+  add_recompute_layers(p, c.recompute_layers, g.chunks);
+  return p;
+}
+
 PreparedRun prepare_run(const RunConfig& c, const Profile* extra) {
   System sys = resolve_run_system(c, extra);
   ModelSpec model = resolve_model(c.model);
@@ -182,7 +190,8 @@ PreparedRun prepare_run(const RunConfig& c, const Profile* extra) {
   if (t.mlp_gemm_dtype == Dtype::fp32) throw InputError("weights = fp32 (expected bf16, fp8 or nvfp4)");
   check_gpu_dtype(sys, "weights", t.mlp_gemm_dtype);
   check_gpu_dtype(sys, "attention_dtype", t.attention_gemm_dtype);
-  PreparedRun r{sys, build_step_graph(model, t), make_stage_policy(c.policy, c.stage_policies, c.tensors, t.parallelism.pp), SimOptions{}};
+  PreparedRun r{sys, build_step_graph(model, t), Policy{}, SimOptions{}};
+  r.policy = resolve_policy(c, r.graph);
   r.options.lhs = c.lhs;
   r.options.pipelined_transfers = c.pipelined_transfers;
   r.options.pipelined_collectives = c.pipelined_collectives;

@@ -47,6 +47,9 @@ struct RunConfig {
   std::string attention_dtype = "bf16"; // projection/attention GEMM dtype
   std::string policy = "full";
   std::string stage_policies;           // per pipeline stage, comma-separated presets ("": policy on all)
+  std::string layer_policies;           // "FIRST-LAST:PRESET,...": layer ranges with a policy of their own
+  std::int64_t offload_layers = 0;      // the first N layers offload what the policy keeps (Megatron CPU offload)
+  std::int64_t recompute_layers = 0;    // the first N layers of each chunk fully recomputed (Megatron block)
   std::map<std::string, std::string> tensors;  // per checkpoint name: device | remat | offload
   bool lhs = true;
   bool pipelined_transfers = false;
@@ -83,6 +86,8 @@ PreparedRun prepare_run(const RunConfig& config, const Profile* extra = nullptr)
 // A GEMM dtype the system's GPU has no tensor cores for (nvfp4 on Hopper) is bad input, not a silent fallback;
 // the message starts with the field ("weights = nvfp4 (...)").
 void check_gpu_dtype(const System& system, const std::string& field, Dtype dtype);
+// The config's policy for that step: its preset, stage policies and layer rules (errors name the field).
+Policy resolve_policy(const RunConfig& config, const StepGraph& graph);
 // The training shape (GPUs, batch, sequence, accumulation, parallel degrees) of a config, unchecked.
 TrainingSpec training_shape(const RunConfig& config);
 StepReport run_simulation(const RunConfig& config, bool trace = false, const Profile* extra = nullptr);

@@ -93,6 +93,16 @@ const std::vector<RunField> kFields = {
      "With pp > 1: a policy preset per stage, comma-separated (the first stage may offload what the last keeps; "
      "empty: policy on every stage); tensor overrides apply to all",
      &C::stage_policies},
+    {"layer_policies", "--layer-policies",
+     "Layer ranges with a policy of their own, comma-separated FIRST-LAST:PRESET (model layers from 0, inclusive; "
+     "e.g. 0-39:minimal_offloaded); the other layers take policy; tensor overrides apply to all",
+     &C::layer_policies},
+    {"offload_layers", "--offload-layers",
+     "The first N layers send to host what the policy keeps on device (Megatron cpu_offloading_num_layers)",
+     &C::offload_layers, FieldCheck::non_negative},
+    {"recompute_layers", "--recompute-layers",
+     "The first N layers of every pipeline chunk fully recomputed (Megatron recompute_num_layers, method block)",
+     &C::recompute_layers, FieldCheck::non_negative},
     {"lhs", "--lhs", "XLA latency-hiding scheduler", &C::lhs},
     {"pipelined_transfers", "--pipelined-transfers", "XLA pipelined host offloading", &C::pipelined_transfers},
     {"pipelined_collectives", "--pipelined-collectives", "FSDP all-gathers one layer ahead", &C::pipelined_collectives},

@@ -58,6 +58,7 @@ nlohmann::json resolved_run(const RunConfig& c, const PreparedRun& run) {
       {"calibration", run.system.calibration},
       {"calibration_system", run.system.calibration_system},
       {"calibration_text", calibration_text(run.system)}};
+  if (!run.policy.layer_rules.empty()) j["layer_policies"] = layer_rules_text(run.policy);
   if (p.pp > 1) {
     j["pp_schedule"] = c.pp_schedule;
     j["stage_policies"] = c.stage_policies;
@@ -84,6 +85,7 @@ std::vector<std::string> resolved_run_lines(const nlohmann::json& j) {
     if (!s("stage_policies").empty()) policy += " (stages: " + s("stage_policies") + ")";
     policy += ", pipeline " + s("pp_schedule");
   }
+  if (j.contains("layer_policies")) policy += "; layers " + s("layer_policies");
   if (s("framework") == "megatron") policy += "; Megatron state (bf16 weights, fp32 master and moments)";
   lines.push_back(policy + "; weights " + s("weights") + ", attention " + s("attention_dtype"));
   lines.push_back("schedule     LHS " + on_off(j.at("lhs")) + ", pipelined collectives " + on_off(j.at("pipelined_collectives")) +

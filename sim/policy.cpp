@@ -1,6 +1,7 @@
 #include "sim/policy.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "hwmodels/json_view.hpp"
 #include "workloads/step_graph.hpp"
@@ -39,10 +40,117 @@ std::vector<std::string> Policy::describe() const {
 }
 
 std::string Policy::name() const {
-  if (stages.empty()) return preset;
   std::string out;
+  if (stages.empty()) out = preset;
   for (const auto& st : stages) out += (out.empty() ? "" : "/") + st.preset;
-  return out;
+  return layer_rules.empty() ? out : out + " [" + layer_rules_text(*this) + "]";
+}
+
+std::string layer_rules_text(const Policy& p) {
+  std::vector<const Policy*> rules;
+  for (const auto& r : p.layer_rules) rules.push_back(&r);
+  std::sort(rules.begin(), rules.end(), [](const Policy* a, const Policy* b) { return a->first_layer < b->first_layer; });
+  std::string list;
+  for (const Policy* r : rules)
+    list += (list.empty() ? "" : ", ") + std::to_string(r->first_layer) +
+            (r->last_layer > r->first_layer ? "-" + std::to_string(r->last_layer) : std::string()) + " " + r->preset;
+  return list;
+}
+
+bool Policy::offloads_any() const {
+  auto offloads = [](const Policy& p) {
+    for (const auto& [name, where] : p.placements)
+      if (where == Placement::offload) return true;
+    return false;
+  };
+  if (stages.empty() ? offloads(*this) : std::any_of(stages.begin(), stages.end(), offloads)) return true;
+  return std::any_of(layer_rules.begin(), layer_rules.end(), offloads);
+}
+
+namespace {
+
+std::string str(std::int64_t v) { return std::to_string(v); }
+
+// Adds `rule` for layers [first, last]; `field` (with its value) starts any error.
+void add_rule(Policy& p, Policy rule, std::int64_t first, std::int64_t last, std::int64_t num_layers, const std::string& field) {
+  if (first < 0 || last < first || last >= num_layers)
+    throw InputError(field + " (layers " + str(first) + "-" + str(last) + " are outside the model's layers 0-" +
+                     str(num_layers - 1) + ")");
+  for (const Policy& r : p.layer_rules)
+    if (first <= r.last_layer && r.first_layer <= last)
+      throw InputError(field + " (layers " + str(first) + "-" + str(last) + " overlap layers " + str(r.first_layer) + "-" +
+                       str(r.last_layer) + ", which already have the policy " + r.preset + ")");
+  rule.first_layer = first;
+  rule.last_layer = last;
+  rule.stages.clear();
+  rule.layer_rules.clear();
+  p.layer_rules.push_back(std::move(rule));
+}
+
+std::int64_t layer_number(const std::string& text, const std::string& field) {
+  std::int64_t v = 0;
+  std::size_t used = 0;
+  try {
+    v = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size()) throw InputError(field + " (\"" + text + "\" is not a layer number)");
+  return v;
+}
+
+}  // namespace
+
+void add_layer_policies(Policy& p, const std::string& text, const std::map<std::string, std::string>& overrides,
+                        std::int64_t num_layers) {
+  const std::string field = "layer_policies = \"" + text + "\"";
+  for (std::size_t start = 0; start < text.size();) {
+    const auto comma = text.find(',', start);
+    const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    start = comma == std::string::npos ? text.size() : comma + 1;
+    const auto colon = item.find(':');
+    if (colon == std::string::npos) throw InputError(field + " (item \"" + item + "\": expected FIRST-LAST:PRESET)");
+    const std::string range = item.substr(0, colon);
+    const auto dash = range.find('-', 1);
+    const std::int64_t first = layer_number(range.substr(0, dash), field);
+    const std::int64_t last = dash == std::string::npos ? first : layer_number(range.substr(dash + 1), field);
+    Policy rule;
+    try {
+      rule = make_policy(item.substr(colon + 1), overrides);
+    } catch (const InputError& e) {
+      throw InputError(field + " (item \"" + item + "\": " + e.what() + ")");
+    }
+    add_rule(p, std::move(rule), first, last, num_layers, field);
+  }
+}
+
+void add_offload_layers(Policy& p, std::int64_t n, std::int64_t num_layers) {
+  if (n == 0) return;
+  const std::string field = "offload_layers = " + str(n);
+  if (n < 0 || n > num_layers) throw InputError(field + " (must be between 0 and num_layers = " + str(num_layers) + ")");
+  if (!p.stages.empty()) throw InputError(field + " (with stage_policies: give the offloaded layers in layer_policies)");
+  Policy rule = p;
+  bool any = false;
+  for (auto& [name, where] : rule.placements)
+    if (where == Placement::device) {
+      where = Placement::offload;
+      any = true;
+    }
+  if (!any) throw InputError(field + " (policy " + p.preset + " keeps nothing on device to offload)");
+  rule.preset = p.preset + (p.preset.size() > 10 && p.preset.substr(p.preset.size() - 10) == "_offloaded" ? "" : "_offloaded");
+  add_rule(p, std::move(rule), 0, n - 1, num_layers, field);
+}
+
+void add_recompute_layers(Policy& p, std::int64_t n, const std::vector<PipelineChunk>& chunks) {
+  if (n == 0) return;
+  const std::string field = "recompute_layers = " + str(n);
+  const std::int64_t num_layers = chunks.empty() ? 0 : chunks.back().end_layer;
+  for (const PipelineChunk& c : chunks) {
+    if (c.layers() == 0) continue;  // an embedding- or loss-only chunk
+    if (n < 0 || n > c.layers())
+      throw InputError(field + " (must be between 0 and the layers of a pipeline chunk, " + str(c.layers()) + ")");
+    add_rule(p, make_policy("full"), c.first_layer, c.first_layer + n - 1, num_layers, field);
+  }
 }
 
 Policy make_stage_policy(const std::string& preset, const std::string& stage_presets,

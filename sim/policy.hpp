@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "workloads/pipeline_split.hpp"
+
 namespace hbmsim {
 
 enum class Placement { device, remat, offload };
@@ -18,13 +20,28 @@ struct Policy {
   // With pipeline parallelism, one policy per stage when they differ (the first stage offloading what the
   // last keeps); empty: this one everywhere.
   std::vector<Policy> stages;
+  // Layer ranges with a policy of their own, ahead of the stage's (Megatron's CPU offload of N layers, full
+  // recompute of N layers per chunk; MaxText keys applied to a layer subset). Disjoint, in model layers.
+  std::vector<Policy> layer_rules;
+  std::int64_t first_layer = 0, last_layer = -1;  // a layer rule's range, inclusive
 
   const Policy& for_stage(std::size_t stage) const { return stages.empty() ? *this : stages.at(stage); }
-  std::string name() const;  // the preset, or the stages' presets joined by "/"
+  const Policy& for_layer(std::int64_t layer, std::size_t stage) const {
+    for (const Policy& r : layer_rules)
+      if (layer >= r.first_layer && layer <= r.last_layer) return r;
+    return for_stage(stage);
+  }
+  // Whether any stage or layer sends a checkpoint name to host memory.
+  bool offloads_any() const;
+  // The preset, or the stages' presets joined by "/"; layer rules follow as " [0-39 name, ...]".
+  std::string name() const;
   Placement placement(const std::string& name) const;
   // Names whose placement is not remat, as "name=placement" (stable order), for reports.
   std::vector<std::string> describe() const;
 };
+
+// The layer rules in layer order, "0-39 minimal_offloaded, 40 full" ("" without any).
+std::string layer_rules_text(const Policy& p);
 
 const std::vector<std::string>& policy_presets();
 // `overrides` are "name=device|remat|offload" (from --tensor); they apply on top of the preset.
@@ -33,5 +50,16 @@ Policy make_policy(const std::string& preset, const std::map<std::string, std::s
 // apply to every stage. Errors name stage_policies.
 Policy make_stage_policy(const std::string& preset, const std::string& stage_presets,
                          const std::map<std::string, std::string>& overrides, std::int64_t stages);
+
+// Layer rules. Each names its field in errors and refuses layers outside the model or already ruled.
+// `text`: comma-separated "FIRST-LAST:PRESET" (or "LAYER:PRESET"), inclusive model layers; overrides apply.
+void add_layer_policies(Policy& p, const std::string& text, const std::map<std::string, std::string>& overrides,
+                        std::int64_t num_layers);
+// The first `n` layers send to host memory what the policy keeps on device (Megatron cpu_offloading_num_layers:
+// Transformer Engine offloads the saved activations of the first n layers in forward order).
+void add_offload_layers(Policy& p, std::int64_t n, std::int64_t num_layers);
+// The first `n` layers of every pipeline chunk fully rematerialized (Megatron recompute_granularity=full,
+// recompute_method=block, recompute_num_layers=n: counted per model chunk).
+void add_recompute_layers(Policy& p, std::int64_t n, const std::vector<PipelineChunk>& chunks);
 
 }  // namespace hbmsim

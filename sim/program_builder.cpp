@@ -217,8 +217,8 @@ struct BuildContext {
   const SimOptions& opt;
   const Network& net;
   const Costs& costs;
-  const std::vector<TemplatePlan>& plans;  // per stage (when their policies differ) and template
-  std::size_t plans_per_stage;             // 0: every stage shares the first templates' plans
+  const std::vector<TemplatePlan>& plans;     // per (policy in use, layer template)
+  const std::vector<std::size_t>& layer_plan;  // per layer: its plan
   const std::vector<std::size_t>& fwd_body_end;    // per layer: the layer after its forward loop body
   const std::vector<std::size_t>& bwd_body_first;  // per layer: the first layer of its backward loop body
   std::vector<Crossing>& forward_in;   // [micro-batch x chunks + k]: activations into chunk k (k >= 1)
@@ -240,6 +240,7 @@ struct Scratch {
   std::vector<ChunkRecord> records;
   std::vector<BackwardLayer> bwd;
   std::vector<TemplatePlan> plans;
+  std::vector<std::size_t> layer_plan;
 };
 Scratch& thread_scratch() {
   thread_local Scratch s;
@@ -290,8 +291,7 @@ class StageBuilder {
   Crossing& forward_in(int mb, int k) { return c_.forward_in[static_cast<std::size_t>(mb) * chunks() + static_cast<std::size_t>(k)]; }
   Crossing& backward_in(int mb, int k) { return c_.backward_in[static_cast<std::size_t>(mb) * chunks() + static_cast<std::size_t>(k)]; }
   const TemplatePlan& plan(std::int64_t l) const {
-    return c_.plans[c_.plans_per_stage * static_cast<std::size_t>(stage_) +
-                    static_cast<std::size_t>(g_.layer_template[static_cast<std::size_t>(l)])];
+    return c_.plans[c_.layer_plan[static_cast<std::size_t>(l)]];
   }
   std::string label(const std::string& what, std::int64_t layer) const {
     return w_.naming() ? what + " L" + std::to_string(layer) : std::string();
@@ -983,19 +983,36 @@ class ProgramBuilder {
       : g_(g), sys_(sys), opt_(opt), net_(sys, g.mesh), costs_{sys, net_}, prog_(out), names_(names) {
     thread_queue_of().clear();
     reserve();
-    // Plans per template, and per stage when the stages' policies differ.
-    const std::size_t T = g.templates.size(), stages = policy.stages.empty() ? 1 : g.stages.size();
-    plans_per_stage_ = policy.stages.empty() ? 0 : T;
-    plans_.resize(T * stages);
+    // One plan per layer template and policy in use: each stage's, then each layer rule's. A device's LHS
+    // headroom covers every plan its layers use (its stage's policy always counts, so that an even run
+    // keeps the headroom of all templates).
+    const std::size_t T = g.templates.size(), L = g.layer_template.size();
+    std::vector<const Policy*> used;
+    auto variant = [&](const Policy* p) {
+      auto it = std::find(used.begin(), used.end(), p);
+      if (it != used.end()) return static_cast<std::size_t>(it - used.begin());
+      used.push_back(p);
+      return used.size() - 1;
+    };
     for (std::size_t s = 1; s < g.stages.size(); ++s) prog_.add_device();
-    for (std::size_t s = 0; s < stages; ++s) {
-      double headroom = 0;
-      for (std::size_t i = 0; i < T; ++i) {
-        plan_template(g.templates[i], policy.for_stage(s), costs_, g, opt.lhs, plans_[s * T + i]);
-        headroom = std::max(headroom, plans_[s * T + i].backward_working_set_bytes);
+    std::vector<std::vector<std::size_t>> device_variants(g.stages.size());
+    for (std::size_t s = 0; s < g.stages.size(); ++s) device_variants[s].push_back(variant(&policy.for_stage(s)));
+    layer_plan_.resize(L);
+    for (const PipelineChunk& c : g.chunks)
+      for (auto l = c.first_layer; l < c.end_layer; ++l) {
+        const std::size_t v = variant(&policy.for_layer(l, static_cast<std::size_t>(c.stage)));
+        auto& dv = device_variants[static_cast<std::size_t>(c.stage)];
+        if (std::find(dv.begin(), dv.end(), v) == dv.end()) dv.push_back(v);
+        layer_plan_[static_cast<std::size_t>(l)] = v * T + static_cast<std::size_t>(g.layer_template[static_cast<std::size_t>(l)]);
       }
-      for (std::size_t d = s; d < (stages == 1 ? g.stages.size() : s + 1); ++d)
-        prog_.hbm_limit_bytes[d] = opt.memory_limit_slop * sys.gpu.hbm_bytes - headroom;
+    plans_.resize(used.size() * T);
+    for (std::size_t v = 0; v < used.size(); ++v)
+      for (std::size_t i = 0; i < T; ++i) plan_template(g.templates[i], *used[v], costs_, g, opt.lhs, plans_[v * T + i]);
+    for (std::size_t d = 0; d < g.stages.size(); ++d) {
+      double headroom = 0;
+      for (std::size_t v : device_variants[d])
+        for (std::size_t i = 0; i < T; ++i) headroom = std::max(headroom, plans_[v * T + i].backward_working_set_bytes);
+      prog_.hbm_limit_bytes[d] = opt.memory_limit_slop * sys.gpu.hbm_bytes - headroom;
     }
     prog_.copy_interference = sys.efficiency.compute_slowdown_during_copy;
     plan_loop_bodies();
@@ -1016,7 +1033,7 @@ class ProgramBuilder {
     const auto& par = g_.training.parallelism;
     const auto tables = pipeline_schedule(par.schedule, static_cast<int>(par.pp), static_cast<int>(par.vp),
                                           static_cast<int>(g_.training.grad_accum));
-    BuildContext ctx{g_, sys_, opt_, net_, costs_, plans_, plans_per_stage_, fwd_body_end_, bwd_body_first_, forward_in_, backward_in_, names_};
+    BuildContext ctx{g_, sys_, opt_, net_, costs_, plans_, layer_plan_, fwd_body_end_, bwd_body_first_, forward_in_, backward_in_, names_};
     for (std::size_t s = 0; s < g_.stages.size(); ++s) StageBuilder(ctx, prog_, static_cast<int>(s)).build(tables[s]);
     // Each stage's passes were written without the others: join every receive to its send.
     for (auto* crossings : {&forward_in_, &backward_in_})
@@ -1048,7 +1065,8 @@ class ProgramBuilder {
   // the order the loop runs them; a body never spans two scans), so LHS may move a transfer across the
   // first layer's iteration boundary (compute is not reordered across the two layers here). Without LHS
   // nothing moves it. Per layer: the layer after its forward body, and the first layer of its backward body
-  // (the backward runs the layers in reverse). A scan is a run of layers of one template in one chunk.
+  // (the backward runs the layers in reverse). A scan is a run of layers with one plan (template and
+  // policy) in one chunk.
   void plan_loop_bodies() {
     const auto L = static_cast<std::size_t>(g_.model.num_layers);
     fwd_body_end_.resize(L);
@@ -1058,7 +1076,7 @@ class ProgramBuilder {
       const auto chunk_end = static_cast<std::size_t>(c.end_layer);
       for (auto first = static_cast<std::size_t>(c.first_layer); first < chunk_end;) {
         std::size_t end = first;
-        while (end < chunk_end && g_.layer_template[end] == g_.layer_template[first]) ++end;
+        while (end < chunk_end && layer_plan_[end] == layer_plan_[first]) ++end;
         for (std::size_t l = first; l < end; ++l) {
           fwd_body_end_[l] = std::min(first + (l - first) / len * len + len, end);
           bwd_body_first_[l] = end - 1 - (end - 1 - l) / len * len;
@@ -1075,8 +1093,8 @@ class ProgramBuilder {
   Costs costs_;
   Program& prog_;
   std::vector<std::string>* names_;
-  std::vector<TemplatePlan>& plans_ = thread_scratch().plans;  // per (stage,) layer template
-  std::size_t plans_per_stage_ = 0;
+  std::vector<TemplatePlan>& plans_ = thread_scratch().plans;  // per (policy in use, layer template)
+  std::vector<std::size_t>& layer_plan_ = thread_scratch().layer_plan;  // per layer: index into plans_
   std::vector<std::size_t> fwd_body_end_, bwd_body_first_;    // plan_loop_bodies()
   std::vector<Crossing> forward_in_, backward_in_;
 };

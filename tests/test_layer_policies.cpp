@@ -1,0 +1,158 @@
+// Per-layer policies (issue #19): layer ranges with a policy of their own, and the Megatron shorthands that map
+// onto them (cpu_offloading_num_layers, recompute_num_layers with the block method).
+#include <random>
+
+#include <catch2/catch.hpp>
+
+#include "helpers.hpp"
+#include "planner/run_config.hpp"
+#include "sim/policy.hpp"
+
+using namespace hbmsim;
+
+namespace {
+
+// Bytes one layer of the run keeps on device under `preset` (its checkpoint tensors placed on device, the layer
+// input aside): what offloading that layer sends to host.
+double kept_bytes_per_layer(const StepGraph& g, const std::string& preset) {
+  const Policy p = make_policy(preset);
+  double bytes = 0;
+  for (const auto& name : checkpoint_names())
+    if (name != "decoder_layer_input" && p.placement(name) == Placement::device) bytes += g.tensor_bytes(name);
+  return bytes;
+}
+
+}  // namespace
+
+TEST_CASE("a layer rule over every layer is the same run as that policy", "[policy][layers]") {
+  RunConfig base = test::llama8b_h200("full");
+  RunConfig ruled = base;
+  ruled.layer_policies = "0-31:minimal";
+  RunConfig whole = base;
+  whole.policy = "minimal";
+  const auto a = run_simulation(ruled), b = run_simulation(whole);
+  CHECK(a.step_time_s == b.step_time_s);
+  CHECK(a.hbm_peak_bytes == b.hbm_peak_bytes);
+  // Split in two ranges with the same preset: still the same program.
+  ruled.layer_policies = "0-9:minimal,10-31:minimal";
+  CHECK(run_simulation(ruled).step_time_s == b.step_time_s);
+}
+
+TEST_CASE("offloading the first N layers sends N layers' kept activations to host", "[policy][layers]") {
+  RunConfig c = test::llama8b_h200("minimal_with_context");
+  const auto prepared = prepare_run(c);
+  const double per_layer = kept_bytes_per_layer(prepared.graph, "minimal_with_context");
+  REQUIRE(per_layer > 0);
+  double last_hbm = run_simulation(c).hbm_peak_bytes;
+  for (std::int64_t n : {8, 16, 32}) {
+    c.offload_layers = n;
+    const auto r = run_simulation(c);
+    // Every offloaded activation of the forward pass is on host when the backward starts.
+    CHECK(r.host_peak_bytes == Approx(static_cast<double>(n) * per_layer).epsilon(1e-9));
+    // Each further layer offloaded takes its activations off the device.
+    CHECK(r.hbm_peak_bytes < last_hbm);
+    last_hbm = r.hbm_peak_bytes;
+  }
+  // All 32 layers offloaded is the same run as the offloaded preset's placements on every layer.
+  RunConfig all = test::llama8b_h200("custom");
+  for (const auto& name : checkpoint_names())
+    if (name != "decoder_layer_input" && make_policy("minimal_with_context").placement(name) == Placement::device)
+      all.tensors[name] = "offload";
+  CHECK(run_simulation(all).step_time_s == run_simulation(c).step_time_s);
+}
+
+TEST_CASE("recompute_layers fully recomputes the first N layers of every pipeline chunk", "[policy][layers]") {
+  RunConfig c = test::llama8b_h200("minimal");
+  c.pp = 2;
+  c.vp = 2;  // four chunks of 8 layers: 0-7, 8-15, 16-23, 24-31
+  c.microbatches = 4;
+  c.recompute_layers = 3;
+  const auto run = prepare_run(c);
+  REQUIRE(run.policy.layer_rules.size() == 4);
+  CHECK(layer_rules_text(run.policy) == "0-2 full, 8-10 full, 16-18 full, 24-26 full");
+  CHECK(run.policy.for_layer(9, 1).preset == "full");
+  CHECK(run.policy.for_layer(11, 1).preset == "minimal");
+  // Recomputing more layers saves less and replays more: the peak falls and the step grows.
+  RunConfig none = c;
+  none.recompute_layers = 0;
+  const auto with = run_simulation(c), without = run_simulation(none);
+  CHECK(with.hbm_peak_bytes < without.hbm_peak_bytes);
+  CHECK(with.step_time_s > without.step_time_s);
+}
+
+TEST_CASE("bad layer rules name the field and the value", "[policy][layers][errors]") {
+  RunConfig c = test::llama8b_h200("minimal");
+  auto fails = [&](const std::string& text) {
+    RunConfig bad = c;
+    bad.layer_policies = text;
+    return Catch::Contains("layer_policies = \"" + text + "\"");
+  };
+  for (const std::string text : {"0-40:full", "5-3:full", "0-9:full,9-12:minimal", "0-9", "x-3:full", "0-3:bogus", "-1-3:full"}) {
+    RunConfig bad = c;
+    bad.layer_policies = text;
+    CHECK_THROWS_WITH(run_simulation(bad), fails(text));
+  }
+  c.offload_layers = 33;
+  CHECK_THROWS_WITH(run_simulation(c), Catch::Contains("offload_layers = 33 (must be between 0 and num_layers = 32)"));
+  c = test::llama8b_h200("full");
+  c.offload_layers = 4;
+  CHECK_THROWS_WITH(run_simulation(c), Catch::Contains("offload_layers = 4 (policy full keeps nothing on device to offload)"));
+  c = test::llama8b_h200("minimal");
+  c.offload_layers = 4;
+  c.layer_policies = "2-5:full";
+  CHECK_THROWS_WITH(run_simulation(c), Catch::Contains("offload_layers = 4 (layers 0-3 overlap layers 2-5"));
+  c.layer_policies.clear();
+  c.offload_layers = 0;
+  c.recompute_layers = 40;
+  CHECK_THROWS_WITH(run_simulation(c), Catch::Contains("recompute_layers = 40 (must be between 0 and the layers of a pipeline chunk, 32)"));
+  // The CLI exits 2 with the same words.
+  auto r = test::cli("simulate --model llama3.1-8b --gpus 8 --layer-policies 0-99:minimal");
+  CHECK(r.status == 2);
+  CHECK(r.err.find("layer_policies = \"0-99:minimal\" (layers 0-99 are outside the model's layers 0-31)") != std::string::npos);
+}
+
+TEST_CASE("over random runs, layer counts move host memory and recompute work the way they must", "[policy][layers][invariants]") {
+  // More layers offloaded never lowers the pinned host peak; more layers recomputed never lower the executed
+  // FLOPs. And the usual physics: MFU <= 1, executed >= model FLOPs.
+  std::mt19937 rng(19);
+  auto pick = [&](auto xs) { return xs[std::uniform_int_distribution<std::size_t>(0, xs.size() - 1)(rng)]; };
+  int ran = 0;
+  for (int i = 0; i < 200 && ran < 40; ++i) {
+    RunConfig c;
+    c.model = pick(std::vector<std::string>{"llama3.1-8b", "llama3.1-70b"});
+    c.system = pick(std::vector<std::string>{"gb200-nvl72", "gb300-nvl72", "h200-hgx", "vr-nvl144"});
+    c.gpus = pick(std::vector<std::int64_t>{8, 16, 64});
+    c.tp = pick(std::vector<std::int64_t>{1, 1, 2});
+    c.pp = pick(std::vector<std::int64_t>{1, 1, 2});
+    c.batch = pick(std::vector<double>{1, 2});
+    c.seq = pick(std::vector<std::int64_t>{2048, 4096});
+    c.policy = pick(std::vector<std::string>{"minimal", "minimal_with_context", "save_qkv_proj"});
+    c.lhs = pick(std::vector<bool>{true, false});
+    const std::int64_t layers = c.model == "llama3.1-8b" ? 32 : 80;
+    const std::int64_t chunk = layers / c.pp;
+    const auto a = std::uniform_int_distribution<std::int64_t>(0, layers - 1)(rng);
+    const auto b = std::uniform_int_distribution<std::int64_t>(a + 1, layers)(rng);
+    RunConfig fewer = c, more = c;
+    fewer.offload_layers = a;
+    more.offload_layers = b;
+    StepReport rf, rm;
+    try {
+      rf = run_simulation(fewer);
+      rm = run_simulation(more);
+    } catch (const InputError&) {
+      continue;  // a layout that does not divide
+    }
+    ++ran;
+    INFO(more.to_json().dump());
+    CHECK(rm.host_peak_bytes >= rf.host_peak_bytes);
+    for (const auto* r : {&rf, &rm}) {
+      CHECK(r->mfu <= 1.0);
+      CHECK(r->executed_flops_per_device >= r->model_flops_per_device * (1 - 1e-12));
+    }
+    RunConfig r1 = c, r2 = c;
+    r1.recompute_layers = std::min(a, chunk);
+    r2.recompute_layers = std::min(b, chunk);
+    CHECK(run_simulation(r2).executed_flops_per_device >= run_simulation(r1).executed_flops_per_device * (1 - 1e-12));
+  }
+  CHECK(ran == 40);
+}
