@@ -79,17 +79,18 @@ std::optional<std::string> map_precision(const std::string& p, std::string& why)
 // projections and recomputes the core attention: minimal, which saves the projections and MLP outputs and
 // recomputes the context. Selective recompute of a cheap module hbmsim has no name for (moe_act: the expert
 // activation function; layernorm; mla_up_proj: MLA's up-projections) keeps the rest: minimal_with_context.
-// Full recompute: full; of N layers per stage ("block N layers") when N is fewer than the stage's layers a
-// per-layer choice, as is CPU activation offload of some layers: hbmsim has one policy per stage (issue #19).
+// Full recompute: full; of N layers per chunk ("block N layers", fewer than the chunk's layers): recompute_layers
+// N. CPU activation offload of N layers: offload_layers N (the first N layers send what they keep to host).
 // flash-attn2 and TE name the kernels: hbmsim's attention is a fused flash kernel, its GEMMs TE's.
-bool map_recompute(const std::string& text, std::int64_t layers_per_chunk, RunMapping& m, std::string& policy) {
+bool map_recompute(const std::string& text, std::int64_t layers_per_chunk, RunMapping& m, RunConfig& c) {
   std::string rest = trim(text);
   if (rest.rfind("recipe@", 0) == 0) {
     auto sp = rest.find(' ');
     rest = sp == std::string::npos ? "" : trim(rest.substr(sp + 1));
   }
-  policy = "minimal_with_context";
+  c.policy = "minimal_with_context";
   m.recompute = "none stated (Megatron default: no recompute): minimal_with_context";
+  std::string offload_text;
   std::size_t start = 0;
   while (start <= rest.size()) {
     auto semi = rest.find(';', start);
@@ -97,19 +98,27 @@ bool map_recompute(const std::string& text, std::int64_t layers_per_chunk, RunMa
     start = semi == std::string::npos ? rest.size() + 1 : semi + 1;
     if (item.empty() || item == "TE" || item.rfind("flash-attn", 0) == 0) continue;
     if (contains(item, "offload")) {
-      m.reason = "\"" + item + "\": CPU activation offload of some layers is a per-layer policy, which hbmsim cannot express "
-                 "yet (issue #19)";
-      return false;
+      // "CPU act-offload N layers" / "N of L layers": Megatron cpu_offloading_num_layers, the saved activations
+      // of the first N layers sent to host (Transformer Engine's offload handler, in forward order).
+      auto n = number_after(item, item.find("offload"));
+      if (!n || *n <= 0) {
+        m.reason = "\"" + item + "\": the number of offloaded layers is not stated";
+        return false;
+      }
+      c.offload_layers = *n;
+      offload_text = "; \"" + item + "\": offload_layers " + str(*n);
+      continue;
     }
     if (contains(item, "full recompute")) {
       auto block = item.find("block");
       auto n = block == std::string::npos ? std::nullopt : number_after(item, block);
       if (n && *n < layers_per_chunk) {
-        m.reason = "\"" + item + "\": full recompute of " + str(*n) + " of the " + str(layers_per_chunk) +
-                   " layers per pipeline chunk is a per-layer policy, which hbmsim cannot express yet (issue #19)";
-        return false;
+        // recompute_method block: the first N layers of every model chunk recomputed, the others keep all.
+        c.recompute_layers = *n;
+        m.recompute = "\"" + item + "\": recompute_layers " + str(*n) + " of " + str(layers_per_chunk) + " per chunk";
+        continue;
       }
-      policy = "full";
+      c.policy = "full";
       m.recompute = "\"" + item + "\": full";
       continue;
     }
@@ -118,10 +127,10 @@ bool map_recompute(const std::string& text, std::int64_t layers_per_chunk, RunMa
       std::string module = "core_attn";
       if (item.rfind("sel. recompute", 0) == 0) module = trim(item.substr(14));
       if (module.empty() || module == "core_attn") {
-        policy = "minimal";
+        c.policy = "minimal";
         m.recompute = "\"" + item + "\" (selective, core attention): minimal";
       } else if (module == "moe_act" || module == "layernorm" || module == "mla_up_proj") {
-        policy = "minimal_with_context";
+        c.policy = "minimal_with_context";
         m.recompute = "\"" + item + "\" (selective, " + module + " only): minimal_with_context";
       } else {
         m.reason = "\"" + item + "\": no hbmsim preset recomputes only " + module;
@@ -132,6 +141,7 @@ bool map_recompute(const std::string& text, std::int64_t layers_per_chunk, RunMa
     m.reason = "remat_offload item " + quote(item) + " not understood";
     return false;
   }
+  m.recompute += offload_text;
   return true;
 }
 
@@ -238,7 +248,7 @@ RunMapping map_published_run(const PublishedRun& r) {
     c.embedding_as_layer = c.loss_as_layer = true;
   const std::int64_t units = spec.num_layers + (c.embedding_as_layer ? 2 : 0);
   const std::int64_t layers_per_chunk = std::max<std::int64_t>(1, units / std::max<std::int64_t>(1, chunks));
-  if (!map_recompute(r.remat_offload, layers_per_chunk, m, c.policy)) return no(m.reason);
+  if (!map_recompute(r.remat_offload, layers_per_chunk, m, c)) return no(m.reason);
 
   // A GAn note is the source's own accumulation count: say when the batch and layout give another.
   if (auto ga = r.notes.find("GA"); ga != std::string::npos) {

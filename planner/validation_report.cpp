@@ -8,6 +8,14 @@ namespace hbmsim {
 
 namespace {
 
+// The row's policy with its Megatron layer counts.
+std::string policy_text(const RunConfig& c) {
+  std::string out = c.policy;
+  if (c.offload_layers > 0) out += ", offload_layers " + std::to_string(c.offload_layers);
+  if (c.recompute_layers > 0) out += ", recompute_layers " + std::to_string(c.recompute_layers);
+  return out;
+}
+
 std::string fmt(double v, int digits) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", digits, v);
@@ -41,8 +49,6 @@ std::string summary_md_row(const std::string& kind, const ErrorSummary& s) {
 std::string reason_kind(const std::string& reason) {
   auto has = [&](const char* w) { return reason.find(w) != std::string::npos; };
   if (reason.rfind("hbmsim refuses: ", 0) == 0) return reason;
-  if (has("issue #19") && has("offload")) return "CPU activation offload of some layers: a per-layer policy (issue #19)";
-  if (has("issue #19") && has("full recompute")) return "full recompute of some layers: a per-layer policy (issue #19)";
   if (has("HGX B200/B300")) return "no built-in system for air-cooled HGX B200/B300";
   if (has("MoE parallel folding")) return "expert tensor parallel (ETP) other than tp: Megatron's MoE parallel folding";
   return reason;
@@ -113,9 +119,10 @@ const std::vector<std::string>& validation_rules() {
       "context). Selective recompute (`recompute-activations`, `(selective)`: Megatron's recompute_granularity=selective, "
       "module core_attn) -> `minimal`, which keeps the projections and MLP outputs and recomputes the core attention; "
       "selective recompute of a cheap module hbmsim has no name for (`sel. recompute moe_act`, `mla_up_proj`, "
-      "`layernorm`) -> `minimal_with_context`. Full recompute -> `full`, but of N layers per pipeline chunk (\"block N "
-      "layers\") when N is fewer than the chunk's layers: not expressible, a per-layer policy (issue #19). CPU "
-      "activation offload of some layers: not expressible, a per-layer offload (issue #19); no approximation is used. "
+      "`layernorm`) -> `minimal_with_context`. Full recompute -> `full`; of N layers per pipeline chunk (\"block N "
+      "layers\", N fewer than the chunk's layers) -> `recompute_layers N`, the first N layers of every chunk fully "
+      "recomputed and the rest kept. CPU activation offload of N layers -> `offload_layers N`: the first N layers send "
+      "every tensor they save, their input included, to host (Transformer Engine's offload handler). "
       "flash-attn2 and TE name the kernels hbmsim's costs already assume.",
       "**SFT / LoRA** rows: not expressible (hbmsim simulates pre-training steps). A row without a measured tok_s_gpu "
       "is simulated when expressible but is in no error statistic. A configuration hbmsim refuses is listed with its "
@@ -221,7 +228,7 @@ std::string validation_markdown(const std::vector<ValidationRow>& rows, const Va
     const auto& p = r.predicted;
     out += "| " + std::to_string(r.run.row) + " | " + md_cell(r.run.src) + " | " + md_cell(r.run.system) + " | " +
            std::to_string(r.run.gpus) + " | " + md_cell(r.run.model) + " | " + md_cell(r.run.prec) + " | " + md_cell(validation_layout(r)) +
-           " | " + (r.mapping.config ? r.mapping.config->policy : "-") + " | " + (r.run.tok_s_gpu ? fmt(*r.run.tok_s_gpu, 0) : "-") +
+           " | " + (r.mapping.config ? policy_text(*r.mapping.config) : "-") + " | " + (r.run.tok_s_gpu ? fmt(*r.run.tok_s_gpu, 0) : "-") +
            " | " + (p ? fmt(p->tokens_per_s_per_device, 0) : "-") + " | " + (r.error ? pct(*r.error) : "-") + " | " +
            (p ? fmt(p->tflops_per_device, 1) : "-") + " | " + (p ? fmt(p->hbm_peak_bytes / 1073741824.0, 1) : "-") + " | " +
            (p ? (p->fits ? "yes" : "**no**") : "-") + " | " + md_cell(validation_note(r)) + " |\n";

@@ -171,7 +171,7 @@ void plan_template(const LayerTemplate& t, const Policy& policy, const Costs& c,
   p.last_fwd_use.assign(nt, -1);
   for (std::size_t i = 0; i < nt; ++i)
     if (t.tensors[i].checkpoint) p.placement[i] = policy.placement(t.tensors[i].name);
-  p.placement[0] = Placement::device;
+  p.placement[0] = policy.offload_input ? Placement::offload : Placement::device;
   for (std::size_t o = 0; o < no; ++o) {
     for (int out : t.ops[o].outputs) p.producer[static_cast<std::size_t>(out)] = static_cast<int>(o);
     for (int s : t.ops[o].saved) p.needed_in_bwd[static_cast<std::size_t>(s)] = true;

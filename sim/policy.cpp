@@ -25,7 +25,8 @@ Placement parse_placement(const std::string& s, const std::string& where) {
 }
 
 Placement Policy::placement(const std::string& name) const {
-  if (name == "decoder_layer_input") return Placement::device;  // the remat boundary is always saved
+  if (name == "decoder_layer_input")  // the remat boundary is always saved, on device unless it goes with the rest
+    return offload_input ? Placement::offload : Placement::device;
   auto it = placements.find(name);
   return it == placements.end() ? Placement::remat : it->second;
 }
@@ -137,6 +138,7 @@ void add_offload_layers(Policy& p, std::int64_t n, std::int64_t num_layers) {
       any = true;
     }
   if (!any) throw InputError(field + " (policy " + p.preset + " keeps nothing on device to offload)");
+  rule.offload_input = true;
   rule.preset = p.preset + (p.preset.size() > 10 && p.preset.substr(p.preset.size() - 10) == "_offloaded" ? "" : "_offloaded");
   add_rule(p, std::move(rule), 0, n - 1, num_layers, field);
 }

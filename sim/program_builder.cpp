@@ -707,6 +707,7 @@ class StageBuilder {
         first_op = false;
         w_.op(id).deps.push_back(ag.op);
         for (int c : barrier[at(i)]) w_.op(id).deps.push_back(c);
+        if (p.placement[0] == Placement::offload) pending.push_back({0, id, st.buf[0]});  // the input is here by now
       }
       for (int out : def.outputs) w_.op(id).allocs.push_back(st.buf[static_cast<std::size_t>(out)]);
       for (int out : def.outputs) {
@@ -743,6 +744,9 @@ class StageBuilder {
       barrier[done_by].push_back(copy);
     }
     for (int r : tails) barrier[at(i + 1)].push_back(r);
+    // An offloaded input's device copy lives until its last forward reader too (the D2H holds the other reference).
+    if (p.placement[0] == Placement::offload && p.last_fwd_use[0] >= 0)
+      w_.op(op_id[static_cast<std::size_t>(p.last_fwd_use[0])]).releases.push_back(st.buf[0]);
     // Forward-only tensors die after their last forward reader (or at once if nobody reads them).
     for (std::size_t k = 1; k < nt; ++k) {
       if (static_cast<int>(k) == t.output_tensor || p.placement[k] == Placement::device) continue;
@@ -804,7 +808,7 @@ class StageBuilder {
     for (std::size_t k = 0; k < nt; ++k) grad_ops[k].clear();
     tails.clear();
     for (std::size_t k = 0; k < nt; ++k)
-      if (k == 0 || p.placement[k] == Placement::device) buf[k] = f.buf[k];
+      if ((k == 0 && p.placement[0] != Placement::offload) || p.placement[k] == Placement::device) buf[k] = f.buf[k];
     auto make_h2d = [&](std::size_t k, int after) {
       int dst = w_.add_buffer(t.tensors[k].bytes, MemCategory::offload_buffers);
       int copy = w_.copy(true, t.tensors[k].bytes, p.h2d_s[k], static_cast<int>(l), label("h2d ", t.tensors[k].name, l));
@@ -825,7 +829,7 @@ class StageBuilder {
     if (opt_.lhs) {
       auto& prefetch = scratch_.prefetch;
       prefetch.clear();
-      for (std::size_t k = 1; k < nt; ++k)
+      for (std::size_t k = 0; k < nt; ++k)
         if (p.placement[k] == Placement::offload && read(k)) prefetch.push_back(static_cast<int>(k));
       std::stable_sort(prefetch.begin(), prefetch.end(), [&](int a, int b) {
         return p.first_read[static_cast<std::size_t>(a)] < p.first_read[static_cast<std::size_t>(b)];
@@ -946,11 +950,11 @@ class StageBuilder {
     me.last = w_.last_compute();
     if (opt_.reshard_weights || last_microbatch) w_.op(me.last).releases.push_back(ag.buf);
     // Saved tensors nobody read, and host copies nobody fetched, go at the end of the iteration.
-    for (std::size_t k = 1; k < nt; ++k) {
-      if (p.placement[k] == Placement::device && !read(k)) w_.op(me.last).releases.push_back(f.buf[k]);
+    for (std::size_t k = 0; k < nt; ++k) {
+      if ((k == 0 || p.placement[k] == Placement::device) && buf[k] == f.buf[k] && !read(k))
+        w_.op(me.last).releases.push_back(f.buf[k]);
       if (p.placement[k] == Placement::offload && h2d[k] < 0) w_.op(me.last).releases.push_back(f.host_buf[k]);
     }
-    if (!read(0)) w_.op(me.last).releases.push_back(f.buf[0]);
     if (split) {
       for (int r : tails) wp->deps.push_back(r);
       return {grad[0], -1};
