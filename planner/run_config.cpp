@@ -142,7 +142,7 @@ TrainingSpec training_shape(const RunConfig& c) {
   p.pp = c.pp;
   p.vp = c.vp;
   p.schedule = parse_pipeline_schedule(c.pp_schedule, "pp_schedule");
-  p.split = {c.first_stage_layers, c.last_stage_layers, c.embedding_as_layer, c.loss_as_layer};
+  p.split = {c.first_stage_layers, c.last_stage_layers, c.embedding_as_layer, c.loss_as_layer, c.pipeline_layout};
   p.order = parse_mesh_order(c.mesh_order, "mesh_order");
   p.sequence_parallel = c.sequence_parallel;
   if (c.cp_exchange == "ring") p.cp_exchange = CpExchange::ring;

@@ -33,6 +33,7 @@ struct RunConfig {
   std::int64_t microbatches = 0;        // MaxText num_pipeline_microbatches (0: pp)
   std::int64_t first_stage_layers = 0, last_stage_layers = 0;  // 0: an even split
   bool embedding_as_layer = false, loss_as_layer = false;
+  std::string pipeline_layout;          // Megatron pipeline_model_parallel_layout ("": the split above)
   bool reshard_weights = true;          // FSDP frees gathered weights after each use
   std::string mesh_order = "maxtext";   // maxtext, megatron, or the axes outermost first
   bool sequence_parallel = true;

@@ -52,6 +52,10 @@ const std::vector<RunField> kFields = {
     {"loss_as_layer", "--loss-as-layer",
      "The head and loss count as a layer in the even pipeline split (Megatron account_for_loss_in_pipeline_split)",
      &C::loss_as_layer},
+    {"pipeline_layout", "--pipeline-layout",
+     "Megatron pipeline_model_parallel_layout: chunks split by |, E embedding, t layer, m MTP (not simulated), L loss, "
+     "X*N repeats (e.g. Et*4|(t*4|)*14tmL); every chunk's layers outright",
+     &C::pipeline_layout},
     {"mesh_order", "--mesh-order",
      "Device mesh order, outermost first: maxtext (dp,pp,fsdp,cp,tp,ep), megatron (pp,dp,fsdp,ep,cp,tp) or a list",
      &C::mesh_order},

@@ -246,6 +246,18 @@ RunMapping map_published_run(const PublishedRun& r) {
   const std::int64_t chunks = r.pp * r.vp;
   if (r.pp > 1 && spec.num_layers % chunks != 0 && (spec.num_layers + 2) % chunks == 0)
     c.embedding_as_layer = c.loss_as_layer = true;
+  // DeepSeek-V3's 61 layers: Megatron-Bridge's recipes give a layout per chunk count (its DeepSeek-V3 layout
+  // map for 4, 8 and 16 chunks, and "Et*4|(t*4|)*14tmL" in the pp 2 x vp 8 performance recipes): each chunk
+  // ceil(61 / chunks) layers, the last one the rest with the MTP layer and the loss.
+  if (r.pp > 1 && spec.num_layers % chunks != 0 && !c.embedding_as_layer && m.model_id == "deepseek-v3-671b") {
+    const std::int64_t per = (spec.num_layers + chunks - 1) / chunks, rest = spec.num_layers - per * (chunks - 1);
+    if (rest > 0) {
+      const bool mtp = !contains(r.model, "no MTP");
+      c.pipeline_layout = "Et*" + str(per) + "|" + (chunks > 2 ? "(t*" + str(per) + "|)*" + str(chunks - 2) : std::string()) +
+                          "t*" + str(rest) + (mtp ? "m" : "") + "L";
+      if (mtp) m.remarks.push_back("the MTP layer (mtp_num_layers 1) is not simulated");
+    }
+  }
   const std::int64_t units = spec.num_layers + (c.embedding_as_layer ? 2 : 0);
   const std::int64_t layers_per_chunk = std::max<std::int64_t>(1, units / std::max<std::int64_t>(1, chunks));
   if (!map_recompute(r.remat_offload, layers_per_chunk, m, c)) return no(m.reason);

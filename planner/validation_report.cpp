@@ -103,8 +103,11 @@ const std::vector<std::string>& validation_rules() {
       "overlapped (hbmsim's defaults).",
       "**pipeline split**: even; when pp x vp does not divide the layers but does divide them plus two, the embedding "
       "and the loss count as a layer each (Megatron's account_for_embedding/loss_in_pipeline_split, which the Llama 3.1 "
-      "405B recipes set for its 126 layers). Other splits (DeepSeek-V3's 61 layers with vp, which Megatron-Bridge lays "
-      "out with a custom pipeline layout) are left to hbmsim, which refuses them naming the field.",
+      "405B recipes set for its 126 layers; over pp 16 x vp 8 the first chunk is the embedding alone and the last the loss "
+      "alone). DeepSeek-V3's 61 layers over c chunks take Megatron-Bridge's layout (its DeepSeek-V3 layout map for 4, 8 "
+      "and 16 chunks; `Et*4|(t*4|)*14tmL` in the pp 2 x vp 8 performance recipes): ceil(61 / c) layers per chunk, the "
+      "rest in the last with the MTP layer and the loss, as `pipeline_layout`. hbmsim does not simulate the MTP layer "
+      "(a remark on those rows). Other splits are left to hbmsim, which refuses them naming the field.",
       "**dp_fsdp**: Megatron's data-parallel size is gpus / (tp x cp x pp), and expert parallelism is carved out of it; "
       "hbmsim's replicas count its `ep` axis too, so `dp` = gpus / (tp x cp x pp x ep). DDP -> that dp with the "
       "distributed optimizer (`sharded_optimizer on`, `fsdp 1`); FSDP / FSDPn -> `fsdp` n (all of those ranks when n is "

@@ -458,9 +458,10 @@ class StageBuilder {
       head_forward(rec, fwd, barrier, layer_in_op);
       return layer_in_op;
     }
-    // The send waits for the chunk's last iteration to close (its copies and overlapped tails).
+    // The send waits for the chunk's last iteration to close (its copies and overlapped tails); a chunk
+    // without layers passes its input on.
     Crossing& out = forward_in(mb, k + 1);
-    send(out, input_buf, k + 1, fwd[at(n - 1)].last, 'f', "send activations", mb);
+    send(out, input_buf, k + 1, n > 0 ? fwd[at(n - 1)].last : layer_in_op, 'f', "send activations", mb);
     for (auto& b : {barrier[at(n)], barrier[at(n) + 1]})
       for (int op : b) w_.op(out.send).deps.push_back(op);
     return layer_in_op;
@@ -497,7 +498,7 @@ class StageBuilder {
       rec.stats = w_.comm(Axis::tp, costs_.comm(g_.loss_stats, false), 1.0, 'f', -1, "loss_all_reduce");
       w_.op(rec.stats).deps.push_back(loss);
     }
-    rec.head_input = fwd[n - 1].output_buf;  // what the head read: freed by its backward
+    rec.head_input = n > 0 ? fwd[n - 1].output_buf : rec.input_buf;  // what the head read: freed by its backward
   }
 
   // The head's backward: the gradient of the last layer's output. Returns the op it ends with; `grad`
@@ -536,7 +537,7 @@ class StageBuilder {
     auto& bwd = scratch_.bwd;
     bwd.assign(at(n), BackwardLayer{});
     if (split_weights()) rec.weights.resize(at(n));
-    if (opt_.pipelined_collectives) bwd[at(n - 1)].gather = gather_layer(last, previous_pass, 'b');
+    if (opt_.pipelined_collectives && n > 0) bwd[at(n - 1)].gather = gather_layer(last, previous_pass, 'b');
     std::vector<int> reduce_scatter(at(n), -1);
     const bool sync_layers = sync && multi(g_.grad_sync) && !split_weights();
     for (std::int64_t i = n - 1; i >= 0; --i) {

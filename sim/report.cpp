@@ -35,7 +35,10 @@ std::string layer_ranges(const StepGraph& g, const StepGraph::Stage& st) {
   for (int k : st.chunks) {
     const auto& c = g.chunks[static_cast<std::size_t>(k)];
     if (!out.empty()) out += ",";
-    out += std::to_string(c.first_layer) + "-" + std::to_string(c.end_layer - 1);
+    // A chunk without layers holds the embedding (E) or the loss (L), as Megatron's layouts write them.
+    if (c.layers() == 0) out += c.embedding ? "E" : c.head ? "L" : "none";
+    else if (c.layers() == 1) out += std::to_string(c.first_layer);
+    else out += std::to_string(c.first_layer) + "-" + std::to_string(c.end_layer - 1);
   }
   return out;
 }

@@ -361,3 +361,72 @@ TEST_CASE("a stage prefetches weights at most one pass ahead, however many micro
   auto r = run_simulation(c);
   for (const auto& st : r.stages) CHECK(st.hbm_breakdown_bytes.at("gathered_weights") <= 6 * 218e6 * 2);
 }
+
+TEST_CASE("a Megatron pipeline layout gives each chunk's layers; bad layouts name the layout", "[pipeline][errors]") {
+  // Megatron-Bridge's DeepSeek-V3 layout for pp 2 x vp 8: 15 chunks of 4 layers and a last one of 1 with the
+  // MTP layer and the loss: 15 x 4 + 1 = 61.
+  std::int64_t mtp = -1;
+  auto counts = parse_pipeline_layout("Et*4|(t*4|)*14tmL", mtp);
+  REQUIRE(counts.size() == 16);
+  CHECK(counts.front() == 4);
+  CHECK(counts[14] == 4);
+  CHECK(counts.back() == 1);
+  CHECK(mtp == 1);
+  counts = parse_pipeline_layout("E|t,t|t t|L", mtp);  // commas and spaces are ignored; end chunks may be empty
+  CHECK(counts == std::vector<std::int64_t>{0, 2, 2, 0});
+  CHECK(mtp == 0);
+  for (auto [layout, why] : std::vector<std::pair<std::string, std::string>>{
+           {"Et*4|t*4", "must end with L"}, {"t*4|EtL", "E, the embedding, must open the first chunk"},
+           {"Et*0L", "'*' needs a count of at least 1"}, {"E(t|L", "unclosed '('"}, {"Et)L", "unmatched ')'"},
+           {"EtxL", "unexpected 'x'"}, {"Et*99999999L", "more than 100000 symbols"}, {"ELt", "L, the loss, must close"}}) {
+    INFO(layout);
+    CHECK_THROWS_WITH(parse_pipeline_layout(layout, mtp), Catch::Contains("layout = \"" + layout + "\"") && Catch::Contains(why));
+  }
+  ModelSpec m;
+  m.num_layers = 61;
+  Parallelism p;
+  p.pp = 2;
+  p.vp = 8;
+  p.split.layout = "Et*4|(t*4|)*14tmL";
+  auto chunks = pipeline_chunks(m, p);
+  CHECK(chunks.size() == 16);
+  CHECK(chunks[15].first_layer == 60);
+  CHECK(chunks[15].stage == 1);
+  p.vp = 4;
+  CHECK_THROWS_WITH(pipeline_chunks(m, p), Catch::Contains("(16 chunks; pp x vp = 8)"));
+  p.vp = 8;
+  m.num_layers = 62;
+  CHECK_THROWS_WITH(pipeline_chunks(m, p), Catch::Contains("(61 decoder layers; the model has num_layers = 62)"));
+  m.num_layers = 61;
+  p.split.embedding_as_layer = true;
+  CHECK_THROWS_WITH(pipeline_chunks(m, p), Catch::Contains("drop first/last_stage_layers and embedding/loss_as_layer"));
+}
+
+TEST_CASE("chunks holding only the embedding or only the loss run, and one split written two ways is one run", "[pipeline]") {
+  // Llama 3.1 8B's 32 layers plus the embedding and the loss as a unit each over pp 2 x vp 17: the first chunk
+  // is the embedding alone, the last the loss alone (as Llama 3.1 405B's 126 + 2 over pp 16 x vp 8).
+  RunConfig c = test::llama8b_h200("minimal");
+  c.pp = 2;
+  c.vp = 17;
+  c.microbatches = 4;
+  c.embedding_as_layer = c.loss_as_layer = true;
+  const auto units = run_simulation(c);
+  REQUIRE(units.stages.size() == 2);
+  CHECK(units.stages[0].layers.rfind("E,1,3,", 0) == 0);  // chunk k (layer k - 1) on stage k % 2
+  CHECK(units.stages[1].layers.substr(units.stages[1].layers.size() - 5) == ",30,L");
+  CHECK(units.executed_flops_per_device >= units.model_flops_per_device);
+  // The same split as a layout: the same program, the same numbers.
+  RunConfig layout = c;
+  layout.embedding_as_layer = layout.loss_as_layer = false;
+  layout.pipeline_layout = "E|(t|)*32L";
+  const auto written = run_simulation(layout);
+  CHECK(written.step_time_s == units.step_time_s);
+  CHECK(written.hbm_peak_bytes == units.hbm_peak_bytes);
+  // An even split written as a layout is the even split.
+  RunConfig even = test::llama8b_h200("minimal");
+  even.pp = 2;
+  even.microbatches = 4;
+  RunConfig even_layout = even;
+  even_layout.pipeline_layout = "Et*16|t*16L";
+  CHECK(run_simulation(even_layout).step_time_s == run_simulation(even).step_time_s);
+}

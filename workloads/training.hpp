@@ -29,9 +29,11 @@ PipelineSchedule parse_pipeline_schedule(const std::string& text, const std::str
 // How the layers are split into pipeline stages (Megatron-Core's options): an even split by default; given
 // first/last stage layer counts, the middle stages split the rest evenly; the embedding and the loss may
 // count as a layer each in the split (account_for_embedding/loss_in_pipeline_split).
+// A layout (Megatron's pipeline_model_parallel_layout) gives every chunk's layers outright.
 struct PipelineSplit {
   std::int64_t first_stage_layers = 0, last_stage_layers = 0;  // 0: from the even split
   bool embedding_as_layer = false, loss_as_layer = false;
+  std::string layout;  // "Et*4|(t*4|)*14tmL": E embedding, t layer, m MTP, L loss, | between chunks ("": none)
 };
 
 struct Parallelism {
