@@ -1,9 +1,13 @@
 #include "cli/format.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 
 namespace hbmsim::cli {
+
+bool stderr_is_terminal() { return isatty(fileno(stderr)) != 0; }
 
 std::string Table::render() const {
   std::vector<std::size_t> w(header.size(), 0);

@@ -13,5 +13,7 @@ struct Table {
 
 std::string fixed(double v, int digits);
 std::string gib(double bytes, int digits = 1);
+// Progress lines go to stderr only when a person watches it (--progress auto).
+bool stderr_is_terminal();
 
 }  // namespace hbmsim::cli

@@ -2,6 +2,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -15,6 +16,7 @@
 #include "cli/run_flags.hpp"
 #include "hwmodels/json_view.hpp"
 #include "planner/fit.hpp"
+#include "planner/layout_search.hpp"
 #include "planner/plan.hpp"
 #include "planner/plan_json.hpp"
 #include "planner/sweep.hpp"
@@ -143,6 +145,7 @@ void print_settings(const RunConfig& c) {
   std::printf("  simulate --config JSON: %s\n", dump_json(s["simulate_config"]).c_str());
   std::printf("  MaxText: %s\n", s["maxtext"].get<std::string>().c_str());
   std::printf("  XLA_FLAGS: %s\n", s["xla_flags"].get<std::string>().c_str());
+  std::printf("  Megatron: %s\n", s["megatron"].get<std::string>().c_str());
 }
 
 void register_plan(CLI::App& app) {
@@ -266,6 +269,81 @@ void register_plan(CLI::App& app) {
       Table t{{"host link GB/s", "TFLOP/s", "vs reference"}, {}};
       for (auto& [bw, tf] : r.curve) t.rows.push_back({fixed(bw / 1e9, 1), fixed(tf, 1), fixed(100 * (tf / r.reference_tflops - 1), 2) + "%"});
       std::cout << t.render();
+    });
+  }
+  {
+    auto* cmd = plan->add_subcommand("layout", "Fastest parallel layout, micro-batch and policy for a model on N GPUs at a fixed global batch");
+    auto flags = make_run_flags(cmd);
+    auto top = std::make_shared<std::size_t>(10);
+    auto jobs = std::make_shared<int>(2);
+    auto policies = std::make_shared<std::vector<std::string>>();
+    auto mbs = std::make_shared<std::vector<std::int64_t>>();
+    auto no_prune = std::make_shared<bool>(false);
+    auto json = std::make_shared<bool>(false);
+    auto progress = std::make_shared<std::string>("auto");
+    cmd->add_option("--top", *top, "How many layouts to list");
+    cmd->add_option("--jobs", *jobs, "Worker threads");
+    cmd->add_option("--policies", *policies, "Policy presets to try (default: all but custom)")->delimiter(',');
+    cmd->add_option("--micro-batches", *mbs, "Micro-batch sizes to try (sequences per replica; default 1,2)")->delimiter(',');
+    cmd->add_flag("--no-prune", *no_prune, "Simulate every candidate, also those whose memory lower bound exceeds HBM");
+    cmd->add_option("--progress", *progress, "auto (when stderr is a terminal), on, off");
+    cmd->add_flag("--json", *json, "Machine-readable output");
+    cmd->footer(
+        "The global batch is --global-batch (default: one sequence per GPU); the search sets tp, cp, pp, vp, ep, fsdp, dp,\n"
+        "the sharded optimizer, the micro-batch and the policy, and keeps every other field given.\n"
+        "Examples:\n"
+        "  hbmsim plan layout --model llama3.1-405b --gpus 1024 --system gb200-nvl72 --seq 8192\n"
+        "  hbmsim plan layout --model llama3.1-70b --gpus 64 --global-batch 256 --seq 8192 --weights fp8 --top 5");
+    cmd->callback([=] {
+      if (*progress != "auto" && *progress != "on" && *progress != "off")
+        throw InputError("--progress = " + quote(*progress) + " (expected auto, on or off)");
+      for (auto m : *mbs)
+        if (m < 1) throw InputError("--micro-batches " + std::to_string(m) + " (must be at least 1)");
+      for (auto& p : *policies) (void)make_policy(p);
+      auto base = resolve_run_flags(*flags, {"tp", "cp", "pp", "vp", "ep", "fsdp", "dp", "batch", "micro_batch", "grad_accum",
+                                             "sharded_optimizer", "policy", "microbatches"});
+      LayoutSearchOptions o;
+      o.top = *top;
+      o.jobs = *jobs;
+      o.prune = !*no_prune;
+      if (!policies->empty()) o.policies = *policies;
+      if (!mbs->empty()) o.micro_batches = *mbs;
+      const bool show = *progress == "on" || (*progress == "auto" && stderr_is_terminal());
+      const auto start = std::chrono::steady_clock::now();
+      if (show)
+        o.progress = [start](std::size_t done, std::size_t total) {
+          const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          std::fprintf(stderr, "\rplan layout: %zu/%zu simulated  %.0f s   ", done, total, s);
+        };
+      if (!*json)
+        std::printf("search: %s on %lld x %s GPUs, seq %lld, global batch %lld sequences\n", base.model.c_str(),
+                    static_cast<long long>(base.gpus), base.system.c_str(), static_cast<long long>(base.seq),
+                    static_cast<long long>(base.global_batch > 0 ? base.global_batch : base.gpus));
+      auto r = search_layouts(base, o);
+      if (show) std::fprintf(stderr, "\n");
+      if (*json) {
+        std::cout << dump_json(layout_search_json(r), 2) << "\n";
+        return;
+      }
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::printf("%zu candidates: %zu refused, %zu pruned by the memory bound, %zu by the step-time bound; %zu simulated, "
+                  "%zu fit (%.1f s)\n\n", r.candidates, r.refused, r.pruned, r.skipped, r.simulated, r.fitting, s);
+      if (r.top.empty()) {
+        std::printf("%s\n", r.none_fit.c_str());
+        return;
+      }
+      Table t{{"#", "tp", "cp", "pp", "vp", "ep", "fsdp", "dp", "mbs", "GA", "policy", "tok/s/GPU", "TFLOP/s", "HBM GiB", "host GiB", "limited by"}, {}};
+      for (std::size_t i = 0; i < r.top.size(); ++i) {
+        const auto& [c, rep, limit] = r.top[i];
+        t.rows.push_back({std::to_string(i + 1), std::to_string(c.tp), std::to_string(c.cp), std::to_string(c.pp), std::to_string(c.vp),
+                          std::to_string(c.ep), std::to_string(c.fsdp), std::to_string(c.dp) + (c.sharded_optimizer ? "*" : ""),
+                          std::to_string(c.micro_batch), std::to_string(rep.grad_accum), c.policy, fixed(rep.tokens_per_s_per_device, 0),
+                          fixed(rep.tflops_per_device, 1), gib(rep.hbm_peak_bytes), gib(rep.host_peak_bytes), limit});
+      }
+      std::cout << t.render();
+      std::printf("(dp*: optimizer state sharded over dp)\n\nfastest: %s, policy %s, micro-batch %lld\n", r.top[0].report.mesh.c_str(),
+                  r.top[0].config.policy.c_str(), static_cast<long long>(r.top[0].config.micro_batch));
+      print_settings(r.top[0].config);
     });
   }
   {

@@ -45,8 +45,6 @@ void print_repro(const std::vector<ReproRow>& rows, const std::vector<ClaimCheck
   std::cout << c.render();
 }
 
-bool stderr_is_terminal() { return isatty(fileno(stderr)) != 0; }
-
 }  // namespace
 
 void register_planner_commands(CLI::App& app) {

@@ -467,8 +467,34 @@ std::string xla_flags(const RunConfig& c) {
   return out;
 }
 
+std::string megatron_settings(const RunConfig& c) {
+  std::string out = "--tensor-model-parallel-size " + std::to_string(c.tp) + " --pipeline-model-parallel-size " + std::to_string(c.pp);
+  if (c.vp > 1) out += " --virtual-pipeline-model-parallel-size " + std::to_string(c.vp);
+  if (c.embedding_as_layer) out += " --account-for-embedding-in-pipeline-split";
+  if (c.loss_as_layer) out += " --account-for-loss-in-pipeline-split";
+  if (!c.pipeline_layout.empty()) out += " --pipeline-model-parallel-layout \"" + c.pipeline_layout + "\"";
+  out += " --context-parallel-size " + std::to_string(c.cp) + " --expert-model-parallel-size " + std::to_string(c.ep);
+  if (c.tp > 1 && c.sequence_parallel) out += " --sequence-parallel";
+  if (c.micro_batch > 0) out += " --micro-batch-size " + std::to_string(c.micro_batch);
+  if (c.global_batch > 0) out += " --global-batch-size " + std::to_string(c.global_batch);
+  if (c.fsdp > 1) out += " --use-megatron-fsdp" + std::string(c.dp > 1 ? " (sharded over " + std::to_string(c.fsdp) + " GPUs, replicated over " + std::to_string(c.dp) + ")" : "");
+  else if (c.sharded_optimizer) out += " --use-distributed-optimizer";
+  if (c.weights == "fp8" || c.attention_dtype == "fp8") out += " --fp8-format hybrid";
+  if (c.policy == "full") out += " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1";
+  else if (c.policy == "minimal") out += " --recompute-granularity selective";
+  else if (c.policy != "minimal_with_context")
+    out += " (policy " + c.policy + ": MaxText per-tensor placement, no Megatron equivalent)";
+  if (c.recompute_layers > 0)
+    out += " --recompute-granularity full --recompute-method block --recompute-num-layers " + std::to_string(c.recompute_layers);
+  if (c.offload_layers > 0) out += " --cpu-offloading --cpu-offloading-num-layers " + std::to_string(c.offload_layers);
+  if (!c.layer_policies.empty()) out += " (layer_policies " + c.layer_policies + ": no Megatron equivalent)";
+  return out;
+}
+
+
 nlohmann::json runnable_settings(const RunConfig& c) {
-  return {{"simulate_config", c.to_json()}, {"maxtext", maxtext_settings(c)}, {"xla_flags", xla_flags(c)}};
+  return {{"simulate_config", c.to_json()}, {"maxtext", maxtext_settings(c)}, {"xla_flags", xla_flags(c)},
+          {"megatron", megatron_settings(c)}};
 }
 
 }  // namespace hbmsim

@@ -79,9 +79,11 @@ struct HbmNeeded {
 };
 HbmNeeded hbm_needed(const RunConfig& config);
 
-// The settings that would run a config: simulate --config JSON, MaxText keys, XLA flags.
+// The settings that would run a config: simulate --config JSON, MaxText keys, XLA flags, Megatron arguments.
 nlohmann::json runnable_settings(const RunConfig& config);
 std::string maxtext_settings(const RunConfig& config);
+// The Megatron-LM arguments that realise a config, with a note where a setting has no Megatron equivalent.
+std::string megatron_settings(const RunConfig& config);
 std::string xla_flags(const RunConfig& config);
 
 }  // namespace hbmsim

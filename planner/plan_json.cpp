@@ -47,4 +47,22 @@ nlohmann::json hbm_needed_json(const HbmNeeded& r) {
           {"breakdown", r.report.hbm_breakdown_bytes}};
 }
 
+nlohmann::json layout_search_json(const LayoutSearch& r) {
+  auto top = nlohmann::json::array();
+  for (std::size_t i = 0; i < r.top.size(); ++i) {
+    const RunConfig& c = r.top[i].config;
+    top.push_back({{"rank", i + 1},
+                   {"degrees", {{"tp", c.tp}, {"cp", c.cp}, {"pp", c.pp}, {"vp", c.vp}, {"ep", c.ep}, {"fsdp", c.fsdp}, {"dp", c.dp}}},
+                   {"sharded_optimizer", c.sharded_optimizer},
+                   {"policy", c.policy},
+                   {"micro_batch", c.micro_batch},
+                   {"grad_accum", r.top[i].report.grad_accum},
+                   {"limit", r.top[i].limit},
+                   {"report", r.top[i].report.to_json()},
+                   {"settings", runnable_settings(c)}});
+  }
+  return {{"global_batch", r.global_batch}, {"candidates", r.candidates}, {"pruned", r.pruned}, {"skipped", r.skipped}, {"refused", r.refused},
+          {"simulated", r.simulated}, {"fitting", r.fitting}, {"none_fit", r.none_fit}, {"top", top}};
+}
+
 }  // namespace hbmsim

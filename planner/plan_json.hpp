@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "planner/layout_search.hpp"
 #include "planner/plan.hpp"
 
 namespace hbmsim {
@@ -19,5 +20,8 @@ nlohmann::json largest_batch_json(const std::string& label, const LargestBatch& 
 nlohmann::json policy_search_json(const PolicySearch& r);
 nlohmann::json break_even_json(const BreakEven& r, double tolerance);
 nlohmann::json hbm_needed_json(const HbmNeeded& r);
+// {global_batch, candidates, pruned, refused, simulated, fitting, none_fit, top: [{rank, degrees, policy,
+// micro_batch, grad_accum, limit, report, settings}]}.
+nlohmann::json layout_search_json(const LayoutSearch& r);
 
 }  // namespace hbmsim

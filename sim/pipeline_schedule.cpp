@@ -74,6 +74,9 @@ Table zero_bubble_h1(int p, int m) {
 
 std::vector<std::vector<PipelineTask>> pipeline_schedule(PipelineSchedule s, int stages, int virtual_stages, int microbatches) {
   if (stages <= 0 || virtual_stages <= 0 || microbatches <= 0) throw std::logic_error("pipeline_schedule: empty pipeline");
+  // One stage is no pipeline: each micro-batch's forward then its backward (gradient accumulation), whatever
+  // the schedule named; the builder splits weight gradients off only with pp > 1 (TemplatePlan).
+  if (stages == 1) s = PipelineSchedule::one_f_one_b;
   switch (s) {
     case PipelineSchedule::gpipe: return gpipe(stages, microbatches);
     case PipelineSchedule::one_f_one_b: return interleaved_1f1b(stages, virtual_stages, microbatches);

@@ -430,3 +430,17 @@ TEST_CASE("chunks holding only the embedding or only the loss run, and one split
   even_layout.pipeline_layout = "Et*16|t*16L";
   CHECK(run_simulation(even_layout).step_time_s == run_simulation(even).step_time_s);
 }
+
+TEST_CASE("with one stage every pipeline schedule is plain gradient accumulation", "[pipeline]") {
+  // pp 1 with zb-h1 built weight-gradient passes the builder had no record for (a crash the layout search's
+  // bound test found); GPipe would have held every micro-batch. One stage runs each micro-batch forward then
+  // backward, whatever the schedule's name.
+  RunConfig c = test::llama8b_h200("minimal");
+  c.grad_accum = 3;
+  const double step = run_simulation(c).step_time_s;
+  for (const char* s : {"gpipe", "zb-h1"}) {
+    c.pp_schedule = s;
+    INFO(s);
+    CHECK(run_simulation(c).step_time_s == step);
+  }
+}

@@ -1,0 +1,241 @@
+#include "planner/layout_search.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "planner/sweep.hpp"
+#include "sim/bounds.hpp"
+
+namespace hbmsim {
+
+namespace {
+
+std::string str(std::int64_t v) { return std::to_string(v); }
+
+std::string fixed(double v, int digits) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+// Sequences per step when the base config gives none: one per GPU.
+std::int64_t search_global_batch(const RunConfig& base) { return base.global_batch > 0 ? base.global_batch : base.gpus; }
+
+// The data axes for `rest` GPUs per (tp, cp, pp, ep) group: FSDP over all of them; data parallel with the
+// optimizer state sharded over it (Megatron's distributed optimizer, ZeRO-1); and, when it differs from both,
+// FSDP within the scale-up domain and data parallel across (hybrid sharding).
+struct DataAxes {
+  std::int64_t fsdp, dp;
+  bool sharded_optimizer;
+};
+std::vector<DataAxes> data_axes(std::int64_t rest, std::int64_t model_parallel, std::int64_t domain_gpus) {
+  std::vector<DataAxes> out = {{rest, 1, false}};
+  if (rest > 1) out.push_back({1, rest, true});
+  std::int64_t f = 1;
+  while (f * 2 <= rest && rest % (f * 2) == 0 && model_parallel * f * 2 <= domain_gpus) f *= 2;
+  if (f > 1 && f < rest) out.push_back({f, rest / f, false});
+  return out;
+}
+
+// Pipeline splits for pp x vp chunks of `layers`: even, or with the embedding and loss counted as layers.
+bool set_split(RunConfig& c, std::int64_t layers) {
+  const std::int64_t chunks = c.pp * c.vp;
+  c.embedding_as_layer = c.loss_as_layer = false;
+  if (layers % chunks == 0 && chunks <= layers) return true;
+  if ((layers + 2) % chunks == 0 && chunks <= layers + 2 && c.pp > 1) {
+    c.embedding_as_layer = c.loss_as_layer = true;
+    return true;
+  }
+  return false;
+}
+
+// Bytes a layer keeps on device per micro-batch under its policy: its input (unless offloaded with it) and the
+// checkpoint tensors placed on device.
+double kept_bytes(const LayerTemplate& t, const Policy& p) {
+  double bytes = 0;
+  for (std::size_t k = 0; k < t.tensors.size(); ++k) {
+    const auto& tensor = t.tensors[k];
+    if (k == 0 ? p.placement("decoder_layer_input") == Placement::device
+               : tensor.checkpoint && p.placement(tensor.name) == Placement::device)
+      bytes += tensor.bytes;
+  }
+  return bytes;
+}
+
+bool is_offload_queue(const std::string& q) { return q == "d2h" || q == "h2d"; }
+
+}  // namespace
+
+std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSearchOptions& o) {
+  const ModelSpec model = resolve_model(base.model);
+  const System sys = resolve_run_system(base);
+  const std::int64_t G = search_global_batch(base), L = model.num_layers;
+  std::vector<std::int64_t> eps = {1};
+  if (model.num_experts > 0)
+    for (std::int64_t e : {8, 16, 32, 64})
+      if (model.num_experts % e == 0) eps.push_back(e);
+  std::vector<RunConfig> out;
+  for (std::int64_t tp : {1, 2, 4, 8})
+    for (std::int64_t cp : {1, 2, 4})
+      for (std::int64_t pp : {1, 2, 4, 8, 16})
+        for (std::int64_t vp : {1, 2, 4})
+          for (std::int64_t ep : eps) {
+            if ((pp == 1 && vp > 1) || (cp > 1 && base.seq / cp < 2048)) continue;
+            const std::int64_t group = tp * cp * pp * ep;
+            if (base.gpus % group != 0) continue;
+            for (const DataAxes& d : data_axes(base.gpus / group, tp * cp, sys.scale_up.domain_gpus))
+              for (std::int64_t mbs : o.micro_batches)
+                for (const std::string& policy : o.policies) {
+                  RunConfig c = base;
+                  c.tp = tp, c.cp = cp, c.pp = pp, c.vp = vp, c.ep = ep;
+                  c.fsdp = d.fsdp, c.dp = d.dp, c.sharded_optimizer = d.sharded_optimizer;
+                  c.batch.reset();
+                  c.grad_accum = 1;
+                  c.micro_batch = mbs;
+                  c.global_batch = G;
+                  c.microbatches = 0;
+                  c.first_stage_layers = c.last_stage_layers = 0;
+                  c.pipeline_layout.clear();
+                  c.stage_policies.clear();
+                  c.policy = policy;
+                  if (!set_split(c, L)) continue;
+                  out.push_back(std::move(c));
+                }
+          }
+  return out;
+}
+
+double hbm_lower_bound_bytes(const RunConfig& config) { return hbm_lower_bound_bytes(prepare_run(config)); }
+
+double hbm_lower_bound_bytes(const PreparedRun& run) {
+  const StepGraph& g = run.graph;
+  const Parallelism& p = g.training.parallelism;
+  const std::int64_t m = g.training.grad_accum;
+  double bound = 0;
+  for (std::size_t s = 0; s < g.stages.size(); ++s) {
+    const auto& st = g.stages[s];
+    double act = 0;
+    for (int k : st.chunks) {
+      const PipelineChunk& c = g.chunks[static_cast<std::size_t>(k)];
+      for (std::int64_t l = c.first_layer; l < c.end_layer; ++l) act += kept_bytes(g.layer(l), run.policy.for_layer(l, s));
+    }
+    // Micro-batches whose forward a stage has run before its first backward: 1F1B's warm-up (p - s, at most m),
+    // every one with GPipe; without pipelining the one micro-batch in flight.
+    const std::int64_t held = p.pp == 1 ? 1
+                              : p.schedule == PipelineSchedule::gpipe ? m
+                                                                      : std::min<std::int64_t>(p.pp - static_cast<std::int64_t>(s), m);
+    bound = std::max(bound, st.parameter_bytes + st.gradient_bytes + st.optimizer_bytes + run.system.runtime.reserve_bytes +
+                                static_cast<double>(held) * act);
+  }
+  return bound;
+}
+
+std::string limiting_resource(const StepReport& r) {
+  if (!r.fits) return r.fits_reason;
+  std::string what;
+  double worst = 0;
+  for (const auto& [q, s] : r.exposed_s)
+    if (s > worst) {
+      worst = s;
+      what = q == "pp" ? "pipeline bubble" : is_offload_queue(q) ? "host link (" + q + ")" : q + " collectives";
+    }
+  std::string out = worst < 0.05 * r.step_time_s
+                        ? "compute (MFU " + fixed(100 * r.mfu, 1) + "%)"
+                        : what + " " + fixed(worst, 2) + " s exposed (" + fixed(100 * worst / r.step_time_s, 0) + "% of the step)";
+  if (r.hbm_peak_bytes > 0.95 * r.hbm_capacity_bytes)
+    out += "; HBM " + fixed(100 * r.hbm_peak_bytes / r.hbm_capacity_bytes, 0) + "% full";
+  return out;
+}
+
+LayoutSearch search_layouts(const RunConfig& base, const LayoutSearchOptions& o) {
+  check_jobs(o.jobs);
+  if (o.top == 0) throw InputError("--top = 0 (must be at least 1)");
+  LayoutSearch out;
+  out.global_batch = search_global_batch(base);
+  const std::vector<RunConfig> all = layout_candidates(base, o);
+  out.candidates = all.size();
+  const double capacity = resolve_run_system(base).gpu.hbm_bytes;
+  // Bounds first, without simulating: a candidate whose HBM lower bound exceeds capacity cannot fit; the
+  // others are simulated fastest bound first. Candidates hbmsim refuses are counted, not simulated.
+  struct Bounded {
+    const RunConfig* config;
+    double step_s;
+  };
+  std::vector<Bounded> queue;
+  double closest_bound = 0;
+  const RunConfig* closest = nullptr;
+  for (const RunConfig& c : all) {
+    double hbm = 0, step = 0;
+    try {
+      const PreparedRun run = prepare_run(c);
+      hbm = hbm_lower_bound_bytes(run);
+      step = o.prune ? step_lower_bound(run.graph, run.system, run.policy, run.options).step_s : 0;
+    } catch (const InputError&) {
+      ++out.refused;
+      continue;
+    }
+    if (o.prune && hbm > capacity) {
+      ++out.pruned;
+      if (!closest || hbm < closest_bound) closest_bound = hbm, closest = &c;
+      continue;
+    }
+    queue.push_back({&c, step});
+  }
+  std::stable_sort(queue.begin(), queue.end(), [](const Bounded& a, const Bounded& b) { return a.step_s < b.step_s; });
+  // Every candidate has the same tokens per step, so the fastest step wins. Simulate in slices; stop once the
+  // top list is full and its slowest member is no slower than the next candidate's bound (branch and bound).
+  std::vector<LayoutResult> fitting;
+  StepReport nearest;
+  bool any = false;
+  std::size_t done = 0, next = 0;
+  auto kth_step = [&] {
+    std::vector<double> steps;
+    for (const auto& f : fitting) steps.push_back(f.report.step_time_s);
+    std::nth_element(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(o.top - 1), steps.end());
+    return steps[o.top - 1];
+  };
+  const std::size_t slice = static_cast<std::size_t>(8 * o.jobs);
+  while (next < queue.size()) {
+    if (o.prune && fitting.size() >= o.top && kth_step() <= queue[next].step_s) break;
+    std::vector<SweepPoint> points;
+    for (; next < queue.size() && points.size() < slice; ++next) points.push_back({points.size(), {}, *queue[next].config});
+    run_sweep(points, o.jobs, [&](const SweepRow& row) {
+      if (!row.report) {
+        ++out.refused;
+      } else {
+        ++out.simulated;
+        const StepReport& r = *row.report;
+        if (r.fits) {
+          ++out.fitting;
+          fitting.push_back({points[row.index].config, r, limiting_resource(r)});
+        } else if (!any || r.hbm_peak_bytes < nearest.hbm_peak_bytes) {
+          nearest = r;
+          any = true;
+        }
+      }
+      if (o.progress) o.progress(++done, queue.size());
+    });
+  }
+  out.skipped = queue.size() - next;
+  // Fastest first; ties (equal tokens/s) by lower HBM, then by enumeration order for a stable answer.
+  std::stable_sort(fitting.begin(), fitting.end(), [](const LayoutResult& a, const LayoutResult& b) {
+    if (a.report.tokens_per_s_per_device != b.report.tokens_per_s_per_device)
+      return a.report.tokens_per_s_per_device > b.report.tokens_per_s_per_device;
+    if (a.report.hbm_peak_bytes != b.report.hbm_peak_bytes) return a.report.hbm_peak_bytes < b.report.hbm_peak_bytes;
+    return config_id(a.config) < config_id(b.config);
+  });
+  if (fitting.size() > o.top) fitting.resize(o.top);
+  out.top = std::move(fitting);
+  if (out.top.empty()) {
+    if (any) out.none_fit = "nothing fits; the closest simulated candidate (" + nearest.mesh + ", policy " + nearest.policy + "): " +
+                            nearest.fits_reason + ", " + fixed(nearest.hbm_peak_bytes / 1073741824.0, 1) + " of " +
+                            fixed(capacity / 1073741824.0, 1) + " GiB HBM";
+    else if (closest) out.none_fit = "nothing fits; every candidate needs more HBM than " + fixed(capacity / 1073741824.0, 1) +
+                                     " GiB before simulating (the least: " + fixed(closest_bound / 1073741824.0, 1) + " GiB, policy " +
+                                     closest->policy + ")";
+    else out.none_fit = "no candidate layout: every combination was refused (GPUs " + str(base.gpus) + ")";
+  }
+  return out;
+}
+
+}  // namespace hbmsim

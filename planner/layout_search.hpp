@@ -1,0 +1,64 @@
+// `plan layout`: the fastest parallel layout for a model on N GPUs of a system at a fixed global batch. It
+// searches tp x cp x pp x vp x ep x the data axes (FSDP, data parallel with a sharded optimizer, or both) x the
+// micro-batch x the activation policy, drops what cannot fit by a memory lower bound before simulating,
+// simulates the rest fastest step-time bound first until no unsimulated candidate can enter the top list,
+// and ranks by tokens/s per GPU (every candidate has the same tokens per step).
+#pragma once
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "planner/run_config.hpp"
+
+namespace hbmsim {
+
+struct LayoutSearchOptions {
+  std::size_t top = 10;
+  int jobs = 1;
+  // Skip candidates whose HBM lower bound exceeds capacity, and those whose step-time lower bound cannot beat
+  // the top list (off: simulate them all; the answer is the same, which the tests check).
+  bool prune = true;
+  std::vector<std::string> policies = {"full", "minimal", "save_qkv_proj", "minimal_with_context", "qkv_proj_offloaded",
+                                       "minimal_offloaded"};
+  std::vector<std::int64_t> micro_batches = {1, 2};  // sequences per model replica per micro-step
+  // Called after each simulated candidate (from one thread at a time): done, total to simulate.
+  std::function<void(std::size_t, std::size_t)> progress;
+};
+
+struct LayoutResult {
+  RunConfig config;
+  StepReport report;
+  std::string limit;  // limiting_resource(report)
+};
+
+struct LayoutSearch {
+  std::int64_t global_batch = 0;     // sequences per step, the same for every candidate
+  std::vector<LayoutResult> top;     // fitting candidates, most tokens/s per GPU first
+  std::size_t candidates = 0;        // layouts x micro-batches x policies enumerated
+  std::size_t pruned = 0;            // dropped by the memory lower bound, never simulated
+  std::size_t refused = 0;           // bad combinations (a degree that does not divide, too few micro-batches)
+  std::size_t simulated = 0, fitting = 0;
+  // Never simulated: their step-time lower bound was no faster than the top list's slowest (branch and bound).
+  std::size_t skipped = 0;
+  std::string none_fit;  // when nothing fits: why not (the candidate closest to fitting and its memory)
+};
+
+// Every candidate the search considers, before pruning (configs hbmsim may still refuse).
+std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSearchOptions& options);
+
+// A lower bound of the HBM peak of `config` without simulating it: the worst stage's parameters, gradients,
+// optimizer state and runtime reserve, plus the activations its layers must keep (on device) for the
+// micro-batches 1F1B holds at once (the stage's first: min(pp, micro-batches) of them), each layer's input
+// and the checkpoint tensors the policy keeps. Throws InputError as prepare_run does.
+double hbm_lower_bound_bytes(const RunConfig& config);
+double hbm_lower_bound_bytes(const PreparedRun& run);
+
+// What limits a run, in words: what it runs out of when it does not fit; otherwise the longest exposed wait of
+// the compute stream ("tp collectives 0.41 s exposed (9%)", "pipeline bubble ...", "host link (h2d) ..."), or
+// "compute" when waits are under 5% of the step; HBM over 95% full is added.
+std::string limiting_resource(const StepReport& report);
+
+LayoutSearch search_layouts(const RunConfig& base, const LayoutSearchOptions& options);
+
+}  // namespace hbmsim

@@ -1,0 +1,182 @@
+// plan layout (issue #19): the bounds it prunes with, the search, and what it prints.
+#include <random>
+
+#include <catch2/catch.hpp>
+
+#include "helpers.hpp"
+#include "planner/layout_search.hpp"
+#include "planner/plan.hpp"
+#include "planner/sweep.hpp"
+#include "sim/bounds.hpp"
+
+using namespace hbmsim;
+
+TEST_CASE("the step-time and HBM lower bounds never exceed what the simulation gives", "[layout][invariants]") {
+  // Over random layouts, pipelines (GPipe, 1F1B, interleaved, ZB-H1), policies and schedule switches: the
+  // compute-only step bound is at most the simulated step and each stage's compute bound at most its busy
+  // compute; the memory bound at most the simulated HBM peak.
+  std::mt19937 rng(23);
+  auto pick = [&](auto xs) { return xs[std::uniform_int_distribution<std::size_t>(0, xs.size() - 1)(rng)]; };
+  int ran = 0, pipelined = 0;
+  for (int i = 0; i < 600 && ran < 120; ++i) {
+    RunConfig c;
+    c.model = pick(std::vector<std::string>{"llama3.1-8b", "llama3.1-70b", "deepseek-v3-671b"});
+    c.system = pick(std::vector<std::string>{"gb200-nvl72", "h100-hgx", "vr-nvl144"});
+    c.gpus = pick(std::vector<std::int64_t>{16, 32, 64});
+    c.tp = pick(std::vector<std::int64_t>{1, 2, 4});
+    c.cp = pick(std::vector<std::int64_t>{1, 1, 2});
+    c.pp = pick(std::vector<std::int64_t>{1, 2, 4});
+    c.vp = c.pp > 1 ? pick(std::vector<std::int64_t>{1, 2}) : 1;
+    if (c.model == "deepseek-v3-671b") c.ep = 8;
+    c.pp_schedule = pick(std::vector<std::string>{"1f1b", "1f1b", "gpipe", "zb-h1"});
+    c.micro_batch = pick(std::vector<std::int64_t>{1, 2});
+    c.global_batch = c.gpus * pick(std::vector<std::int64_t>{1, 2});
+    c.seq = pick(std::vector<std::int64_t>{2048, 4096});
+    c.policy = pick(std::vector<std::string>{"full", "minimal", "minimal_with_context", "qkv_proj_offloaded"});
+    c.lhs = pick(std::vector<bool>{true, false});
+    c.sharded_optimizer = pick(std::vector<bool>{true, false});
+    c.weights = pick(std::vector<std::string>{"bf16", "fp8"});
+    PreparedRun run;
+    StepReport r;
+    try {
+      run = prepare_run(c);
+      r = simulate(run.graph, run.system, run.policy, run.options);
+    } catch (const InputError&) {
+      continue;
+    }
+    ++ran;
+    pipelined += c.pp > 1;
+    INFO(c.to_json().dump());
+    const StepBound b = step_lower_bound(run.graph, run.system, run.policy, run.options);
+    CHECK(b.step_s > 0);
+    CHECK(b.step_s <= r.step_time_s * (1 + 1e-9));
+    for (std::size_t s = 0; s < r.stages.size(); ++s) CHECK(b.stage_compute_s[s] <= r.stages[s].compute_busy_s * (1 + 1e-9));
+    CHECK(hbm_lower_bound_bytes(run) <= r.hbm_peak_bytes * (1 + 1e-9));
+  }
+  CHECK(ran == 120);
+  CHECK(pipelined > 40);
+}
+
+TEST_CASE("the pruned layout search lists the same layouts as the exhaustive one", "[layout]") {
+  // Llama 3.1 70B on 32 H100s, 64 sequences of 4096: big enough that the memory bound drops candidates (no
+  // remat on few GPUs) and the step bound skips slow ones, small enough to simulate everything.
+  RunConfig base;
+  base.system = "h100-hgx";
+  base.model = "llama3.1-70b";
+  base.gpus = 32;
+  base.seq = 4096;
+  base.global_batch = 64;
+  LayoutSearchOptions o;
+  o.top = 5;
+  o.jobs = 2;
+  o.policies = {"full", "minimal", "minimal_with_context"};
+  const LayoutSearch pruned = search_layouts(base, o);
+  o.prune = false;
+  const LayoutSearch exhaustive = search_layouts(base, o);
+  REQUIRE(exhaustive.top.size() == 5);
+  REQUIRE(pruned.top.size() == 5);
+  for (std::size_t i = 0; i < 5; ++i) {
+    INFO("rank " << i + 1);
+    CHECK(config_id(pruned.top[i].config) == config_id(exhaustive.top[i].config));
+    CHECK(pruned.top[i].report.step_time_s == exhaustive.top[i].report.step_time_s);
+  }
+  CHECK(pruned.pruned > 0);
+  CHECK(pruned.skipped > 0);
+  CHECK(pruned.simulated < exhaustive.simulated);
+  CHECK(exhaustive.pruned + exhaustive.skipped == 0);
+  // Every candidate is accounted for once.
+  CHECK(pruned.candidates == pruned.refused + pruned.pruned + pruned.skipped + pruned.simulated);
+  // The winner is the fastest fitting candidate of all those the exhaustive search simulated, and fits.
+  CHECK(exhaustive.top[0].report.fits);
+  for (std::size_t i = 1; i < exhaustive.top.size(); ++i)
+    CHECK(exhaustive.top[i].report.tokens_per_s_per_device <= exhaustive.top[0].report.tokens_per_s_per_device);
+}
+
+TEST_CASE("candidates keep the global batch and every field the search does not set", "[layout]") {
+  RunConfig base;
+  base.model = "llama3.1-8b";
+  base.gpus = 16;
+  base.weights = "fp8";
+  base.lhs = false;
+  LayoutSearchOptions o;
+  o.policies = {"minimal"};
+  const auto all = layout_candidates(base, o);
+  REQUIRE(!all.empty());
+  for (const RunConfig& c : all) {
+    CHECK(c.global_batch == 16);  // one sequence per GPU when not given
+    CHECK(c.weights == "fp8");
+    CHECK(!c.lhs);
+    CHECK(c.tp * c.cp * c.pp * c.ep * c.fsdp * c.dp == 16);
+  }
+}
+
+TEST_CASE("what limits a run is said in words", "[layout]") {
+  StepReport r;
+  r.fits = false;
+  r.fits_reason = "HBM peak exceeds capacity";
+  CHECK(limiting_resource(r) == "HBM peak exceeds capacity");
+  r.fits = true;
+  r.step_time_s = 10;
+  r.mfu = 0.5;
+  r.hbm_capacity_bytes = 100;
+  r.hbm_peak_bytes = 50;
+  r.exposed_s = {{"tp", 1.0}, {"fsdp", 0.2}};
+  CHECK(limiting_resource(r) == "tp collectives 1.00 s exposed (10% of the step)");
+  r.exposed_s = {{"pp", 2.0}, {"h2d", 0.5}};
+  r.hbm_peak_bytes = 97;
+  CHECK(limiting_resource(r) == "pipeline bubble 2.00 s exposed (20% of the step); HBM 97% full");
+  r.exposed_s = {{"h2d", 0.4}};
+  r.hbm_peak_bytes = 50;
+  CHECK(limiting_resource(r) == "compute (MFU 50.0%)");  // 4% of the step: under the 5% line
+}
+
+TEST_CASE("plan layout prints the top list and the settings, says when nothing fits, refuses bad options", "[layout][cli]") {
+  auto r = test::cli("plan layout --model llama3.1-8b --gpus 8 --system h100-hgx --seq 2048 --top 3 --policies minimal,full --progress off");
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("global batch 8 sequences") && Catch::Contains("limited by") && Catch::Contains("Megatron: --tensor-model-parallel-size") &&
+                        Catch::Contains("MaxText: per_device_batch_size"));
+  auto j = test::cli("plan layout --model llama3.1-8b --gpus 8 --system h100-hgx --seq 2048 --top 3 --policies minimal --json");
+  REQUIRE(j.status == 0);
+  auto doc = nlohmann::json::parse(j.out);
+  CHECK(doc["top"].size() == 3);
+  CHECK(doc["global_batch"] == 8);
+  // The first row simulated alone gives the same numbers.
+  RunConfig first = RunConfig::from_json(doc["top"][0]["settings"]["simulate_config"], "plan layout --json");
+  CHECK(run_simulation(first).tokens_per_s_per_device == doc["top"][0]["report"]["tokens_per_s_per_device"].get<double>());
+  // Llama 3.1 405B on 8 H100s fits no layout: a result, with the reason.
+  auto none = test::cli("plan layout --model llama3.1-405b --gpus 8 --system h100-hgx --seq 4096 --policies full --progress off");
+  CHECK(none.status == 0);
+  CHECK_THAT(none.out, Catch::Contains("nothing fits"));
+  for (const std::string bad : {"--top 0", "--micro-batches 0", "--policies bogus", "--jobs 0", "--progress maybe"}) {
+    auto b = test::cli("plan layout --model llama3.1-8b --gpus 8 " + bad);
+    INFO(bad << ": " << b.err);
+    CHECK(b.status == 2);
+  }
+}
+
+TEST_CASE("the Megatron arguments say what a config sets", "[layout][plan]") {
+  RunConfig c;
+  c.tp = 4;
+  c.pp = 8;
+  c.vp = 4;
+  c.cp = 2;
+  c.dp = 2;
+  c.fsdp = 1;
+  c.sharded_optimizer = true;
+  c.micro_batch = 1;
+  c.global_batch = 512;
+  c.embedding_as_layer = c.loss_as_layer = true;
+  c.policy = "minimal";
+  c.weights = "fp8";
+  const std::string m = megatron_settings(c);
+  for (const char* want : {"--tensor-model-parallel-size 4", "--pipeline-model-parallel-size 8", "--virtual-pipeline-model-parallel-size 4",
+                           "--context-parallel-size 2", "--micro-batch-size 1", "--global-batch-size 512", "--sequence-parallel",
+                           "--use-distributed-optimizer", "--account-for-embedding-in-pipeline-split", "--fp8-format hybrid",
+                           "--recompute-granularity selective"}) {
+    INFO(want);
+    CHECK_THAT(m, Catch::Contains(want));
+  }
+  c.policy = "minimal_with_context";
+  c.offload_layers = 20;
+  CHECK_THAT(megatron_settings(c), Catch::Contains("--cpu-offloading --cpu-offloading-num-layers 20") && !Catch::Contains("recompute"));
+}
