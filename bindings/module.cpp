@@ -265,6 +265,26 @@ py::dict plan_break_even(const py::object& config, double tolerance) {
   return to_py(j);
 }
 
+py::dict plan_layout(const py::object& config, std::size_t top, const std::vector<std::string>& policies,
+                     const std::vector<std::int64_t>& micro_batches, bool prune, int jobs) {
+  auto base = config_from_py(config, "config");
+  hbmsim::LayoutSearchOptions o;
+  o.top = top;
+  o.jobs = jobs;
+  o.prune = prune;
+  if (!policies.empty()) o.policies = policies;
+  if (!micro_batches.empty()) o.micro_batches = micro_batches;
+  for (auto m : o.micro_batches)
+    if (m < 1) throw hbmsim::InputError("micro_batches " + std::to_string(m) + " (must be at least 1)");
+  for (const auto& p : o.policies) (void)hbmsim::make_policy(p);
+  json j;
+  {
+    py::gil_scoped_release nogil;
+    j = hbmsim::layout_search_json(hbmsim::search_layouts(base, o));
+  }
+  return to_py(j);
+}
+
 py::dict plan_hbm_needed(const py::object& config) {
   auto c = config_from_py(config, "config");
   json j;
@@ -347,6 +367,9 @@ PYBIND11_MODULE(_hbmsim, m) {
   m.def("plan_break_even", &plan_break_even, py::arg("config"), py::arg("tolerance") = 0.01,
         "Lowest host-link bandwidth at which the offload policy is within `tolerance` of the best alternative\n"
         "that fits, as `plan break-even --json`.");
+  m.def("plan_layout", &plan_layout, py::arg("config"), py::arg("top") = 10, py::arg("policies") = std::vector<std::string>{},
+        py::arg("micro_batches") = std::vector<std::int64_t>{}, py::arg("prune") = true, py::arg("jobs") = 1,
+        "Fastest parallel layout, micro-batch and policy at the config's global batch, as `plan layout --json`.");
   m.def("plan_hbm_needed", &plan_hbm_needed, py::arg("config"), "HBM and pinned host memory a config needs, as `plan hbm-needed --json`.");
   m.def("validate", &validate, py::arg("calibration") = "", py::arg("runs_path") = "", py::arg("jobs") = 2,
         "The published measured runs (data/reference/published_runs.csv or runs_path), measured vs predicted tokens/s "

@@ -194,7 +194,8 @@ LayoutSearch search_layouts(const RunConfig& base, const LayoutSearchOptions& o)
     std::nth_element(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(o.top - 1), steps.end());
     return steps[o.top - 1];
   };
-  const std::size_t slice = static_cast<std::size_t>(8 * o.jobs);
+  // A fixed slice (not one per thread) keeps the counts the same whatever the thread count.
+  const std::size_t slice = 16;
   while (next < queue.size()) {
     if (o.prune && fitting.size() >= o.top && kth_step() <= queue[next].step_s) break;
     std::vector<SweepPoint> points;

@@ -461,6 +461,31 @@ def plan_break_even(config: Mapping[str, Any] | str | os.PathLike | None = None,
     return _hbmsim.plan_break_even(_config_with(config, fields)[0], tolerance)
 
 
+def plan_layout(config: Mapping[str, Any] | str | os.PathLike | None = None, *, top: int = 10,
+                policies: Sequence[str] = (), micro_batches: Sequence[int] = (), prune: bool = True, jobs: int = 1,
+                **fields: Any) -> pd.DataFrame:
+    """Fastest parallel layouts for the config's model, GPUs, system and global batch (default: one sequence per
+    GPU), as ``hbmsim plan layout --json``: one row per layout, fastest first, with tp, cp, pp, vp, ep, fsdp, dp,
+    sharded_optimizer, micro_batch, grad_accum, policy, tokens_per_s_per_device, tflops_per_device,
+    hbm_peak_bytes, host_peak_bytes, limit (what limits it) and settings (simulate config, MaxText, XLA flags,
+    Megatron arguments). The search's counts (candidates, pruned, skipped, refused, simulated, fitting,
+    none_fit) are in ``DataFrame.attrs``; no row and ``attrs["none_fit"]`` when nothing fits."""
+    r = _hbmsim.plan_layout(_config_with(config, fields)[0], top, list(policies), [int(m) for m in micro_batches],
+                            prune, jobs)
+    rows = []
+    for t in r["top"]:
+        rep = t["report"]
+        rows.append({**t["degrees"], "sharded_optimizer": t["sharded_optimizer"], "micro_batch": t["micro_batch"],
+                     "grad_accum": t["grad_accum"], "policy": t["policy"],
+                     "tokens_per_s_per_device": rep["tokens_per_s_per_device"],
+                     "tflops_per_device": rep["tflops_per_device"], "hbm_peak_bytes": rep["hbm_peak_bytes"],
+                     "host_peak_bytes": rep["host_peak_bytes"], "limit": t["limit"], "settings": t["settings"]})
+    df = pd.DataFrame(rows)
+    df.attrs.update({k: r[k] for k in ("global_batch", "candidates", "pruned", "skipped", "refused", "simulated",
+                                       "fitting", "none_fit")})
+    return df
+
+
 def plan_hbm_needed(config: Mapping[str, Any] | str | os.PathLike | None = None, **fields: Any) -> dict:
     """HBM and pinned host memory the config needs, as ``hbmsim plan hbm-needed --json``."""
     return _hbmsim.plan_hbm_needed(_config_with(config, fields)[0])

@@ -40,3 +40,23 @@ def test_plan_bad_input_raises_value_error():
         hbmsim.plan_break_even(model="llama3.1-8b", policy="full")
     with pytest.raises(ValueError, match="tolerance"):
         hbmsim.plan_break_even(model="llama3.1-8b", policy="qkv_proj_offloaded", tolerance=1.5)
+
+
+def test_layout_equals_cli(cli):
+    args = ["--model", "llama3.1-8b", "--gpus", "8", "--system", "h100-hgx", "--seq", "2048", "--global-batch", "16",
+            "--top", "4", "--policies", "minimal,full"]
+    expected = cli_json(cli, "plan", "layout", *args, "--json")
+    got = hbmsim.plan_layout(model="llama3.1-8b", gpus=8, system="h100-hgx", seq=2048, global_batch=16, top=4,
+                             policies=["minimal", "full"])
+    assert len(got) == len(expected["top"]) == 4
+    for row, t in zip(got.itertuples(), expected["top"]):
+        assert (row.tp, row.cp, row.pp, row.vp, row.fsdp, row.dp) == tuple(t["degrees"][k] for k in ("tp", "cp", "pp", "vp", "fsdp", "dp"))
+        assert row.tokens_per_s_per_device == t["report"]["tokens_per_s_per_device"]
+        assert row.limit == t["limit"] and row.settings == t["settings"]
+    assert got.attrs["global_batch"] == 16 and got.attrs["simulated"] == expected["simulated"]
+    assert list(got["tokens_per_s_per_device"]) == sorted(got["tokens_per_s_per_device"], reverse=True)
+    # Nothing fits: no rows, and the reason.
+    none = hbmsim.plan_layout(model="llama3.1-405b", gpus=8, system="h100-hgx", seq=4096, policies=["full"])
+    assert len(none) == 0 and "nothing fits" in none.attrs["none_fit"]
+    with pytest.raises(ValueError, match="micro_batches 0"):
+        hbmsim.plan_layout(model="llama3.1-8b", micro_batches=[0])
