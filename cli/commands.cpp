@@ -15,6 +15,7 @@
 #include "planner/run_config.hpp"
 #include "planner/run_fields.hpp"
 #include "planner/run_summary.hpp"
+#include "sim/layer_plan.hpp"
 #include "workloads/step_graph.hpp"
 
 namespace hbmsim::cli {
@@ -174,10 +175,14 @@ void register_commands(CLI::App& app) {
         std::cout << layer_dot(t, g.model.id + " layer " + std::to_string(*layer) + " (" + t.kind + ")");
         return;
       }
+      std::vector<Placement> placement;
+      std::vector<bool> needed;
+      std::vector<int> producer;
+      place_tensors(t, policy, placement, needed, producer);
       Table tab{{"tensor", "MiB", "checkpoint", "placement"}, {}};
-      for (auto& tensor : t.tensors)
-        tab.rows.push_back({tensor.name, fixed(tensor.bytes / 1048576.0, 1), tensor.checkpoint ? "yes" : "",
-                            tensor.checkpoint ? to_string(policy.placement(tensor.name)) : "remat"});
+      for (std::size_t k = 0; k < t.tensors.size(); ++k)
+        tab.rows.push_back({t.tensors[k].name, fixed(t.tensors[k].bytes / 1048576.0, 1), t.tensors[k].checkpoint ? "yes" : "",
+                            to_string(placement[k])});
       std::cout << tab.render();
     });
   }

@@ -440,6 +440,8 @@ std::string maxtext_settings(const RunConfig& c) {
     out += " ici_pipeline_parallelism=" + std::to_string(c.pp) + " num_pipeline_microbatches=" +
            std::to_string(c.microbatches > 0 ? c.microbatches : c.pp) +
            (c.vp > 1 ? " num_pipeline_repeats=" + std::to_string(c.vp) : std::string());
+  if (policy.keep_backward_inputs)
+    out += " (no_recompute keeps what autograd saves; MaxText names checkpoints instead: nearest remat_policy=minimal_with_context)";
   out += " remat_policy=custom";
   for (auto& n : checkpoint_names()) {
     if (n == "decoder_layer_input") continue;
@@ -480,10 +482,14 @@ std::string megatron_settings(const RunConfig& c) {
   if (c.fsdp > 1) out += " --use-megatron-fsdp" + std::string(c.dp > 1 ? " (sharded over " + std::to_string(c.fsdp) + " GPUs, replicated over " + std::to_string(c.dp) + ")" : "");
   else if (c.sharded_optimizer) out += " --use-distributed-optimizer";
   if (c.weights == "fp8" || c.attention_dtype == "fp8") out += " --fp8-format hybrid";
+  // no_recompute is Megatron's default; with the attention output recomputed, its selective recompute.
+  const auto context = c.tensors.find("context");
+  const bool selective = c.policy == "no_recompute" && c.tensors.size() == 1 && context != c.tensors.end() && context->second == "remat";
   if (c.policy == "full") out += " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1";
-  else if (c.policy == "minimal") out += " --recompute-granularity selective";
-  else if (c.policy != "minimal_with_context")
-    out += " (policy " + c.policy + ": MaxText per-tensor placement, no Megatron equivalent)";
+  else if (selective) out += " --recompute-granularity selective";
+  else if (c.policy != "no_recompute" || !c.tensors.empty())
+    out += " (policy " + c.policy + ": MaxText per-tensor placement, no Megatron equivalent; nearest: " +
+           (c.policy == "minimal" ? "--recompute-granularity selective" : "no recompute") + ")";
   if (c.recompute_layers > 0)
     out += " --recompute-granularity full --recompute-method block --recompute-num-layers " + std::to_string(c.recompute_layers);
   if (c.offload_layers > 0) out += " --cpu-offloading --cpu-offloading-num-layers " + std::to_string(c.offload_layers);

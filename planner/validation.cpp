@@ -72,13 +72,12 @@ std::optional<std::string> map_precision(const std::string& p, std::string& why)
   return std::nullopt;
 }
 
-// remat_offload -> policy preset. "recipe@REV" only says where the setting was read. Nothing stated is
-// Megatron's default, no recompute (every activation kept): minimal_with_context, the preset that saves the
-// most (projections, MLP outputs and the attention context). Megatron's selective recompute (the
-// --recompute-activations flag is recompute_granularity=selective, module core_attn by default) keeps the
-// projections and recomputes the core attention: minimal, which saves the projections and MLP outputs and
-// recomputes the context. Selective recompute of a cheap module hbmsim has no name for (moe_act: the expert
-// activation function; layernorm; mla_up_proj: MLA's up-projections) keeps the rest: minimal_with_context.
+// remat_offload -> policy. "recipe@REV" only says where the setting was read. Nothing stated is Megatron's
+// default, no recompute: no_recompute, which keeps what each backward op reads (autograd's saved tensors).
+// Megatron's selective recompute (the --recompute-activations flag is recompute_granularity=selective, module
+// core_attn by default) recomputes the core attention: no_recompute with context=remat. Selective recompute of
+// a cheap module hbmsim has no name for (moe_act: the expert activation function; layernorm; mla_up_proj:
+// MLA's up-projections) keeps the rest: no_recompute.
 // Full recompute: full; of N layers per chunk ("block N layers", fewer than the chunk's layers): recompute_layers
 // N. CPU activation offload of N layers: offload_layers N (the first N layers send what they keep to host).
 // flash-attn2 and TE name the kernels: hbmsim's attention is a fused flash kernel, its GEMMs TE's.
@@ -88,8 +87,8 @@ bool map_recompute(const std::string& text, std::int64_t layers_per_chunk, RunMa
     auto sp = rest.find(' ');
     rest = sp == std::string::npos ? "" : trim(rest.substr(sp + 1));
   }
-  c.policy = "minimal_with_context";
-  m.recompute = "none stated (Megatron default: no recompute): minimal_with_context";
+  c.policy = "no_recompute";
+  m.recompute = "none stated (Megatron default: no recompute): no_recompute";
   std::string offload_text;
   std::size_t start = 0;
   while (start <= rest.size()) {
@@ -127,11 +126,12 @@ bool map_recompute(const std::string& text, std::int64_t layers_per_chunk, RunMa
       std::string module = "core_attn";
       if (item.rfind("sel. recompute", 0) == 0) module = trim(item.substr(14));
       if (module.empty() || module == "core_attn") {
-        c.policy = "minimal";
-        m.recompute = "\"" + item + "\" (selective, core attention): minimal";
+        c.policy = "no_recompute";
+        c.tensors["context"] = "remat";
+        m.recompute = "\"" + item + "\" (selective, core attention): no_recompute with context=remat";
       } else if (module == "moe_act" || module == "layernorm" || module == "mla_up_proj") {
-        c.policy = "minimal_with_context";
-        m.recompute = "\"" + item + "\" (selective, " + module + " only): minimal_with_context";
+        c.policy = "no_recompute";
+        m.recompute = "\"" + item + "\" (selective, " + module + " only): no_recompute";
       } else {
         m.reason = "\"" + item + "\": no hbmsim preset recomputes only " + module;
         return false;

@@ -11,6 +11,7 @@ namespace {
 // The row's policy with its Megatron layer counts.
 std::string policy_text(const RunConfig& c) {
   std::string out = c.policy;
+  for (const auto& [name, where] : c.tensors) out += " " + name + "=" + where;
   if (c.offload_layers > 0) out += ", offload_layers " + std::to_string(c.offload_layers);
   if (c.recompute_layers > 0) out += ", recompute_layers " + std::to_string(c.recompute_layers);
   return out;
@@ -118,11 +119,12 @@ const std::vector<std::string>& validation_rules() {
       "gather those weights per layer and hold less of them. `ep (ETPn)` with n other than tp is Megatron's MoE parallel "
       "folding: not expressible (hbmsim splits experts over tp and places ep beside it).",
       "**remat_offload** (`recipe@REV` only says where the setting was read): nothing stated -> Megatron's default, no "
-      "recompute: `minimal_with_context`, the preset that saves the most (projections, MLP outputs, attention "
-      "context). Selective recompute (`recompute-activations`, `(selective)`: Megatron's recompute_granularity=selective, "
-      "module core_attn) -> `minimal`, which keeps the projections and MLP outputs and recomputes the core attention; "
-      "selective recompute of a cheap module hbmsim has no name for (`sel. recompute moe_act`, `mla_up_proj`, "
-      "`layernorm`) -> `minimal_with_context`. Full recompute -> `full`; of N layers per pipeline chunk (\"block N "
+      "recompute: `no_recompute`, which keeps what every backward op reads, as autograd does (each linear layer's "
+      "input, sharded where sequence parallelism gathers it again in the backward; q, k, v and the attention output; "
+      "each norm's input; the SwiGLU inputs and output; the MoE dispatched tokens). Selective recompute "
+      "(`recompute-activations`, `(selective)`: Megatron's recompute_granularity=selective, module core_attn) -> "
+      "`no_recompute` with `context=remat`, the core attention recomputed; selective recompute of a cheap module "
+      "hbmsim has no name for (`sel. recompute moe_act`, `mla_up_proj`, `layernorm`) -> `no_recompute`. Full recompute -> `full`; of N layers per pipeline chunk (\"block N "
       "layers\", N fewer than the chunk's layers) -> `recompute_layers N`, the first N layers of every chunk fully "
       "recomputed and the rest kept. CPU activation offload of N layers -> `offload_layers N`: the first N layers send "
       "every tensor they save, their input included, to host (Transformer Engine's offload handler). "

@@ -156,6 +156,37 @@ void plan_forward_order(const LayerTemplate& t, TemplatePlan& p) {
 
 }  // namespace
 
+void place_tensors(const LayerTemplate& t, const Policy& policy, std::vector<Placement>& placement,
+                   std::vector<bool>& needed_in_bwd, std::vector<int>& producer) {
+  const auto nt = t.tensors.size(), no = t.ops.size();
+  placement.assign(nt, Placement::remat);
+  needed_in_bwd.assign(nt, false);
+  producer.assign(nt, -1);
+  for (std::size_t o = 0; o < no; ++o) {
+    for (int out : t.ops[o].outputs) producer[static_cast<std::size_t>(out)] = static_cast<int>(o);
+    for (int s : t.ops[o].saved) needed_in_bwd[static_cast<std::size_t>(s)] = true;
+  }
+  if (policy.keep_backward_inputs)
+    for (std::size_t i = 0; i < nt; ++i) {
+      if (!needed_in_bwd[i]) continue;
+      const int op = producer[i];
+      const OpDef* gather = op >= 0 && t.ops[static_cast<std::size_t>(op)].kind == OpKind::comm &&
+                                    t.ops[static_cast<std::size_t>(op)].comm.forward == CommKind::all_gather
+                                ? &t.ops[static_cast<std::size_t>(op)]
+                                : nullptr;
+      if (!gather) placement[i] = Placement::device;
+      else
+        for (int in : gather->inputs) placement[static_cast<std::size_t>(in)] = Placement::device;
+    }
+  for (std::size_t i = 0; i < nt; ++i)
+    if (t.tensors[i].checkpoint && (!policy.keep_backward_inputs || policy.placements.count(t.tensors[i].name)))
+      placement[i] = policy.placement(t.tensors[i].name);
+  placement[0] = Placement::device;
+  if (policy.offload_kept)
+    for (auto& where : placement)
+      if (where == Placement::device) where = Placement::offload;
+}
+
 void plan_template(const LayerTemplate& t, const Policy& policy, const Costs& c, const StepGraph& g, bool lhs,
                    TemplatePlan& p) {
   const auto nt = t.tensors.size(), no = t.ops.size();
@@ -164,18 +195,9 @@ void plan_template(const LayerTemplate& t, const Policy& policy, const Costs& c,
   p.fwd_mem_bound.clear();
   p.fwd_comm.clear();
   p.bwd_comm.clear();
-  p.placement.assign(nt, Placement::remat);
-  p.needed_in_bwd.assign(nt, false);
   p.replay.assign(no, false);
-  p.producer.assign(nt, -1);
   p.last_fwd_use.assign(nt, -1);
-  for (std::size_t i = 0; i < nt; ++i)
-    if (t.tensors[i].checkpoint) p.placement[i] = policy.placement(t.tensors[i].name);
-  p.placement[0] = policy.offload_input ? Placement::offload : Placement::device;
-  for (std::size_t o = 0; o < no; ++o) {
-    for (int out : t.ops[o].outputs) p.producer[static_cast<std::size_t>(out)] = static_cast<int>(o);
-    for (int s : t.ops[o].saved) p.needed_in_bwd[static_cast<std::size_t>(s)] = true;
-  }
+  place_tensors(t, policy, p.placement, p.needed_in_bwd, p.producer);
   // Tensors the backward needs but nobody saved are recomputed, and so are whatever their producers need.
   std::vector<int> work;
   for (std::size_t i = 0; i < nt; ++i)

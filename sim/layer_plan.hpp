@@ -52,6 +52,11 @@ const std::vector<int>& step_reads(const OpDef& def, TemplatePlan::Kind k);
 // The lane of a communication axis in a ScheduleDag.
 inline int comm_lane(Axis a) { return 1 + static_cast<int>(a); }
 
+// Where each tensor of a layer lives under `policy` (internal tensors: remat, unless the policy keeps what the
+// backward reads), which tensors the backward reads, and each tensor's producing op (-1: the layer input).
+void place_tensors(const LayerTemplate& t, const Policy& policy, std::vector<Placement>& placement,
+                   std::vector<bool>& needed_in_bwd, std::vector<int>& producer);
+
 // Fills `out` (its lists keep their capacity: the builder reuses plans between steps).
 void plan_template(const LayerTemplate& t, const Policy& policy, const Costs& c, const StepGraph& g, bool lhs,
                    TemplatePlan& out);

@@ -25,8 +25,7 @@ Placement parse_placement(const std::string& s, const std::string& where) {
 }
 
 Placement Policy::placement(const std::string& name) const {
-  if (name == "decoder_layer_input")  // the remat boundary is always saved, on device unless it goes with the rest
-    return offload_input ? Placement::offload : Placement::device;
+  if (name == "decoder_layer_input") return Placement::device;  // the remat boundary is always saved
   auto it = placements.find(name);
   return it == placements.end() ? Placement::remat : it->second;
 }
@@ -60,6 +59,7 @@ std::string layer_rules_text(const Policy& p) {
 
 bool Policy::offloads_any() const {
   auto offloads = [](const Policy& p) {
+    if (p.offload_kept) return true;
     for (const auto& [name, where] : p.placements)
       if (where == Placement::offload) return true;
     return false;
@@ -130,15 +130,11 @@ void add_offload_layers(Policy& p, std::int64_t n, std::int64_t num_layers) {
   const std::string field = "offload_layers = " + str(n);
   if (n < 0 || n > num_layers) throw InputError(field + " (must be between 0 and num_layers = " + str(num_layers) + ")");
   if (!p.stages.empty()) throw InputError(field + " (with stage_policies: give the offloaded layers in layer_policies)");
-  Policy rule = p;
-  bool any = false;
-  for (auto& [name, where] : rule.placements)
-    if (where == Placement::device) {
-      where = Placement::offload;
-      any = true;
-    }
+  bool any = p.keep_backward_inputs;
+  for (const auto& [name, where] : p.placements) any = any || where == Placement::device;
   if (!any) throw InputError(field + " (policy " + p.preset + " keeps nothing on device to offload)");
-  rule.offload_input = true;
+  Policy rule = p;
+  rule.offload_kept = true;
   rule.preset = p.preset + (p.preset.size() > 10 && p.preset.substr(p.preset.size() - 10) == "_offloaded" ? "" : "_offloaded");
   add_rule(p, std::move(rule), 0, n - 1, num_layers, field);
 }
@@ -180,9 +176,9 @@ Policy make_stage_policy(const std::string& preset, const std::string& stage_pre
 }
 
 const std::vector<std::string>& policy_presets() {
-  static const std::vector<std::string> p = {"full",         "minimal",            "minimal_with_context",
+  static const std::vector<std::string> p = {"full",          "minimal",           "minimal_with_context",
                                              "save_qkv_proj", "qkv_proj_offloaded", "minimal_offloaded",
-                                             "custom"};
+                                             "no_recompute",  "custom"};
   return p;
 }
 
@@ -208,6 +204,8 @@ Policy make_policy(const std::string& preset, const std::map<std::string, std::s
     set(qkv, Placement::offload);
   } else if (preset == "minimal_offloaded") {
     set(minimal, Placement::offload);
+  } else if (preset == "no_recompute") {
+    p.keep_backward_inputs = true;
   } else {
     std::string list;
     for (auto& n : policy_presets()) list += (list.empty() ? "" : ", ") + n;

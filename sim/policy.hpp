@@ -23,9 +23,13 @@ struct Policy {
   // Layer ranges with a policy of their own, ahead of the stage's (Megatron's CPU offload of N layers, full
   // recompute of N layers per chunk; MaxText keys applied to a layer subset). Disjoint, in model layers.
   std::vector<Policy> layer_rules;
-  // The layer input goes to host too (it is the remat boundary, so only where the layer saves everything it
-  // needs: Transformer Engine's CPU offload sends every saved tensor of the layer, its input included).
-  bool offload_input = false;
+  // Keep every tensor a backward op reads, as autograd does without recompute (preset no_recompute); a tensor
+  // all-gathered for its reader (sequence parallelism) is kept sharded and gathered again in the backward, as
+  // Megatron-Core does. Names placed explicitly override it.
+  bool keep_backward_inputs = false;
+  // Every tensor the layer keeps goes to host, its input included (a layer rule: Transformer Engine's CPU
+  // offload sends every tensor the layer saves).
+  bool offload_kept = false;
   std::int64_t first_layer = 0, last_layer = -1;  // a layer rule's range, inclusive
 
   const Policy& for_stage(std::size_t stage) const { return stages.empty() ? *this : stages.at(stage); }

@@ -1,11 +1,13 @@
 // Per-layer policies (issue #19): layer ranges with a policy of their own, and the Megatron shorthands that map
 // onto them (cpu_offloading_num_layers, recompute_num_layers with the block method).
 #include <random>
+#include <set>
 
 #include <catch2/catch.hpp>
 
 #include "helpers.hpp"
 #include "planner/run_config.hpp"
+#include "sim/layer_plan.hpp"
 #include "sim/policy.hpp"
 
 using namespace hbmsim;
@@ -149,4 +151,48 @@ TEST_CASE("over random runs, layer counts move host memory and recompute work th
     CHECK(run_simulation(r2).executed_flops_per_device >= run_simulation(r1).executed_flops_per_device * (1 - 1e-12));
   }
   CHECK(ran == 40);
+}
+
+TEST_CASE("no_recompute keeps what each backward op reads, a gathered input sharded", "[policy]") {
+  // Llama 3.1 8B at tp 2 with sequence parallelism: what Megatron-Core keeps without recompute is each
+  // layer's input, each norm's input and output (the sharded one: the column-parallel GEMM gathers it again
+  // in its backward), q, k, v and the attention output (flash attention), the residual sum, the SwiGLU inputs
+  // and its output (the down projection's input). Not the row-parallel GEMM outputs before their
+  // reduce-scatter, nor the gathered norm outputs.
+  RunConfig c = test::llama8b_h200("no_recompute");
+  c.tp = 2;
+  const auto run = prepare_run(c);
+  const LayerTemplate& t = run.graph.layer(3);
+  std::vector<Placement> placement;
+  std::vector<bool> needed;
+  std::vector<int> producer;
+  place_tensors(t, run.policy, placement, needed, producer);
+  std::set<std::string> kept, expected = {"decoder_layer_input", "attn_norm", "query_proj", "key_proj", "value_proj", "context",
+                                          "attention_out", "mlp_norm", "mlpwi_0", "mlpwi_1", "mlp_act"};
+  for (std::size_t k = 0; k < t.tensors.size(); ++k)
+    if (placement[k] == Placement::device) kept.insert(t.tensors[k].name);
+  CHECK(kept == expected);
+  // An explicit placement wins (Megatron's selective recompute: the core attention's output recomputed).
+  c.tensors = {{"context", "remat"}};
+  place_tensors(t, prepare_run(c).policy, placement, needed, producer);
+  CHECK(placement[static_cast<std::size_t>(t.find_tensor("context"))] == Placement::remat);
+  // The backward replays only the gathers (communication), no compute; so no more FLOPs than keeping every
+  // checkpoint name with the internal tensors recomputed.
+  c.tensors.clear();
+  const auto again = prepare_run(c);
+  const Network net(again.system, again.graph.mesh);
+  const Costs costs{again.system, net};
+  TemplatePlan plan;
+  plan_template(t, again.policy, costs, again.graph, true, plan);
+  int replayed = 0;
+  for (std::size_t o = 0; o < t.ops.size(); ++o)
+    if (plan.replay[o]) {
+      INFO(t.ops[o].name);
+      CHECK(t.ops[o].kind == OpKind::comm);
+      ++replayed;
+    }
+  CHECK(replayed == 2);  // the two norm outputs' all-gathers
+  RunConfig mwc = c;
+  mwc.policy = "minimal_with_context";
+  CHECK(run_simulation(c).executed_flops_per_device <= run_simulation(mwc).executed_flops_per_device);
 }

@@ -176,7 +176,10 @@ TEST_CASE("the Megatron arguments say what a config sets", "[layout][plan]") {
     INFO(want);
     CHECK_THAT(m, Catch::Contains(want));
   }
-  c.policy = "minimal_with_context";
+  c.policy = "no_recompute";  // Megatron's default
   c.offload_layers = 20;
   CHECK_THAT(megatron_settings(c), Catch::Contains("--cpu-offloading --cpu-offloading-num-layers 20") && !Catch::Contains("recompute"));
+  c.offload_layers = 0;
+  c.tensors = {{"context", "remat"}};  // the core attention recomputed: Megatron's selective recompute
+  CHECK_THAT(megatron_settings(c), Catch::Contains("--recompute-granularity selective") && !Catch::Contains("no Megatron equivalent"));
 }

@@ -153,7 +153,8 @@ TEST_CASE("Validation mapping: Llama 3.1 405B on 256 GB200s, tp 4 x pp 16 x vp 4
   CHECK(c.sharded_optimizer);
   CHECK(c.weights == "fp8");
   CHECK(c.attention_dtype == "fp8");
-  CHECK(c.policy == "minimal_with_context");  // nothing stated: Megatron keeps every activation
+  CHECK(c.policy == "no_recompute");  // nothing stated: Megatron keeps what every backward reads
+  CHECK(c.tensors.empty());
   CHECK(c.mesh_order == "megatron");
   CHECK(c.pp_schedule == "1f1b");
   CHECK(c.cp_exchange == "ring");
@@ -203,10 +204,11 @@ TEST_CASE("Validation mapping: FlagPerf Llama 3 70B on H100, DP2, selective reco
   CHECK(c.sharded_optimizer);
   CHECK(c.weights == "bf16");
   CHECK(c.attention_dtype == "bf16");
-  CHECK(c.policy == "minimal");  // selective recompute: the core attention recomputed
+  CHECK(c.policy == "no_recompute");  // selective recompute: the core attention recomputed, its output not kept
+  CHECK(c.tensors == std::map<std::string, std::string>{{"context", "remat"}});
   CHECK_FALSE(c.embedding_as_layer);  // 80 layers split evenly over 4 stages
   CHECK(mapped("FLAG,megatron-core 0.6.0,H100 SXM,8,Llama3-8B,BF16,8192,1,512,2,1,-,1,-,DP4,recompute-activations,8103,,,39.3%,71/80 GiB,")
-            .policy == "minimal");
+            .tensors.at("context") == "remat");
 }
 
 TEST_CASE("Validation mapping: what cannot be expressed says why", "[validation]") {
@@ -220,13 +222,13 @@ TEST_CASE("Validation mapping: what cannot be expressed says why", "[validation]
   CHECK_THAT(not_expressed("X,1,DGX-H100,8,Llama3-8B,FP16,8192,1,128,1,1,-,1,-,DDP,,1000,,,,,"), Catch::Contains("precision \"FP16\""));
   CHECK_THAT(not_expressed("X,1,DGX-H100,8,Llama3-8B,BF16,8192,1,128,1,1,-,1,-,DP3,,1000,,,,,"), Catch::Contains("DP3 disagrees"));
   // Megatron's per-layer settings map onto layer counts: CPU offload of the first N layers, and full recompute
-  // of N layers per chunk (block method) with the rest kept (no recompute: minimal_with_context).
+  // of N layers per chunk (block method) with the rest kept (no recompute).
   auto offload = mapped("MBA,26.04.01,DGX-GB200,64,Llama3-70B,FP8,8192,2,256,1,1,-,1,-,FSDP64,recipe@HEAD CPU act-offload 40 of 80 layers,4224,1892,,,,");
   CHECK(offload.offload_layers == 40);
-  CHECK(offload.policy == "minimal_with_context");
+  CHECK(offload.policy == "no_recompute");
   auto block = mapped("MBA,25.11,DGX-H100,8,Llama3-8B,FP8-CS,8192,1,128,1,1,-,1,-,FSDP8,recipe@HEAD full recompute block 5 layers,14451,744,,,,GA16");
   CHECK(block.recompute_layers == 5);
-  CHECK(block.policy == "minimal_with_context");
+  CHECK(block.policy == "no_recompute");
   // Full recompute of every layer is expressible.
   CHECK(mapped("X,1,DGX-H100,8,Llama3-8B,BF16,8192,1,128,1,1,-,1,-,FSDP8,full recompute block 32 layers,1000,,,,,").policy == "full");
   // A GAn note the batch and layout disagree with is a remark, not a refusal.
