@@ -124,7 +124,8 @@ double hbm_lower_bound_bytes(const PreparedRun& run) {
     const std::int64_t held = p.pp == 1 ? 1
                               : p.schedule == PipelineSchedule::gpipe ? m
                                                                       : std::min<std::int64_t>(p.pp - static_cast<std::int64_t>(s), m);
-    bound = std::max(bound, st.parameter_bytes + st.gradient_bytes + st.optimizer_bytes + run.system.runtime.reserve_bytes +
+    const double optimizer = run.options.optimizer_offload == OptimizerOffload::off ? st.optimizer_bytes : 0;
+    bound = std::max(bound, st.parameter_bytes + st.gradient_bytes + optimizer + run.system.runtime.reserve_bytes +
                                 static_cast<double>(held) * act);
   }
   return bound;

@@ -449,6 +449,8 @@ std::string maxtext_settings(const RunConfig& c) {
     if (p != Placement::remat) out += " " + n + "=" + to_string(p);
   }
   if (!c.stage_policies.empty()) out += " (the first stage's policy: MaxText has one remat policy for every stage)";
+  if (c.optimizer_offload == "device") out += " optimizer_memory_host_offload=true";
+  if (c.optimizer_offload == "host") out += " (optimizer_offload host: a CPU optimizer, which MaxText does not have)";
   if (!c.layer_policies.empty() || c.offload_layers > 0 || c.recompute_layers > 0)
     out += " (every layer's: per-layer policies are Megatron settings, or a MaxText model split into scans per policy)";
   out += " scan_layers=true";
@@ -494,6 +496,8 @@ std::string megatron_settings(const RunConfig& c) {
     out += " --recompute-granularity full --recompute-method block --recompute-num-layers " + std::to_string(c.recompute_layers);
   if (c.offload_layers > 0) out += " --cpu-offloading --cpu-offloading-num-layers " + std::to_string(c.offload_layers);
   if (!c.layer_policies.empty()) out += " (layer_policies " + c.layer_policies + ": no Megatron equivalent)";
+  if (c.optimizer_offload == "host") out += " --optimizer-cpu-offload --optimizer-offload-fraction 1.0";
+  if (c.optimizer_offload == "device") out += " (optimizer_offload device: state streamed to the GPU, no Megatron equivalent)";
   return out;
 }
 

@@ -200,6 +200,19 @@ PreparedRun prepare_run(const RunConfig& c, const Profile* extra) {
   r.options.tp_comm_overlap = c.tp_comm_overlap;
   r.options.dp_overlap = c.dp_overlap;
   r.options.reshard_weights = c.reshard_weights;
+  if (c.optimizer_offload == "device") r.options.optimizer_offload = OptimizerOffload::device;
+  else if (c.optimizer_offload == "host") r.options.optimizer_offload = OptimizerOffload::host;
+  else if (c.optimizer_offload != "off")
+    throw InputError("optimizer_offload = " + quote(c.optimizer_offload) + " (expected off, device or host)");
+  if (r.options.optimizer_offload != OptimizerOffload::off) {
+    // The state must fit in the pinned host memory a GPU has, before anything else goes there.
+    double worst = 0;
+    for (const auto& st : r.graph.stages) worst = std::max(worst, st.optimizer_bytes);
+    if (worst > r.system.host_capacity_bytes())
+      throw InputError("optimizer_offload = " + c.optimizer_offload + " (the optimizer state, " + format_number(worst / 1073741824.0) +
+                       " GiB per GPU, exceeds the pinned host memory per GPU, " +
+                       format_number(r.system.host_capacity_bytes() / 1073741824.0) + " GiB)");
+  }
   return r;
 }
 

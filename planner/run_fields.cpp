@@ -108,6 +108,11 @@ const std::vector<RunField> kFields = {
     {"recompute_layers", "--recompute-layers",
      "The first N layers of every pipeline chunk fully recomputed (Megatron recompute_num_layers, method block)",
      &C::recompute_layers, FieldCheck::non_negative},
+    {"optimizer_offload", "--optimizer-offload",
+     "Optimizer state in pinned host memory: off; device (streamed through HBM and updated on the GPU, MaxText "
+     "optimizer_memory_host_offload); host (updated by the host CPU at its memory bandwidth, gradients out and "
+     "parameters back over the host link, ZeRO-Offload)",
+     &C::optimizer_offload},
     {"lhs", "--lhs", "XLA latency-hiding scheduler", &C::lhs},
     {"pipelined_transfers", "--pipelined-transfers", "XLA pipelined host offloading", &C::pipelined_transfers},
     {"pipelined_collectives", "--pipelined-collectives", "FSDP all-gathers one layer ahead", &C::pipelined_collectives},

@@ -3,6 +3,11 @@
 
 namespace hbmsim {
 
+// Where the optimizer state lives and where its update runs. off: in HBM, updated on the GPU. device: in pinned
+// host memory, streamed through HBM for the update on the GPU (MaxText optimizer_memory_host_offload). host: in
+// host memory, updated by the host CPU, gradients copied out and parameters back in (ZeRO-Offload's CPU Adam).
+enum class OptimizerOffload { off, device, host };
+
 struct SimOptions {
   bool lhs = true;                   // xla_gpu_enable_latency_hiding_scheduler
   bool pipelined_transfers = false;  // xla_gpu_enable_pipelined_host_offloading
@@ -18,6 +23,7 @@ struct SimOptions {
   // FSDP gathers a layer's weights for every micro-batch's forward and backward and frees them after each
   // use; off: once per step, kept until the layer's last backward (more memory, less traffic).
   bool reshard_weights = true;
+  OptimizerOffload optimizer_offload = OptimizerOffload::off;
   bool record_trace = false;
 };
 

@@ -113,6 +113,12 @@ class Writer {
     if (both_links_ >= 0) p_.use(id, both_links_, bytes / seconds);
     return id;
   }
+  // Work on the host CPU, a queue of its own (the CPU optimizer update).
+  int host(double seconds, char phase, std::string name) {
+    if (host_cpu_ < 0) host_cpu_ = p_.queue("host_cpu", sim::QueueKind::serial, false, device_);
+    emplace(host_cpu_, seconds, phase, -1);
+    return named(std::move(name));
+  }
   // `op` waits for `producer` when they are on different queues (a queue runs its ops in order).
   void data_dep(int op_id, int producer) {
     if (producer >= 0 && queue_of_[static_cast<std::size_t>(producer)] != queue_of_[static_cast<std::size_t>(op_id)])
@@ -149,7 +155,7 @@ class Writer {
   std::vector<std::string>* names_;
   int device_, compute_;
   int last_compute_ = -1;
-  int d2h_ = -1, h2d_ = -1, d2h_link_ = -1, h2d_link_ = -1, both_links_ = -1;
+  int d2h_ = -1, h2d_ = -1, d2h_link_ = -1, h2d_link_ = -1, both_links_ = -1, host_cpu_ = -1;
   std::array<int, kAxisCount> queues_{-1, -1, -1, -1, -1, -1};
   std::vector<std::uint16_t>& queue_of_ = thread_queue_of();
   std::array<std::pair<int, int>, 2> links_{std::pair{-1, -1}, std::pair{-1, -1}};  // per path level: out, in
@@ -261,7 +267,7 @@ class StageBuilder {
                               {info_.optimizer_bytes, MemCategory::optimizer_state},
                               {info_.gradient_bytes, MemCategory::gradients},
                               {c_.sys.runtime.reserve_bytes, MemCategory::runtime_reserve}})
-      prog_.resident.push_back(w_.add_buffer(bytes, cat));
+      prog_.resident.push_back(w_.add_buffer(bytes, cat, cat == MemCategory::optimizer_state && offloaded_optimizer()));
     const ParameterSync param_sync = parameter_sync();
     auto& records = scratch_.records;
     const std::size_t slots = static_cast<std::size_t>(g_.training.grad_accum) * info_.chunks.size();
@@ -281,11 +287,64 @@ class StageBuilder {
         case Pass::weight_grad: previous_pass = weight_pass(k, sync, rec, done); break;
       }
     }
-    int opt = w_.compute(costs_.memory_s(info_.optimizer_update_bytes), true, 0, 'o', -1, "optimizer_update");
-    for (int r : done) w_.op(opt).deps.push_back(r);
+    switch (opt_.optimizer_offload) {
+      case OptimizerOffload::off: {
+        int opt = w_.compute(costs_.memory_s(info_.optimizer_update_bytes), true, 0, 'o', -1, "optimizer_update");
+        for (int r : done) w_.op(opt).deps.push_back(r);
+        break;
+      }
+      case OptimizerOffload::device: streamed_update(done); break;
+      case OptimizerOffload::host: host_update(done); break;
+    }
   }
 
  private:
+  bool offloaded_optimizer() const { return opt_.optimizer_offload != OptimizerOffload::off; }
+  // The optimizer works through the stage's state in one chunk per layer (at least one).
+  double optimizer_chunks() const {
+    std::int64_t layers = 0;
+    for (int k : info_.chunks) layers += chunk(k).layers();
+    return static_cast<double>(std::max<std::int64_t>(1, layers));
+  }
+
+  // The state streamed through HBM for the update: each chunk in, updated, out; a chunk comes in only once the
+  // one two before it has gone out, so at most two are on the device.
+  void streamed_update(const std::vector<int>& done) {
+    const double n = optimizer_chunks(), state = info_.optimizer_bytes / n, update = info_.optimizer_update_bytes / n;
+    std::vector<int> out;
+    for (int k = 0; k < static_cast<int>(n); ++k) {
+      const int buf = w_.add_buffer(state, MemCategory::optimizer_state);
+      const int in = w_.copy(true, state, costs_.copy_s(state, true), -1, label_chunk("optimizer state in", k));
+      w_.op(in).deps = done;
+      if (k >= 2) w_.op(in).deps.push_back(out[static_cast<std::size_t>(k - 2)]);
+      w_.op(in).allocs = {buf};
+      const int up = w_.compute(costs_.memory_s(update), true, 0, 'o', -1, label_chunk("optimizer_update", k));
+      w_.op(up).deps.push_back(in);
+      out.push_back(w_.copy(false, state, costs_.copy_s(state, false), -1, label_chunk("optimizer state out", k)));
+      w_.op(out.back()).deps = {up};
+      w_.op(out.back()).releases = {buf};
+    }
+  }
+
+  // CPU Adam on the host: each chunk's gradients out, the update on the host CPU at its memory bandwidth's
+  // per-GPU share (the update touches the same bytes there), the updated parameters back in.
+  void host_update(const std::vector<int>& done) {
+    const double n = optimizer_chunks();
+    const double cpu_bytes_per_s = c_.sys.host_cpu.memory_bandwidth_bytes_per_s / std::max(1, c_.sys.host_cpu.gpus_per_cpu);
+    const double grads = info_.gradient_bytes / n, params = info_.parameter_bytes / n;
+    for (int k = 0; k < static_cast<int>(n); ++k) {
+      const int staged = w_.add_buffer(grads, MemCategory::offload_buffers, true);
+      const int out = w_.copy(false, grads, costs_.copy_s(grads, false), -1, label_chunk("gradients out", k));
+      w_.op(out).deps = done;
+      w_.op(out).allocs = {staged};
+      const int up = w_.host(info_.optimizer_update_bytes / n / cpu_bytes_per_s, 'o', label_chunk("host optimizer_update", k));
+      w_.op(up).deps.push_back(out);
+      w_.op(up).releases.push_back(staged);
+      const int in = w_.copy(true, params, costs_.copy_s(params, true), -1, label_chunk("parameters in", k));
+      w_.op(in).deps = {up};
+    }
+  }
+
   const PipelineChunk& chunk(int k) const { return g_.chunks[static_cast<std::size_t>(k)]; }
   std::size_t chunks() const { return g_.chunks.size(); }
   Crossing& forward_in(int mb, int k) { return c_.forward_in[static_cast<std::size_t>(mb) * chunks() + static_cast<std::size_t>(k)]; }
@@ -298,6 +357,9 @@ class StageBuilder {
   }
   std::string label(const char* prefix, const std::string& what, std::int64_t layer) const {
     return w_.naming() ? prefix + what + " L" + std::to_string(layer) : std::string();
+  }
+  std::string label_chunk(const char* what, int k) const {
+    return w_.naming() ? std::string(what) + " chunk " + std::to_string(k) : std::string();
   }
   std::string label_mb(const char* what, int mb) const {
     return w_.naming() ? std::string(what) + " mb" + std::to_string(mb) : std::string();
