@@ -5,6 +5,7 @@
 
 #include "planner/sweep.hpp"
 #include "sim/bounds.hpp"
+#include "sim/layer_plan.hpp"
 
 namespace hbmsim {
 
@@ -49,16 +50,15 @@ bool set_split(RunConfig& c, std::int64_t layers) {
   return false;
 }
 
-// Bytes a layer keeps on device per micro-batch under its policy: its input (unless offloaded with it) and the
-// checkpoint tensors placed on device.
-double kept_bytes(const LayerTemplate& t, const Policy& p) {
+// Bytes a layer keeps on device per micro-batch under its policy: what the simulation keeps (its input, and
+// every tensor placed on device at its kept size).
+double kept_bytes(const LayerTemplate& t, const Policy& policy, const StepGraph& g) {
+  TemplatePlan p;
+  place_tensors(t, policy, p.placement, p.needed_in_bwd, p.producer);
+  plan_kept_bytes(t, g, p);
   double bytes = 0;
-  for (std::size_t k = 0; k < t.tensors.size(); ++k) {
-    const auto& tensor = t.tensors[k];
-    if (k == 0 ? p.placement("decoder_layer_input") == Placement::device
-               : tensor.checkpoint && p.placement(tensor.name) == Placement::device)
-      bytes += tensor.bytes;
-  }
+  for (std::size_t k = 0; k < t.tensors.size(); ++k)
+    if (p.placement[k] == Placement::device) bytes += p.kept_bytes[k];
   return bytes;
 }
 
@@ -117,7 +117,7 @@ double hbm_lower_bound_bytes(const PreparedRun& run) {
     double act = 0;
     for (int k : st.chunks) {
       const PipelineChunk& c = g.chunks[static_cast<std::size_t>(k)];
-      for (std::int64_t l = c.first_layer; l < c.end_layer; ++l) act += kept_bytes(g.layer(l), run.policy.for_layer(l, s));
+      for (std::int64_t l = c.first_layer; l < c.end_layer; ++l) act += kept_bytes(g.layer(l), run.policy.for_layer(l, s), g);
     }
     // Micro-batches whose forward a stage has run before its first backward: 1F1B's warm-up (p - s, at most m),
     // every one with GPipe; without pipelining the one micro-batch in flight.

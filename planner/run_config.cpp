@@ -133,6 +133,7 @@ TrainingSpec training_shape(const RunConfig& c) {
   t.grad_accum = c.grad_accum;
   t.microbatches = c.microbatches;
   t.moe_batch_split = c.moe_batch_split;
+  t.fp8_saved_activations = c.fp8_saved_activations;
   auto& p = t.parallelism;
   p.fsdp = c.fsdp;
   p.tp = c.tp;

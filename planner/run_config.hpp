@@ -52,6 +52,7 @@ struct RunConfig {
   std::int64_t offload_layers = 0;      // the first N layers offload what the policy keeps (Megatron CPU offload)
   std::int64_t recompute_layers = 0;    // the first N layers of each chunk fully recomputed (Megatron block)
   std::map<std::string, std::string> tensors;  // per checkpoint name: device | remat | offload
+  bool fp8_saved_activations = false;   // TE keeps fp8 GEMM inputs quantized for the backward
   std::string optimizer_offload = "off";  // off, device (state streamed through HBM), host (CPU update)
   bool lhs = true;
   bool pipelined_transfers = false;

@@ -108,6 +108,10 @@ const std::vector<RunField> kFields = {
     {"recompute_layers", "--recompute-layers",
      "The first N layers of every pipeline chunk fully recomputed (Megatron recompute_num_layers, method block)",
      &C::recompute_layers, FieldCheck::non_negative},
+    {"fp8_saved_activations", "--fp8-saved-activations",
+     "An fp8 GEMM's input kept for the backward is stored in fp8, 1 byte per element and an MXFP8 scale byte per 32 "
+     "(Transformer Engine's FP8 recipes; off: the activation dtype)",
+     &C::fp8_saved_activations},
     {"optimizer_offload", "--optimizer-offload",
      "Optimizer state in pinned host memory: off; device (streamed through HBM and updated on the GPU, MaxText "
      "optimizer_memory_host_offload); host (updated by the host CPU at its memory bandwidth, gradients out and "

@@ -174,6 +174,8 @@ RunMapping map_published_run(const PublishedRun& r) {
   c.gpus = r.gpus;
   c.seq = r.seq;
   c.weights = c.attention_dtype = *dtype;
+  // Transformer Engine's FP8 recipes keep each FP8 linear layer's input quantized for its backward.
+  c.fp8_saved_activations = *dtype == "fp8";
   // Megatron's batch: mbs sequences per model replica per micro-step, gbs per step.
   c.micro_batch = r.mbs;
   c.global_batch = r.gbs;

@@ -94,7 +94,9 @@ const std::vector<std::string>& validation_rules() {
       "**prec**: BF16 -> bf16; FP8, FP8-CS, FP8 CS, MXFP8 -> fp8; NVFP4 -> nvfp4, for both `weights` (MLP and expert "
       "GEMMs) and `attention_dtype` (QKV and output projections): Transformer Engine runs every linear layer in the "
       "recipe's precision and the core attention in bf16, as hbmsim's attention always is. The FP8 scaling recipes "
-      "(delayed, current, MXFP8 block scaling) are one fp8 GEMM rate to hbmsim.",
+      "(delayed, current, MXFP8 block scaling) are one fp8 GEMM rate to hbmsim. With fp8, `fp8_saved_activations on`: "
+      "each fp8 linear layer's input is kept quantized for its backward (1 byte per element and a scale byte per 32), "
+      "as Transformer Engine does; NVFP4 rows keep bf16 inputs (not modelled).",
       "**batch** (Megatron): mbs -> `micro_batch`, gbs -> `global_batch`; the accumulation / micro-batch count is "
       "gbs / (mbs x gpus / (tp x cp x pp)). A `GAn` note that disagrees is shown as a remark.",
       "**layout**: tp, pp, vp, cp, ep as given ('-' = 1); `mesh_order megatron`; context parallelism as Megatron-Core's "

@@ -134,6 +134,33 @@ double backward_working_set(const LayerTemplate& t, const TemplatePlan& p) {
   return peak;
 }
 
+}  // namespace
+
+// Bytes of each tensor's kept copy: its size, or with fp8_saved_activations, for a kept input of an fp8 GEMM
+// (or the kept tensor all-gathered into one), one byte per element plus an MXFP8 scale byte per 32.
+void plan_kept_bytes(const LayerTemplate& t, const StepGraph& g, TemplatePlan& p) {
+  p.kept_bytes.clear();
+  for (const auto& tensor : t.tensors) p.kept_bytes.push_back(tensor.bytes);
+  if (!g.training.fp8_saved_activations) return;
+  const double per_element = dtype_bytes(g.training.activation_dtype);
+  auto quantize = [&](int k) {
+    const auto kk = static_cast<std::size_t>(k);
+    if (p.placement[kk] != Placement::remat) p.kept_bytes[kk] = t.tensors[kk].bytes / per_element * (1 + 1.0 / 32);
+  };
+  for (const OpDef& op : t.ops) {
+    if (op.kind != OpKind::gemm || op.dtype != Dtype::fp8) continue;
+    for (int in : op.inputs) {
+      quantize(in);
+      const int prod = p.producer[static_cast<std::size_t>(in)];
+      const OpDef* gather = prod >= 0 ? &t.ops[static_cast<std::size_t>(prod)] : nullptr;
+      if (gather && gather->kind == OpKind::comm && gather->comm.forward == CommKind::all_gather)
+        for (int src : gather->inputs) quantize(src);
+    }
+  }
+}
+
+namespace {
+
 // The forward issue order. Without LHS (or without communication to hide) it is program order and a
 // collective blocks the compute stream. With LHS the list scheduler orders the ops by their data
 // dependencies, so work that does not need a collective in flight (the shared expert; with a batch split,
@@ -268,9 +295,10 @@ void plan_template(const LayerTemplate& t, const Policy& policy, const Costs& c,
                       t.grad_expert_bytes / static_cast<double>(g.mesh.size(g.expert_shard));
   p.grad_sync = c.net.cost(g.training.parallelism.sharded_optimizer ? CommKind::reduce_scatter : CommKind::all_reduce,
                            p.grad_sync_bytes, g.grad_sync);
-  for (auto& tensor : t.tensors) {
-    p.d2h_s.push_back(c.copy_s(tensor.bytes, false));
-    p.h2d_s.push_back(c.copy_s(tensor.bytes, true));
+  plan_kept_bytes(t, g, p);
+  for (double bytes : p.kept_bytes) {
+    p.d2h_s.push_back(c.copy_s(bytes, false));
+    p.h2d_s.push_back(c.copy_s(bytes, true));
   }
 }
 

@@ -28,7 +28,8 @@ struct TemplatePlan {
   CommCost gather_experts, reduce_scatter_experts;
   CommCost grad_sync;                     // its gradient shards summed over the gradient-sync axes
   double grad_sync_bytes = 0;             // the shards' bytes
-  std::vector<double> d2h_s, h2d_s;       // per tensor: copy time at its size
+  std::vector<double> kept_bytes;         // per tensor: the copy kept for the backward (fp8 where TE stores it so)
+  std::vector<double> d2h_s, h2d_s;       // per tensor: copy time of its kept copy
   bool scheduled = false;  // LHS orders its ops by data dependencies (it has communication to hide)
   // A GEMM's backward is two steps, the weight-gradient one run in a pass of its own (zero-bubble pipelines).
   bool split_weight_grads = false;
@@ -56,6 +57,10 @@ inline int comm_lane(Axis a) { return 1 + static_cast<int>(a); }
 // backward reads), which tensors the backward reads, and each tensor's producing op (-1: the layer input).
 void place_tensors(const LayerTemplate& t, const Policy& policy, std::vector<Placement>& placement,
                    std::vector<bool>& needed_in_bwd, std::vector<int>& producer);
+
+// Fills p.kept_bytes from p.placement and p.producer (set by place_tensors) and the training's
+// fp8_saved_activations.
+void plan_kept_bytes(const LayerTemplate& t, const StepGraph& g, TemplatePlan& p);
 
 // Fills `out` (its lists keep their capacity: the builder reuses plans between steps).
 void plan_template(const LayerTemplate& t, const Policy& policy, const Costs& c, const StepGraph& g, bool lhs,

@@ -734,7 +734,7 @@ class StageBuilder {
       MemCategory cat = MemCategory::workspace;
       if (p.placement[k] == Placement::device || static_cast<int>(k) == t.output_tensor) cat = MemCategory::saved_activations;
       else if (p.placement[k] == Placement::offload) cat = MemCategory::offload_buffers;
-      st.buf[k] = w_.add_buffer(t.tensors[k].bytes, cat);
+      st.buf[k] = w_.add_buffer(p.placement[k] == Placement::remat ? t.tensors[k].bytes : p.kept_bytes[k], cat);
     }
     st.output_buf = st.buf[static_cast<std::size_t>(t.output_tensor)];
 
@@ -779,8 +779,8 @@ class StageBuilder {
         int src = st.buf[k], after = id;
         if (pipelined) {
           // Staged through a loop-carried device buffer so the copy may finish in a later iteration.
-          int staged = w_.add_buffer(t.tensors[k].bytes, MemCategory::offload_buffers);
-          after = w_.compute(costs_.device_copy_s(t.tensors[k].bytes), true, 0, 'f', static_cast<int>(l),
+          int staged = w_.add_buffer(p.kept_bytes[k], MemCategory::offload_buffers);
+          after = w_.compute(costs_.device_copy_s(p.kept_bytes[k]), true, 0, 'f', static_cast<int>(l),
                              label("stage ", t.tensors[k].name, l));
           w_.op(after).allocs.push_back(staged);
           w_.op(after).releases.push_back(src);  // the stage copy is one more reader of the original
@@ -796,8 +796,8 @@ class StageBuilder {
     // this iteration (double buffering: of this loop body); pipelined: by the end of the next one.
     for (auto& pc : pending) {
       const auto k = pc.tensor;
-      int host = w_.add_buffer(t.tensors[k].bytes, MemCategory::offload_buffers, true);
-      int copy = w_.copy(false, t.tensors[k].bytes, p.d2h_s[k], static_cast<int>(l), label("d2h ", t.tensors[k].name, l));
+      int host = w_.add_buffer(p.kept_bytes[k], MemCategory::offload_buffers, true);
+      int copy = w_.copy(false, p.kept_bytes[k], p.d2h_s[k], static_cast<int>(l), label("d2h ", t.tensors[k].name, l));
       w_.op(copy).deps = {opt_.lhs ? pc.after : st.last};
       w_.op(copy).priority = static_cast<int>(l);
       w_.op(copy).allocs = {host};
@@ -873,15 +873,15 @@ class StageBuilder {
     for (std::size_t k = 0; k < nt; ++k)
       if ((k == 0 && p.placement[0] != Placement::offload) || p.placement[k] == Placement::device) buf[k] = f.buf[k];
     auto make_h2d = [&](std::size_t k, int after) {
-      int dst = w_.add_buffer(t.tensors[k].bytes, MemCategory::offload_buffers);
-      int copy = w_.copy(true, t.tensors[k].bytes, p.h2d_s[k], static_cast<int>(l), label("h2d ", t.tensors[k].name, l));
+      int dst = w_.add_buffer(p.kept_bytes[k], MemCategory::offload_buffers);
+      int copy = w_.copy(true, p.kept_bytes[k], p.h2d_s[k], static_cast<int>(l), label("h2d ", t.tensors[k].name, l));
       ProgramOp& c = w_.op(copy);
       c.allocs = {dst};
       c.releases = {f.host_buf[k]};
       if (after >= 0) c.deps.push_back(after);
       c.deps.push_back(f.d2h[k]);
       c.priority = static_cast<int>(g_.model.num_layers - l);  // the layer needed soonest goes first
-      if (opt_.lhs) c.gate_bytes = t.tensors[k].bytes;
+      if (opt_.lhs) c.gate_bytes = p.kept_bytes[k];
       h2d[k] = copy;
       buf[k] = dst;
     };
