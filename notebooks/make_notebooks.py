@@ -269,10 +269,67 @@ else:
 pd.concat({k: r.claims.set_index("claim")[["reported", "predicted", "holds"]] for k, r in reps.items()}, axis=1)'''),
 ]
 
+NB4 = [
+    ("md", """\
+# 04 Choosing a parallel layout: Llama 3.1 405B and DeepSeek-V3 on GB200, GB300 and Vera Rubin
+
+`hbmsim.plan_layout` searches tensor, context, pipeline (with virtual stages), expert and data parallelism,
+the micro-batch and the activation policy at a fixed global batch, drops what cannot fit by a memory lower
+bound, simulates the rest fastest bound first and stops once nothing left can enter the top list. Here: 256
+GPUs of each system, a global batch of 512 sequences of 8192 for Llama 3.1 405B and 1024 of 4096 for
+DeepSeek-V3, three policies (MaxText's `minimal` and `qkv_proj_offloaded`, and `no_recompute`, what autograd
+keeps), micro-batch 1. Datasheet figures (no calibration)."""),
+    ("code", SETUP),
+    ("code", """\
+SYSTEMS = ["gb200-nvl72", "gb300-nvl72", "vr-nvl144"]
+RUNS = {"llama3.1-405b": dict(seq=8192, global_batch=256), "deepseek-v3-671b": dict(seq=4096, global_batch=512)}
+searches = {}
+for model, shape in RUNS.items():
+    for system in SYSTEMS:
+        searches[model, system] = hbmsim.plan_layout(model=model, system=system, gpus=128, top=3, jobs=2,
+                                                     policies=["minimal", "qkv_proj_offloaded", "no_recompute"],
+                                                     micro_batches=[1], **shape)
+best = pd.DataFrame([{"model": m, "system": s, **df.iloc[0].drop("settings").to_dict(),
+                      "simulated": df.attrs["simulated"], "candidates": df.attrs["candidates"]}
+                     for (m, s), df in searches.items()])
+best["hbm_gib"] = best["hbm_peak_bytes"] / GIB
+best["host_gib"] = best["host_peak_bytes"] / GIB
+best[["model", "system", "tp", "cp", "pp", "vp", "ep", "fsdp", "dp", "policy", "tokens_per_s_per_device",
+      "tflops_per_device", "hbm_gib", "host_gib", "limit", "simulated", "candidates"]].round(1)"""),
+    ("md", """\
+The three fastest layouts per system for Llama 3.1 405B, with what limits each (the longest wait of the
+compute stream when it is over 5% of the step, else compute):"""),
+    ("code", """\
+for system in SYSTEMS:
+    df = searches["llama3.1-405b", system]
+    print(system)
+    display(df[["tp", "cp", "pp", "vp", "fsdp", "dp", "policy", "tokens_per_s_per_device", "limit"]].round(1))"""),
+    ("code", """\
+import matplotlib.pyplot as plt
+fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+for ax, model in zip(axes, RUNS):
+    rows = best[best["model"] == model]
+    bars = ax.bar(rows["system"], rows["tokens_per_s_per_device"], color=["#4c72b0", "#55a868", "#c44e52"])
+    for bar, (_, r) in zip(bars, rows.iterrows()):
+        ax.annotate(f"tp{r.tp} cp{r.cp} pp{r.pp} ep{r.ep}\\n{r.policy}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                    ha="center", va="bottom", fontsize=7)
+    ax.set_title(f"{model}: fastest layout, 128 GPUs")
+    ax.set_ylabel("tokens/s per GPU")
+    ax.margins(y=0.25)
+fig.tight_layout()
+fig.savefig(FIG_DIR / "04_best_layout_per_system.png", dpi=120)"""),
+    ("md", "The winner on GB200 as settings to run it with: a `simulate` config, MaxText keys, XLA flags and Megatron arguments."),
+    ("code", """\
+winner = searches["llama3.1-405b", "gb200-nvl72"].iloc[0]["settings"]
+for key in ("maxtext", "megatron", "xla_flags"):
+    print(f"{key}: {winner[key]}")"""),
+]
+
 NOTEBOOKS = {
     "01_reproduce_gb200.ipynb": NB1,
     "02_capacity_planning.ipynb": NB2,
     "03_calibration.ipynb": NB3,
+    "04_layout_planning.ipynb": NB4,
 }
 
 

@@ -22,6 +22,7 @@ EXPECTED = {
                                    "02_dsv3_tflops_vs_batch_vr-nvl144.png", "02_dsv3_pareto_gb200-nvl72.png",
                                    "02_llama405b_host_link_break_even.png"],
     "03_calibration.ipynb": ["03_residuals_tflops.png", "03_residuals_hbm.png"],
+    "04_layout_planning.ipynb": ["04_best_layout_per_system.png"],
 }
 WITH_PROFILE = ["03_predicted_vs_reported_calibrated.png"]
 TIME_LIMIT_S = 60
