@@ -220,8 +220,50 @@ void register_plan(CLI::App& app) {
     cmd->add_option("--jobs", *jobs, "Worker threads");
     cmd->add_flag("--pareto", *pareto, "Also print the Pareto front of HBM peak vs TFLOP/s over every evaluated placement");
     cmd->add_flag("--json", *json, "Machine-readable output");
+    auto batches = std::make_shared<std::vector<double>>();
+    cmd->add_option("--batches", *batches, "Per-device batches to search, each on its own (instead of --batch): the best placement per batch and the fastest overall")
+        ->delimiter(',');
     cmd->callback([=] {
       check_jobs(*jobs);
+      if (!batches->empty()) {
+        for (double b : *batches)
+          if (!(b > 0)) throw InputError("--batches " + format_number(b) + " (must be > 0)");
+        auto base = resolve_run_flags(*flags, {"batch"});
+        announce_run(base, !*json, "base run (the search sets the batch and replaces the policy):");
+        auto ns = names->empty() ? default_search_names(base) : *names;
+        auto arr = nlohmann::json::array();
+        Table t{{"batch", "best placement", "TFLOP/s", "tok/s/GPU", "HBM GiB", "host GiB", "evaluated"}, {}};
+        std::optional<Candidate> winner;
+        for (double b : *batches) {
+          RunConfig c = base;
+          c.batch = b;
+          auto res = best_policy(c, ns, *jobs);
+          auto j = policy_search_json(res);
+          j["batch"] = b;
+          arr.push_back(j);
+          if (!res.found) {
+            t.rows.push_back({format_number(b), "nothing fits", "-", "-", "-", "-", std::to_string(res.evaluated.size())});
+            continue;
+          }
+          const StepReport& r = res.best.report;
+          t.rows.push_back({format_number(b), placement_label(res.best.config), fixed(r.tflops_per_device, 1), fixed(r.tokens_per_s_per_device, 0),
+                            gib(r.hbm_peak_bytes), gib(r.host_peak_bytes), std::to_string(res.evaluated.size())});
+          if (!winner || r.tflops_per_device > winner->report.tflops_per_device) winner = res.best;
+        }
+        if (*json) {
+          std::cout << dump_json(arr, 2) << "\n";
+          return;
+        }
+        std::cout << t.render();
+        if (!winner) {
+          std::printf("\nno placement fits at any batch\n");
+          return;
+        }
+        std::printf("\nfastest: batch %s, %s, %.1f TFLOP/s/device\n", format_number(*winner->config.batch).c_str(),
+                    placement_label(winner->config).c_str(), winner->report.tflops_per_device);
+        print_settings(winner->config);
+        return;
+      }
       auto base = resolve_run_flags(*flags);  // checks --policy too, which the search replaces (custom)
       announce_run(base, !*json, "base run (the search replaces the policy):");
       auto ns = names->empty() ? default_search_names(base) : *names;

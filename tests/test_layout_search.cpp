@@ -183,3 +183,23 @@ TEST_CASE("the Megatron arguments say what a config sets", "[layout][plan]") {
   c.tensors = {{"context", "remat"}};  // the core attention recomputed: Megatron's selective recompute
   CHECK_THAT(megatron_settings(c), Catch::Contains("--recompute-granularity selective") && !Catch::Contains("no Megatron equivalent"));
 }
+
+TEST_CASE("best-policy over a batch list answers each batch as the single-batch search does", "[plan][cli]") {
+  auto r = test::cli("plan best-policy --model llama3.1-8b --gpus 8 --system h100-hgx --names query_proj,mlpwo --batches 1,2 --json");
+  REQUIRE(r.status == 0);
+  auto doc = nlohmann::json::parse(r.out);
+  REQUIRE(doc.size() == 2);
+  for (std::size_t i = 0; i < 2; ++i) {
+    RunConfig c;
+    c.model = "llama3.1-8b";
+    c.gpus = 8;
+    c.system = "h100-hgx";
+    c.batch = static_cast<double>(i + 1);
+    const PolicySearch direct = best_policy(c, {"query_proj", "mlpwo"});
+    CHECK(doc[i]["batch"] == static_cast<double>(i + 1));
+    CHECK(doc[i]["best"]["tflops_per_device"].get<double>() == direct.best.report.tflops_per_device);
+  }
+  auto text = test::cli("plan best-policy --model llama3.1-8b --gpus 8 --system h100-hgx --names query_proj,mlpwo --batches 1,2");
+  CHECK_THAT(text.out, Catch::Contains("fastest: batch"));
+  CHECK(test::cli("plan best-policy --model llama3.1-8b --batches 0").status == 2);
+}
