@@ -285,6 +285,16 @@ py::dict plan_layout(const py::object& config, std::size_t top, const std::vecto
   return to_py(j);
 }
 
+py::dict plan_offload_layers(const py::object& config) {
+  auto c = config_from_py(config, "config");
+  json j;
+  {
+    py::gil_scoped_release nogil;
+    j = hbmsim::offload_layers_json(hbmsim::fewest_offload_layers(c));
+  }
+  return to_py(j);
+}
+
 py::dict plan_hbm_needed(const py::object& config) {
   auto c = config_from_py(config, "config");
   json j;
@@ -370,6 +380,8 @@ PYBIND11_MODULE(_hbmsim, m) {
   m.def("plan_layout", &plan_layout, py::arg("config"), py::arg("top") = 10, py::arg("policies") = std::vector<std::string>{},
         py::arg("micro_batches") = std::vector<std::int64_t>{}, py::arg("prune") = true, py::arg("jobs") = 1,
         "Fastest parallel layout, micro-batch and policy at the config's global batch, as `plan layout --json`.");
+  m.def("plan_offload_layers", &plan_offload_layers, py::arg("config"),
+        "Fewest layers offloaded (Megatron cpu_offloading_num_layers) for the config to fit, as `plan offload-layers --json`.");
   m.def("plan_hbm_needed", &plan_hbm_needed, py::arg("config"), "HBM and pinned host memory a config needs, as `plan hbm-needed --json`.");
   m.def("validate", &validate, py::arg("calibration") = "", py::arg("runs_path") = "", py::arg("jobs") = 2,
         "The published measured runs (data/reference/published_runs.csv or runs_path), measured vs predicted tokens/s "

@@ -389,6 +389,35 @@ void register_plan(CLI::App& app) {
     });
   }
   {
+    auto* cmd = plan->add_subcommand("offload-layers", "Fewest layers whose activations go to host (Megatron cpu_offloading_num_layers) for the run to fit");
+    auto flags = make_run_flags(cmd);
+    auto json = std::make_shared<bool>(false);
+    cmd->add_flag("--json", *json, "Machine-readable output");
+    cmd->footer("Example:\n  hbmsim plan offload-layers --model llama3.1-70b --gpus 64 --batch 2 --seq 8192 --weights fp8 --policy no_recompute");
+    cmd->callback([=] {
+      auto base = resolve_run_flags(*flags, {"offload_layers"});
+      announce_run(base, !*json, "run (the search sets offload_layers):");
+      auto r = fewest_offload_layers(base);
+      if (*json) {
+        std::cout << dump_json(offload_layers_json(r), 2) << "\n";
+        return;
+      }
+      Table t{{"layers offloaded", "HBM GiB", "host GiB", "tok/s/GPU", "fits"}, {}};
+      const nlohmann::json doc = offload_layers_json(r);  // named: a loop over a temporary's member would dangle
+      for (const auto& row : doc["tried"])
+        t.rows.push_back({std::to_string(row["offload_layers"].get<std::int64_t>()), gib(row["hbm_peak_bytes"].get<double>()),
+                          gib(row["host_peak_bytes"].get<double>()), fixed(row["tokens_per_s_per_device"].get<double>(), 0),
+                          row["fits"].get<bool>() ? "yes" : "no"});
+      std::cout << t.render();
+      if (r.layers < 0) {
+        std::printf("\nno count fits: %s\n", r.why.c_str());
+        return;
+      }
+      std::printf("\nfewest that fit: %s\n", r.why.c_str());
+      print_settings(r.at(r.layers)->config);
+    });
+  }
+  {
     auto* cmd = plan->add_subcommand("hbm-needed", "HBM and pinned host memory a batch and policy need");
     auto flags = make_run_flags(cmd);
     auto json = std::make_shared<bool>(false);

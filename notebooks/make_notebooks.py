@@ -282,7 +282,7 @@ keeps), micro-batch 1. Datasheet figures (no calibration)."""),
     ("code", SETUP),
     ("code", """\
 SYSTEMS = ["gb200-nvl72", "gb300-nvl72", "vr-nvl144"]
-RUNS = {"llama3.1-405b": dict(seq=8192, global_batch=256), "deepseek-v3-671b": dict(seq=4096, global_batch=512)}
+RUNS = {"llama3.1-405b": dict(seq=8192, global_batch=128), "deepseek-v3-671b": dict(seq=4096, global_batch=256)}
 searches = {}
 for model, shape in RUNS.items():
     for system in SYSTEMS:

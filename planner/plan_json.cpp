@@ -1,5 +1,7 @@
 #include "planner/plan_json.hpp"
 
+#include <algorithm>
+
 #include "sim/policy.hpp"
 
 namespace hbmsim {
@@ -63,6 +65,20 @@ nlohmann::json layout_search_json(const LayoutSearch& r) {
   }
   return {{"global_batch", r.global_batch}, {"candidates", r.candidates}, {"pruned", r.pruned}, {"skipped", r.skipped}, {"refused", r.refused},
           {"simulated", r.simulated}, {"fitting", r.fitting}, {"none_fit", r.none_fit}, {"top", top}};
+}
+
+nlohmann::json offload_layers_json(const OffloadLayers& r) {
+  std::vector<const Candidate*> tried;
+  for (const auto& t : r.tried) tried.push_back(&t);
+  std::sort(tried.begin(), tried.end(), [](const Candidate* a, const Candidate* b) { return a->config.offload_layers < b->config.offload_layers; });
+  auto rows = nlohmann::json::array();
+  for (const Candidate* t : tried)
+    rows.push_back({{"offload_layers", t->config.offload_layers}, {"hbm_peak_bytes", t->report.hbm_peak_bytes},
+                    {"host_peak_bytes", t->report.host_peak_bytes}, {"tokens_per_s_per_device", t->report.tokens_per_s_per_device},
+                    {"fits", t->report.fits}});
+  nlohmann::json j = {{"offload_layers", r.layers}, {"why", r.why}, {"tried", rows}};
+  if (r.layers >= 0) j["settings"] = runnable_settings(r.at(r.layers)->config);
+  return j;
 }
 
 }  // namespace hbmsim

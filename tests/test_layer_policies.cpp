@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include "helpers.hpp"
+#include "planner/offload_layers.hpp"
 #include "planner/run_config.hpp"
 #include "sim/layer_plan.hpp"
 #include "sim/policy.hpp"
@@ -268,4 +269,38 @@ TEST_CASE("fp8_saved_activations keeps an fp8 GEMM's input in fp8 for the backwa
   const auto plain = run_simulation(c);
   c.fp8_saved_activations = false;
   CHECK(run_simulation(c).hbm_peak_bytes == plain.hbm_peak_bytes);
+}
+
+TEST_CASE("plan offload-layers finds the fewest layers that fit, checked one either side", "[policy][layers][plan]") {
+  // Llama 3.1 70B on 64 GB200s, batch 2 x 8192, fp8 (the README's curve): keeping everything needs about
+  // 289 GiB, each layer offloaded takes about 3 GiB off, so the answer is near 38; whatever it is, that many
+  // fit and one fewer does not.
+  RunConfig c;
+  c.system = "gb200-nvl72";
+  c.model = "llama3.1-70b";
+  c.gpus = 64;
+  c.batch = 2;
+  c.seq = 8192;
+  c.weights = "fp8";
+  c.policy = "minimal_with_context";
+  const OffloadLayers r = fewest_offload_layers(c);
+  REQUIRE(r.layers > 0);
+  CHECK(r.layers > 30);
+  CHECK(r.layers < 45);
+  c.offload_layers = r.layers;
+  CHECK(run_simulation(c).fits);
+  c.offload_layers = r.layers - 1;
+  CHECK_FALSE(run_simulation(c).fits);
+  CHECK(r.tried.size() <= 9);  // bisection over 0..80
+  // A run that fits as it is needs none; one the host cannot take says so.
+  c.batch = 1;
+  c.seq = 2048;
+  CHECK(fewest_offload_layers(c).layers == 0);
+  c.system = "h100-hgx";
+  c.seq = 8192;
+  c.batch = 4;
+  c.gpus = 8;
+  const OffloadLayers none = fewest_offload_layers(c);
+  CHECK(none.layers == -1);
+  CHECK_FALSE(none.why.empty());
 }

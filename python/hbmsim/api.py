@@ -486,6 +486,13 @@ def plan_layout(config: Mapping[str, Any] | str | os.PathLike | None = None, *, 
     return df
 
 
+def plan_offload_layers(config: Mapping[str, Any] | str | os.PathLike | None = None, **fields: Any) -> dict:
+    """Fewest layers whose activations go to host (Megatron's cpu_offloading_num_layers) for the config to fit,
+    as ``hbmsim plan offload-layers --json``: offload_layers (-1: no count fits), why, tried (each count
+    simulated: HBM and host peaks, tokens/s per GPU, fits) and settings at the answer."""
+    return _hbmsim.plan_offload_layers(_config_with(config, fields)[0])
+
+
 def plan_hbm_needed(config: Mapping[str, Any] | str | os.PathLike | None = None, **fields: Any) -> dict:
     """HBM and pinned host memory the config needs, as ``hbmsim plan hbm-needed --json``."""
     return _hbmsim.plan_hbm_needed(_config_with(config, fields)[0])

@@ -60,3 +60,12 @@ def test_layout_equals_cli(cli):
     assert len(none) == 0 and "nothing fits" in none.attrs["none_fit"]
     with pytest.raises(ValueError, match="micro_batches 0"):
         hbmsim.plan_layout(model="llama3.1-8b", micro_batches=[0])
+
+
+def test_offload_layers_equals_cli(cli):
+    args = ["--model", "llama3.1-70b", "--gpus", "64", "--batch", "2", "--seq", "8192", "--weights", "fp8",
+            "--policy", "minimal_with_context"]
+    expected = cli_json(cli, "plan", "offload-layers", *args, "--json")
+    got = hbmsim.plan_offload_layers(model="llama3.1-70b", gpus=64, batch=2, seq=8192, weights="fp8",
+                                     policy="minimal_with_context")
+    assert got == expected and got["offload_layers"] > 0
