@@ -285,12 +285,12 @@ py::dict plan_layout(const py::object& config, std::size_t top, const std::vecto
   return to_py(j);
 }
 
-py::dict plan_offload_layers(const py::object& config) {
+py::dict plan_layer_count(const py::object& config, hbmsim::LayerCount what) {
   auto c = config_from_py(config, "config");
   json j;
   {
     py::gil_scoped_release nogil;
-    j = hbmsim::offload_layers_json(hbmsim::fewest_offload_layers(c));
+    j = hbmsim::layer_count_json(hbmsim::fewest_layers(c, what));
   }
   return to_py(j);
 }
@@ -380,8 +380,10 @@ PYBIND11_MODULE(_hbmsim, m) {
   m.def("plan_layout", &plan_layout, py::arg("config"), py::arg("top") = 10, py::arg("policies") = std::vector<std::string>{},
         py::arg("micro_batches") = std::vector<std::int64_t>{}, py::arg("prune") = true, py::arg("jobs") = 1,
         "Fastest parallel layout, micro-batch and policy at the config's global batch, as `plan layout --json`.");
-  m.def("plan_offload_layers", &plan_offload_layers, py::arg("config"),
+  m.def("plan_offload_layers", [](const py::object& c) { return plan_layer_count(c, hbmsim::LayerCount::offload); }, py::arg("config"),
         "Fewest layers offloaded (Megatron cpu_offloading_num_layers) for the config to fit, as `plan offload-layers --json`.");
+  m.def("plan_recompute_layers", [](const py::object& c) { return plan_layer_count(c, hbmsim::LayerCount::recompute); }, py::arg("config"),
+        "Fewest layers per chunk recomputed in full for the config to fit, as `plan recompute-layers --json`.");
   m.def("plan_hbm_needed", &plan_hbm_needed, py::arg("config"), "HBM and pinned host memory a config needs, as `plan hbm-needed --json`.");
   m.def("validate", &validate, py::arg("calibration") = "", py::arg("runs_path") = "", py::arg("jobs") = 2,
         "The published measured runs (data/reference/published_runs.csv or runs_path), measured vs predicted tokens/s "

@@ -16,6 +16,7 @@
 #include "cli/run_flags.hpp"
 #include "hwmodels/json_view.hpp"
 #include "planner/fit.hpp"
+#include "planner/layer_counts.hpp"
 #include "planner/layout_search.hpp"
 #include "planner/plan.hpp"
 #include "planner/plan_json.hpp"
@@ -388,24 +389,30 @@ void register_plan(CLI::App& app) {
       print_settings(r.top[0].config);
     });
   }
-  {
-    auto* cmd = plan->add_subcommand("offload-layers", "Fewest layers whose activations go to host (Megatron cpu_offloading_num_layers) for the run to fit");
+  for (const LayerCount what : {LayerCount::offload, LayerCount::recompute}) {
+    const bool offload = what == LayerCount::offload;
+    const std::string field = field_name(what);
+    auto* cmd = plan->add_subcommand(offload ? "offload-layers" : "recompute-layers",
+                                     offload ? "Fewest layers whose activations go to host (Megatron cpu_offloading_num_layers) for the run to fit"
+                                             : "Fewest layers per chunk recomputed in full (Megatron recompute_num_layers, block) for the run to fit");
     auto flags = make_run_flags(cmd);
     auto json = std::make_shared<bool>(false);
     cmd->add_flag("--json", *json, "Machine-readable output");
-    cmd->footer("Example:\n  hbmsim plan offload-layers --model llama3.1-70b --gpus 64 --batch 2 --seq 8192 --weights fp8 --policy no_recompute");
+    cmd->footer(std::string("Example:\n  hbmsim plan ") + (offload ? "offload-layers" : "recompute-layers") +
+                " --model llama3.1-70b --gpus 64 --batch 2 --seq 8192 --weights fp8 --policy no_recompute");
     cmd->callback([=] {
-      auto base = resolve_run_flags(*flags, {"offload_layers"});
-      announce_run(base, !*json, "run (the search sets offload_layers):");
-      auto r = fewest_offload_layers(base);
+      auto base = resolve_run_flags(*flags, {field});
+      const std::string heading = "run (the search sets " + field + "):";
+      announce_run(base, !*json, heading.c_str());
+      auto r = fewest_layers(base, what);
+      const nlohmann::json doc = layer_count_json(r);
       if (*json) {
-        std::cout << dump_json(offload_layers_json(r), 2) << "\n";
+        std::cout << dump_json(doc, 2) << "\n";
         return;
       }
-      Table t{{"layers offloaded", "HBM GiB", "host GiB", "tok/s/GPU", "fits"}, {}};
-      const nlohmann::json doc = offload_layers_json(r);  // named: a loop over a temporary's member would dangle
+      Table t{{offload ? "layers offloaded" : "layers recomputed", "HBM GiB", "host GiB", "tok/s/GPU", "fits"}, {}};
       for (const auto& row : doc["tried"])
-        t.rows.push_back({std::to_string(row["offload_layers"].get<std::int64_t>()), gib(row["hbm_peak_bytes"].get<double>()),
+        t.rows.push_back({std::to_string(row[field].get<std::int64_t>()), gib(row["hbm_peak_bytes"].get<double>()),
                           gib(row["host_peak_bytes"].get<double>()), fixed(row["tokens_per_s_per_device"].get<double>(), 0),
                           row["fits"].get<bool>() ? "yes" : "no"});
       std::cout << t.render();

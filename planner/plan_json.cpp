@@ -67,16 +67,17 @@ nlohmann::json layout_search_json(const LayoutSearch& r) {
           {"simulated", r.simulated}, {"fitting", r.fitting}, {"none_fit", r.none_fit}, {"top", top}};
 }
 
-nlohmann::json offload_layers_json(const OffloadLayers& r) {
+nlohmann::json layer_count_json(const LayerCountSearch& r) {
+  const std::string field = field_name(r.what);
+  auto count = [&](const Candidate* t) { return t->config.to_json().at(field).get<std::int64_t>(); };
   std::vector<const Candidate*> tried;
   for (const auto& t : r.tried) tried.push_back(&t);
-  std::sort(tried.begin(), tried.end(), [](const Candidate* a, const Candidate* b) { return a->config.offload_layers < b->config.offload_layers; });
+  std::sort(tried.begin(), tried.end(), [&](const Candidate* a, const Candidate* b) { return count(a) < count(b); });
   auto rows = nlohmann::json::array();
   for (const Candidate* t : tried)
-    rows.push_back({{"offload_layers", t->config.offload_layers}, {"hbm_peak_bytes", t->report.hbm_peak_bytes},
-                    {"host_peak_bytes", t->report.host_peak_bytes}, {"tokens_per_s_per_device", t->report.tokens_per_s_per_device},
-                    {"fits", t->report.fits}});
-  nlohmann::json j = {{"offload_layers", r.layers}, {"why", r.why}, {"tried", rows}};
+    rows.push_back({{field, count(t)}, {"hbm_peak_bytes", t->report.hbm_peak_bytes}, {"host_peak_bytes", t->report.host_peak_bytes},
+                    {"tokens_per_s_per_device", t->report.tokens_per_s_per_device}, {"fits", t->report.fits}});
+  nlohmann::json j = {{field, r.layers}, {"why", r.why}, {"tried", rows}};
   if (r.layers >= 0) j["settings"] = runnable_settings(r.at(r.layers)->config);
   return j;
 }

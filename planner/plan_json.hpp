@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/layout_search.hpp"
-#include "planner/offload_layers.hpp"
+#include "planner/layer_counts.hpp"
 #include "planner/plan.hpp"
 
 namespace hbmsim {
@@ -24,8 +24,8 @@ nlohmann::json hbm_needed_json(const HbmNeeded& r);
 // {global_batch, candidates, pruned, refused, simulated, fitting, none_fit, top: [{rank, degrees, policy,
 // micro_batch, grad_accum, limit, report, settings}]}.
 nlohmann::json layout_search_json(const LayoutSearch& r);
-// {offload_layers (-1: none fits), why, tried: [{offload_layers, hbm_peak_bytes, host_peak_bytes,
-// tokens_per_s_per_device, fits}] by count, settings (at the answer)}.
-nlohmann::json offload_layers_json(const OffloadLayers& r);
+// {FIELD (offload_layers or recompute_layers; -1: none fits), why, tried: [{FIELD, hbm_peak_bytes,
+// host_peak_bytes, tokens_per_s_per_device, fits}] by count, settings (at the answer)}.
+nlohmann::json layer_count_json(const LayerCountSearch& r);
 
 }  // namespace hbmsim

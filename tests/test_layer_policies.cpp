@@ -6,7 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include "helpers.hpp"
-#include "planner/offload_layers.hpp"
+#include "planner/layer_counts.hpp"
 #include "planner/run_config.hpp"
 #include "sim/layer_plan.hpp"
 #include "sim/policy.hpp"
@@ -283,7 +283,7 @@ TEST_CASE("plan offload-layers finds the fewest layers that fit, checked one eit
   c.seq = 8192;
   c.weights = "fp8";
   c.policy = "minimal_with_context";
-  const OffloadLayers r = fewest_offload_layers(c);
+  const LayerCountSearch r = fewest_layers(c, LayerCount::offload);
   REQUIRE(r.layers > 0);
   CHECK(r.layers > 30);
   CHECK(r.layers < 45);
@@ -295,12 +295,39 @@ TEST_CASE("plan offload-layers finds the fewest layers that fit, checked one eit
   // A run that fits as it is needs none; one the host cannot take says so.
   c.batch = 1;
   c.seq = 2048;
-  CHECK(fewest_offload_layers(c).layers == 0);
+  CHECK(fewest_layers(c, LayerCount::offload).layers == 0);
   c.system = "h100-hgx";
   c.seq = 8192;
   c.batch = 4;
   c.gpus = 8;
-  const OffloadLayers none = fewest_offload_layers(c);
+  const LayerCountSearch none = fewest_layers(c, LayerCount::offload);
   CHECK(none.layers == -1);
   CHECK_FALSE(none.why.empty());
+}
+
+TEST_CASE("plan recompute-layers finds the fewest layers per chunk recomputed for the run to fit", "[policy][layers][plan]") {
+  // Llama 3.1 70B on 64 GB200s as above, no recompute: recomputing a layer in full keeps only its input, so
+  // some count between 1 and 80 fits; that count fits and one fewer does not. Host memory is untouched.
+  RunConfig c;
+  c.system = "gb200-nvl72";
+  c.model = "llama3.1-70b";
+  c.gpus = 64;
+  c.batch = 2;
+  c.seq = 8192;
+  c.weights = "fp8";
+  c.policy = "no_recompute";
+  const LayerCountSearch r = fewest_layers(c, LayerCount::recompute);
+  REQUIRE(r.layers > 0);
+  c.recompute_layers = r.layers;
+  const auto at = run_simulation(c);
+  CHECK(at.fits);
+  CHECK(at.host_peak_bytes == 0);
+  c.recompute_layers = r.layers - 1;
+  CHECK_FALSE(run_simulation(c).fits);
+  // With pp 2 the count is per chunk: at most 40.
+  c.pp = 2;
+  c.microbatches = 2;
+  c.recompute_layers = 0;
+  const LayerCountSearch piped = fewest_layers(c, LayerCount::recompute);
+  for (const auto& t : piped.tried) CHECK(t.config.recompute_layers <= 40);
 }

@@ -493,6 +493,13 @@ def plan_offload_layers(config: Mapping[str, Any] | str | os.PathLike | None = N
     return _hbmsim.plan_offload_layers(_config_with(config, fields)[0])
 
 
+def plan_recompute_layers(config: Mapping[str, Any] | str | os.PathLike | None = None, **fields: Any) -> dict:
+    """Fewest layers per pipeline chunk recomputed in full (Megatron's recompute_num_layers, block method) for the
+    config to fit, as ``hbmsim plan recompute-layers --json`` (the same keys as ``plan_offload_layers`` with
+    recompute_layers)."""
+    return _hbmsim.plan_recompute_layers(_config_with(config, fields)[0])
+
+
 def plan_hbm_needed(config: Mapping[str, Any] | str | os.PathLike | None = None, **fields: Any) -> dict:
     """HBM and pinned host memory the config needs, as ``hbmsim plan hbm-needed --json``."""
     return _hbmsim.plan_hbm_needed(_config_with(config, fields)[0])

@@ -69,3 +69,8 @@ def test_offload_layers_equals_cli(cli):
     got = hbmsim.plan_offload_layers(model="llama3.1-70b", gpus=64, batch=2, seq=8192, weights="fp8",
                                      policy="minimal_with_context")
     assert got == expected and got["offload_layers"] > 0
+    rec = hbmsim.plan_recompute_layers(model="llama3.1-70b", gpus=64, batch=2, seq=8192, weights="fp8",
+                                       policy="no_recompute")
+    assert rec == cli_json(cli, "plan", "recompute-layers", "--model", "llama3.1-70b", "--gpus", "64", "--batch", "2",
+                           "--seq", "8192", "--weights", "fp8", "--policy", "no_recompute", "--json")
+    assert rec["recompute_layers"] > 0
