@@ -446,11 +446,22 @@ def plan_largest_batch(config: Mapping[str, Any] | str | os.PathLike | None = No
 
 
 def plan_best_policy(config: Mapping[str, Any] | str | os.PathLike | None = None, *, names: Sequence[str] = (),
-                     jobs: int = 1, **fields: Any) -> dict:
+                     jobs: int = 1, batches: Sequence[float] = (), **fields: Any) -> dict | list:
     """Best device/remat/offload placement of ``names`` (default: the model's largest checkpoints) within HBM and
     host capacity, as ``hbmsim plan best-policy --json``: method, evaluated, found, best (a report), placement,
-    settings, and pareto (HBM peak vs TFLOP/s over every placement evaluated)."""
-    return _hbmsim.plan_best_policy(_config_with(config, fields)[0], list(names), jobs)
+    settings, and pareto (HBM peak vs TFLOP/s over every placement evaluated). With ``batches``, one such dict
+    per per-device batch with its ``batch``, as ``plan best-policy --batches ... --json``."""
+    base = _config_with(config, fields)[0]
+    if not batches:
+        return _hbmsim.plan_best_policy(base, list(names), jobs)
+    out = []
+    for b in batches:
+        if not b > 0:
+            raise ValueError(f"batches {b} (must be > 0)")
+        r = _hbmsim.plan_best_policy({**base, "batch": b}, list(names), jobs)
+        r["batch"] = b
+        out.append(r)
+    return out
 
 
 def plan_break_even(config: Mapping[str, Any] | str | os.PathLike | None = None, *, tolerance: float = 0.01,

@@ -74,3 +74,14 @@ def test_offload_layers_equals_cli(cli):
     assert rec == cli_json(cli, "plan", "recompute-layers", "--model", "llama3.1-70b", "--gpus", "64", "--batch", "2",
                            "--seq", "8192", "--weights", "fp8", "--policy", "no_recompute", "--json")
     assert rec["recompute_layers"] > 0
+
+
+def test_best_policy_over_batches_equals_cli(cli):
+    expected = cli_json(cli, "plan", "best-policy", "--model", "llama3.1-8b", "--gpus", "8", "--system", "h100-hgx",
+                        "--names", "query_proj,mlpwo", "--batches", "1,2", "--json")
+    got = hbmsim.plan_best_policy(model="llama3.1-8b", gpus=8, system="h100-hgx", names=["query_proj", "mlpwo"],
+                                  batches=[1, 2])
+    assert [r["batch"] for r in got] == [1, 2]
+    assert [r["best"] for r in got] == [r["best"] for r in expected]
+    with pytest.raises(ValueError, match="batches 0"):
+        hbmsim.plan_best_policy(model="llama3.1-8b", batches=[0])
