@@ -14,8 +14,9 @@ std::string gib(double bytes) {
   return buf;
 }
 
+// The field a search sets.
+// The field a search sets.
 std::int64_t& count_of(RunConfig& c, LayerCount what) { return what == LayerCount::offload ? c.offload_layers : c.recompute_layers; }
-std::int64_t count_of(const RunConfig& c, LayerCount what) { return what == LayerCount::offload ? c.offload_layers : c.recompute_layers; }
 
 // The most layers the field can name: every layer to offload, the smallest chunk's to recompute.
 std::int64_t most_layers(const RunConfig& base, LayerCount what) {
@@ -33,9 +34,13 @@ std::int64_t most_layers(const RunConfig& base, LayerCount what) {
 
 const char* field_name(LayerCount what) { return what == LayerCount::offload ? "offload_layers" : "recompute_layers"; }
 
+std::int64_t layer_count(const RunConfig& c, LayerCount what) {
+  return what == LayerCount::offload ? c.offload_layers : c.recompute_layers;
+}
+
 const Candidate* LayerCountSearch::at(std::int64_t count) const {
   for (const auto& t : tried)
-    if (count_of(t.config, what) == count) return &t;
+    if (layer_count(t.config, what) == count) return &t;
   return nullptr;
 }
 

@@ -13,6 +13,7 @@ namespace hbmsim {
 
 enum class LayerCount { offload, recompute };
 const char* field_name(LayerCount what);  // "offload_layers", "recompute_layers"
+std::int64_t layer_count(const RunConfig& config, LayerCount what);  // the config's value of that field
 
 struct LayerCountSearch {
   LayerCount what = LayerCount::offload;

@@ -105,8 +105,6 @@ std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSear
   return out;
 }
 
-double hbm_lower_bound_bytes(const RunConfig& config) { return hbm_lower_bound_bytes(prepare_run(config)); }
-
 double hbm_lower_bound_bytes(const PreparedRun& run) {
   const StepGraph& g = run.graph;
   const Parallelism& p = g.training.parallelism;

@@ -51,7 +51,6 @@ std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSear
 // optimizer state and runtime reserve, plus the activations its layers must keep (on device) for the
 // micro-batches 1F1B holds at once (the stage's first: min(pp, micro-batches) of them), each layer's input
 // and the checkpoint tensors the policy keeps. Throws InputError as prepare_run does.
-double hbm_lower_bound_bytes(const RunConfig& config);
 double hbm_lower_bound_bytes(const PreparedRun& run);
 
 // What limits a run, in words: what it runs out of when it does not fit; otherwise the longest exposed wait of

@@ -69,7 +69,7 @@ nlohmann::json layout_search_json(const LayoutSearch& r) {
 
 nlohmann::json layer_count_json(const LayerCountSearch& r) {
   const std::string field = field_name(r.what);
-  auto count = [&](const Candidate* t) { return t->config.to_json().at(field).get<std::int64_t>(); };
+  auto count = [&](const Candidate* t) { return layer_count(t->config, r.what); };
   std::vector<const Candidate*> tried;
   for (const auto& t : r.tried) tried.push_back(&t);
   std::sort(tried.begin(), tried.end(), [&](const Candidate* a, const Candidate* b) { return count(a) < count(b); });

@@ -27,6 +27,13 @@ const std::vector<int>& step_reads(const OpDef& def, TemplatePlan::Kind k) {
 
 namespace {
 
+// The op `producer` when it is a forward all-gather (a sequence-parallel input gathered for its GEMM), else null.
+const OpDef* forward_gather(const LayerTemplate& t, int producer) {
+  if (producer < 0) return nullptr;
+  const OpDef& op = t.ops[static_cast<std::size_t>(producer)];
+  return op.kind == OpKind::comm && op.comm.forward == CommKind::all_gather ? &op : nullptr;
+}
+
 bool has_comm(const LayerTemplate& t) {
   return std::any_of(t.ops.begin(), t.ops.end(), [](const OpDef& op) { return op.kind == OpKind::comm; });
 }
@@ -151,9 +158,7 @@ void plan_kept_bytes(const LayerTemplate& t, const StepGraph& g, TemplatePlan& p
     if (op.kind != OpKind::gemm || op.dtype != Dtype::fp8) continue;
     for (int in : op.inputs) {
       quantize(in);
-      const int prod = p.producer[static_cast<std::size_t>(in)];
-      const OpDef* gather = prod >= 0 ? &t.ops[static_cast<std::size_t>(prod)] : nullptr;
-      if (gather && gather->kind == OpKind::comm && gather->comm.forward == CommKind::all_gather)
+      if (const OpDef* gather = forward_gather(t, p.producer[static_cast<std::size_t>(in)]))
         for (int src : gather->inputs) quantize(src);
     }
   }
@@ -196,11 +201,7 @@ void place_tensors(const LayerTemplate& t, const Policy& policy, std::vector<Pla
   if (policy.keep_backward_inputs)
     for (std::size_t i = 0; i < nt; ++i) {
       if (!needed_in_bwd[i]) continue;
-      const int op = producer[i];
-      const OpDef* gather = op >= 0 && t.ops[static_cast<std::size_t>(op)].kind == OpKind::comm &&
-                                    t.ops[static_cast<std::size_t>(op)].comm.forward == CommKind::all_gather
-                                ? &t.ops[static_cast<std::size_t>(op)]
-                                : nullptr;
+      const OpDef* gather = forward_gather(t, producer[i]);
       if (!gather) placement[i] = Placement::device;
       else
         for (int in : gather->inputs) placement[static_cast<std::size_t>(in)] = Placement::device;

@@ -28,7 +28,7 @@ struct TemplatePlan {
   CommCost gather_experts, reduce_scatter_experts;
   CommCost grad_sync;                     // its gradient shards summed over the gradient-sync axes
   double grad_sync_bytes = 0;             // the shards' bytes
-  std::vector<double> kept_bytes;         // per tensor: the copy kept for the backward (fp8 where TE stores it so)
+  std::vector<double> kept_bytes;         // per tensor: its forward buffer and kept copy (fp8 where TE stores it so)
   std::vector<double> d2h_s, h2d_s;       // per tensor: copy time of its kept copy
   bool scheduled = false;  // LHS orders its ops by data dependencies (it has communication to hide)
   // A GEMM's backward is two steps, the weight-gradient one run in a pass of its own (zero-bubble pipelines).

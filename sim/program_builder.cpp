@@ -734,7 +734,7 @@ class StageBuilder {
       MemCategory cat = MemCategory::workspace;
       if (p.placement[k] == Placement::device || static_cast<int>(k) == t.output_tensor) cat = MemCategory::saved_activations;
       else if (p.placement[k] == Placement::offload) cat = MemCategory::offload_buffers;
-      st.buf[k] = w_.add_buffer(p.placement[k] == Placement::remat ? t.tensors[k].bytes : p.kept_bytes[k], cat);
+      st.buf[k] = w_.add_buffer(p.kept_bytes[k], cat);  // a tensor not kept has its full size
     }
     st.output_buf = st.buf[static_cast<std::size_t>(t.output_tensor)];
 
