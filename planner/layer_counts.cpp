@@ -15,7 +15,6 @@ std::string gib(double bytes) {
 }
 
 // The field a search sets.
-// The field a search sets.
 std::int64_t& count_of(RunConfig& c, LayerCount what) { return what == LayerCount::offload ? c.offload_layers : c.recompute_layers; }
 
 // The most layers the field can name: every layer to offload, the smallest chunk's to recompute.
