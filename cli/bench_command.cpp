@@ -83,6 +83,9 @@ void register_bench_command(CLI::App& app) {
     out["dsv3_step_us"] = step_us(ds, reps, inner);
     out["dsv3_split_step_us"] = step_us(prepare_run(bench_dsv3_split()), reps, inner);
     out["llama405b_step_us"] = step_us(ll, reps, inner);
+    auto every_event = ll;
+    every_event.options.fast_forward = false;
+    out["llama405b_step_every_event_us"] = step_us(every_event, reps, inner);
     out["llama405b_tp8_cp2_step_us"] = step_us(prepare_run(bench_llama405b_tp_cp()), reps, inner);
     out["tp8_cp2_over_fsdp"] = out["llama405b_tp8_cp2_step_us"].get<double>() / out["llama405b_step_us"].get<double>();
     out["llama405b_pp8_mb16_step_us"] = step_us(prepare_run(bench_llama405b_pp()), reps, std::max(1, inner / 4));
@@ -93,7 +96,7 @@ void register_bench_command(CLI::App& app) {
     RunConfig small = bench_scaling_base();
     auto base = prepare_run(small);
     std::vector<double> xs, ys, ga, gy;
-    for (std::int64_t layers : {8, 16, 32, 64, 128}) {
+    for (std::int64_t layers : {8, 16, 32, 64, 126}) {
       auto model = base.graph.model;
       model.num_layers = layers;
       PreparedRun r{base.system, build_step_graph(model, base.graph.training), base.policy, base.options};
@@ -108,6 +111,7 @@ void register_bench_command(CLI::App& app) {
     }
     auto lf = fit_line(xs, ys), gf = fit_line(ga, gy);
     out["layers_us_per_layer"] = lf.slope;
+    out["layers_126_over_32"] = ys[4] / ys[2];  // a Llama 405B depth against a Llama 8B one, same layer shape
     out["layers_r2"] = lf.r2;
     out["grad_accum_us_per_step"] = gf.slope;
     out["grad_accum_r2"] = gf.r2;

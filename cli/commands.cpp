@@ -192,10 +192,13 @@ void register_commands(CLI::App& app) {
     auto flags = make_run_flags(cmd);
     auto json = std::make_shared<bool>(false);
     auto trace = std::make_shared<std::string>();
+    auto every_event = std::make_shared<bool>(false);
     cmd->add_flag("--json", *json, "Print the report as one JSON object");
     cmd->add_option("--trace", *trace, "Write a Chrome/Perfetto trace JSON to this file");
-    cmd->callback([flags, json, trace] {
-      auto res = simulate_resolved(resolve_run_flags(*flags), !trace->empty());
+    cmd->add_flag("--no-fast-forward", *every_event,
+                  "Simulate every event of repeating layer iterations instead of replaying them (same results)");
+    cmd->callback([flags, json, trace, every_event] {
+      auto res = simulate_resolved(resolve_run_flags(*flags), !trace->empty(), !*every_event);
       print_warnings(res.warnings);
       if (!trace->empty()) write_file_atomically(*trace, dump_json(res.report.trace) + "\n");
       if (*json) {

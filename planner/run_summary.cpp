@@ -128,9 +128,10 @@ nlohmann::json ResolvedSimulation::to_json() const {
   return j;
 }
 
-ResolvedSimulation simulate_resolved(const RunConfig& config, bool trace) {
+ResolvedSimulation simulate_resolved(const RunConfig& config, bool trace, bool fast_forward) {
   auto prepared = prepare_run(config);
   prepared.options.record_trace = trace;
+  prepared.options.fast_forward = fast_forward;
   ResolvedSimulation r;
   r.config = config;
   r.config.fsdp = prepared.graph.training.parallelism.fsdp;  // the degree the GPUs left, not "0: the rest"

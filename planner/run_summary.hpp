@@ -32,6 +32,7 @@ struct ResolvedSimulation {
   // The report's fields plus "config", "run" and "warnings".
   nlohmann::json to_json() const;
 };
-ResolvedSimulation simulate_resolved(const RunConfig& config, bool trace = false);
+// fast_forward off: every event simulated (SimOptions::fast_forward), to check a result or time the engine.
+ResolvedSimulation simulate_resolved(const RunConfig& config, bool trace = false, bool fast_forward = true);
 
 }  // namespace hbmsim

@@ -1,10 +1,13 @@
 #include "sim/engine.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <bit>
 #include <limits>
 #include <stdexcept>
 #include <utility>
+
+#include "sim/repeats.hpp"
 
 namespace hbmsim::sim {
 
@@ -23,6 +26,7 @@ void Program::clear() {
   uses.clear();
   gate_lifts.clear();
   buffers.clear();
+  iterations.clear();
   resident.clear();
   hbm_limit_bytes.clear();
   copy_interference = 0;
@@ -96,6 +100,41 @@ struct Flow {
   int op, priority;
 };
 
+// Fast-forward (see run_program): what happened between two iteration starts, and the state at each.
+struct LogEntry {
+  int op;
+  double time_s;
+  bool start;  // else a completion
+};
+// A memory gate's verdict depends on live HBM, which may grow or shrink by a fixed amount per iteration.
+struct GateCheck {
+  int device;
+  double margin_bytes;  // limit - (live + gate): it opened when >= 0
+};
+// The engine's state after the start of an iteration's first op, ops counted from that iteration's first
+// op where they belong to the run (`in_run`), as themselves otherwise.
+struct Snapshot {
+  int repeat = -1, iteration = -1;
+  double time_s = 0;
+  struct Active {
+    int op;
+    double remaining, rate, end_in_s;
+    bool operator<(const Active& o) const { return op < o.op; }
+  };
+  struct Head {
+    int op, running;
+    bool in_run;
+    double busy_since_s;
+  };
+  std::vector<Active> active;
+  std::vector<Head> heads;  // per queue (op -1: drained)
+  std::vector<double> idle_since_s, hbm_bytes, demand, busy_s, exposed_s;  // per device / link / queue
+  std::vector<int> copies;
+  std::uint64_t events = 0;
+  int over = 0;
+  bool contended = false, stale = false, interference_stale = false;
+};
+
 struct Scratch {
   std::vector<Flow> flows, sharing;
   std::vector<int> unmet, op_queue, succ_start, succ, refs, fill, active, active_pos, finished, unfrozen, zero, zeros, lifts, gate_after;
@@ -108,6 +147,11 @@ struct Scratch {
   std::vector<std::vector<int>> queues;
   std::vector<QueueState> queue_states;
   std::vector<DeviceState> devices;
+  std::vector<int> anchor_of, per_queue, pending;
+  std::vector<Repeat> repeats;
+  std::vector<LogEntry> log;
+  std::vector<GateCheck> gates;
+  Snapshot before, now;
 };
 Scratch& scratch() {
   thread_local Scratch s;
@@ -116,7 +160,7 @@ Scratch& scratch() {
 
 class Engine {
  public:
-  Engine(const Program& p, bool timeline) : p_(p), record_(timeline) {
+  Engine(const Program& p, bool timeline, bool fast_forward) : p_(p), record_(timeline) {
     const auto n = p.ops.size();
     const auto nq = p.queues.size();
     if (nq > 4096) throw std::logic_error("a program has at most 4096 queues");
@@ -188,6 +232,18 @@ class Engine {
     for (auto& v : copy_queues_) v.clear();
     for (std::size_t q = 0; q < nq; ++q)
       if (p.queues[q].kind == QueueKind::concurrent) copy_queues_[static_cast<std::size_t>(p.queues[q].device)].push_back(static_cast<int>(q));
+    repeats_.clear();
+    anchor_of_.clear();
+    if (fast_forward && !p.iterations.empty()) repeats_ = find_repeats(p, refs_, gate_after_);
+    if (!repeats_.empty()) {
+      anchor_of_.assign(n, -1);
+      for (std::size_t r = 0; r < repeats_.size(); ++r)
+        for (int i = 0; i < repeats_[r].count; ++i)
+          anchor_of_[static_cast<std::size_t>(repeats_[r].first + i * repeats_[r].stride)] = static_cast<int>(r);
+    }
+    logging_ = false;
+    pending_anchor_ = -1;
+    before_.repeat = -1;
   }
 
   EngineResult run() {
@@ -196,6 +252,7 @@ class Engine {
     const std::size_t n = p_.ops.size();
     for (std::size_t q = 0; q < qs_.size(); ++q) mark(static_cast<int>(q));
     start_ready();
+    at_anchor();
     auto& finished = finished_;
     while (done_ < n) {
       if (rates_stale_) update_rates();
@@ -205,6 +262,7 @@ class Engine {
       if (!(next < std::numeric_limits<double>::infinity())) {
         if (!active_.empty()) throw std::logic_error("simulation stalled: no active op progresses");
         if (!force_gated()) throw std::logic_error("simulation deadlock at op " + std::to_string(first_unstarted()));
+        at_anchor();
         continue;
       }
       now_ = next;
@@ -222,6 +280,7 @@ class Engine {
         complete(i);
       }
       start_ready();
+      at_anchor();
     }
     r_.end_time_s = now_;
     sample_all();
@@ -240,6 +299,7 @@ class Engine {
       auto& q = qs_[qi];
       if (!q.concurrent) continue;
       if (q.pos < q.size && unmet_[static_cast<std::size_t>(q.ops[q.pos])] == 0) {
+        forced_ = true;  // not a function of the state a fast-forward compares
         start(q.ops[q.pos++]);
         mark(static_cast<int>(qi));
         start_ready();
@@ -247,6 +307,236 @@ class Engine {
       }
     }
     return false;
+  }
+
+  // ---- Fast-forward through repeating loop iterations (run_program). ----
+  // After each pass of starts: if an iteration's first op started in it, compare the state with the one at
+  // the previous iteration's start; when they match, replay the recorded events iteration after iteration.
+  void at_anchor() {
+    if (pending_anchor_ < 0) return;
+    const int op = std::exchange(pending_anchor_, -1);
+    const int ri = anchor_of_[static_cast<std::size_t>(op)];
+    const Repeat& run = repeats_[static_cast<std::size_t>(ri)];
+    const int it = run.iteration(op);
+    const bool pure = capture(now_snap_, run, ri, it);
+    if (pure && logging_ && !forced_ && before_.repeat == ri && before_.iteration == it - 1 && same_state(run)) {
+      if (const int k = fast_forward(run); k > 0) {
+        r_.replayed_iterations += k;
+        logging_ = false;
+        before_.repeat = -1;
+        return;
+      }
+    }
+    std::swap(before_, now_snap_);
+    logging_ = pure;
+    forced_ = false;
+    log_.clear();
+    gates_.clear();
+  }
+
+  static bool close(double a, double b) { return std::abs(a - b) <= 1e-12 * std::max({1.0, std::abs(a), std::abs(b)}); }
+
+  // The state now, ops of the run counted from iteration `it`'s first op. False if an op outside the run is
+  // active (then the state cannot repeat).
+  bool capture(Snapshot& s, const Repeat& run, int ri, int it) {
+    const int base = run.first + it * run.stride;
+    s.repeat = ri;
+    s.iteration = it;
+    s.time_s = now_;
+    s.active.clear();
+    for (std::size_t a = 0; a < active_.size(); ++a) {
+      const int i = active_[a];
+      if (!run.contains(i)) return false;
+      const auto k = static_cast<std::size_t>(i);
+      s.active.push_back({i - base, remaining_[k] - rate_[k] * (now_ - updated_[k]), rate_[k], active_end_[a] - now_});
+    }
+    std::sort(s.active.begin(), s.active.end());
+    s.heads.resize(qs_.size());
+    for (std::size_t q = 0; q < qs_.size(); ++q) {
+      const auto& qs = qs_[q];
+      const int head = qs.pos < qs.size ? qs.ops[qs.pos] : -1;
+      const bool in_run = head >= 0 && run.contains(head);
+      s.heads[q] = {in_run ? head - base : head, qs.running, in_run, qs.busy_since};
+    }
+    const std::size_t nd = dev_.size();
+    s.idle_since_s.resize(nd);
+    s.hbm_bytes.resize(nd);
+    s.copies.resize(nd);
+    for (std::size_t d = 0; d < nd; ++d) {
+      s.idle_since_s[d] = dev_[d].compute_idle_since;
+      s.hbm_bytes[d] = dev_[d].hbm_live;
+      s.copies[d] = dev_[d].copies_running;
+    }
+    s.demand = demand_;
+    s.busy_s = r_.busy_s;
+    s.exposed_s = r_.exposed_s;
+    s.events = r_.events;
+    s.over = over_;
+    s.contended = was_contended_;
+    s.stale = rates_stale_;
+    s.interference_stale = interference_stale_;
+    return true;
+  }
+
+  // A span that began before both snapshots and is still open, or one that began as far before each.
+  static bool same_since(double a, double ta, double b, double tb, bool& shifts) {
+    shifts = !close(a, b);
+    return !shifts || close(a - ta, b - tb);
+  }
+
+  // The state now is the previous iteration's moved on by one iteration, and the recorded interval holds
+  // only the run's ops.
+  bool same_state(const Repeat& run) {
+    const Snapshot &a = before_, &b = now_snap_;
+    if (a.active.size() != b.active.size() || a.over != b.over || a.contended != b.contended || a.stale != b.stale ||
+        a.interference_stale != b.interference_stale || a.copies != b.copies)
+      return false;
+    for (std::size_t i = 0; i < a.active.size(); ++i) {
+      const auto &x = a.active[i], &y = b.active[i];
+      if (x.op != y.op || !close(x.remaining, y.remaining) || !close(x.rate, y.rate) || !close(x.end_in_s, y.end_in_s)) return false;
+    }
+    shift_busy_.assign(a.heads.size(), 0);
+    for (std::size_t q = 0; q < a.heads.size(); ++q) {
+      const auto &x = a.heads[q], &y = b.heads[q];
+      if (x.op != y.op || x.in_run != y.in_run || x.running != y.running) return false;
+      bool shifts = false;
+      if (x.running > 0 && !same_since(x.busy_since_s, a.time_s, y.busy_since_s, b.time_s, shifts)) return false;
+      shift_busy_[q] = shifts;
+    }
+    shift_idle_.assign(a.idle_since_s.size(), 0);
+    for (std::size_t d = 0; d < a.idle_since_s.size(); ++d) {
+      const double x = a.idle_since_s[d], y = b.idle_since_s[d];
+      if ((x < 0) != (y < 0)) return false;
+      bool shifts = false;
+      if (x >= 0 && !same_since(x, a.time_s, y, b.time_s, shifts)) return false;
+      shift_idle_[d] = shifts;
+    }
+    for (std::size_t r = 0; r < a.demand.size(); ++r)
+      if (!close(a.demand[r], b.demand[r])) return false;
+    for (const LogEntry& e : log_) {
+      if (!run.contains(e.op)) return false;
+      // What started may not have waited on an op outside the run finishing in the interval (the next
+      // iteration's counterpart would not wait for it).
+      if (e.start)
+        for (int d : p_.ops[static_cast<std::size_t>(e.op)].deps)
+          if (!run.contains(d) && !(end_[static_cast<std::size_t>(d)] >= 0 && end_[static_cast<std::size_t>(d)] <= a.time_s)) return false;
+    }
+    return true;
+  }
+
+  // How many iterations may be replayed, then replays them; returns that number (0: none).
+  int fast_forward(const Repeat& run) {
+    const Snapshot &a = before_, &b = now_snap_;
+    const double period = b.time_s - a.time_s;
+    if (!(period > 0) || log_.empty()) return 0;
+    // Every op a replay touches, and every op at a queue head or running after it, lies in the run with an
+    // iteration to spare.
+    int reach = 0;  // iterations past the current one that the state or the interval refers to
+    for (const LogEntry& e : log_) reach = std::max(reach, run.iteration(e.op) - (b.iteration - 1));
+    for (const auto& x : b.active) reach = std::max(reach, (x.op + run.stride * b.iteration) / run.stride - b.iteration);
+    for (const auto& h : b.heads)
+      if (h.in_run) reach = std::max(reach, (h.op + run.stride * b.iteration) / run.stride - b.iteration);
+    std::int64_t k = run.count - 2 - b.iteration - reach;
+    // A memory gate keeps its verdict while live HBM moves by whole iterations' changes.
+    for (const GateCheck& g : gates_) {
+      const double delta = b.hbm_bytes[static_cast<std::size_t>(g.device)] - a.hbm_bytes[static_cast<std::size_t>(g.device)];
+      if (std::abs(delta) <= 1e-9 * std::max(1.0, std::abs(g.margin_bytes))) continue;
+      const double turns = g.margin_bytes / delta;  // after this many iterations the margin is zero
+      if (g.margin_bytes >= 0 && delta > 0) k = std::min<std::int64_t>(k, static_cast<std::int64_t>(std::floor(turns)));
+      if (g.margin_bytes < 0 && delta < 0) k = std::min<std::int64_t>(k, static_cast<std::int64_t>(std::ceil(turns)) - 1);
+    }
+    int done = 0;
+    for (int m = 1; m <= k && replayable(run, m); ++m) {
+      replay(run, m, period);
+      done = m;
+    }
+    if (done > 0) move_on(run, done, period);
+    return done;
+  }
+
+  // Replaying interval m meets every outside dependency it needs and releases no outside op.
+  bool replayable(const Repeat& run, int m) {
+    const int shift = m * run.stride;
+    auto& pending = pending_;
+    pending.clear();
+    for (const LogEntry& e : log_) {
+      const auto k = static_cast<std::size_t>(e.op + shift);
+      if (e.start) {
+        for (int d : p_.ops[k].deps)
+          if (!run.contains(d) && end_[static_cast<std::size_t>(d)] < 0) return false;
+        continue;
+      }
+      for (int s = succ_start_[k]; s < succ_start_[k + 1]; ++s) {
+        const int succ = succ_[static_cast<std::size_t>(s)];
+        if (!run.contains(succ)) pending.push_back(succ);
+      }
+    }
+    std::sort(pending.begin(), pending.end());
+    for (std::size_t i = 0; i < pending.size();) {
+      std::size_t j = i;
+      while (j < pending.size() && pending[j] == pending[i]) ++j;
+      if (unmet_[static_cast<std::size_t>(pending[i])] <= static_cast<int>(j - i)) return false;
+      i = j;
+    }
+    return true;
+  }
+
+  // Interval m's events: the recorded ones moved on by m iterations (what a start or a completion changes
+  // outside the running set; move_on() sets that set).
+  void replay(const Repeat& run, int m, double period) {
+    const int shift = m * run.stride;
+    for (const LogEntry& e : log_) {
+      const int i = e.op + shift;
+      const auto k = static_cast<std::size_t>(i);
+      const auto& op = p_.ops[k];
+      now_ = e.time_s + m * period;
+      if (e.start) {
+        start_[k] = now_;
+        for (int b : op.allocs) alloc(b);
+        continue;
+      }
+      end_[k] = now_;
+      ++done_;
+      r_.executed_flops += op.executed_flops;
+      const auto q = static_cast<std::size_t>(op.queue);
+      r_.bytes_sent[q] += op.bytes_sent;
+      r_.last_end_s[q] = now_;
+      for (int b : op.releases) release(b);
+      for (int s = succ_start_[k]; s < succ_start_[k + 1]; ++s) --unmet_[static_cast<std::size_t>(succ_[static_cast<std::size_t>(s)])];
+    }
+  }
+
+  // After `m` replayed intervals: the running ops, queues and spans are the current ones moved on by m
+  // iterations; the per-queue times grew by m intervals' worth.
+  void move_on(const Repeat& run, int m, double period) {
+    const Snapshot &a = before_, &b = now_snap_;
+    const double dt = m * period;
+    now_ = b.time_s + dt;
+    const int shift = m * run.stride;
+    for (std::size_t pos = 0; pos < active_.size(); ++pos) {
+      const auto from = static_cast<std::size_t>(active_[pos]), to = from + static_cast<std::size_t>(shift);
+      active_[pos] = static_cast<int>(to);
+      active_pos_[to] = static_cast<int>(pos);
+      active_pos_[from] = -1;
+      remaining_[to] = remaining_[from];
+      rate_[to] = rate_[from];
+      updated_[to] = updated_[from] + dt;
+      active_end_[pos] += dt;
+    }
+    auto& per_queue = per_queue_;
+    per_queue.assign(qs_.size(), 0);
+    for (int i = run.first; i < run.first + run.stride; ++i) ++per_queue[static_cast<std::size_t>(p_.ops[static_cast<std::size_t>(i)].queue)];
+    for (std::size_t q = 0; q < qs_.size(); ++q) {
+      if (b.heads[q].in_run) qs_[q].pos += static_cast<std::size_t>(m * per_queue[q]);  // else nothing of it started
+      if (shift_busy_[q]) qs_[q].busy_since += dt;
+      r_.busy_s[q] += m * (b.busy_s[q] - a.busy_s[q]);
+      r_.exposed_s[q] += m * (b.exposed_s[q] - a.exposed_s[q]);
+    }
+    for (std::size_t d = 0; d < dev_.size(); ++d)
+      if (shift_idle_[d]) dev_[d].compute_idle_since += dt;
+    r_.events += static_cast<std::uint64_t>(m) * (b.events - a.events);
+    std::fill(dirty_.begin(), dirty_.end(), 0);  // the replayed frees' marks: nothing more can start now
+    any_dirty_ = false;
   }
 
   // An active op's rate from now on: its progress so far is banked and its end predicted anew.
@@ -329,14 +619,16 @@ class Engine {
     for (int d = 0; d < p_.devices(); ++d) sample(d);
   }
 
-  bool can_start(int i) const {
+  bool can_start(int i) {
     const auto& op = p_.ops[static_cast<std::size_t>(i)];
     if (unmet_[static_cast<std::size_t>(i)] != 0) return false;
     if (op.gate_bytes <= 0) return true;
     if (const int after = gate_after_[static_cast<std::size_t>(i)]; after >= 0 && end_[static_cast<std::size_t>(after)] >= 0)
       return true;
-    const auto device = static_cast<std::size_t>(qs_[static_cast<std::size_t>(op.queue)].device);
-    return dev_[device].hbm_live + op.gate_bytes <= p_.hbm_limit_bytes[device];
+    const int device = qs_[static_cast<std::size_t>(op.queue)].device;
+    const double margin = p_.hbm_limit_bytes[static_cast<std::size_t>(device)] - (dev_[static_cast<std::size_t>(device)].hbm_live + op.gate_bytes);
+    if (logging_) gates_.push_back(GateCheck{device, margin});
+    return margin >= 0;
   }
 
   void start(int i) {
@@ -350,6 +642,8 @@ class Engine {
       dv.compute_idle_since = -1;
     }
     start_[k] = now_;
+    if (logging_) log_.push_back(LogEntry{i, now_, true});
+    if (!anchor_of_.empty() && anchor_of_[k] >= 0) pending_anchor_ = i;
     remaining_[k] = op.seconds;
     for (int b : op.allocs) alloc(b);
     if (q.running++ == 0) q.busy_since = now_;
@@ -409,6 +703,7 @@ class Engine {
     const auto& op = p_.ops[k];
     const auto q = static_cast<std::size_t>(op.queue);
     end_[k] = now_;
+    if (logging_) log_.push_back(LogEntry{i, now_, false});
     ++done_;
     r_.executed_flops += op.executed_flops;
     r_.bytes_sent[q] += op.bytes_sent;
@@ -621,6 +916,16 @@ class Engine {
   std::vector<std::vector<int>>& copy_queues_ = scratch().device_copy_queues;
   std::vector<int>& lifts_ = scratch().lifts;  // per op: the device whose gated prefetch it lifts (-1: none)
   std::vector<int>& gate_after_ = scratch().gate_after;  // per op: the op after which its gate opens (-1: none)
+  // Fast-forward: the checked runs, per op the run whose iteration it starts (-1: none; empty: no runs).
+  std::vector<Repeat>& repeats_ = scratch().repeats;
+  std::vector<int>&anchor_of_ = scratch().anchor_of, &per_queue_ = scratch().per_queue, &pending_ = scratch().pending;
+  std::vector<LogEntry>& log_ = scratch().log;   // the interval since the last iteration start
+  std::vector<GateCheck>& gates_ = scratch().gates;
+  Snapshot &before_ = scratch().before, &now_snap_ = scratch().now;
+  std::vector<char> shift_busy_, shift_idle_;  // per queue / device: its open span moves with the replay
+  int pending_anchor_ = -1;  // an iteration's first op started in this pass
+  bool logging_ = false;
+  bool forced_ = false;      // a gated op was forced in the interval
   int over_ = 0;  // links whose demand exceeds their capacity
   bool rates_stale_ = true;          // a transfer or copy started or ended since the rates were computed
   bool interference_stale_ = false;  // host copies started or all ended: memory-bound kernels change speed
@@ -630,8 +935,8 @@ class Engine {
 
 }  // namespace
 
-EngineResult run_program(const Program& program, bool record_timeline) {
-  return Engine(program, record_timeline).run();
+EngineResult run_program(const Program& program, bool record_timeline, bool fast_forward) {
+  return Engine(program, record_timeline, fast_forward).run();
 }
 
 }  // namespace hbmsim::sim

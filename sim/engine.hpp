@@ -92,6 +92,12 @@ struct Program {
   };
   std::vector<GateLift> gate_lifts;
   std::vector<Buffer> buffers;
+  // Where each iteration of a layer loop begins and ends (ops [first, end)), in program order: a hint the
+  // engine checks (sim/repeats.hpp) before it fast-forwards through iterations that repeat.
+  struct Iteration {
+    int first, end;
+  };
+  std::vector<Iteration> iterations;
   std::vector<int> resident;            // buffers alive for the whole step (allocated at t = 0, never freed)
   std::vector<double> hbm_limit_bytes;  // per device: the LHS memory limit for gated prefetches
   double copy_interference = 0;         // memory-bound slowdown while a host copy is active on the device
@@ -146,10 +152,14 @@ struct EngineResult {
   double executed_flops = 0;
   std::vector<MemorySample> timeline;  // only when asked: a sample of a device at each change of its memory
   std::vector<double> buffer_alloc_s, buffer_free_s;  // only when asked; -1: never
-  std::uint64_t events = 0;
+  std::uint64_t events = 0;      // completions, replayed ones included
+  int replayed_iterations = 0;   // loop iterations fast-forwarded rather than simulated
 };
 
 // Runs the program to completion. Throws std::logic_error on a deadlock (a builder bug, never input).
-EngineResult run_program(const Program& program, bool record_timeline);
+// fast_forward: once the state at the start of a loop iteration repeats the previous one's (shifted by an
+// iteration), the engine replays that iteration's events instead of simulating them (same results within
+// 1e-9 relative; off: every event simulated).
+EngineResult run_program(const Program& program, bool record_timeline, bool fast_forward = true);
 
 }  // namespace hbmsim::sim

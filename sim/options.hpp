@@ -25,6 +25,8 @@ struct SimOptions {
   bool reshard_weights = true;
   OptimizerOffload optimizer_offload = OptimizerOffload::off;
   bool record_trace = false;
+  // Replay repeating layer iterations instead of simulating their events (sim/engine.hpp; same results).
+  bool fast_forward = true;
 };
 
 }  // namespace hbmsim

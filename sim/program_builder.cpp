@@ -60,6 +60,9 @@ class Writer {
     if (after >= 0) p_.gate_lifts.push_back({gated, after});
   }
   int last_compute() const { return last_compute_; }
+  int ops() const { return static_cast<int>(p_.ops.size()); }
+  // The ops added since `begin` are one iteration of a layer loop.
+  void mark_iteration(int begin) { p_.iterations.push_back({begin, ops()}); }
 
   int compute(double seconds, bool memory_bound, double flops, char phase, int layer, std::string name) {
     ProgramOp& o = emplace(compute_, seconds, phase, layer);
@@ -513,7 +516,9 @@ class StageBuilder {
     barrier[0].push_back(layer_in_op);
     int input_buf = rec.input_buf;
     for (std::int64_t i = 0; i < n; ++i) {
+      const int begin = w_.ops();
       forward_layer(first, i, input_buf, fwd, barrier, param_sync.layers[at(first + i)], previous_pass);
+      w_.mark_iteration(begin);
       input_buf = fwd[at(i)].output_buf;
     }
     if (c.head) {
@@ -603,12 +608,15 @@ class StageBuilder {
     std::vector<int> reduce_scatter(at(n), -1);
     const bool sync_layers = sync && multi(g_.grad_sync) && !split_weights();
     for (std::int64_t i = n - 1; i >= 0; --i) {
+      const int begin = w_.ops();
       auto [grad, rs] = backward_layer(first, i, rec, bwd, grad_carry, start, sync);
       grad_carry = grad;
       reduce_scatter[at(i)] = rs;
-      if (rs < 0) continue;  // its weight gradients come in a pass of their own
-      done.push_back(rs);
-      if (sync_layers && opt_.dp_overlap) done.push_back(grad_sync(plan(first + i).grad_sync, rs, -1, first + i));
+      if (rs >= 0) {  // else its weight gradients come in a pass of their own
+        done.push_back(rs);
+        if (sync_layers && opt_.dp_overlap) done.push_back(grad_sync(plan(first + i).grad_sync, rs, -1, first + i));
+      }
+      w_.mark_iteration(begin);
     }
     // The last iterations' scatters are due at the end of the pass: its final op waits for them and frees
     // their gradients (the embedding's scatter, or the send).

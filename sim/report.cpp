@@ -122,6 +122,7 @@ StepReport make_report(const StepGraph& g, const System& sys, const std::string&
     rep.fits_reason = "pinned host memory exceeds capacity";
   }
   rep.events = r.events;
+  rep.replayed_iterations = r.replayed_iterations;
   rep.ops = program.ops.size();
   return rep;
 }
@@ -181,6 +182,7 @@ nlohmann::json StepReport::to_json() const {
           {"busy_s", busy_s},
           {"comm_bytes", comm_bytes},
           {"events", events},
+          {"replayed_iterations", replayed_iterations},
           {"ops", ops}};
   if (stages.size() > 1) {
     j["stages"] = nlohmann::json::array();

@@ -54,6 +54,7 @@ struct StepReport {
   std::map<std::string, double> exposed_s, busy_s, comm_bytes;
   std::vector<StageReport> stages;  // one per pipeline stage
   std::uint64_t events = 0;
+  int replayed_iterations = 0;  // layer-loop iterations fast-forwarded (their events are in `events`)
   std::size_t ops = 0;
   std::vector<sim::MemorySample> timeline;
   nlohmann::json trace;  // Chrome trace (only with a recorded timeline)

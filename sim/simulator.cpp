@@ -7,7 +7,7 @@ StepReport simulate(const StepGraph& g, const System& sys, const Policy& policy,
   // Reused per thread: sweeps simulate thousands of steps, and a fresh program each time costs page faults.
   thread_local sim::Program program;
   build_program(g, sys, policy, opt, opt.record_trace ? &names : nullptr, program);
-  auto r = sim::run_program(program, opt.record_trace);
+  auto r = sim::run_program(program, opt.record_trace, opt.fast_forward);
   StepReport rep = make_report(g, sys, policy.name(), program, r);
   if (opt.record_trace) {
     rep.timeline = r.timeline;

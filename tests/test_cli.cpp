@@ -229,3 +229,17 @@ TEST_CASE("plan largest-batch --powers-of-two answers on the grid the measuremen
   CHECK(batch_of(exact.out, "device") >= 2);
   CHECK(batch_of(exact.out, "device") < 4);
 }
+
+TEST_CASE("simulate --no-fast-forward simulates every event and reports the same step", "[cli][fast_forward]") {
+  const std::string run = "simulate --system h200-hgx --model llama3.1-8b --gpus 8 --batch 2 --seq 4096 --policy full --json";
+  auto a = test::cli(run);
+  auto b = test::cli(run + " --no-fast-forward");
+  REQUIRE(a.status == 0);
+  REQUIRE(b.status == 0);
+  auto ff = nlohmann::json::parse(a.out), plain = nlohmann::json::parse(b.out);
+  CHECK(ff["replayed_iterations"].get<int>() > 0);  // 32 layers: most iterations replayed
+  CHECK(plain["replayed_iterations"] == 0);
+  CHECK(ff["events"] == plain["events"]);
+  CHECK(ff["step_time_s"].get<double>() == Approx(plain["step_time_s"].get<double>()).epsilon(1e-9));
+  CHECK(ff["hbm_peak_bytes"].get<double>() == Approx(plain["hbm_peak_bytes"].get<double>()).epsilon(1e-9));
+}
