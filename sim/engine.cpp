@@ -118,11 +118,13 @@ struct Snapshot {
   double time_s = 0;
   struct Active {
     int op;
+    std::int64_t at;  // Repeat::offset
     double remaining, rate, end_in_s;
-    bool operator<(const Active& o) const { return op < o.op; }
+    bool operator<(const Active& o) const { return at < o.at; }
   };
   struct Head {
-    int op, running;
+    int op, running;  // op -1: drained
+    std::int64_t at;  // Repeat::offset where in_run
     bool in_run;
     double busy_since_s;
   };
@@ -148,7 +150,7 @@ struct Scratch {
   std::vector<QueueState> queue_states;
   std::vector<DeviceState> devices;
   std::vector<int> anchor_of, per_queue, pending;
-  std::vector<Repeat> repeats;
+  Repeats repeats;
   std::vector<LogEntry> log;
   std::vector<GateCheck> gates;
   Snapshot before, now;
@@ -232,14 +234,15 @@ class Engine {
     for (auto& v : copy_queues_) v.clear();
     for (std::size_t q = 0; q < nq; ++q)
       if (p.queues[q].kind == QueueKind::concurrent) copy_queues_[static_cast<std::size_t>(p.queues[q].device)].push_back(static_cast<int>(q));
-    repeats_.clear();
     anchor_of_.clear();
-    if (fast_forward && !p.iterations.empty()) repeats_ = find_repeats(p, refs_, gate_after_);
-    if (!repeats_.empty()) {
+    if (fast_forward) repeats_.find(p, gate_after_);
+    if (fast_forward && !repeats_.runs().empty()) {
       anchor_of_.assign(n, -1);
-      for (std::size_t r = 0; r < repeats_.size(); ++r)
-        for (int i = 0; i < repeats_[r].count; ++i)
-          anchor_of_[static_cast<std::size_t>(repeats_[r].first + i * repeats_[r].stride)] = static_cast<int>(r);
+      retry_.assign(repeats_.runs().size(), Retry{});
+      for (std::size_t r = 0; r < repeats_.runs().size(); ++r) {
+        const Repeat& run = repeats_.runs()[r];
+        for (int i = 0; i < run.count; ++i) anchor_of_[static_cast<std::size_t>(run.main.first + i * run.main.stride)] = static_cast<int>(r);
+      }
     }
     logging_ = false;
     pending_anchor_ = -1;
@@ -316,16 +319,26 @@ class Engine {
     if (pending_anchor_ < 0) return;
     const int op = std::exchange(pending_anchor_, -1);
     const int ri = anchor_of_[static_cast<std::size_t>(op)];
-    const Repeat& run = repeats_[static_cast<std::size_t>(ri)];
+    const Repeat& run = repeats_.runs()[static_cast<std::size_t>(ri)];
     const int it = run.iteration(op);
+    auto& retry = retry_[static_cast<std::size_t>(ri)];
+    if (it + 1 < retry.at) {  // backing off: record nothing until the iteration before the next try
+      logging_ = false;
+      before_.repeat = -1;
+      return;
+    }
     const bool pure = capture(now_snap_, run, ri, it);
-    if (pure && logging_ && !forced_ && before_.repeat == ri && before_.iteration == it - 1 && same_state(run)) {
-      if (const int k = fast_forward(run); k > 0) {
+    if (pure && logging_ && !forced_ && before_.repeat == ri && before_.iteration == it - 1) {
+      const int k = same_state(run) ? fast_forward(ri) : 0;
+      if (k > 0) {
         r_.replayed_iterations += k;
         logging_ = false;
         before_.repeat = -1;
         return;
       }
+      // A state that does not repeat (a queue falling further behind every iteration) usually keeps not
+      // repeating: try again after as many iterations as it has failed.
+      retry.at = it + ++retry.failures;
     }
     std::swap(before_, now_snap_);
     logging_ = pure;
@@ -339,7 +352,6 @@ class Engine {
   // The state now, ops of the run counted from iteration `it`'s first op. False if an op outside the run is
   // active (then the state cannot repeat).
   bool capture(Snapshot& s, const Repeat& run, int ri, int it) {
-    const int base = run.first + it * run.stride;
     s.repeat = ri;
     s.iteration = it;
     s.time_s = now_;
@@ -348,7 +360,7 @@ class Engine {
       const int i = active_[a];
       if (!run.contains(i)) return false;
       const auto k = static_cast<std::size_t>(i);
-      s.active.push_back({i - base, remaining_[k] - rate_[k] * (now_ - updated_[k]), rate_[k], active_end_[a] - now_});
+      s.active.push_back({i, run.offset(i, it), remaining_[k] - rate_[k] * (now_ - updated_[k]), rate_[k], active_end_[a] - now_});
     }
     std::sort(s.active.begin(), s.active.end());
     s.heads.resize(qs_.size());
@@ -356,7 +368,7 @@ class Engine {
       const auto& qs = qs_[q];
       const int head = qs.pos < qs.size ? qs.ops[qs.pos] : -1;
       const bool in_run = head >= 0 && run.contains(head);
-      s.heads[q] = {in_run ? head - base : head, qs.running, in_run, qs.busy_since};
+      s.heads[q] = {head, qs.running, in_run ? run.offset(head, it) : 0, in_run, qs.busy_since};
     }
     const std::size_t nd = dev_.size();
     s.idle_since_s.resize(nd);
@@ -393,12 +405,12 @@ class Engine {
       return false;
     for (std::size_t i = 0; i < a.active.size(); ++i) {
       const auto &x = a.active[i], &y = b.active[i];
-      if (x.op != y.op || !close(x.remaining, y.remaining) || !close(x.rate, y.rate) || !close(x.end_in_s, y.end_in_s)) return false;
+      if (x.at != y.at || !close(x.remaining, y.remaining) || !close(x.rate, y.rate) || !close(x.end_in_s, y.end_in_s)) return false;
     }
     shift_busy_.assign(a.heads.size(), 0);
     for (std::size_t q = 0; q < a.heads.size(); ++q) {
       const auto &x = a.heads[q], &y = b.heads[q];
-      if (x.op != y.op || x.in_run != y.in_run || x.running != y.running) return false;
+      if (x.in_run != y.in_run || (x.in_run ? x.at != y.at : x.op != y.op) || x.running != y.running) return false;
       bool shifts = false;
       if (x.running > 0 && !same_since(x.busy_since_s, a.time_s, y.busy_since_s, b.time_s, shifts)) return false;
       shift_busy_[q] = shifts;
@@ -425,18 +437,28 @@ class Engine {
   }
 
   // How many iterations may be replayed, then replays them; returns that number (0: none).
-  int fast_forward(const Repeat& run) {
+  int fast_forward(int ri) {
+    const Repeat& run = repeats_.runs()[static_cast<std::size_t>(ri)];
     const Snapshot &a = before_, &b = now_snap_;
     const double period = b.time_s - a.time_s;
     if (!(period > 0) || log_.empty()) return 0;
-    // Every op a replay touches, and every op at a queue head or running after it, lies in the run with an
-    // iteration to spare.
-    int reach = 0;  // iterations past the current one that the state or the interval refers to
-    for (const LogEntry& e : log_) reach = std::max(reach, run.iteration(e.op) - (b.iteration - 1));
-    for (const auto& x : b.active) reach = std::max(reach, (x.op + run.stride * b.iteration) / run.stride - b.iteration);
-    for (const auto& h : b.heads)
-      if (h.in_run) reach = std::max(reach, (h.op + run.stride * b.iteration) / run.stride - b.iteration);
-    std::int64_t k = run.count - 2 - b.iteration - reach;
+    // The iterations the interval and the states refer to, [lowest, top]: each must be the one before
+    // shifted, as must those the replays move them to, with an iteration to spare.
+    int lowest = b.iteration, top = b.iteration;
+    auto see = [&](int op) {
+      lowest = std::min(lowest, run.iteration(op));
+      top = std::max(top, run.iteration(op));
+    };
+    for (const LogEntry& e : log_) see(e.op);
+    for (const Snapshot* s : {&a, &b}) {
+      for (const auto& x : s->active) see(x.op);
+      for (const auto& h : s->heads)
+        if (h.in_run) see(h.op);
+    }
+    if (repeats_.first_break(ri, lowest + 1, top + 1) <= top + 1) return 0;
+    std::int64_t k = run.count - 2 - top;
+    if (k <= 0) return 0;
+    k = std::min<std::int64_t>(k, repeats_.first_break(ri, top + 2, top + 1 + static_cast<int>(k)) - (top + 2));
     // A memory gate keeps its verdict while live HBM moves by whole iterations' changes.
     for (const GateCheck& g : gates_) {
       const double delta = b.hbm_bytes[static_cast<std::size_t>(g.device)] - a.hbm_bytes[static_cast<std::size_t>(g.device)];
@@ -456,11 +478,10 @@ class Engine {
 
   // Replaying interval m meets every outside dependency it needs and releases no outside op.
   bool replayable(const Repeat& run, int m) {
-    const int shift = m * run.stride;
     auto& pending = pending_;
     pending.clear();
     for (const LogEntry& e : log_) {
-      const auto k = static_cast<std::size_t>(e.op + shift);
+      const auto k = static_cast<std::size_t>(run.moved(e.op, m));
       if (e.start) {
         for (int d : p_.ops[k].deps)
           if (!run.contains(d) && end_[static_cast<std::size_t>(d)] < 0) return false;
@@ -484,9 +505,8 @@ class Engine {
   // Interval m's events: the recorded ones moved on by m iterations (what a start or a completion changes
   // outside the running set; move_on() sets that set).
   void replay(const Repeat& run, int m, double period) {
-    const int shift = m * run.stride;
     for (const LogEntry& e : log_) {
-      const int i = e.op + shift;
+      const int i = run.moved(e.op, m);
       const auto k = static_cast<std::size_t>(i);
       const auto& op = p_.ops[k];
       now_ = e.time_s + m * period;
@@ -512,9 +532,8 @@ class Engine {
     const Snapshot &a = before_, &b = now_snap_;
     const double dt = m * period;
     now_ = b.time_s + dt;
-    const int shift = m * run.stride;
     for (std::size_t pos = 0; pos < active_.size(); ++pos) {
-      const auto from = static_cast<std::size_t>(active_[pos]), to = from + static_cast<std::size_t>(shift);
+      const auto from = static_cast<std::size_t>(active_[pos]), to = static_cast<std::size_t>(run.moved(active_[pos], m));
       active_[pos] = static_cast<int>(to);
       active_pos_[to] = static_cast<int>(pos);
       active_pos_[from] = -1;
@@ -525,7 +544,8 @@ class Engine {
     }
     auto& per_queue = per_queue_;
     per_queue.assign(qs_.size(), 0);
-    for (int i = run.first; i < run.first + run.stride; ++i) ++per_queue[static_cast<std::size_t>(p_.ops[static_cast<std::size_t>(i)].queue)];
+    for (const Segment* seg : {&run.main, &run.side})
+      for (int i = seg->first; i < seg->first + seg->stride; ++i) ++per_queue[static_cast<std::size_t>(p_.ops[static_cast<std::size_t>(i)].queue)];
     for (std::size_t q = 0; q < qs_.size(); ++q) {
       if (b.heads[q].in_run) qs_[q].pos += static_cast<std::size_t>(m * per_queue[q]);  // else nothing of it started
       if (shift_busy_[q]) qs_[q].busy_since += dt;
@@ -917,7 +937,11 @@ class Engine {
   std::vector<int>& lifts_ = scratch().lifts;  // per op: the device whose gated prefetch it lifts (-1: none)
   std::vector<int>& gate_after_ = scratch().gate_after;  // per op: the op after which its gate opens (-1: none)
   // Fast-forward: the checked runs, per op the run whose iteration it starts (-1: none; empty: no runs).
-  std::vector<Repeat>& repeats_ = scratch().repeats;
+  Repeats& repeats_ = scratch().repeats;
+  struct Retry {
+    int failures = 0, at = 0;  // per run: comparisons failed, the iteration to compare at next
+  };
+  std::vector<Retry> retry_;
   std::vector<int>&anchor_of_ = scratch().anchor_of, &per_queue_ = scratch().per_queue, &pending_ = scratch().pending;
   std::vector<LogEntry>& log_ = scratch().log;   // the interval since the last iteration start
   std::vector<GateCheck>& gates_ = scratch().gates;

@@ -92,10 +92,13 @@ struct Program {
   };
   std::vector<GateLift> gate_lifts;
   std::vector<Buffer> buffers;
-  // Where each iteration of a layer loop begins and ends (ops [first, end)), in program order: a hint the
-  // engine checks (sim/repeats.hpp) before it fast-forwards through iterations that repeat.
+  // Where each iteration of a layer loop begins and ends (ops [first, end)), in program order, with the ops
+  // issued earlier that belong to it ([side_first, side_end): a layer's parameter all-gather, issued at the
+  // step's start): a hint the engine checks (sim/repeats.hpp) before it fast-forwards through iterations
+  // that repeat.
   struct Iteration {
     int first, end;
+    int side_first = -1, side_end = -1;  // none: -1
   };
   std::vector<Iteration> iterations;
   std::vector<int> resident;            // buffers alive for the whole step (allocated at t = 0, never freed)

@@ -62,7 +62,9 @@ class Writer {
   int last_compute() const { return last_compute_; }
   int ops() const { return static_cast<int>(p_.ops.size()); }
   // The ops added since `begin` are one iteration of a layer loop.
-  void mark_iteration(int begin) { p_.iterations.push_back({begin, ops()}); }
+  void mark_iteration(int begin, int side = -1) {
+    p_.iterations.push_back({begin, ops(), side, side >= 0 ? side + 1 : side});
+  }
 
   int compute(double seconds, bool memory_bound, double flops, char phase, int layer, std::string name) {
     ProgramOp& o = emplace(compute_, seconds, phase, layer);
@@ -517,8 +519,9 @@ class StageBuilder {
     int input_buf = rec.input_buf;
     for (std::int64_t i = 0; i < n; ++i) {
       const int begin = w_.ops();
-      forward_layer(first, i, input_buf, fwd, barrier, param_sync.layers[at(first + i)], previous_pass);
-      w_.mark_iteration(begin);
+      const int sync = param_sync.layers[at(first + i)];
+      forward_layer(first, i, input_buf, fwd, barrier, sync, previous_pass);
+      w_.mark_iteration(begin, mb == 0 ? sync : -1);  // the first forward through the layer owns its sync
       input_buf = fwd[at(i)].output_buf;
     }
     if (c.head) {

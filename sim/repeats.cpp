@@ -1,33 +1,36 @@
 #include "sim/repeats.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <limits>
-#include <cstdio>
-#include <cstdlib>
 
 namespace hbmsim::sim {
 
 namespace {
 
-// One candidate run of equal, back-to-back iterations, ops [lo, hi), `stride` ops each.
+constexpr int kMany = -2;  // a buffer allocated by more than one op
+constexpr int kMinIterations = 3;  // two to see the state repeat, at least one to skip
+constexpr int kUnset = std::numeric_limits<int>::min();
+
+// One candidate run: whether iteration i + 1 is iteration i shifted, op by op, in both segments.
 class RunCheck {
  public:
   RunCheck(const Program& p, const std::vector<int>& releases, const std::vector<int>& gate_after,
-           const std::vector<int>& alloc_op, int lo, int hi, int stride)
-      : p_(p), releases_(releases), gate_after_(gate_after), alloc_op_(alloc_op), lo_(lo), hi_(hi), s_(stride) {}
+           const std::vector<int>& alloc_op, const Repeat& run, std::vector<int>& priority_step)
+      : p_(p), releases_(releases), gate_after_(gate_after), alloc_op_(alloc_op), run_(run), priority_step_(priority_step) {}
 
-  // Iteration i + 1 is iteration i shifted.
   bool next_repeats(int i) const {
-    const int base = lo_ + i * s_;
-    for (int r = 0; r < s_; ++r)
-      if (!same_op(base + r, base + r + s_)) return false;
+    for (const Segment* s : {&run_.main, &run_.side}) {
+      const int base = s->first + i * s->stride;
+      for (int r = 0; r < s->stride; ++r)
+        if (!same_op(base + r, base + r + s->stride)) return false;
+    }
     return true;
   }
 
  private:
-  bool in(int op) const { return op >= lo_ && op < hi_; }
-  // An op reference of x and the matching one of y = x + stride.
-  bool same_ref(int a, int b) const { return in(a) ? b == a + s_ : !in(b); }
+  // An op reference of x and the matching one of x's counterpart an iteration on.
+  bool same_ref(int a, int b) const { return run_.contains(a) ? b == run_.moved(a, 1) : !run_.contains(b); }
   bool same_buffer(int a, int b) const {
     const Buffer &x = p_.buffers[static_cast<std::size_t>(a)], &y = p_.buffers[static_cast<std::size_t>(b)];
     return x.bytes == y.bytes && x.category == y.category && x.host == y.host && x.device == y.device &&
@@ -38,15 +41,15 @@ class RunCheck {
     if (!same_buffer(a, b)) return false;
     const int ma = alloc_op_[static_cast<std::size_t>(a)], mb = alloc_op_[static_cast<std::size_t>(b)];
     if (ma == kMany || mb == kMany) return false;
-    return ma >= 0 && in(ma) ? mb == ma + s_ : mb < 0 || !in(mb);
+    return ma >= 0 && run_.contains(ma) ? mb == run_.moved(ma, 1) : mb < 0 || !run_.contains(mb);
   }
 
   bool same_op(int x, int y) const {
     const ProgramOp &a = p_.ops[static_cast<std::size_t>(x)], &b = p_.ops[static_cast<std::size_t>(y)];
     if (a.queue != b.queue || a.seconds != b.seconds || a.executed_flops != b.executed_flops ||
-        a.bytes_sent != b.bytes_sent || a.gate_bytes != b.gate_bytes ||
-        a.memory_bound != b.memory_bound || a.use_count != b.use_count || a.deps.size() != b.deps.size() ||
-        a.allocs.size() != b.allocs.size() || a.releases.size() != b.releases.size())
+        a.bytes_sent != b.bytes_sent || a.gate_bytes != b.gate_bytes || a.memory_bound != b.memory_bound ||
+        a.use_count != b.use_count || a.deps.size() != b.deps.size() || a.allocs.size() != b.allocs.size() ||
+        a.releases.size() != b.releases.size())
       return false;
     for (std::uint32_t u = 0; u < a.use_count; ++u) {
       const Use &ua = p_.uses[a.use_begin + u], &ub = p_.uses[b.use_begin + u];
@@ -70,79 +73,84 @@ class RunCheck {
     return true;
   }
 
- public:
-  static constexpr int kMany = -2;  // a buffer allocated by more than one op
-
- private:
   const Program& p_;
   const std::vector<int>&releases_, &gate_after_, &alloc_op_;
-  static constexpr int kUnset = std::numeric_limits<int>::min();
-  mutable std::vector<int> priority_step_ = std::vector<int>(p_.resources.size(), kUnset);  // per link: per iteration
-  int lo_, hi_, s_;
+  const Repeat& run_;
+  std::vector<int>& priority_step_;  // per link: the priority change per iteration (kUnset: none seen)
 };
-
-// Per buffer: the op that allocates it (-1: none, RunCheck::kMany: several).
-const std::vector<int>& allocating_ops(const Program& p) {
-  thread_local std::vector<int> alloc_op;
-  alloc_op.assign(p.buffers.size(), -1);
-  for (std::size_t i = 0; i < p.ops.size(); ++i)
-    for (int b : p.ops[i].allocs) {
-      int& a = alloc_op[static_cast<std::size_t>(b)];
-      a = a == -1 ? static_cast<int>(i) : RunCheck::kMany;
-    }
-  return alloc_op;
-}
-
-constexpr int kMinIterations = 3;  // two to see the state repeat, at least one to skip
-
-// The checked runs of a candidate of `count` iterations of `stride` ops from `lo`, taking `group`
-// iterations at a time from `offset` (a scan body may hold two layers that differ, as with double buffering).
-std::vector<Repeat> checked_runs(const Program& p, const std::vector<int>& releases, const std::vector<int>& gate_after,
-                                 const std::vector<int>& alloc_op, int lo, int stride, int count, int group, int offset) {
-  std::vector<Repeat> out;
-  const int first = lo + offset * stride, s = group * stride, n = (count - offset) / group;
-  if (n < kMinIterations) return out;
-  RunCheck check(p, releases, gate_after, alloc_op, first, first + s * n, s);
-  int start = 0;  // split where an iteration is not the one before shifted
-  for (int i = 0; i < n; ++i) {
-    if (i + 1 < n && check.next_repeats(i)) continue;
-    if (i + 1 - start >= kMinIterations) out.push_back(Repeat{first + start * s, s, i + 1 - start});
-    start = i + 1;
-  }
-  return out;
-}
-
-int covered_ops(const std::vector<Repeat>& runs) {
-  int ops = 0;
-  for (const Repeat& r : runs) ops += r.stride * r.count;
-  return ops;
-}
 
 }  // namespace
 
-std::vector<Repeat> find_repeats(const Program& p, const std::vector<int>& releases, const std::vector<int>& gate_after) {
-  std::vector<Repeat> out;
+void Repeats::find(const Program& p, const std::vector<int>& gate_after) {
+  p_ = &p;
+  gate_after_ = &gate_after;
+  runs_.clear();
+  known_.clear();
+  priority_step_.clear();
+  alloc_op_.clear();
+  releases_.clear();
   const auto& its = p.iterations;
-  const std::vector<int>* alloc_op = nullptr;
   for (std::size_t a = 0; a < its.size();) {
-    // A candidate: back-to-back iterations of one length.
-    const int stride = its[a].end - its[a].first;
+    // A candidate: back-to-back iterations of one shape (their side ops back to back too, if any).
+    const auto& f = its[a];
+    const int stride = f.end - f.first, side = f.side_end - f.side_first;
     std::size_t b = a + 1;
-    while (b < its.size() && its[b].first == its[b - 1].end && its[b].end - its[b].first == stride) ++b;
+    while (b < its.size() && its[b].first == its[b - 1].end && its[b].end - its[b].first == stride &&
+           its[b].side_end - its[b].side_first == side && (side == 0 || its[b].side_first == its[b - 1].side_end))
+      ++b;
     const int count = static_cast<int>(b - a);
     a = b;
     if (stride <= 0 || count < kMinIterations) continue;
-    if (!alloc_op) alloc_op = &allocating_ops(p);
-    // Single iterations first; groups of up to four where that leaves most of the candidate uncovered.
-    std::vector<Repeat> best;
-    for (int group = 1; group <= 4 && 2 * covered_ops(best) < stride * count; ++group)
-      for (int offset = 0; offset < group && 2 * covered_ops(best) < stride * count; ++offset) {
-        auto runs = checked_runs(p, releases, gate_after, *alloc_op, its[a - static_cast<std::size_t>(count)].first, stride, count, group, offset);
-        if (covered_ops(runs) > covered_ops(best)) best = std::move(runs);
+    // The grouping whose middle iterations repeat: single iterations first.
+    for (int group = 1; group <= 4; ++group) {
+      bool found = false;
+      for (int offset = 0; offset < group && !found; ++offset) {
+        Repeat run{{f.first + offset * stride, group * stride}, {f.side_first + offset * side, group * side}, (count - offset) / group};
+        if (run.count < kMinIterations) continue;
+        runs_.push_back(run);
+        known_.emplace_back(static_cast<std::size_t>(run.count), 0);
+        priority_step_.emplace_back(p.resources.size(), kUnset);
+        const int mid = run.count / 2;
+        found = first_break(static_cast<int>(runs_.size()) - 1, mid, mid + 1) > mid + 1;
+        if (!found) {
+          runs_.pop_back();
+          known_.pop_back();
+          priority_step_.pop_back();
+        }
       }
-    out.insert(out.end(), best.begin(), best.end());
+      if (found) break;
+    }
   }
-  return out;
+}
+
+int Repeats::first_break(int r, int first, int last) {
+  const auto& run = runs_[static_cast<std::size_t>(r)];
+  first = std::max(first, 1);
+  last = std::min(last, run.count - 1);
+  for (int i = first; i <= last; ++i)
+    if (!repeats_previous(r, i)) return i;
+  return last + 1;
+}
+
+bool Repeats::repeats_previous(int r, int i) {
+  char& k = known_[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)];
+  if (k == 0) {
+    if (alloc_op_.empty() && !p_->buffers.empty()) {
+      // Per buffer: the op that allocates it (-1: none, kMany: several) and how many release it.
+      alloc_op_.assign(p_->buffers.size(), -1);
+      releases_.assign(p_->buffers.size(), 0);
+      for (std::size_t o = 0; o < p_->ops.size(); ++o) {
+        for (int b : p_->ops[o].allocs) {
+          int& a = alloc_op_[static_cast<std::size_t>(b)];
+          a = a == -1 ? static_cast<int>(o) : kMany;
+        }
+        for (int b : p_->ops[o].releases) ++releases_[static_cast<std::size_t>(b)];
+      }
+    }
+    RunCheck check(*p_, releases_, *gate_after_, alloc_op_, runs_[static_cast<std::size_t>(r)], priority_step_[static_cast<std::size_t>(r)]);
+    k = check.next_repeats(i - 1) ? 1 : 2;
+  }
+  return k == 1;
 }
 
 }  // namespace hbmsim::sim

@@ -1,24 +1,66 @@
 // Runs of layer-loop iterations that are one iteration's ops shifted: what the engine may fast-forward.
 #pragma once
+#include <cstdint>
 #include <vector>
 
 #include "sim/engine.hpp"
 
 namespace hbmsim::sim {
 
-// Iterations i = 0 .. count-1 hold ops [first + i * stride, first + (i + 1) * stride); iteration i + 1 is
-// iteration i with every op index, and every reference to an op or buffer of the run, moved one iteration
-// on. References that leave the run (a backward op's dependency on a forward copy, a forward buffer freed
-// in the backward) only have to agree in kind: the engine checks at run time that they cannot change
-// what happens (dependencies already met, no outside op released).
-struct Repeat {
-  int first = 0, stride = 0, count = 0;
-  bool contains(int op) const { return op >= first && op < first + stride * count; }
-  int iteration(int op) const { return (op - first) / stride; }
+// A segment of a run: iteration i holds ops [first + i * stride, first + (i + 1) * stride).
+struct Segment {
+  int first = 0, stride = 0;  // stride 0: no such segment
 };
 
-// The checked runs of Program::iterations (at least three iterations each). `releases` per buffer: how many
-// ops release it; `gate_after` per op: the op after which its memory gate opens (-1: none).
-std::vector<Repeat> find_repeats(const Program& p, const std::vector<int>& releases, const std::vector<int>& gate_after);
+// Iterations i = 0 .. count-1 of a run hold ops from its main segment (the loop body) and its side segment
+// (ops issued earlier that belong to the iteration, one layer's parameter all-gather each). Iteration i + 1
+// is iteration i with every op index, and every reference to an op or buffer of the run, moved one
+// iteration on. References that leave the run (a backward op's dependency on a forward copy, a forward
+// buffer freed in the backward) only have to agree in kind: the engine checks at run time that they cannot
+// change what happens (dependencies already met, no outside op released).
+struct Repeat {
+  Segment main, side;
+  int count = 0;
+
+  // 0: main, 1: side, -1: not in the run.
+  int segment(int op) const {
+    if (op >= main.first && op < main.first + main.stride * count) return 0;
+    if (side.stride > 0 && op >= side.first && op < side.first + side.stride * count) return 1;
+    return -1;
+  }
+  bool contains(int op) const { return segment(op) >= 0; }
+  const Segment& of(int op) const { return segment(op) == 0 ? main : side; }
+  int iteration(int op) const { return (op - of(op).first) / of(op).stride; }
+  // The op's counterpart m iterations on.
+  int moved(int op, int m) const { return op + m * of(op).stride; }
+  // The op as seen from iteration `it`: its segment and its place from that iteration's start.
+  std::int64_t offset(int op, int it) const {
+    const Segment& s = of(op);
+    return (static_cast<std::int64_t>(segment(op)) << 40) + (op - s.first - it * s.stride);
+  }
+};
+
+// The loops of a program as runs, checked lazily: an iteration is compared with the one before only when
+// the engine is about to rely on it (most of a step's iterations never are, when its state does not
+// repeat), and the answer is remembered.
+class Repeats {
+ public:
+  // Runs from Program::iterations: back-to-back iterations of one shape, taken one at a time or, where
+  // single iterations differ (a double-buffered scan body holds two layers), two to four at a time.
+  // `gate_after` per op: the op after which its memory gate opens (-1: none); it must outlive the checks.
+  void find(const Program& p, const std::vector<int>& gate_after);
+  const std::vector<Repeat>& runs() const { return runs_; }
+  // The first iteration in [first, last] of run r that is not the one before it shifted (last + 1: none).
+  int first_break(int r, int first, int last);
+
+ private:
+  bool repeats_previous(int r, int i);
+  const Program* p_ = nullptr;
+  const std::vector<int>* gate_after_ = nullptr;
+  std::vector<Repeat> runs_;
+  std::vector<std::vector<char>> known_;      // per run, per iteration: 0 unchecked, 1 repeats, 2 does not
+  std::vector<std::vector<int>> priority_step_;  // per run, per link: the priority change per iteration
+  std::vector<int> alloc_op_, releases_;      // per buffer, computed at the first check
+};
 
 }  // namespace hbmsim::sim
