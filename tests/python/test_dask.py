@@ -1,4 +1,4 @@
-"""hbmsim.sweep on a Dask cluster (two worker processes) gives the local sweep, row for row, also when a
+"""hbmsim.sweep and hbmsim.plan_layout on a Dask cluster (two worker processes) give the local answers, row for
 worker process dies in the middle of the sweep."""
 import os
 import signal
@@ -177,3 +177,19 @@ def test_dask_sweep_merges_rows_by_point_each_once():
     other = AtLeastOnceClient()
     hbmsim.sweep(axes, base={**LLAMA_405B, "seq": 4096}, client=other, chunks=4)
     assert not set(other.keys) & set(keys)
+
+
+def test_dask_plan_layout_equals_local(client):
+    """plan_layout(client=...): one task per (policy, micro-batch) share, merged into the local search's top
+    list (same layouts, same tokens/s); the counts add up to at least the local search's candidates."""
+    cfg = dict(model="llama3.1-8b", gpus=8, system="h100-hgx", seq=2048, global_batch=16)
+    local = hbmsim.plan_layout(top=5, policies=["full", "save_qkv_proj"], **cfg)
+    remote = hbmsim.plan_layout(top=5, policies=["full", "save_qkv_proj"], client=client, **cfg)
+    assert len(local) == 5
+    key = ["tp", "cp", "pp", "vp", "fsdp", "dp", "micro_batch", "policy", "tokens_per_s_per_device"]
+    pd.testing.assert_frame_equal(local[key].reset_index(drop=True), remote[key].reset_index(drop=True))
+    # Every share enumerates its candidates: together exactly the local search's.
+    assert remote.attrs["candidates"] == local.attrs["candidates"]
+    assert remote.attrs["simulated"] >= local.attrs["simulated"]
+    with pytest.raises(ValueError, match="no_such_model|model"):
+        hbmsim.plan_layout(model="no_such_model", client=client)
