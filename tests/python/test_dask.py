@@ -1,5 +1,5 @@
-"""hbmsim.sweep and hbmsim.plan_layout on a Dask cluster (two worker processes) give the local answers, row for
-worker process dies in the middle of the sweep."""
+"""hbmsim.sweep and hbmsim.plan_layout on a Dask cluster (two worker processes) give the local answers; the
+sweep row for row also when a worker process dies in the middle of it."""
 import os
 import signal
 import threading
