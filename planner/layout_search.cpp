@@ -123,7 +123,8 @@ double hbm_lower_bound_bytes(const PreparedRun& run) {
                               : p.schedule == PipelineSchedule::gpipe ? m
                                                                       : std::min<std::int64_t>(p.pp - static_cast<std::int64_t>(s), m);
     const double optimizer = run.options.optimizer_offload == OptimizerOffload::off ? st.optimizer_bytes : 0;
-    bound = std::max(bound, st.parameter_bytes + st.gradient_bytes + optimizer + run.system.runtime.reserve_bytes +
+    const double parameters = run.options.parameter_offload ? 0 : st.parameter_bytes;
+    bound = std::max(bound, parameters + st.gradient_bytes + optimizer + run.system.runtime.reserve_bytes +
                                 static_cast<double>(held) * act);
   }
   return bound;

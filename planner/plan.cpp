@@ -450,6 +450,7 @@ std::string maxtext_settings(const RunConfig& c) {
   }
   if (!c.stage_policies.empty()) out += " (the first stage's policy: MaxText has one remat policy for every stage)";
   if (c.optimizer_offload == "device") out += " optimizer_memory_host_offload=true";
+  if (c.parameter_offload) out += " parameter_memory_host_offload=true";
   if (c.optimizer_offload == "host") out += " (optimizer_offload host: a CPU optimizer, which MaxText does not have)";
   if (!c.layer_policies.empty() || c.offload_layers > 0 || c.recompute_layers > 0)
     out += " (every layer's: per-layer policies are Megatron settings, or a MaxText model split into scans per policy)";
@@ -498,6 +499,7 @@ std::string megatron_settings(const RunConfig& c) {
   if (!c.layer_policies.empty()) out += " (layer_policies " + c.layer_policies + ": no Megatron equivalent)";
   if (c.optimizer_offload == "host") out += " --optimizer-cpu-offload --optimizer-offload-fraction 1.0";
   if (c.optimizer_offload == "device") out += " (optimizer_offload device: state streamed to the GPU, no Megatron equivalent)";
+  if (c.parameter_offload) out += " (parameter_offload: no Megatron equivalent; PyTorch FSDP2 CPUOffloadPolicy)";
   return out;
 }
 

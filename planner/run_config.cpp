@@ -205,14 +205,21 @@ PreparedRun prepare_run(const RunConfig& c, const Profile* extra) {
   else if (c.optimizer_offload == "host") r.options.optimizer_offload = OptimizerOffload::host;
   else if (c.optimizer_offload != "off")
     throw InputError("optimizer_offload = " + quote(c.optimizer_offload) + " (expected off, device or host)");
-  if (r.options.optimizer_offload != OptimizerOffload::off) {
-    // The state must fit in the pinned host memory a GPU has, before anything else goes there.
+  r.options.parameter_offload = c.parameter_offload;
+  if (r.options.optimizer_offload != OptimizerOffload::off || c.parameter_offload) {
+    // What is offloaded must fit in the pinned host memory a GPU has, before anything else goes there.
     double worst = 0;
-    for (const auto& st : r.graph.stages) worst = std::max(worst, st.optimizer_bytes);
-    if (worst > r.system.host_capacity_bytes())
-      throw InputError("optimizer_offload = " + c.optimizer_offload + " (the optimizer state, " + format_number(worst / 1073741824.0) +
-                       " GiB per GPU, exceeds the pinned host memory per GPU, " +
+    for (const auto& st : r.graph.stages)
+      worst = std::max(worst, (r.options.optimizer_offload != OptimizerOffload::off ? st.optimizer_bytes : 0) +
+                                  (c.parameter_offload ? st.parameter_bytes : 0));
+    if (worst > r.system.host_capacity_bytes()) {
+      const std::string field = c.parameter_offload ? "parameter_offload = true" : "optimizer_offload = " + c.optimizer_offload;
+      const std::string what = r.options.optimizer_offload != OptimizerOffload::off && c.parameter_offload
+                                   ? "the optimizer state and parameters" : c.parameter_offload ? "the parameters" : "the optimizer state";
+      throw InputError(field + " (" + what + ", " + format_number(worst / 1073741824.0) + " GiB per GPU, " +
+                       (c.parameter_offload ? "exceed" : "exceeds") + " the pinned host memory per GPU, " +
                        format_number(r.system.host_capacity_bytes() / 1073741824.0) + " GiB)");
+    }
   }
   return r;
 }

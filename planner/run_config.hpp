@@ -54,6 +54,7 @@ struct RunConfig {
   std::map<std::string, std::string> tensors;  // per checkpoint name: device | remat | offload
   bool fp8_saved_activations = false;   // TE keeps fp8 GEMM inputs quantized for the backward
   std::string optimizer_offload = "off";  // off, device (state streamed through HBM), host (CPU update)
+  bool parameter_offload = false;         // parameters in pinned host memory, copied in per weight gather
   bool lhs = true;
   bool pipelined_transfers = false;
   bool pipelined_collectives = true;    // FSDP all-gathers issued one layer ahead (XLA collective pipeliner)

@@ -117,6 +117,10 @@ const std::vector<RunField> kFields = {
      "optimizer_memory_host_offload); host (updated by the host CPU at its memory bandwidth, gradients out and "
      "parameters back over the host link, ZeRO-Offload)",
      &C::optimizer_offload},
+    {"parameter_offload", "--parameter-offload",
+     "Parameters in pinned host memory: each weight gather starts from its shard copied in, the update streams "
+     "them through HBM (MaxText parameter_memory_host_offload, FSDP CPUOffloadPolicy)",
+     &C::parameter_offload},
     {"lhs", "--lhs", "XLA latency-hiding scheduler", &C::lhs},
     {"pipelined_transfers", "--pipelined-transfers", "XLA pipelined host offloading", &C::pipelined_transfers},
     {"pipelined_collectives", "--pipelined-collectives", "FSDP all-gathers one layer ahead", &C::pipelined_collectives},

@@ -24,6 +24,9 @@ struct SimOptions {
   // use; off: once per step, kept until the layer's last backward (more memory, less traffic).
   bool reshard_weights = true;
   OptimizerOffload optimizer_offload = OptimizerOffload::off;
+  // Parameters in pinned host memory: each weight gather starts from its shard copied in, and the update
+  // streams them through HBM (or runs where they are, with optimizer_offload host).
+  bool parameter_offload = false;
   bool record_trace = false;
   // Replay repeating layer iterations instead of simulating their events (sim/engine.hpp; same results).
   bool fast_forward = true;

@@ -272,7 +272,8 @@ class StageBuilder {
                               {info_.optimizer_bytes, MemCategory::optimizer_state},
                               {info_.gradient_bytes, MemCategory::gradients},
                               {c_.sys.runtime.reserve_bytes, MemCategory::runtime_reserve}})
-      prog_.resident.push_back(w_.add_buffer(bytes, cat, cat == MemCategory::optimizer_state && offloaded_optimizer()));
+      prog_.resident.push_back(w_.add_buffer(bytes, cat, (cat == MemCategory::optimizer_state && offloaded_optimizer()) ||
+                                                             (cat == MemCategory::parameters && opt_.parameter_offload)));
     const ParameterSync param_sync = parameter_sync();
     auto& records = scratch_.records;
     const std::size_t slots = static_cast<std::size_t>(g_.training.grad_accum) * info_.chunks.size();
@@ -294,6 +295,10 @@ class StageBuilder {
     }
     switch (opt_.optimizer_offload) {
       case OptimizerOffload::off: {
+        if (opt_.parameter_offload) {
+          streamed_update(done);
+          break;
+        }
         int opt = w_.compute(costs_.memory_s(info_.optimizer_update_bytes), true, 0, 'o', -1, "optimizer_update");
         for (int r : done) w_.op(opt).deps.push_back(r);
         break;
@@ -312,22 +317,26 @@ class StageBuilder {
     return static_cast<double>(std::max<std::int64_t>(1, layers));
   }
 
-  // The state streamed through HBM for the update: each chunk in, updated, out; a chunk comes in only once the
-  // one two before it has gone out, so at most two are on the device.
+  // What lives in host memory (the optimizer state, the parameters, or both) streamed through HBM for the
+  // update: each chunk in, updated, out; a chunk comes in only once the one two before it has gone out, so at
+  // most two are on the device.
   void streamed_update(const std::vector<int>& done) {
-    const double n = optimizer_chunks(), state = info_.optimizer_bytes / n, update = info_.optimizer_update_bytes / n;
+    const double n = optimizer_chunks(), update = info_.optimizer_update_bytes / n;
+    const double state = offloaded_optimizer() ? info_.optimizer_bytes / n : 0;
+    const double params = opt_.parameter_offload ? info_.parameter_bytes / n : 0;
+    const char* what = state > 0 && params > 0 ? "optimizer state and parameters" : state > 0 ? "optimizer state" : "parameters";
     std::vector<int> out;
     for (int k = 0; k < static_cast<int>(n); ++k) {
-      const int buf = w_.add_buffer(state, MemCategory::optimizer_state);
-      const int in = w_.copy(true, state, costs_.copy_s(state, true), -1, label_chunk("optimizer state in", k));
+      const int in = w_.copy(true, state + params, costs_.copy_s(state + params, true), -1, label_chunk((std::string(what) + " in").c_str(), k));
       w_.op(in).deps = done;
       if (k >= 2) w_.op(in).deps.push_back(out[static_cast<std::size_t>(k - 2)]);
-      w_.op(in).allocs = {buf};
+      for (auto [bytes, cat] : {std::pair{state, MemCategory::optimizer_state}, {params, MemCategory::parameters}})
+        if (bytes > 0) w_.op(in).allocs.push_back(w_.add_buffer(bytes, cat));
       const int up = w_.compute(costs_.memory_s(update), true, 0, 'o', -1, label_chunk("optimizer_update", k));
       w_.op(up).deps.push_back(in);
-      out.push_back(w_.copy(false, state, costs_.copy_s(state, false), -1, label_chunk("optimizer state out", k)));
+      out.push_back(w_.copy(false, state + params, costs_.copy_s(state + params, false), -1, label_chunk((std::string(what) + " out").c_str(), k)));
       w_.op(out.back()).deps = {up};
-      w_.op(out.back()).releases = {buf};
+      for (int b : w_.op(in).allocs) w_.op(out.back()).releases.push_back(b);
     }
   }
 
@@ -345,6 +354,7 @@ class StageBuilder {
       const int up = w_.host(info_.optimizer_update_bytes / n / cpu_bytes_per_s, 'o', label_chunk("host optimizer_update", k));
       w_.op(up).deps.push_back(out);
       w_.op(up).releases.push_back(staged);
+      if (opt_.parameter_offload) continue;  // updated where they live
       const int in = w_.copy(true, params, costs_.copy_s(params, true), -1, label_chunk("parameters in", k));
       w_.op(in).deps = {up};
     }
@@ -449,10 +459,18 @@ class StageBuilder {
     const auto& p = plan(l);
     Gather ag;
     ag.buf = w_.add_buffer(t.gathered_dense_bytes + t.gathered_expert_bytes, MemCategory::gathered_weights);
+    const double shard = t.gathered_dense_bytes / static_cast<double>(g_.mesh.size(g_.dense_shard)) +
+                         t.gathered_expert_bytes / static_cast<double>(g_.mesh.size(g_.expert_shard));
+    const int in = parameters_in(shard, after, static_cast<int>(l), label("parameters in", l));
     ag.op = w_.comm2(Axis::fsdp, p.gather, p.gather_experts, 1.0, phase, static_cast<int>(l),
                      label(phase == 'f' ? "all_gather" : "all_gather bwd", l));
     w_.op(ag.op).allocs = {ag.buf};
-    if (after >= 0) w_.op(ag.op).deps.push_back(after);
+    if (in >= 0) {
+      w_.op(ag.op).deps.push_back(in);
+      w_.op(ag.op).releases = w_.op(in).allocs;
+    } else if (after >= 0) {
+      w_.op(ag.op).deps.push_back(after);
+    }
     if (!opt_.reshard_weights) kept_weights_[at(l)] = ag;
     return ag;
   }
@@ -460,10 +478,27 @@ class StageBuilder {
   // gradient is a scatter that does not read it), the unembedding one layer ahead of the head.
   Gather gather_table(const char* name, int after) {
     const CommCost cost = net_.cost(CommKind::all_gather, g_.table_gathered_bytes, g_.dense_shard);
+    const int in = parameters_in(table_shard_bytes(g_.table_gathered_bytes), after, -1, std::string("parameters in ") + name);
     Gather ag{w_.comm(Axis::fsdp, cost, 1.0, 'f', -1, name), w_.add_buffer(g_.table_gathered_bytes, MemCategory::gathered_weights)};
     w_.op(ag.op).allocs = {ag.buf};
-    if (after >= 0) w_.op(ag.op).deps.push_back(after);
+    if (in >= 0) {
+      w_.op(ag.op).deps.push_back(in);
+      w_.op(ag.op).releases = w_.op(in).allocs;
+    } else if (after >= 0) {
+      w_.op(ag.op).deps.push_back(after);
+    }
     return ag;
+  }
+
+  // With the parameters in host memory, a weight gather starts from its shard copied in (MaxText
+  // parameter_memory_host_offload, FSDP's CPU offload): the copy is issued where the gather would be, and
+  // its buffer lives until the gather has sent it. Returns the copy (-1: parameters on the device).
+  int parameters_in(double shard_bytes, int after, int layer, const std::string& name) {
+    if (!opt_.parameter_offload || shard_bytes <= 0) return -1;
+    const int in = w_.copy(true, shard_bytes, costs_.copy_s(shard_bytes, true), layer, w_.naming() ? name : std::string());
+    if (after >= 0) w_.op(in).deps.push_back(after);
+    w_.op(in).allocs = {w_.add_buffer(shard_bytes, MemCategory::parameters)};
+    return in;
   }
 
   // A pass that starts from another stage's output: a free op on the compute stream that waits for it.

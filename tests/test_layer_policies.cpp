@@ -259,6 +259,49 @@ TEST_CASE("optimizer offload refuses unknown modes and state the host cannot hol
   CHECK_THAT(r.err, Catch::Contains("optimizer_offload = \"sideways\""));
 }
 
+TEST_CASE("parameter offload keeps the parameters in pinned host memory and copies each gather's shard in", "[policy][optimizer]") {
+  // The same 405B run: the forward peak loses exactly the resident parameters (the shard copied in for a
+  // gather is freed once the gather has sent it, before the peak's moment), pinned host memory gains them.
+  RunConfig c;
+  c.system = "gb200-nvl72";
+  c.model = "llama3.1-405b";
+  c.gpus = 128;
+  c.batch = 2;
+  c.seq = 8192;
+  c.policy = "qkv_proj_offloaded";
+  const auto off = run_simulation(c);
+  const double params = off.hbm_breakdown_bytes.at("parameters");
+  REQUIRE(params > 0);
+  c.parameter_offload = true;
+  const auto on = run_simulation(c);
+  CHECK(on.hbm_peak_bytes == Approx(off.hbm_peak_bytes - params).epsilon(1e-12));
+  CHECK(on.host_peak_bytes == Approx(off.host_peak_bytes + params).epsilon(1e-12));
+  // Every layer's shard crosses the host link twice (the forward's gather and the backward's), and the
+  // parameters once more each way for the update: the H2D engine is busy at least that long at the
+  // per-GPU H2D rate, and the step never gets shorter.
+  const auto run = prepare_run(c);
+  const double h2d = run.system.host_h2d_bytes_per_s();
+  CHECK(on.busy_s.at("h2d") >= off.busy_s.at("h2d") + 2 * params / h2d * (1 - 1e-9));
+  CHECK(on.step_time_s >= off.step_time_s);
+  // With the optimizer state offloaded as well, both leave HBM; with the CPU update the parameters are never
+  // copied back in for it.
+  c.optimizer_offload = "device";
+  const double state = off.hbm_breakdown_bytes.at("optimizer_state");
+  CHECK(run_simulation(c).hbm_peak_bytes == Approx(off.hbm_peak_bytes - params - state).epsilon(1e-12));
+  c.optimizer_offload = "host";
+  RunConfig host_only = c;
+  host_only.parameter_offload = false;
+  CHECK(run_simulation(c).busy_s.at("h2d") < run_simulation(host_only).busy_s.at("h2d") + 2 * params / h2d);
+  // Too large for the host: Llama 405B on 8 H100s, its parameters and Adam state are hundreds of GiB per GPU.
+  RunConfig big = test::llama8b_h200("full");
+  big.model = "llama3.1-405b";
+  big.system = "h100-hgx";
+  big.parameter_offload = true;
+  big.optimizer_offload = "host";
+  CHECK_THROWS_WITH(run_simulation(big), Catch::Contains("parameter_offload = true (the optimizer state and parameters") &&
+                                             Catch::Contains("exceed the pinned host memory per GPU"));
+}
+
 TEST_CASE("fp8_saved_activations keeps an fp8 GEMM's input in fp8 for the backward", "[policy][fp8]") {
   // Llama 3.1 8B, every GEMM in fp8, no recompute, one GPU: the inputs of the four GEMMs of a layer (the two
   // norm outputs, the attention output, the SwiGLU output) are kept at 1 byte per element plus a scale byte per
