@@ -266,12 +266,13 @@ py::dict plan_break_even(const py::object& config, double tolerance) {
 }
 
 py::dict plan_layout(const py::object& config, std::size_t top, const std::vector<std::string>& policies,
-                     const std::vector<std::int64_t>& micro_batches, bool prune, int jobs) {
+                     const std::vector<std::int64_t>& micro_batches, bool prune, int jobs, bool state_offload) {
   auto base = config_from_py(config, "config");
   hbmsim::LayoutSearchOptions o;
   o.top = top;
   o.jobs = jobs;
   o.prune = prune;
+  o.state_offload = state_offload;
   if (!policies.empty()) o.policies = policies;
   if (!micro_batches.empty()) o.micro_batches = micro_batches;
   for (auto m : o.micro_batches)
@@ -382,7 +383,7 @@ PYBIND11_MODULE(_hbmsim, m) {
     return to_py(json{{"policies", o.policies}, {"micro_batches", o.micro_batches}});
   }, "The policies and micro-batches plan_layout searches by default.");
   m.def("plan_layout", &plan_layout, py::arg("config"), py::arg("top") = 10, py::arg("policies") = std::vector<std::string>{},
-        py::arg("micro_batches") = std::vector<std::int64_t>{}, py::arg("prune") = true, py::arg("jobs") = 1,
+        py::arg("micro_batches") = std::vector<std::int64_t>{}, py::arg("prune") = true, py::arg("jobs") = 1, py::arg("state_offload") = true,
         "Fastest parallel layout, micro-batch and policy at the config's global batch, as `plan layout --json`.");
   m.def("plan_offload_layers", [](const py::object& c) { return plan_layer_count(c, hbmsim::LayerCount::offload); }, py::arg("config"),
         "Fewest layers offloaded (Megatron cpu_offloading_num_layers) for the config to fit, as `plan offload-layers --json`.");

@@ -27,6 +27,13 @@ namespace hbmsim::cli {
 namespace {
 
 int g_status = 0;
+
+// What a layout keeps in pinned host memory besides activations ("-": nothing).
+std::string in_host(const RunConfig& c) {
+  std::string s = c.optimizer_offload == "off" ? "" : "opt (" + c.optimizer_offload + ")";
+  if (c.parameter_offload) s += s.empty() ? "params" : " + params";
+  return s.empty() ? "-" : s;
+}
 // The largest per-device batch a run accepts (validate_training): --max-batch above it is refused.
 constexpr std::int64_t kMaxBatch = std::int64_t{1} << 20;
 
@@ -322,6 +329,7 @@ void register_plan(CLI::App& app) {
     auto policies = std::make_shared<std::vector<std::string>>();
     auto mbs = std::make_shared<std::vector<std::int64_t>>();
     auto no_prune = std::make_shared<bool>(false);
+    auto no_state_offload = std::make_shared<bool>(false);
     auto json = std::make_shared<bool>(false);
     auto progress = std::make_shared<std::string>("auto");
     cmd->add_option("--top", *top, "How many layouts to list");
@@ -329,6 +337,8 @@ void register_plan(CLI::App& app) {
     cmd->add_option("--policies", *policies, "Policy presets to try (default: all but custom)")->delimiter(',');
     cmd->add_option("--micro-batches", *mbs, "Micro-batch sizes to try (sequences per replica; default 1,2)")->delimiter(',');
     cmd->add_flag("--no-prune", *no_prune, "Simulate every candidate, also those whose memory lower bound exceeds HBM");
+    cmd->add_flag("--no-state-offload", *no_state_offload,
+                  "Do not retry a layout that cannot fit with its optimizer state (then its parameters) in host memory");
     cmd->add_option("--progress", *progress, "auto (when stderr is a terminal), on, off");
     cmd->add_flag("--json", *json, "Machine-readable output");
     cmd->footer(
@@ -349,6 +359,7 @@ void register_plan(CLI::App& app) {
       o.top = *top;
       o.jobs = *jobs;
       o.prune = !*no_prune;
+      o.state_offload = !*no_state_offload;
       if (!policies->empty()) o.policies = *policies;
       if (!mbs->empty()) o.micro_batches = *mbs;
       const bool show = *progress == "on" || (*progress == "auto" && stderr_is_terminal());
@@ -369,18 +380,19 @@ void register_plan(CLI::App& app) {
         return;
       }
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      std::printf("%zu candidates: %zu refused, %zu pruned by the memory bound, %zu by the step-time bound; %zu simulated, "
-                  "%zu fit (%.1f s)\n\n", r.candidates, r.refused, r.pruned, r.skipped, r.simulated, r.fitting, s);
+      std::printf("%zu candidates (%zu of them state-offload retries of layouts that cannot fit): %zu refused, %zu pruned by the "
+                  "memory bound, %zu by the step-time bound; %zu simulated, %zu fit (%.1f s)\n\n",
+                  r.candidates, r.offloaded, r.refused, r.pruned, r.skipped, r.simulated, r.fitting, s);
       if (r.top.empty()) {
         std::printf("%s\n", r.none_fit.c_str());
         return;
       }
-      Table t{{"#", "tp", "cp", "pp", "vp", "ep", "fsdp", "dp", "mbs", "GA", "policy", "tok/s/GPU", "TFLOP/s", "HBM GiB", "host GiB", "limited by"}, {}};
+      Table t{{"#", "tp", "cp", "pp", "vp", "ep", "fsdp", "dp", "mbs", "GA", "policy", "in host", "tok/s/GPU", "TFLOP/s", "HBM GiB", "host GiB", "limited by"}, {}};
       for (std::size_t i = 0; i < r.top.size(); ++i) {
         const auto& [c, rep, limit] = r.top[i];
         t.rows.push_back({std::to_string(i + 1), std::to_string(c.tp), std::to_string(c.cp), std::to_string(c.pp), std::to_string(c.vp),
                           std::to_string(c.ep), std::to_string(c.fsdp), std::to_string(c.dp) + (c.sharded_optimizer ? "*" : ""),
-                          std::to_string(c.micro_batch), std::to_string(rep.grad_accum), c.policy, fixed(rep.tokens_per_s_per_device, 0),
+                          std::to_string(c.micro_batch), std::to_string(rep.grad_accum), c.policy, in_host(c), fixed(rep.tokens_per_s_per_device, 0),
                           fixed(rep.tflops_per_device, 1), gib(rep.hbm_peak_bytes), gib(rep.host_peak_bytes), limit});
       }
       std::cout << t.render();

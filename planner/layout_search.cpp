@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <deque>
 
 #include "planner/sweep.hpp"
 #include "sim/bounds.hpp"
@@ -164,7 +165,11 @@ LayoutSearch search_layouts(const RunConfig& base, const LayoutSearchOptions& o)
   std::vector<Bounded> queue;
   double closest_bound = 0;
   const RunConfig* closest = nullptr;
-  for (const RunConfig& c : all) {
+  std::deque<RunConfig> variants;  // state-offload retries (a deque: the queue points into it)
+  const bool retry = o.state_offload && base.optimizer_offload == "off" && !base.parameter_offload;
+  // Bounds a candidate and queues it unless its bound exceeds HBM or hbmsim refuses it.
+  enum class Verdict { queued, over, refused };
+  auto consider = [&](const RunConfig& c) {
     double hbm = 0, step = 0;
     try {
       const PreparedRun run = prepare_run(c);
@@ -172,14 +177,28 @@ LayoutSearch search_layouts(const RunConfig& base, const LayoutSearchOptions& o)
       step = o.prune ? step_lower_bound(run.graph, run.system, run.policy, run.options).step_s : 0;
     } catch (const InputError&) {
       ++out.refused;
-      continue;
+      return Verdict::refused;
     }
-    if (o.prune && hbm > capacity) {
-      ++out.pruned;
+    if (hbm > capacity) {
       if (!closest || hbm < closest_bound) closest_bound = hbm, closest = &c;
-      continue;
+      if (o.prune) {
+        ++out.pruned;
+        return Verdict::over;
+      }
     }
-    queue.push_back({&c, step});
+    queue.push_back({&c, step});  // without pruning, also what cannot fit (the answer is the same)
+    return hbm > capacity ? Verdict::over : Verdict::queued;
+  };
+  for (const RunConfig& c : all) {
+    if (consider(c) != Verdict::over || !retry) continue;
+    ++out.offloaded;
+    for (const auto& [optimizer, parameters] : {std::pair{"device", false}, {"host", false}, {"device", true}, {"host", true}}) {
+      RunConfig& v = variants.emplace_back(c);
+      v.optimizer_offload = optimizer;
+      v.parameter_offload = parameters;
+      ++out.candidates;
+      if (consider(v) == Verdict::queued) break;
+    }
   }
   std::stable_sort(queue.begin(), queue.end(), [](const Bounded& a, const Bounded& b) { return a.step_s < b.step_s; });
   // Every candidate has the same tokens per step, so the fastest step wins. Simulate in slices; stop once the

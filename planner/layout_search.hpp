@@ -22,6 +22,10 @@ struct LayoutSearchOptions {
   std::vector<std::string> policies = {"full", "minimal", "save_qkv_proj", "minimal_with_context", "qkv_proj_offloaded",
                                        "minimal_offloaded"};
   std::vector<std::int64_t> micro_batches = {1, 2};  // sequences per model replica per micro-step
+  // A candidate whose HBM lower bound exceeds capacity is tried again with its optimizer state in pinned host
+  // memory (updated on the GPU, then on the host CPU), then with its parameters there too (when the base
+  // config offloads neither).
+  bool state_offload = true;
   // Called after each simulated candidate (from one thread at a time): done, total to simulate.
   std::function<void(std::size_t, std::size_t)> progress;
 };
@@ -36,6 +40,7 @@ struct LayoutSearch {
   std::int64_t global_batch = 0;     // sequences per step, the same for every candidate
   std::vector<LayoutResult> top;     // fitting candidates, most tokens/s per GPU first
   std::size_t candidates = 0;        // layouts x micro-batches x policies enumerated
+  std::size_t offloaded = 0;         // of them, tried again with their state in host memory (and counted again)
   std::size_t pruned = 0;            // dropped by the memory lower bound, never simulated
   std::size_t refused = 0;           // bad combinations (a degree that does not divide, too few micro-batches)
   std::size_t simulated = 0, fitting = 0;

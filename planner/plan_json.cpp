@@ -56,6 +56,8 @@ nlohmann::json layout_search_json(const LayoutSearch& r) {
     top.push_back({{"rank", i + 1},
                    {"degrees", {{"tp", c.tp}, {"cp", c.cp}, {"pp", c.pp}, {"vp", c.vp}, {"ep", c.ep}, {"fsdp", c.fsdp}, {"dp", c.dp}}},
                    {"sharded_optimizer", c.sharded_optimizer},
+                   {"optimizer_offload", c.optimizer_offload},
+                   {"parameter_offload", c.parameter_offload},
                    {"policy", c.policy},
                    {"micro_batch", c.micro_batch},
                    {"grad_accum", r.top[i].report.grad_accum},
@@ -63,7 +65,7 @@ nlohmann::json layout_search_json(const LayoutSearch& r) {
                    {"report", r.top[i].report.to_json()},
                    {"settings", runnable_settings(c)}});
   }
-  return {{"global_batch", r.global_batch}, {"candidates", r.candidates}, {"pruned", r.pruned}, {"skipped", r.skipped}, {"refused", r.refused},
+  return {{"global_batch", r.global_batch}, {"candidates", r.candidates}, {"offloaded", r.offloaded}, {"pruned", r.pruned}, {"skipped", r.skipped}, {"refused", r.refused},
           {"simulated", r.simulated}, {"fitting", r.fitting}, {"none_fit", r.none_fit}, {"top", top}};
 }
 

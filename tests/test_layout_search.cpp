@@ -92,6 +92,40 @@ TEST_CASE("the pruned layout search lists the same layouts as the exhaustive one
     CHECK(exhaustive.top[i].report.tokens_per_s_per_device <= exhaustive.top[0].report.tokens_per_s_per_device);
 }
 
+TEST_CASE("a layout that cannot fit is tried again with its optimizer state, then its parameters, in host memory", "[layout]") {
+  // Llama 3.1 70B on 8 H100s: 70B parameters with fp32 weights, gradients and Adam state are about 16 bytes
+  // each, 140 GB per GPU over 8 of them: no layout fits 80 GB. Moving the state to host memory makes some fit.
+  RunConfig base;
+  base.system = "h100-hgx";
+  base.model = "llama3.1-70b";
+  base.gpus = 8;
+  base.seq = 4096;
+  LayoutSearchOptions o;
+  o.top = 3;
+  o.policies = {"full"};
+  o.micro_batches = {1};
+  o.state_offload = false;
+  const LayoutSearch plain = search_layouts(base, o);
+  CHECK(plain.top.empty());
+  CHECK(plain.offloaded == 0);
+  CHECK_THAT(plain.none_fit, Catch::Contains("nothing fits"));
+  o.state_offload = true;
+  const LayoutSearch levered = search_layouts(base, o);
+  REQUIRE(!levered.top.empty());
+  CHECK(levered.offloaded == plain.pruned);  // every layout the bound rejected was retried
+  CHECK(levered.candidates == levered.refused + levered.pruned + levered.skipped + levered.simulated);
+  for (const auto& t : levered.top) {
+    INFO(config_id(t.config));
+    CHECK(t.config.optimizer_offload != "off");
+    CHECK(t.report.fits);
+    // The row is what simulating its config gives.
+    CHECK(run_simulation(t.config).tokens_per_s_per_device == t.report.tokens_per_s_per_device);
+  }
+  // A base that already offloads is searched as given.
+  base.optimizer_offload = "device";
+  CHECK(search_layouts(base, o).offloaded == 0);
+}
+
 TEST_CASE("candidates keep the global batch and every field the search does not set", "[layout]") {
   RunConfig base;
   base.model = "llama3.1-8b";

@@ -472,25 +472,25 @@ def plan_break_even(config: Mapping[str, Any] | str | os.PathLike | None = None,
     return _hbmsim.plan_break_even(_config_with(config, fields)[0], tolerance)
 
 
-_LAYOUT_COUNTS = ("candidates", "pruned", "skipped", "refused", "simulated", "fitting")
+_LAYOUT_COUNTS = ("candidates", "offloaded", "pruned", "skipped", "refused", "simulated", "fitting")
 
 
-def _layout_part(doc: dict, top: int, policy: str, micro_batch: int, prune: bool, jobs: int) -> dict:
-    return _hbmsim.plan_layout(doc, top, [policy], [micro_batch], prune, jobs)
+def _layout_part(doc: dict, top: int, policy: str, micro_batch: int, prune: bool, jobs: int, state_offload: bool) -> dict:
+    return _hbmsim.plan_layout(doc, top, [policy], [micro_batch], prune, jobs, state_offload)
 
 
 def _layout_on_dask(client: Any, doc: dict, top: int, policies: Sequence[str], micro_batches: Sequence[int],
-                    prune: bool, jobs: int) -> dict:
+                    prune: bool, jobs: int, state_offload: bool) -> dict:
     """One task per (policy, micro-batch): each finds its own exact top list (its pruning only drops what
     cannot enter it), so the best `top` of their union is the whole search's."""
     _hbmsim.expand_sweep(doc, [], "")  # a bad config fails here, before anything is submitted
     defaults = _hbmsim.layout_defaults()
     policies = list(policies) or list(defaults["policies"])
     micro_batches = [int(m) for m in micro_batches] or [int(m) for m in defaults["micro_batches"]]
-    key = json.dumps([doc, top, prune], sort_keys=True, default=str)
+    key = json.dumps([doc, top, prune, state_offload], sort_keys=True, default=str)
     import hashlib
     token = hashlib.sha1(key.encode()).hexdigest()
-    futures = [client.submit(_layout_part, doc, top, p, m, prune, jobs, key=f"hbmsim-layout-{token}-{p}-{m}")
+    futures = [client.submit(_layout_part, doc, top, p, m, prune, jobs, state_offload, key=f"hbmsim-layout-{token}-{p}-{m}")
                for p in policies for m in micro_batches]
     parts = client.gather(futures)
     merged = {k: sum(part[k] for part in parts) for k in _LAYOUT_COUNTS}
@@ -504,27 +504,30 @@ def _layout_on_dask(client: Any, doc: dict, top: int, policies: Sequence[str], m
 
 def plan_layout(config: Mapping[str, Any] | str | os.PathLike | None = None, *, top: int = 10,
                 policies: Sequence[str] = (), micro_batches: Sequence[int] = (), prune: bool = True, jobs: int = 1,
-                client: Any = None, **fields: Any) -> pd.DataFrame:
+                state_offload: bool = True, client: Any = None, **fields: Any) -> pd.DataFrame:
     """Fastest parallel layouts for the config's model, GPUs, system and global batch (default: one sequence per
     GPU), as ``hbmsim plan layout --json``: one row per layout, fastest first, with tp, cp, pp, vp, ep, fsdp, dp,
-    sharded_optimizer, micro_batch, grad_accum, policy, tokens_per_s_per_device, tflops_per_device,
-    hbm_peak_bytes, host_peak_bytes, limit (what limits it) and settings (simulate config, MaxText, XLA flags,
-    Megatron arguments). The search's counts (candidates, pruned, skipped, refused, simulated, fitting,
-    none_fit) are in ``DataFrame.attrs``; no row and ``attrs["none_fit"]`` when nothing fits.
+    sharded_optimizer, micro_batch, grad_accum, policy, optimizer_offload, parameter_offload (a layout that
+    cannot fit otherwise is tried with its optimizer state, then its parameters, in host memory;
+    ``state_offload=False``: not), tokens_per_s_per_device, tflops_per_device, hbm_peak_bytes, host_peak_bytes,
+    limit (what limits it) and settings (simulate config, MaxText, XLA flags, Megatron arguments). The search's
+    counts (candidates, offloaded, pruned, skipped, refused, simulated, fitting, none_fit) are in
+    ``DataFrame.attrs``; no row and ``attrs["none_fit"]`` when nothing fits.
 
     client: a ``dask.distributed.Client``: one task per (policy, micro-batch), each an exact search of its
     share (``jobs`` threads each), merged into the same top list (the counts add up; each share prunes against
     its own top list, so more candidates are simulated in all than by one search)."""
     doc = _config_with(config, fields)[0]
     if client is None:
-        r = _hbmsim.plan_layout(doc, top, list(policies), [int(m) for m in micro_batches], prune, jobs)
+        r = _hbmsim.plan_layout(doc, top, list(policies), [int(m) for m in micro_batches], prune, jobs, state_offload)
     else:
-        r = _layout_on_dask(client, doc, top, policies, micro_batches, prune, jobs)
+        r = _layout_on_dask(client, doc, top, policies, micro_batches, prune, jobs, state_offload)
     rows = []
     for t in r["top"]:
         rep = t["report"]
         rows.append({**t["degrees"], "sharded_optimizer": t["sharded_optimizer"], "micro_batch": t["micro_batch"],
-                     "grad_accum": t["grad_accum"], "policy": t["policy"],
+                     "grad_accum": t["grad_accum"], "policy": t["policy"], "optimizer_offload": t["optimizer_offload"],
+                     "parameter_offload": t["parameter_offload"],
                      "tokens_per_s_per_device": rep["tokens_per_s_per_device"],
                      "tflops_per_device": rep["tflops_per_device"], "hbm_peak_bytes": rep["hbm_peak_bytes"],
                      "host_peak_bytes": rep["host_peak_bytes"], "limit": t["limit"], "settings": t["settings"]})
