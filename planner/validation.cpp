@@ -1,10 +1,14 @@
 #include "planner/validation.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <map>
+#include <thread>
 
 #include "hwmodels/json_view.hpp"
+#include "planner/layer_counts.hpp"
 #include "planner/sweep.hpp"
 #include "workloads/model.hpp"
 
@@ -89,6 +93,7 @@ bool map_recompute(const std::string& text, std::int64_t layers_per_chunk, RunMa
   }
   c.policy = "no_recompute";
   m.recompute = "none stated (Megatron default: no recompute): no_recompute";
+  m.recompute_unstated = true;
   std::string offload_text;
   std::size_t start = 0;
   while (start <= rest.size()) {
@@ -115,16 +120,19 @@ bool map_recompute(const std::string& text, std::int64_t layers_per_chunk, RunMa
         // recompute_method block: the first N layers of every model chunk recomputed, the others keep all.
         c.recompute_layers = *n;
         m.recompute = "\"" + item + "\": recompute_layers " + str(*n) + " of " + str(layers_per_chunk) + " per chunk";
+        m.recompute_unstated = false;
         continue;
       }
       c.policy = "full";
       m.recompute = "\"" + item + "\": full";
+      m.recompute_unstated = false;
       continue;
     }
     if (item == "recompute-activations" || item == "recompute-activations (selective)" || contains(item, "selective") ||
         item.rfind("sel. recompute", 0) == 0) {
       std::string module = "core_attn";
       if (item.rfind("sel. recompute", 0) == 0) module = trim(item.substr(14));
+      m.recompute_unstated = false;
       if (module.empty() || module == "core_attn") {
         c.policy = "no_recompute";
         c.tensors["context"] = "remat";
@@ -273,6 +281,43 @@ RunMapping map_published_run(const PublishedRun& r) {
   return m;
 }
 
+// A row that states no recompute setting is read as Megatron's default, no recompute; when that does not fit,
+// the published run (which ran) cannot have used it, and its recipe set some recompute: read as the fewest
+// layers per chunk recomputed in full (recompute_num_layers, block) with which it fits, the least a recipe
+// must set (plan recompute-layers' answer). If no count fits, the row stays as read, marked not to fit.
+static void fit_unstated_recompute(std::vector<ValidationRow>& rows, const std::string& calibration, int jobs) {
+  std::vector<std::size_t> todo;
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    if (rows[i].predicted && !rows[i].predicted->fits && rows[i].mapping.recompute_unstated && rows[i].mapping.config)
+      todo.push_back(i);
+  std::atomic<std::size_t> next{0};
+  auto work = [&] {
+    for (std::size_t k; (k = next++) < todo.size();) {
+      ValidationRow& row = rows[todo[k]];
+      RunConfig c = *row.mapping.config;
+      c.calibration = calibration;
+      LayerCountSearch s;
+      try {
+        s = fewest_layers(c, LayerCount::recompute);
+      } catch (const InputError&) {
+        continue;
+      }
+      if (s.layers < 0) continue;
+      const double gib = row.predicted->hbm_peak_bytes / 1073741824.0, cap = row.predicted->hbm_capacity_bytes / 1073741824.0;
+      row.predicted = s.at(s.layers)->report;
+      row.mapping.config->recompute_layers = s.layers;
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "; no recompute needs %.0f of %.0f GiB: recompute_layers %lld per chunk, the fewest that fit", gib, cap,
+                    static_cast<long long>(s.layers));
+      row.mapping.recompute += buf;
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < std::min<int>(jobs, static_cast<int>(todo.size())); ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+}
+
 std::vector<ValidationRow> validate_runs(const std::vector<PublishedRun>& runs, const std::string& calibration, int jobs) {
   check_jobs(jobs);
   // Map every row (cheap, here), then simulate the expressed ones on the sweep's thread pool: a config hbmsim
@@ -302,8 +347,10 @@ std::vector<ValidationRow> validate_runs(const std::vector<PublishedRun>& runs, 
       return;
     }
     row.predicted = r.report;
-    if (row.run.tok_s_gpu) row.error = r.report->tokens_per_s_per_device / *row.run.tok_s_gpu - 1;
   });
+  fit_unstated_recompute(rows, calibration, jobs);
+  for (auto& row : rows)
+    if (row.predicted && row.run.tok_s_gpu) row.error = row.predicted->tokens_per_s_per_device / *row.run.tok_s_gpu - 1;
   return rows;
 }
 

@@ -15,6 +15,7 @@ struct RunMapping {
   std::optional<RunConfig> config;  // set when the row is expressible
   std::string reason;               // why not, when config is empty
   std::string recompute;            // how remat_offload was read ("none stated: minimal_with_context", ...)
+  bool recompute_unstated = false;  // no recompute setting was given (see validate_runs)
   std::vector<std::string> remarks; // consistency remarks that do not stop the row (a GAn note that disagrees)
   std::string system_id, model_id;  // the built-in system and model the row maps to ("" when they do not)
 };

@@ -284,3 +284,30 @@ TEST_CASE("Validation CLI: output order does not depend on --jobs, and every out
   CHECK(json["summary"]["overall"]["measured"] == 2);
   CHECK(test::cli("validate --json --csv" + runs).status == 2);
 }
+
+TEST_CASE("Validation: a row that states no recompute and cannot fit without it gets the fewest recompute layers that fit", "[validation]") {
+  // Row 24: Llama 3 70B on 64 GB200s, FSDP 64, micro-batch 2 x 8192, FP8, nothing stated. Without recompute a
+  // layer keeps its inputs, q/k/v, the attention output and the SwiGLU tensors for 16384 tokens: well over
+  // the 173 GiB a GPU has, so the recipe that ran must have recomputed some layers.
+  const auto runs = load_published_runs();
+  std::vector<PublishedRun> one;
+  for (const auto& r : runs)
+    if (r.row == 24 || r.row == 51) one.push_back(r);
+  REQUIRE(one.size() == 2);
+  const auto rows = validate_runs(one, "", 2);
+  const ValidationRow& unstated = rows[0].run.row == 24 ? rows[0] : rows[1];
+  const ValidationRow& stated = rows[0].run.row == 24 ? rows[1] : rows[0];
+  REQUIRE(unstated.predicted);
+  CHECK(unstated.predicted->fits);
+  const std::int64_t n = unstated.mapping.config->recompute_layers;
+  CHECK(n > 0);
+  CHECK_THAT(unstated.mapping.recompute, Catch::Contains("the fewest that fit"));
+  // The fewest: one layer fewer does not fit, and the prediction is the simulation of the stated count.
+  RunConfig fewer = *unstated.mapping.config;
+  fewer.recompute_layers = n - 1;
+  CHECK_FALSE(run_simulation(fewer).fits);
+  CHECK(run_simulation(*unstated.mapping.config).tokens_per_s_per_device == unstated.predicted->tokens_per_s_per_device);
+  // Row 51 states selective recompute: read as stated, whatever it needs.
+  CHECK(stated.mapping.config->recompute_layers == 0);
+  CHECK_THAT(stated.mapping.recompute, !Catch::Contains("fewest"));
+}
