@@ -38,6 +38,18 @@ RunConfig llama70b_gb200(const std::string& policy) {
   return c;
 }
 
+// Llama 3.1 405B on 128 GB200s, batch 2 x 8192, QKV projections offloaded (the README's run, bf16 weights).
+RunConfig llama405b_gb200() {
+  RunConfig c;
+  c.system = "gb200-nvl72";
+  c.model = "llama3.1-405b";
+  c.gpus = 128;
+  c.batch = 2;
+  c.seq = 8192;
+  c.policy = "qkv_proj_offloaded";
+  return c;
+}
+
 }  // namespace
 
 TEST_CASE("a layer rule over every layer is the same run as that policy", "[policy][layers]") {
@@ -214,13 +226,7 @@ TEST_CASE("no_recompute keeps what each backward op reads, a gathered input shar
 TEST_CASE("optimizer state offload moves the state to pinned host memory and the update after the backward", "[policy][optimizer]") {
   // Llama 3.1 405B on 128 GB200s (the README's run): the HBM peak is in the forward pass, before the optimizer,
   // so offloading the state lowers it by exactly the state, and pinned host memory holds it for the whole step.
-  RunConfig c;
-  c.system = "gb200-nvl72";
-  c.model = "llama3.1-405b";
-  c.gpus = 128;
-  c.batch = 2;
-  c.seq = 8192;
-  c.policy = "qkv_proj_offloaded";
+  RunConfig c = llama405b_gb200();
   const auto off = run_simulation(c);
   const double state = off.hbm_breakdown_bytes.at("optimizer_state");
   REQUIRE(state > 0);
@@ -262,13 +268,7 @@ TEST_CASE("optimizer offload refuses unknown modes and state the host cannot hol
 TEST_CASE("parameter offload keeps the parameters in pinned host memory and copies each gather's shard in", "[policy][optimizer]") {
   // The same 405B run: the forward peak loses exactly the resident parameters (the shard copied in for a
   // gather is freed once the gather has sent it, before the peak's moment), pinned host memory gains them.
-  RunConfig c;
-  c.system = "gb200-nvl72";
-  c.model = "llama3.1-405b";
-  c.gpus = 128;
-  c.batch = 2;
-  c.seq = 8192;
-  c.policy = "qkv_proj_offloaded";
+  RunConfig c = llama405b_gb200();
   const auto off = run_simulation(c);
   const double params = off.hbm_breakdown_bytes.at("parameters");
   REQUIRE(params > 0);
