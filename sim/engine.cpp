@@ -513,16 +513,9 @@ class Engine {
       if (e.start) {
         start_[k] = now_;
         for (int b : op.allocs) alloc(b);
-        continue;
+      } else {
+        retire(i);  // its marks are cleared by move_on(): nothing more can start at the replay's end
       }
-      end_[k] = now_;
-      ++done_;
-      r_.executed_flops += op.executed_flops;
-      const auto q = static_cast<std::size_t>(op.queue);
-      r_.bytes_sent[q] += op.bytes_sent;
-      r_.last_end_s[q] = now_;
-      for (int b : op.releases) release(b);
-      for (int s = succ_start_[k]; s < succ_start_[k + 1]; ++s) --unmet_[static_cast<std::size_t>(succ_[static_cast<std::size_t>(s)])];
     }
   }
 
@@ -555,7 +548,7 @@ class Engine {
     for (std::size_t d = 0; d < dev_.size(); ++d)
       if (shift_idle_[d]) dev_[d].compute_idle_since += dt;
     r_.events += static_cast<std::uint64_t>(m) * (b.events - a.events);
-    std::fill(dirty_.begin(), dirty_.end(), 0);  // the replayed frees' marks: nothing more can start now
+    std::fill(dirty_.begin(), dirty_.end(), 0);  // the replayed completions' marks: nothing more can start now
     any_dirty_ = false;
   }
 
@@ -722,12 +715,7 @@ class Engine {
     auto k = static_cast<std::size_t>(i);
     const auto& op = p_.ops[k];
     const auto q = static_cast<std::size_t>(op.queue);
-    end_[k] = now_;
     if (logging_) log_.push_back(LogEntry{i, now_, false});
-    ++done_;
-    r_.executed_flops += op.executed_flops;
-    r_.bytes_sent[q] += op.bytes_sent;
-    r_.last_end_s[q] = now_;
     auto& qs = qs_[q];
     if (--qs.running == 0) r_.busy_s[q] += now_ - qs.busy_since;  // busy time is the union of the queue's spans
     auto& dv = dev_[static_cast<std::size_t>(qs.device)];
@@ -737,6 +725,20 @@ class Engine {
       rates_stale_ = true;
     }
     if (qs.compute) dv.compute_idle_since = now_;
+    retire(i);
+  }
+
+  // What a completion changes besides the running set (also for a replayed one): its end, the totals, its
+  // frees, and the queues it may let start.
+  [[gnu::always_inline]] void retire(int i) {
+    auto k = static_cast<std::size_t>(i);
+    const auto& op = p_.ops[k];
+    const auto q = static_cast<std::size_t>(op.queue);
+    end_[k] = now_;
+    ++done_;
+    r_.executed_flops += op.executed_flops;
+    r_.bytes_sent[q] += op.bytes_sent;
+    r_.last_end_s[q] = now_;
     for (int b : op.releases) release(b);
     if (lifts_[k] >= 0)  // a held-back prefetch's latest start has come
       for (int cq : copy_queues_[static_cast<std::size_t>(lifts_[k])]) mark(cq);
