@@ -465,12 +465,7 @@ class StageBuilder {
     ag.op = w_.comm2(Axis::fsdp, p.gather, p.gather_experts, 1.0, phase, static_cast<int>(l),
                      label(phase == 'f' ? "all_gather" : "all_gather bwd", l));
     w_.op(ag.op).allocs = {ag.buf};
-    if (in >= 0) {
-      w_.op(ag.op).deps.push_back(in);
-      w_.op(ag.op).releases = w_.op(in).allocs;
-    } else if (after >= 0) {
-      w_.op(ag.op).deps.push_back(after);
-    }
+    gather_after(ag.op, in, after);
     if (!opt_.reshard_weights) kept_weights_[at(l)] = ag;
     return ag;
   }
@@ -481,12 +476,7 @@ class StageBuilder {
     const int in = parameters_in(table_shard_bytes(g_.table_gathered_bytes), after, -1, std::string("parameters in ") + name);
     Gather ag{w_.comm(Axis::fsdp, cost, 1.0, 'f', -1, name), w_.add_buffer(g_.table_gathered_bytes, MemCategory::gathered_weights)};
     w_.op(ag.op).allocs = {ag.buf};
-    if (in >= 0) {
-      w_.op(ag.op).deps.push_back(in);
-      w_.op(ag.op).releases = w_.op(in).allocs;
-    } else if (after >= 0) {
-      w_.op(ag.op).deps.push_back(after);
-    }
+    gather_after(ag.op, in, after);
     return ag;
   }
 
@@ -499,6 +489,15 @@ class StageBuilder {
     if (after >= 0) w_.op(in).deps.push_back(after);
     w_.op(in).allocs = {w_.add_buffer(shard_bytes, MemCategory::parameters)};
     return in;
+  }
+  // A weight gather waits for its shard's copy (and frees it once sent), or else for `after`.
+  void gather_after(int gather, int shard_in, int after) {
+    if (shard_in >= 0) {
+      w_.op(gather).deps.push_back(shard_in);
+      w_.op(gather).releases = w_.op(shard_in).allocs;
+    } else if (after >= 0) {
+      w_.op(gather).deps.push_back(after);
+    }
   }
 
   // A pass that starts from another stage's output: a free op on the compute stream that waits for it.
