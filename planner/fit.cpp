@@ -5,7 +5,6 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
-#include <thread>
 
 #include "hwmodels/builtin.hpp"
 #include "hwmodels/json_view.hpp"
@@ -123,22 +122,7 @@ std::vector<StepReport> predict_with(const std::vector<MeasuredRun>& runs, const
   p.name = "fit trial";
   p.parameters = params;
   std::vector<StepReport> out(runs.size());
-  std::vector<std::exception_ptr> errors(runs.size());
-  auto work = [&](std::size_t start) {
-    for (std::size_t i = start; i < runs.size(); i += static_cast<std::size_t>(std::max(1, jobs))) {
-      try {
-        out[i] = run_simulation(runs[i].config, false, &p);
-      } catch (...) {
-        errors[i] = std::current_exception();
-      }
-    }
-  };
-  std::vector<std::thread> threads;
-  for (int j = 1; j < jobs && static_cast<std::size_t>(j) < runs.size(); ++j) threads.emplace_back(work, static_cast<std::size_t>(j));
-  work(0);
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  parallel_for(runs.size(), jobs, [&](std::size_t i) { out[i] = run_simulation(runs[i].config, false, &p); });
   return out;
 }
 

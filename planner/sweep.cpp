@@ -143,6 +143,26 @@ void check_jobs(int jobs, const std::string& flag) {
   if (jobs > kMaxJobs) throw InputError(flag + " = " + std::to_string(jobs) + " (at most " + std::to_string(kMaxJobs) + " threads)");
 }
 
+void parallel_for(std::size_t n, int jobs, const std::function<void(std::size_t)>& work) {
+  std::vector<std::exception_ptr> errors(n);
+  std::atomic<std::size_t> next{0};
+  auto worker = [&] {
+    for (std::size_t i; (i = next++) < n;) {
+      try {
+        work(i);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int j = 1; j < jobs && static_cast<std::size_t>(j) < n; ++j) threads.emplace_back(worker);
+  worker();
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
 void run_sweep(const std::vector<SweepPoint>& points, int jobs, const std::function<void(const SweepRow&)>& on_row,
                const std::set<std::size_t>& skip) {
   check_jobs(jobs);

@@ -51,6 +51,10 @@ void check_jobs(int jobs, const std::string& flag = "--jobs");
 
 // Runs every point not in `skip` on `jobs` threads and calls `on_row` once per finished point, one call at a
 // time (never concurrently), in completion order.
+// Calls work(i) for every i in [0, n) on up to `jobs` threads (this one included); after all have finished,
+// rethrows the exception of the lowest i that threw, if any.
+void parallel_for(std::size_t n, int jobs, const std::function<void(std::size_t)>& work);
+
 void run_sweep(const std::vector<SweepPoint>& points, int jobs, const std::function<void(const SweepRow&)>& on_row,
                const std::set<std::size_t>& skip = {});
 

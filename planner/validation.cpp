@@ -1,11 +1,9 @@
 #include "planner/validation.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <map>
-#include <thread>
 
 #include "hwmodels/json_view.hpp"
 #include "planner/layer_counts.hpp"
@@ -290,32 +288,25 @@ static void fit_unstated_recompute(std::vector<ValidationRow>& rows, const std::
   for (std::size_t i = 0; i < rows.size(); ++i)
     if (rows[i].predicted && !rows[i].predicted->fits && rows[i].mapping.recompute_unstated && rows[i].mapping.config)
       todo.push_back(i);
-  std::atomic<std::size_t> next{0};
-  auto work = [&] {
-    for (std::size_t k; (k = next++) < todo.size();) {
-      ValidationRow& row = rows[todo[k]];
-      RunConfig c = *row.mapping.config;
-      c.calibration = calibration;
-      LayerCountSearch s;
-      try {
-        s = fewest_layers(c, LayerCount::recompute);
-      } catch (const InputError&) {
-        continue;
-      }
-      if (s.layers < 0) continue;
-      const double gib = row.predicted->hbm_peak_bytes / 1073741824.0, cap = row.predicted->hbm_capacity_bytes / 1073741824.0;
-      row.predicted = s.at(s.layers)->report;
-      row.mapping.config->recompute_layers = s.layers;
-      char buf[160];
-      std::snprintf(buf, sizeof buf, "; no recompute needs %.0f of %.0f GiB: recompute_layers %lld per chunk, the fewest that fit", gib, cap,
-                    static_cast<long long>(s.layers));
-      row.mapping.recompute += buf;
+  parallel_for(todo.size(), jobs, [&](std::size_t k) {
+    ValidationRow& row = rows[todo[k]];
+    RunConfig c = *row.mapping.config;
+    c.calibration = calibration;
+    LayerCountSearch s;
+    try {
+      s = fewest_layers(c, LayerCount::recompute);
+    } catch (const InputError&) {
+      return;
     }
-  };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < std::min<int>(jobs, static_cast<int>(todo.size())); ++t) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
+    if (s.layers < 0) return;
+    const double gib = row.predicted->hbm_peak_bytes / 1073741824.0, cap = row.predicted->hbm_capacity_bytes / 1073741824.0;
+    row.predicted = s.at(s.layers)->report;
+    row.mapping.config->recompute_layers = s.layers;
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "; no recompute needs %.0f of %.0f GiB: recompute_layers %lld per chunk, the fewest that fit", gib, cap,
+                  static_cast<long long>(s.layers));
+    row.mapping.recompute += buf;
+  });
 }
 
 std::vector<ValidationRow> validate_runs(const std::vector<PublishedRun>& runs, const std::string& calibration, int jobs) {
