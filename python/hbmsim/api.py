@@ -295,6 +295,17 @@ def _merge_chunks(indices: list[int], chunk_rows: Iterable[list[dict]]) -> tuple
     return [by_index[i] for i in indices if i in by_index], [i for i in indices if i not in by_index]
 
 
+def _task_token(*what: Any) -> str:
+    """A Dask task key part naming what a task computes: equal inputs, equal keys."""
+    text = json.dumps(what, sort_keys=True, default=str)
+    try:
+        from dask.base import tokenize
+        return tokenize(text)
+    except ImportError:  # a client that is not Dask's: keys by content all the same
+        import hashlib
+        return hashlib.sha1(text.encode()).hexdigest()
+
+
 def _sweep_on_dask(client: Any, base: dict, axes: list[tuple[str, list[str]]], where: str, jobs: int,
                    chunks: int | None) -> list[dict]:
     points = _hbmsim.expand_sweep(base, axes, where)  # bad axes or where fail here, before any submission
@@ -310,12 +321,7 @@ def _sweep_on_dask(client: Any, base: dict, axes: list[tuple[str, list[str]]], w
     # Each task is keyed by what it computes (the sweep's configuration and the chunk's points): the scheduler
     # runs a task again when the worker that ran it or held its result dies, and a key names one result however
     # often it is computed. The rows are then merged by point index, each point exactly once.
-    try:
-        from dask.base import tokenize
-        token = tokenize(json.dumps(base, sort_keys=True, default=str), axes, where)
-    except ImportError:  # a client that is not Dask's: keys by content all the same
-        import hashlib
-        token = hashlib.sha1(json.dumps([base, axes, where], sort_keys=True, default=str).encode()).hexdigest()
+    token = _task_token(base, axes, where)
 
     def submit(part: list[int], kind: str = "chunk") -> Any:
         return client.submit(_run_chunk, base, axes, where, part, jobs,
@@ -487,9 +493,7 @@ def _layout_on_dask(client: Any, doc: dict, top: int, policies: Sequence[str], m
     defaults = _hbmsim.layout_defaults()
     policies = list(policies) or list(defaults["policies"])
     micro_batches = [int(m) for m in micro_batches] or [int(m) for m in defaults["micro_batches"]]
-    key = json.dumps([doc, top, prune, state_offload], sort_keys=True, default=str)
-    import hashlib
-    token = hashlib.sha1(key.encode()).hexdigest()
+    token = _task_token(doc, top, prune, state_offload)
     futures = [client.submit(_layout_part, doc, top, p, m, prune, jobs, state_offload, key=f"hbmsim-layout-{token}-{p}-{m}")
                for p in policies for m in micro_batches]
     parts = client.gather(futures)
