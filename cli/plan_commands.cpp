@@ -2,6 +2,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
+#include <functional>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -20,6 +23,7 @@
 #include "planner/layout_search.hpp"
 #include "planner/plan.hpp"
 #include "planner/plan_json.hpp"
+#include "planner/published_runs.hpp"
 #include "planner/sweep.hpp"
 
 namespace hbmsim::cli {
@@ -92,12 +96,20 @@ void register_calibrate(CLI::App& app) {
     auto loo = std::make_shared<bool>(false);
     auto json = std::make_shared<bool>(false);
     auto no_seed = std::make_shared<bool>(false);
+    auto corpus = std::make_shared<bool>(false);
+    auto corpus_runs = std::make_shared<std::string>();
+    auto loso = std::make_shared<bool>(false);
     auto jobs = std::make_shared<int>(2);
+    auto max_evals = std::make_shared<int>(400);
     cmd->add_option("--runs", *runs, "Measured runs in seed_runs.json format (default: the built-in GB200 runs)");
     cmd->add_option("--configs", *configs, "Configs for those runs (seed_configs.json format)");
     cmd->add_option("--maxtext", *logs, "LOG.jsonl=CONFIG.json: a MaxText metrics log and the run config it ran (repeatable)");
-    cmd->add_flag("--no-seed-runs", *no_seed, "Fit only the --maxtext runs");
-    cmd->add_option("--parameters", *params, "Parameter list with bounds (default data/fit/parameters.json)");
+    cmd->add_flag("--no-seed-runs", *no_seed, "Fit only the --maxtext and --corpus runs");
+    cmd->add_flag("--corpus", *corpus, "Also fit the validation corpus's measured rows (tokens/s per GPU, as hbmsim validate expresses them)");
+    cmd->add_option("--corpus-runs", *corpus_runs, "The corpus (published_runs.csv columns; default the built-in one); implies --corpus");
+    cmd->add_flag("--leave-one-source-out", *loso, "Also predict each source's runs from a fit without that source");
+    cmd->add_option("--max-evaluations", *max_evals, "Evaluations per fit (each simulates every run once)");
+    cmd->add_option("--parameters", *params, "Parameter list with bounds (default data/fit/parameters.json; with --corpus, data/fit/corpus_parameters.json)");
     cmd->add_option("-o,--out", *out, "Write the fitted profile here");
     cmd->add_option("--name", *name, "Profile name");
     cmd->add_flag("--leave-one-out", *loo, "Also predict each run from a fit that excluded it");
@@ -114,13 +126,32 @@ void register_calibrate(CLI::App& app) {
         check_run_config_file(spec.substr(eq + 1));
         measured.push_back(measured_from_maxtext_log(spec.substr(0, eq), spec.substr(eq + 1)));
       }
+      const bool with_corpus = *corpus || !corpus_runs->empty();
+      // Checked before the corpus is simulated. A corpus fit adjusts the scales the corpus constrains
+      // (data/fit/corpus_parameters.json says why).
+      auto ps = load_fit_parameters(params->empty() && with_corpus ? "builtin:fit/corpus_parameters.json" : *params);
+      if (*max_evals < 1) throw InputError("--max-evaluations = " + std::to_string(*max_evals) + " (must be >= 1)");
+      if (with_corpus) {
+        // The corpus rows' unstated recompute is resolved once, on datasheet figures (it depends on memory).
+        auto rows = measured_from_corpus(load_published_runs(*corpus_runs), "", *jobs);
+        measured.insert(measured.end(), rows.begin(), rows.end());
+      }
+      if (measured.empty()) throw InputError("calibrate fit: no measured runs (--no-seed-runs without --maxtext or --corpus)");
       FitOptions o;
       o.leave_one_out = *loo;
+      o.leave_one_group_out = *loso;
+      o.max_evaluations = *max_evals;
+      // A line per 10 evaluations on stderr: a corpus fit simulates every row per evaluation (minutes).
+      o.progress = [](const std::string& fit, int evaluations, double objective) {
+        if (evaluations % 10 == 0)
+          std::fprintf(stderr, "calibrate fit (%s): evaluation %d, its rms log error %.4f\n", fit.c_str(), evaluations, std::sqrt(objective));
+      };
       o.jobs = *jobs;
-      auto ps = load_fit_parameters(*params);
       auto res = fit_parameters(measured, ps, o);
-      std::string source = "hbmsim calibrate fit" + std::string(*loo ? " --leave-one-out" : "") + " over " +
-                           std::to_string(measured.size()) + " measured runs";
+      std::string source = "hbmsim calibrate fit" + std::string(with_corpus ? " --corpus" : "") +
+                           std::string(*no_seed ? " --no-seed-runs" : "") + std::string(*loo ? " --leave-one-out" : "") +
+                           std::string(*loso ? " --leave-one-source-out" : "") + " over " + std::to_string(measured.size()) +
+                           " measured runs";
       if (!out->empty()) write_file_atomically(*out, dump_json(res.profile(*name, source).to_json(), 2) + "\n");
       if (*json) {
         std::cout << dump_json(res.to_json(), 2) << "\n";
@@ -129,17 +160,51 @@ void register_calibrate(CLI::App& app) {
       Table p{{"parameter", "fitted", "lo", "hi"}, {}};
       for (auto& f : ps) p.rows.push_back({f.name, fixed(res.parameters.at(f.name), 3), fixed(f.lo, 2), fixed(f.hi, 2)});
       std::cout << p.render() << "\n";
-      Table r{{"run", "TFLOP/s measured", "fitted", "error", "leave-one-out", "error"}, {}};
-      for (auto& x : res.tflops) {
-        std::string loo_v = "-", loo_e = "-";
-        for (auto& l : res.leave_one_out)
-          if (l.id == x.id) {
-            loo_v = fixed(l.predicted, 1);
-            loo_e = fixed(100 * l.error(), 1) + "%";
+      Table r{{"run", "TFLOP/s measured", "fitted", "error", "leave-one-out", "error", "source left out", "error"}, {}};
+      auto held_out = [](const std::vector<Residual>& rs, const std::string& id, std::vector<std::string>& row) {
+        for (auto& l : rs)
+          if (l.id == id) {
+            row.push_back(fixed(l.predicted, 1));
+            row.push_back(fixed(100 * l.error(), 1) + "%");
+            return;
           }
-        r.rows.push_back({x.id, fixed(x.measured, 1), fixed(x.predicted, 1), fixed(100 * x.error(), 1) + "%", loo_v, loo_e});
+        row.push_back("-");
+        row.push_back("-");
+      };
+      for (auto& x : res.tflops) {
+        std::vector<std::string> row{x.id, fixed(x.measured, 1), fixed(x.predicted, 1), fixed(100 * x.error(), 1) + "%"};
+        held_out(res.leave_one_out, x.id, row);
+        held_out(res.leave_one_group_out, x.id, row);
+        r.rows.push_back(row);
       }
       std::cout << r.render() << "\n";
+      // Mean absolute percentage errors per source: fitted, and each source predicted from the others.
+      auto mape = [](const std::vector<Residual>& rs, const std::function<bool(const std::string&)>& take) -> std::string {
+        double sum = 0;
+        int n = 0;
+        for (auto& x : rs)
+          if (take(x.id)) {
+            sum += std::abs(x.error());
+            ++n;
+          }
+        return n ? fixed(100 * sum / n, 1) + "%" : "-";
+      };
+      std::vector<std::string> groups{""};
+      for (auto& m : measured)
+        if (m.tflops_per_device && std::find(groups.begin(), groups.end(), m.group) == groups.end()) groups.push_back(m.group);
+      Table g{{"group", "runs", "MAPE fitted", "MAPE source left out"}, {}};
+      for (auto& grp : groups) {
+        auto take = [&](const std::string& id) {
+          if (grp.empty()) return true;
+          for (auto& m : measured)
+            if (m.id == id) return m.group == grp;
+          return false;
+        };
+        int n = 0;
+        for (auto& x : res.tflops) n += take(x.id) ? 1 : 0;
+        g.rows.push_back({grp.empty() ? "all" : grp, std::to_string(n), mape(res.tflops, take), mape(res.leave_one_group_out, take)});
+      }
+      std::cout << g.render() << "\n";
       Table h{{"run", "HBM GiB measured", "fitted", "error"}, {}};
       for (auto& x : res.hbm) h.rows.push_back({x.id, gib(x.measured), gib(x.predicted), fixed(100 * x.error(), 1) + "%"});
       std::cout << h.render();

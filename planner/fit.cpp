@@ -9,6 +9,7 @@
 #include "hwmodels/builtin.hpp"
 #include "hwmodels/json_view.hpp"
 #include "planner/sweep.hpp"
+#include "planner/validation.hpp"
 
 namespace hbmsim {
 
@@ -18,8 +19,17 @@ constexpr std::uintmax_t kMaxLogBytes = std::uintmax_t{1} << 30;
 }  // namespace
 
 std::vector<FitParameter> load_fit_parameters(const std::string& path) {
-  std::string origin = path.empty() ? "builtin:fit/parameters.json" : path;
-  nlohmann::json doc = path.empty() ? parse_json_text(*builtin_file("fit/parameters.json"), origin) : parse_json_file(path);
+  // "" is the built-in list; "builtin:NAME" a built-in data file (fit/corpus_parameters.json).
+  const std::string builtin = path.empty() ? "fit/parameters.json" : path.rfind("builtin:", 0) == 0 ? path.substr(8) : "";
+  const std::string origin = builtin.empty() ? path : "builtin:" + builtin;
+  nlohmann::json doc;
+  if (builtin.empty()) {
+    doc = parse_json_file(path);
+  } else if (auto text = builtin_file(builtin)) {
+    doc = parse_json_text(*text, origin);
+  } else {
+    throw InputError(origin + ": no such built-in file");
+  }
   JsonView v(doc, origin);
   v.allow_only({"about", "parameters"});
   auto list = v.at("parameters");
@@ -53,7 +63,7 @@ std::vector<MeasuredRun> measured_from_reference(const std::vector<ReferenceRun>
   std::vector<MeasuredRun> out;
   for (auto& r : runs) {
     if (!r.tflops_per_device && !r.hbm_gib) continue;
-    MeasuredRun m{r.id, r.config, r.tflops_per_device, std::nullopt};
+    MeasuredRun m{r.id, "seed runs", r.config, r.tflops_per_device, std::nullopt};
     if (r.hbm_gib) m.hbm_bytes = *r.hbm_gib * 1073741824.0;
     out.push_back(m);
   }
@@ -63,6 +73,7 @@ std::vector<MeasuredRun> measured_from_reference(const std::vector<ReferenceRun>
 MeasuredRun measured_from_maxtext_log(const std::string& log_path, const std::string& config_path, int skip_steps) {
   MeasuredRun m;
   m.id = log_path;
+  m.group = log_path;  // each log its own source
   m.config = RunConfig::from_file(config_path);
   {
     std::error_code ec;
@@ -116,6 +127,22 @@ MeasuredRun measured_from_maxtext_log(const std::string& log_path, const std::st
   return m;
 }
 
+std::vector<MeasuredRun> measured_from_corpus(const std::vector<PublishedRun>& runs, const std::string& calibration, int jobs) {
+  std::vector<MeasuredRun> out;
+  for (const ValidationRow& row : validate_runs(runs, calibration, jobs)) {
+    if (!row.predicted || !row.run.tok_s_gpu || !row.mapping.config) continue;
+    const StepReport& p = *row.predicted;
+    MeasuredRun m;
+    m.id = "corpus row " + std::to_string(row.run.row) + " (" + row.run.src + ")";
+    m.group = row.run.src;
+    m.config = *row.mapping.config;
+    m.config.calibration.clear();  // the fit sets the profile it tries
+    m.tflops_per_device = *row.run.tok_s_gpu * p.model_flops_per_device / p.tokens_per_device_per_step / 1e12;
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
 std::vector<StepReport> predict_with(const std::vector<MeasuredRun>& runs, const std::map<std::string, double>& params,
                                      int jobs) {
   Profile p;
@@ -142,6 +169,8 @@ struct Objective {
   const std::vector<FitParameter>& ps;
   std::vector<double> u0;
   int jobs;
+  std::string label;
+  const FitOptions& options;
   int evaluations = 0;
 
   double operator()(const std::vector<double>& u) {
@@ -158,7 +187,9 @@ struct Objective {
     // A weak pull towards the starting values keeps parameters no run constrains where they were.
     double ridge = 0;
     for (std::size_t i = 0; i < u.size(); ++i) ridge += (u[i] - u0[i]) * (u[i] - u0[i]);
-    return (n ? sum / n : 0) + 1e-6 * ridge;
+    const double value = (n ? sum / n : 0) + 1e-6 * ridge;
+    if (options.progress) options.progress(label, evaluations, value);
+    return value;
   }
 };
 
@@ -217,10 +248,10 @@ std::vector<double> nelder_mead(Objective& f, std::vector<double> x0, int max_ev
 }
 
 std::map<std::string, double> fit_once(const std::vector<MeasuredRun>& runs, const std::vector<FitParameter>& ps,
-                                       const FitOptions& o, int& evaluations) {
+                                       const FitOptions& o, int& evaluations, const std::string& label) {
   std::vector<double> u0;
   for (auto& p : ps) u0.push_back(logit((p.initial - p.lo) / (p.hi - p.lo)));
-  Objective f{runs, ps, u0, o.jobs};
+  Objective f{runs, ps, u0, o.jobs, label, o};
   auto u = nelder_mead(f, u0, o.max_evaluations);
   evaluations += f.evaluations;
   return to_params(ps, u);
@@ -234,11 +265,17 @@ FitResult fit_parameters(const std::vector<MeasuredRun>& runs, const std::vector
   std::size_t with_tflops = 0;
   for (auto& r : runs) with_tflops += r.tflops_per_device ? 1 : 0;
   if (with_tflops == 0) throw InputError("fit: no measured run reports TFLOP/s");
+  std::vector<std::string> groups;  // with a measured TFLOP/s, in first-appearance order
+  for (auto& r : runs)
+    if (r.tflops_per_device && std::find(groups.begin(), groups.end(), r.group) == groups.end()) groups.push_back(r.group);
+  if (o.leave_one_group_out && groups.size() < 2)
+    throw InputError("fit: leaving one source out needs measured runs from at least two sources (all " + std::to_string(with_tflops) +
+                     " come from \"" + groups.front() + "\")");
   FitResult res;
   res.system = runs.empty() ? "" : runs.front().config.system;
   for (auto& r : runs)
     if (r.config.system != res.system) res.system.clear();
-  res.parameters = fit_once(runs, ps, o, res.evaluations);
+  res.parameters = fit_once(runs, ps, o, res.evaluations, "all");
   auto preds = predict_with(runs, res.parameters, o.jobs);
   double sum = 0;
   for (std::size_t i = 0; i < runs.size(); ++i) {
@@ -250,13 +287,27 @@ FitResult fit_parameters(const std::vector<MeasuredRun>& runs, const std::vector
     if (runs[i].hbm_bytes) res.hbm.push_back({runs[i].id, *runs[i].hbm_bytes, preds[i].hbm_peak_bytes});
   }
   res.rms_log_error = std::sqrt(sum / static_cast<double>(res.tflops.size()));
+  if (o.leave_one_group_out) {
+    for (const std::string& g : groups) {
+      std::vector<MeasuredRun> rest, held;
+      for (auto& r : runs) (r.group == g ? held : rest).push_back(r);
+      std::size_t rest_measured = 0;
+      for (auto& r : rest) rest_measured += r.tflops_per_device ? 1 : 0;
+      if (rest_measured == 0) continue;
+      auto params = fit_once(rest, ps, o, res.evaluations, "without " + g);
+      auto preds = predict_with(held, params, o.jobs);
+      for (std::size_t i = 0; i < held.size(); ++i)
+        if (held[i].tflops_per_device)
+          res.leave_one_group_out.push_back({held[i].id, *held[i].tflops_per_device, preds[i].tflops_per_device});
+    }
+  }
   if (o.leave_one_out) {
     for (std::size_t i = 0; i < runs.size(); ++i) {
       if (!runs[i].tflops_per_device) continue;
       std::vector<MeasuredRun> rest;
       for (std::size_t j = 0; j < runs.size(); ++j)
         if (j != i) rest.push_back(runs[j]);
-      auto params = fit_once(rest, ps, o, res.evaluations);
+      auto params = fit_once(rest, ps, o, res.evaluations, "without " + runs[i].id);
       auto pred = predict_with({runs[i]}, params, 1).front();
       res.leave_one_out.push_back({runs[i].id, *runs[i].tflops_per_device, pred.tflops_per_device});
     }
@@ -280,7 +331,7 @@ nlohmann::json FitResult::to_json() const {
     return a;
   };
   return {{"parameters", parameters}, {"tflops_residuals", rows(tflops)}, {"hbm_residuals", rows(hbm)},
-          {"leave_one_out", rows(leave_one_out)}, {"rms_log_error", rms_log_error}, {"evaluations", evaluations}};
+          {"leave_one_out", rows(leave_one_out)}, {"leave_one_group_out", rows(leave_one_group_out)}, {"rms_log_error", rms_log_error}, {"evaluations", evaluations}};
 }
 
 }  // namespace hbmsim

@@ -1,6 +1,7 @@
 // Calibration fit: a few named physical parameters (data/fit/parameters.json), bounded, fitted by least
 // squares to measured runs; residuals and leave-one-out errors reported; output is a calibration profile.
 #pragma once
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -9,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hwmodels/profile.hpp"
+#include "planner/published_runs.hpp"
 #include "planner/reproduce.hpp"
 
 namespace hbmsim {
@@ -22,6 +24,7 @@ std::vector<FitParameter> load_fit_parameters(const std::string& path = "");
 
 struct MeasuredRun {
   std::string id;
+  std::string group;  // where it was published (a corpus row's source): leave-one-group-out leaves these out together
   RunConfig config;
   std::optional<double> tflops_per_device;
   std::optional<double> hbm_bytes;
@@ -31,6 +34,10 @@ std::vector<MeasuredRun> measured_from_reference(const std::vector<ReferenceRun>
 // A MaxText metrics log (JSON lines with perf/step_time_seconds, perf/per_device_tflops_per_sec, and
 // optionally memory/peak_bytes_in_use) and the RunConfig it ran. The first `skip_steps` steps are warm-up.
 MeasuredRun measured_from_maxtext_log(const std::string& log_path, const std::string& config_path, int skip_steps = 2);
+// The validation corpus's measured rows (planner/validation.hpp), as validate expresses them under `calibration`
+// (an unstated recompute resolved there, then fixed): tokens/s per GPU as TFLOP/s per device in hbmsim's
+// FLOP count (the ratio to a prediction is the same), grouped by source. Rows not expressed are skipped.
+std::vector<MeasuredRun> measured_from_corpus(const std::vector<PublishedRun>& runs, const std::string& calibration, int jobs);
 
 struct Residual {
   std::string id;
@@ -42,6 +49,7 @@ struct FitResult {
   std::map<std::string, double> parameters;
   std::vector<Residual> tflops, hbm;   // with the fitted parameters
   std::vector<Residual> leave_one_out; // TFLOP/s of each run predicted by a fit that excluded it
+  std::vector<Residual> leave_one_group_out;  // ... by a fit that excluded its whole group (source)
   double rms_log_error = 0;
   int evaluations = 0;
   std::string system;  // the system every run was on ("" when they differ): the profile's "system"
@@ -51,8 +59,12 @@ struct FitResult {
 
 struct FitOptions {
   bool leave_one_out = false;
+  bool leave_one_group_out = false;
   int max_evaluations = 400;
   int jobs = 2;
+  // Called after every evaluation (a corpus fit runs for minutes): which fit ("all", "without SRC", "without
+  // RUN"), its evaluation count and objective (mean squared log error).
+  std::function<void(const std::string& fit, int evaluations, double objective)> progress;
 };
 
 // Deterministic: Nelder-Mead in a bounded (logistic) space from the parameters' initial values.

@@ -243,3 +243,29 @@ TEST_CASE("simulate --no-fast-forward simulates every event and reports the same
   CHECK(ff["step_time_s"].get<double>() == Approx(plain["step_time_s"].get<double>()).epsilon(1e-9));
   CHECK(ff["hbm_peak_bytes"].get<double>() == Approx(plain["hbm_peak_bytes"].get<double>()).epsilon(1e-9));
 }
+
+TEST_CASE("calibrate fit --corpus-runs fits published rows and predicts each source from the others", "[cli][fit]") {
+  auto dir = test::temp_dir();
+  // Two Llama 3 8B rows on 8 H100s from two sources (FlagPerf's row 52 and a copy credited elsewhere).
+  const std::string header = "src,container,system,gpus,model,prec,seq,mbs,gbs,tp,pp,vp,cp,ep,dp_fsdp,remat_offload,tok_s_gpu,tflops_gpu,step_s,mfu,mem,notes\n";
+  test::write(dir / "runs.csv", header +
+                                    "FLAG,,H100 SXM,8,Llama3-8B,BF16,8192,1,32,2,1,-,1,-,DP4,,8103,,,,,\n"
+                                    "OTHER,,H100 SXM,8,Llama3-8B,BF16,8192,2,32,2,1,-,1,-,DP4,,8000,,,,,\n");
+  test::write(dir / "one.json", R"({"parameters": [{"name": "gemm_scale", "lo": 0.6, "hi": 1.3, "initial": 1.0, "meaning": "m"}]})");
+  auto r = test::cli("calibrate fit --corpus-runs " + (dir / "runs.csv").string() + " --no-seed-runs --leave-one-source-out --max-evaluations 12 --parameters " +
+                     (dir / "one.json").string() + " -o " + (dir / "fitted.json").string());
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("corpus row 1 (FLAG)") != std::string::npos);
+  CHECK(r.out.find("MAPE source left out") != std::string::npos);
+  CHECK(r.err.find("calibrate fit (without FLAG): evaluation 10") != std::string::npos);
+  CHECK(test::slurp((dir / "fitted.json").string()).find("--corpus --no-seed-runs --leave-one-source-out over 2 measured runs") != std::string::npos);
+  // Bad input is refused before the corpus is simulated.
+  auto bad = test::cli("calibrate fit --corpus --max-evaluations 0");
+  CHECK(bad.status == 2);
+  CHECK(bad.err.find("--max-evaluations = 0 (must be >= 1)") != std::string::npos);
+  test::write(dir / "one_source.csv", header + "FLAG,,H100 SXM,8,Llama3-8B,BF16,8192,1,32,2,1,-,1,-,DP4,,8103,,,,,\n");
+  auto one_source = test::cli("calibrate fit --corpus-runs " + (dir / "one_source.csv").string() + " --no-seed-runs --leave-one-source-out");
+  CHECK(one_source.status == 2);
+  CHECK(one_source.err.find("at least two sources (all 1 come from \"FLAG\")") != std::string::npos);
+}

@@ -315,13 +315,13 @@ TEST_CASE("leave-one-out fits predict each run from the others: a corrupted run 
       RunConfig c = llama8b(policy);
       c.batch = batch;
       c.seq = 2048;
-      runs.push_back({std::string(policy) + "-" + std::to_string(batch), c, 1.0, std::nullopt});
+      runs.push_back({std::string(policy) + "-" + std::to_string(batch), "", c, 1.0, std::nullopt});
     }
   const auto truth = predict_with(runs, {{"gemm_scale", 0.8}}, 2);
   for (std::size_t i = 0; i < runs.size(); ++i) runs[i].tflops_per_device = truth[i].tflops_per_device;
   RunConfig hbm_only = llama8b("full");
   hbm_only.seq = 2048;
-  runs.push_back({"hbm-only", hbm_only, std::nullopt, 30e9});
+  runs.push_back({"hbm-only", "", hbm_only, std::nullopt, 30e9});
   const std::vector<FitParameter> ps = {{"gemm_scale", 0.5, 1.3, 1.0, ""}};
   FitOptions o;
   o.leave_one_out = true;

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <sstream>
@@ -205,7 +206,7 @@ TEST_CASE("the fitter recovers parameters from runs generated with them", "[plan
         c.seq = 4096;
         c.policy = policy;
         c.lhs = lhs;
-        runs.push_back({std::string(policy) + (lhs ? "-lhs-" : "-nolhs-") + std::to_string(batch), c, 1.0, std::nullopt});
+        runs.push_back({std::string(policy) + (lhs ? "-lhs-" : "-nolhs-") + std::to_string(batch), "", c, 1.0, std::nullopt});
       }
   const std::map<std::string, double> truth = {{"gemm_scale", 0.85}, {"host_link_scale", 0.6}, {"collective_scale", 0.7}};
   auto preds = predict_with(runs, truth, 2);
@@ -483,4 +484,60 @@ TEST_CASE("run-config errors from sweeps and Python name the field and print the
   CHECK_THROWS_WITH(prepare_run(c), Catch::Contains("hbm_bytes = -1e-07"));
   c.hbm_bytes.reset();
   CHECK_THROWS_WITH(c.set("hbm_bytes", "1e400", "--axis hbm_bytes"), Catch::Contains("out of the range of a double"));
+}
+
+TEST_CASE("leave-one-source-out predicts each source from a fit to the others", "[planner][fit]") {
+  // Two sources whose runs are hbmsim's own predictions at GEMM efficiency scales 0.8 (A) and 1.0 (B): the
+  // fit without A lands on B's 1.0 and predicts A as its 1.0 prediction, and the other way round.
+  std::vector<MeasuredRun> runs;
+  for (const char* group : {"A", "B"})
+    for (std::int64_t batch : {1, 2}) {
+      RunConfig c;
+      c.system = "h200-hgx";
+      c.model = "llama3.1-8b";
+      c.gpus = 8;
+      c.batch = batch;
+      c.seq = 4096;
+      c.policy = "full";
+      runs.push_back({std::string(group) + std::to_string(batch), group, c, 1.0, std::nullopt});
+    }
+  const auto at_08 = predict_with(runs, {{"gemm_scale", 0.8}}, 2), at_10 = predict_with(runs, {{"gemm_scale", 1.0}}, 2);
+  for (std::size_t i = 0; i < runs.size(); ++i) runs[i].tflops_per_device = (i < 2 ? at_08 : at_10)[i].tflops_per_device;
+  FitOptions o;
+  o.leave_one_group_out = true;
+  std::vector<std::string> seen;
+  o.progress = [&](const std::string& fit, int, double) {
+    if (std::find(seen.begin(), seen.end(), fit) == seen.end()) seen.push_back(fit);
+  };
+  auto res = fit_parameters(runs, {{"gemm_scale", 0.5, 1.3, 0.9, ""}}, o);
+  CHECK(seen == std::vector<std::string>{"all", "without A", "without B"});
+  REQUIRE(res.leave_one_group_out.size() == 4);
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    INFO(runs[i].id);
+    const auto& r = res.leave_one_group_out[i];
+    CHECK(r.id == runs[i].id);
+    const double other = (i < 2 ? at_10 : at_08)[i].tflops_per_device;  // the other source's scale
+    CHECK(r.predicted == Approx(other).epsilon(0.005));
+  }
+  // In sample, one scale serves both sources: it lies between theirs.
+  CHECK(res.parameters.at("gemm_scale") > 0.8);
+  CHECK(res.parameters.at("gemm_scale") < 1.0);
+  // One source cannot be left out.
+  for (auto& r : runs) r.group = "A";
+  CHECK_THROWS_WITH(fit_parameters(runs, {{"gemm_scale", 0.5, 1.3, 0.9, ""}}, o), Catch::Contains("at least two sources"));
+}
+
+TEST_CASE("corpus rows become measured runs in hbmsim's FLOP count, with their source", "[planner][fit]") {
+  const std::string csv =
+      "src,container,system,gpus,model,prec,seq,mbs,gbs,tp,pp,vp,cp,ep,dp_fsdp,remat_offload,tok_s_gpu,tflops_gpu,step_s,mfu,mem,notes\n"
+      "MBA,26.04.01,DGX-B300,256,DeepSeek-V3,MXFP8,4096,2,4096,1,8,-,1,8,DDP,,3456,898,,,,\n"
+      "MBA,25.11,DGX-H100,8,Llama3-8B,FP8-CS,8192,1,128,1,1,-,1,-,FSDP8,recipe@HEAD full recompute block 5 layers,14451,744,,,,GA16\n";
+  const auto runs = parse_published_runs(csv, "test.csv");
+  const auto measured = measured_from_corpus(runs, "", 1);
+  REQUIRE(measured.size() == 1);  // the B300 row names no built-in system
+  CHECK(measured[0].id == "corpus row 2 (MBA)");
+  CHECK(measured[0].group == "MBA");
+  // Its TFLOP/s stands to hbmsim's prediction as the measured tokens/s to the predicted ones.
+  const auto predicted = run_simulation(measured[0].config);
+  CHECK(*measured[0].tflops_per_device / predicted.tflops_per_device == Approx(14451.0 / predicted.tokens_per_s_per_device).epsilon(1e-9));
 }

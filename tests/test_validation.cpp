@@ -123,6 +123,10 @@ TEST_CASE("Validation: docs/validation-gb200-fitted.md is what hbmsim validate g
   check_document("validation-gb200-fitted.md", "gb200-fitted");
 }
 
+TEST_CASE("Validation: docs/validation-corpus-fitted.md is what hbmsim validate gives now (corpus-fitted)", "[validation]") {
+  check_document("validation-corpus-fitted.md", "corpus-fitted");
+}
+
 TEST_CASE("Validation: the built-in corpus is the 53 published runs, every one accounted for", "[validation]") {
   auto runs = load_published_runs();
   REQUIRE(runs.size() == 53);
