@@ -1,8 +1,12 @@
 #include "hwmodels/profile.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
+
+#include "hwmodels/builtin.hpp"
 
 namespace hbmsim {
 
@@ -16,6 +20,20 @@ const std::vector<std::string>& fitted_parameter_names() {
       "copy_compute_interference",  // sets compute_slowdown_during_copy
   };
   return names;
+}
+
+ParameterKey parse_parameter_key(const std::string& key) {
+  const auto at = key.find('@');
+  ParameterKey k{key.substr(0, at), at == std::string::npos ? "" : key.substr(at + 1)};
+  const auto& known = fitted_parameter_names();
+  if (std::find(known.begin(), known.end(), k.name) == known.end()) {
+    std::string list;
+    for (auto& n : known) list += (list.empty() ? "" : ", ") + n;
+    throw std::invalid_argument("unknown parameter; known: " + list + " (each optionally @SYSTEM)");
+  }
+  if (at != std::string::npos && !builtin_file("systems/" + k.system + ".json"))
+    throw std::invalid_argument("unknown system \"" + k.system + "\" after @ (expected a built-in system id)");
+  return k;
 }
 
 namespace {
@@ -79,14 +97,14 @@ Profile load_profile(const nlohmann::json& doc, const std::string& origin) {
     ps->expect_object();
     for (auto& item : ps->raw().items()) {
       auto x = ps->at(item.key());
-      const auto& known = fitted_parameter_names();
-      if (std::find(known.begin(), known.end(), item.key()) == known.end()) {
-        std::string list;
-        for (auto& k : known) list += (list.empty() ? "" : ", ") + k;
-        x.fail("unknown parameter; known: " + list);
+      ParameterKey key;
+      try {
+        key = parse_parameter_key(item.key());
+      } catch (const std::invalid_argument& e) {
+        x.fail(e.what());
       }
-      double value = item.key() == "copy_compute_interference" ? x.non_negative() : x.positive();
-      if (item.key() == "copy_compute_interference" && value >= 1) x.fail("must be in [0, 1)");
+      double value = key.name == "copy_compute_interference" ? x.non_negative() : x.positive();
+      if (key.name == "copy_compute_interference" && value >= 1) x.fail("must be in [0, 1)");
       p.parameters[item.key()] = value;
     }
   }
@@ -155,7 +173,12 @@ System apply_profile(System s, const Profile& p) {
   if (p.memory_bound) e.memory_bound = *p.memory_bound;
   if (p.copy) e.copy = *p.copy;
   if (p.collective) e.collective = *p.collective;
-  auto param = [&](const char* k) { auto it = p.parameters.find(k); return it == p.parameters.end() ? -1.0 : it->second; };
+  // This system's own value of a parameter, else the one for every system (-1: none).
+  auto param = [&](const char* k) {
+    auto it = p.parameters.find(std::string(k) + "@" + s.id);
+    if (it == p.parameters.end()) it = p.parameters.find(k);
+    return it == p.parameters.end() ? -1.0 : it->second;
+  };
   if (double f = param("gemm_scale"); f > 0) { e.gemm_bf16.scale(f); e.gemm_fp8.scale(f); e.gemm_nvfp4.scale(f); }
   if (double f = param("nvfp4_gemm_scale"); f > 0) e.gemm_nvfp4.scale(f);
   if (double f = param("attention_scale"); f > 0) e.attention.scale(f);

@@ -27,6 +27,13 @@ struct Profile {
 
 // Names a profile's "parameters" may hold, what each multiplies, in the order the fitter uses.
 const std::vector<std::string>& fitted_parameter_names();
+// The parameter a profile key names: "gemm_scale", or "gemm_scale@gb200-nvl72" for one built-in system only (it
+// then overrides the unqualified value on that system: sustained clocks under a power cap differ by system).
+// Throws std::invalid_argument with the reason when the key names no such parameter or system.
+struct ParameterKey {
+  std::string name, system;  // system "": every system
+};
+ParameterKey parse_parameter_key(const std::string& key);
 
 Profile load_profile(const nlohmann::json& doc, const std::string& origin);
 Profile load_profile_file(const std::string& path);

@@ -34,19 +34,23 @@ std::vector<FitParameter> load_fit_parameters(const std::string& path) {
   v.allow_only({"about", "parameters"});
   auto list = v.at("parameters");
   std::vector<FitParameter> out;
-  const auto& known = fitted_parameter_names();
   if (list.size() > 6) list.fail("at most 6 parameters may be fitted");
   for (std::size_t i = 0; i < list.size(); ++i) {
     auto p = list[i];
     p.allow_only({"name", "lo", "hi", "initial", "meaning"});
     FitParameter f{p.at("name").string(), p.at("lo").number(), p.at("hi").number(), p.at("initial").number(),
                    p.at("meaning").string()};
-    if (std::find(known.begin(), known.end(), f.name) == known.end()) p.at("name").fail("unknown parameter");
+    ParameterKey key;
+    try {
+      key = parse_parameter_key(f.name);
+    } catch (const std::invalid_argument& e) {
+      p.at("name").fail(e.what());
+    }
     if (!(f.lo < f.hi)) p.at("hi").fail("must be above lo");
     if (f.lo < 0) p.at("lo").fail("must be >= 0");
     // The fitted value must load back from the profile it is written to: the scales must stay > 0 (a
     // saturated logistic reaches lo exactly) and copy_compute_interference, a fraction, below 1.
-    if (f.name == "copy_compute_interference") {
+    if (key.name == "copy_compute_interference") {
       if (f.hi >= 1) p.at("hi").fail("copy_compute_interference is a slowdown fraction: must be below 1");
     } else if (!(f.lo > 0)) {
       p.at("lo").fail(f.name + " multiplies a figure: must be > 0");

@@ -270,3 +270,21 @@ TEST_CASE("applying a profile replaces datasheet figures and scales what its par
   CHECK(c.host_d2h_bytes_per_s() == Approx(s.host_d2h_bytes_per_s() * 0.5));
   CHECK(c.efficiency.gemm_bf16.at(1e12) == Approx(s.efficiency.gemm_bf16.at(1e12) * 0.5));
 }
+
+TEST_CASE("a parameter qualified with @SYSTEM applies on that system only, over the unqualified one", "[hwmodels][profile]") {
+  Profile p;
+  p.parameters = {{"gemm_scale", 0.9}, {"gemm_scale@gb200-nvl72", 0.7}};
+  for (const char* id : {"gb200-nvl72", "h100-hgx"}) {
+    INFO(id);
+    auto s = builtin_system(id);
+    const double scale = std::string(id) == "gb200-nvl72" ? 0.7 : 0.9;  // its own value replaces, never compounds
+    CHECK(apply_profile(s, p).efficiency.gemm_fp8.at(1e12) == Approx(s.efficiency.gemm_fp8.at(1e12) * scale));
+  }
+  auto j = p.to_json();
+  CHECK(load_profile(j, "mem").parameters == p.parameters);
+  j["parameters"]["gemm_scale@dgx-b300"] = 0.8;
+  CHECK_THROWS_WITH(load_profile(j, "p.json"), Catch::Contains("parameters.gemm_scale@dgx-b300") && Catch::Contains("unknown system \"dgx-b300\""));
+  CHECK(parse_parameter_key("collective_scale@h100-hgx").name == "collective_scale");
+  CHECK(parse_parameter_key("collective_scale@h100-hgx").system == "h100-hgx");
+  CHECK_THROWS_WITH(parse_parameter_key("warp@h100-hgx"), Catch::Contains("unknown parameter"));
+}
