@@ -192,19 +192,27 @@ TEST_CASE("config_id is one per configuration whatever the spelling or the axis 
   CHECK(config_id(a).size() == 16);
 }
 
+namespace {
+// Llama 3 8B on 8 H200s at sequence 4096: the fitter tests' synthetic runs.
+RunConfig h200_8b(std::int64_t batch, const std::string& policy) {
+  RunConfig c;
+  c.system = "h200-hgx";
+  c.model = "llama3.1-8b";
+  c.gpus = 8;
+  c.batch = batch;
+  c.seq = 4096;
+  c.policy = policy;
+  return c;
+}
+}  // namespace
+
 TEST_CASE("the fitter recovers parameters from runs generated with them", "[planner][fit]") {
   // Synthetic measurements: hbmsim's own predictions under known parameter values.
   std::vector<MeasuredRun> runs;
   for (auto policy : {"full", "save_qkv_proj", "qkv_proj_offloaded"})
     for (bool lhs : {true, false})
       for (std::int64_t batch : {1, 4}) {
-        RunConfig c;
-        c.system = "h200-hgx";
-        c.model = "llama3.1-8b";
-        c.gpus = 8;
-        c.batch = batch;
-        c.seq = 4096;
-        c.policy = policy;
+        RunConfig c = h200_8b(batch, policy);
         c.lhs = lhs;
         runs.push_back({std::string(policy) + (lhs ? "-lhs-" : "-nolhs-") + std::to_string(batch), "", c, 1.0, std::nullopt});
       }
@@ -492,14 +500,7 @@ TEST_CASE("leave-one-source-out predicts each source from a fit to the others", 
   std::vector<MeasuredRun> runs;
   for (const char* group : {"A", "B"})
     for (std::int64_t batch : {1, 2}) {
-      RunConfig c;
-      c.system = "h200-hgx";
-      c.model = "llama3.1-8b";
-      c.gpus = 8;
-      c.batch = batch;
-      c.seq = 4096;
-      c.policy = "full";
-      runs.push_back({std::string(group) + std::to_string(batch), group, c, 1.0, std::nullopt});
+      runs.push_back({std::string(group) + std::to_string(batch), group, h200_8b(batch, "full"), 1.0, std::nullopt});
     }
   const auto at_08 = predict_with(runs, {{"gemm_scale", 0.8}}, 2), at_10 = predict_with(runs, {{"gemm_scale", 1.0}}, 2);
   for (std::size_t i = 0; i < runs.size(); ++i) runs[i].tflops_per_device = (i < 2 ? at_08 : at_10)[i].tflops_per_device;
