@@ -75,7 +75,8 @@ const std::map<std::string, std::string>& examples() {
                     "  hbmsim calibrate fit --leave-one-out -o fitted.json --name my-fit\n"},
       {"measure", "  hbmsim calibrate measure -o h200.json\n"},
       {"fit", "  hbmsim calibrate fit --leave-one-out -o fitted.json --name my-fit\n"
-              "  hbmsim calibrate fit --maxtext metrics.jsonl=run.json --no-seed-runs -o mine.json\n"},
+              "  hbmsim calibrate fit --maxtext metrics.jsonl=run.json --no-seed-runs -o mine.json\n"
+              "  hbmsim calibrate fit --corpus --no-seed-runs --leave-one-source-out -o corpus.json   (about 25 min)\n"},
       {"bench", "  hbmsim bench\n  hbmsim bench --quick --json\n"},
   };
   return e;
