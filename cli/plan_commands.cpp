@@ -3,9 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
-#include <functional>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -179,30 +178,25 @@ void register_calibrate(CLI::App& app) {
       }
       std::cout << r.render() << "\n";
       // Mean absolute percentage errors per source: fitted, and each source predicted from the others.
-      auto mape = [](const std::vector<Residual>& rs, const std::function<bool(const std::string&)>& take) -> std::string {
+      // (group "" stands for every run.)
+      auto mape = [](const std::vector<Residual>& rs, const std::string& group, int& n) -> std::string {
         double sum = 0;
-        int n = 0;
+        n = 0;
         for (auto& x : rs)
-          if (take(x.id)) {
+          if (group.empty() || x.group == group) {
             sum += std::abs(x.error());
             ++n;
           }
         return n ? fixed(100 * sum / n, 1) + "%" : "-";
       };
       std::vector<std::string> groups{""};
-      for (auto& m : measured)
-        if (m.tflops_per_device && std::find(groups.begin(), groups.end(), m.group) == groups.end()) groups.push_back(m.group);
+      for (auto& x : res.tflops)
+        if (std::find(groups.begin(), groups.end(), x.group) == groups.end()) groups.push_back(x.group);
       Table g{{"group", "runs", "MAPE fitted", "MAPE source left out"}, {}};
       for (auto& grp : groups) {
-        auto take = [&](const std::string& id) {
-          if (grp.empty()) return true;
-          for (auto& m : measured)
-            if (m.id == id) return m.group == grp;
-          return false;
-        };
-        int n = 0;
-        for (auto& x : res.tflops) n += take(x.id) ? 1 : 0;
-        g.rows.push_back({grp.empty() ? "all" : grp, std::to_string(n), mape(res.tflops, take), mape(res.leave_one_group_out, take)});
+        int n = 0, held = 0;
+        const std::string fitted = mape(res.tflops, grp, n);
+        g.rows.push_back({grp.empty() ? "all" : grp, std::to_string(n), fitted, mape(res.leave_one_group_out, grp, held)});
       }
       std::cout << g.render() << "\n";
       Table h{{"run", "HBM GiB measured", "fitted", "error"}, {}};

@@ -172,14 +172,13 @@ struct Objective {
   const std::vector<MeasuredRun>& runs;
   const std::vector<FitParameter>& ps;
   std::vector<double> u0;
-  int jobs;
   std::string label;
   const FitOptions& options;
   int evaluations = 0;
 
   double operator()(const std::vector<double>& u) {
     ++evaluations;
-    auto preds = predict_with(runs, to_params(ps, u), jobs);
+    auto preds = predict_with(runs, to_params(ps, u), options.jobs);
     double sum = 0;
     int n = 0;
     for (std::size_t i = 0; i < runs.size(); ++i) {
@@ -255,7 +254,7 @@ std::map<std::string, double> fit_once(const std::vector<MeasuredRun>& runs, con
                                        const FitOptions& o, int& evaluations, const std::string& label) {
   std::vector<double> u0;
   for (auto& p : ps) u0.push_back(logit((p.initial - p.lo) / (p.hi - p.lo)));
-  Objective f{runs, ps, u0, o.jobs, label, o};
+  Objective f{runs, ps, u0, label, o};
   auto u = nelder_mead(f, u0, o.max_evaluations);
   evaluations += f.evaluations;
   return to_params(ps, u);
@@ -284,25 +283,22 @@ FitResult fit_parameters(const std::vector<MeasuredRun>& runs, const std::vector
   double sum = 0;
   for (std::size_t i = 0; i < runs.size(); ++i) {
     if (runs[i].tflops_per_device) {
-      res.tflops.push_back({runs[i].id, *runs[i].tflops_per_device, preds[i].tflops_per_device});
+      res.tflops.push_back({runs[i].id, runs[i].group, *runs[i].tflops_per_device, preds[i].tflops_per_device});
       double e = std::log(preds[i].tflops_per_device / *runs[i].tflops_per_device);
       sum += e * e;
     }
-    if (runs[i].hbm_bytes) res.hbm.push_back({runs[i].id, *runs[i].hbm_bytes, preds[i].hbm_peak_bytes});
+    if (runs[i].hbm_bytes) res.hbm.push_back({runs[i].id, runs[i].group, *runs[i].hbm_bytes, preds[i].hbm_peak_bytes});
   }
   res.rms_log_error = std::sqrt(sum / static_cast<double>(res.tflops.size()));
   if (o.leave_one_group_out) {
     for (const std::string& g : groups) {
-      std::vector<MeasuredRun> rest, held;
+      std::vector<MeasuredRun> rest, held;  // rest holds another group's measured runs: there are two or more
       for (auto& r : runs) (r.group == g ? held : rest).push_back(r);
-      std::size_t rest_measured = 0;
-      for (auto& r : rest) rest_measured += r.tflops_per_device ? 1 : 0;
-      if (rest_measured == 0) continue;
       auto params = fit_once(rest, ps, o, res.evaluations, "without " + g);
       auto preds = predict_with(held, params, o.jobs);
       for (std::size_t i = 0; i < held.size(); ++i)
         if (held[i].tflops_per_device)
-          res.leave_one_group_out.push_back({held[i].id, *held[i].tflops_per_device, preds[i].tflops_per_device});
+          res.leave_one_group_out.push_back({held[i].id, g, *held[i].tflops_per_device, preds[i].tflops_per_device});
     }
   }
   if (o.leave_one_out) {
@@ -313,7 +309,7 @@ FitResult fit_parameters(const std::vector<MeasuredRun>& runs, const std::vector
         if (j != i) rest.push_back(runs[j]);
       auto params = fit_once(rest, ps, o, res.evaluations, "without " + runs[i].id);
       auto pred = predict_with({runs[i]}, params, 1).front();
-      res.leave_one_out.push_back({runs[i].id, *runs[i].tflops_per_device, pred.tflops_per_device});
+      res.leave_one_out.push_back({runs[i].id, runs[i].group, *runs[i].tflops_per_device, pred.tflops_per_device});
     }
   }
   return res;
@@ -331,7 +327,7 @@ Profile FitResult::profile(const std::string& name, const std::string& source) c
 nlohmann::json FitResult::to_json() const {
   auto rows = [](const std::vector<Residual>& rs) {
     auto a = nlohmann::json::array();
-    for (auto& r : rs) a.push_back({{"id", r.id}, {"measured", r.measured}, {"predicted", r.predicted}, {"error", r.error()}});
+    for (auto& r : rs) a.push_back({{"id", r.id}, {"group", r.group}, {"measured", r.measured}, {"predicted", r.predicted}, {"error", r.error()}});
     return a;
   };
   return {{"parameters", parameters}, {"tflops_residuals", rows(tflops)}, {"hbm_residuals", rows(hbm)},

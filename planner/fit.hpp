@@ -40,7 +40,7 @@ MeasuredRun measured_from_maxtext_log(const std::string& log_path, const std::st
 std::vector<MeasuredRun> measured_from_corpus(const std::vector<PublishedRun>& runs, const std::string& calibration, int jobs);
 
 struct Residual {
-  std::string id;
+  std::string id, group;  // the run's, and its MeasuredRun::group
   double measured = 0, predicted = 0;
   double error() const { return predicted / measured - 1; }
 };
