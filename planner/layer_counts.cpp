@@ -17,15 +17,14 @@ std::string gib(double bytes) {
 // The field a search sets.
 std::int64_t& count_of(RunConfig& c, LayerCount what) { return what == LayerCount::offload ? c.offload_layers : c.recompute_layers; }
 
-// The most layers the field can name: every layer to offload, the smallest chunk's to recompute.
+// The most layers the field can name: every layer to offload, the largest chunk's to recompute.
 std::int64_t most_layers(const RunConfig& base, LayerCount what) {
   RunConfig c = base;
   c.offload_layers = c.recompute_layers = 0;
   const StepGraph g = prepare_run(c).graph;
   if (what == LayerCount::offload) return g.model.num_layers;
-  std::int64_t most = g.model.num_layers;
-  for (const PipelineChunk& chunk : g.chunks)
-    if (chunk.layers() > 0) most = std::min(most, chunk.layers());
+  std::int64_t most = 0;
+  for (const PipelineChunk& chunk : g.chunks) most = std::max(most, chunk.layers());
   return most;
 }
 

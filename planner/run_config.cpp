@@ -156,10 +156,12 @@ TrainingSpec training_shape(const RunConfig& c) {
   // fp32 main gradients (grad_reduce_in_fp32) and fp32 master weights beside the two moments in the optimizer
   // state: 2 + 4 + 12 bytes, the 12 divided over the data-parallel ranks by the distributed optimizer
   // (Megatron-Core's distributed optimizer docs: "6 + 12/d" bytes per parameter for bf16 weights, fp32 grads).
+  // Megatron's loss is Transformer Engine's fused cross-entropy, in place in the bf16 logits.
   if (c.framework == "megatron") {
     t.weight_storage_dtype = Dtype::bf16;
     t.gradient_bytes_per_param = 4;
     t.optimizer_bytes_per_param = 12;
+    t.loss_extra_bytes_per_logit = 0;
   } else if (c.framework != "maxtext") {
     throw InputError("framework = " + quote(c.framework) + " (expected maxtext or megatron)");
   }

@@ -106,7 +106,8 @@ const std::vector<RunField> kFields = {
      "The first N layers send to host what the policy keeps on device (Megatron cpu_offloading_num_layers)",
      &C::offload_layers, FieldCheck::non_negative},
     {"recompute_layers", "--recompute-layers",
-     "The first N layers of every pipeline chunk fully recomputed (Megatron recompute_num_layers, method block)",
+     "The first N layers of every pipeline chunk fully recomputed, all of a chunk with fewer (Megatron "
+     "recompute_num_layers, method block)",
      &C::recompute_layers, FieldCheck::non_negative},
     {"fp8_saved_activations", "--fp8-saved-activations",
      "An fp8 GEMM's input kept for the backward is stored in fp8, 1 byte per element and an MXFP8 scale byte per 32 "

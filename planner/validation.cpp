@@ -78,8 +78,8 @@ std::optional<std::string> map_precision(const std::string& p, std::string& why)
 // default, no recompute: no_recompute, which keeps what each backward op reads (autograd's saved tensors).
 // Megatron's selective recompute (the --recompute-activations flag is recompute_granularity=selective, module
 // core_attn by default) recomputes the core attention: no_recompute with context=remat. Selective recompute of
-// a cheap module hbmsim has no name for (moe_act: the expert activation function; layernorm; mla_up_proj:
-// MLA's up-projections) keeps the rest: no_recompute.
+// a cheap module hbmsim has no name for (moe_act: the expert activation function; layernorm) keeps the rest:
+// no_recompute; mla_up_proj (MLA's up-projections) rematerializes their outputs, the per-head q, k and v.
 // Full recompute: full; of N layers per chunk ("block N layers", fewer than the chunk's layers): recompute_layers
 // N. CPU activation offload of N layers: offload_layers N (the first N layers send what they keep to host).
 // flash-attn2 and TE name the kernels: hbmsim's attention is a fused flash kernel, its GEMMs TE's.
@@ -135,6 +135,13 @@ bool map_recompute(const std::string& text, std::int64_t layers_per_chunk, RunMa
         c.policy = "no_recompute";
         c.tensors["context"] = "remat";
         m.recompute = "\"" + item + "\" (selective, core attention): no_recompute with context=remat";
+      } else if (module == "mla_up_proj" && resolve_model(c.model).is_mla()) {
+        // Megatron's MLA discards the up-projections' outputs (per-head q, k, v) once the core attention has
+        // read them and recomputes them from the kept latents before its backward.
+        c.policy = "no_recompute";
+        for (const char* t : {"query_proj", "key_proj", "value_proj"}) c.tensors[t] = "remat";
+        m.recompute = "\"" + item + "\" (selective, MLA up-projections): no_recompute with query_proj, key_proj, "
+                      "value_proj=remat";
       } else if (module == "moe_act" || module == "layernorm" || module == "mla_up_proj") {
         c.policy = "no_recompute";
         m.recompute = "\"" + item + "\" (selective, " + module + " only): no_recompute";
@@ -197,6 +204,11 @@ RunMapping map_published_run(const PublishedRun& r) {
   c.framework = "megatron";  // bf16 weights, fp32 main gradients, master weights in the optimizer state
   c.cp_exchange = "ring";
   c.cp_shards_weights = false;
+  // Megatron-Bridge's and NeMo's performance recipes overlap the tensor-parallel all-gathers and
+  // reduce-scatters with their GEMMs (Transformer Engine userbuffers, comm_overlap.tp_comm_overlap_cfg, e.g.
+  // userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192 for Llama 3.1 405B) wherever tp > 1. A run from bare
+  // Megatron-Core scripts (the container column names megatron-core) has Megatron's default: no overlap.
+  c.tp_comm_overlap = r.tp > 1 && r.container.rfind("megatron-core", 0) != 0;
   c.pp_schedule = "1f1b";
 
   // Data parallelism. Megatron's data-parallel size is gpus / (tp x cp x pp), and expert parallelism is carved

@@ -143,11 +143,14 @@ void add_recompute_layers(Policy& p, std::int64_t n, const std::vector<PipelineC
   if (n == 0) return;
   const std::string field = "recompute_layers = " + str(n);
   const std::int64_t num_layers = chunks.empty() ? 0 : chunks.back().end_layer;
+  std::int64_t largest = 0;
+  for (const PipelineChunk& c : chunks) largest = std::max(largest, c.layers());
+  if (n < 0 || n > largest)
+    throw InputError(field + " (must be between 0 and the layers of the largest pipeline chunk, " + str(largest) + ")");
+  // Megatron's block method checkpoints layers [0, n) of each chunk: all of a chunk with fewer.
   for (const PipelineChunk& c : chunks) {
-    if (c.layers() == 0) continue;  // an embedding- or loss-only chunk
-    if (n < 0 || n > c.layers())
-      throw InputError(field + " (must be between 0 and the layers of a pipeline chunk, " + str(c.layers()) + ")");
-    add_rule(p, make_policy("full"), c.first_layer, c.first_layer + n - 1, num_layers, field);
+    const std::int64_t k = std::min(n, c.layers());
+    if (k > 0) add_rule(p, make_policy("full"), c.first_layer, c.first_layer + k - 1, num_layers, field);
   }
 }
 

@@ -571,8 +571,8 @@ class StageBuilder {
     return layer_in_op;
   }
 
-  // Final norm, unembedding and loss. The loss runs in fp32 (MaxText casts logits to float32 for
-  // cross-entropy): bf16 logits, their fp32 copy and the fp32 gradient.
+  // Final norm, unembedding and loss: the logits and what the loss keeps beside them until the backward
+  // (TrainingSpec::loss_extra_bytes_per_logit: MaxText's fp32 copy and fp32 gradient, none for TE's fused loss).
   void head_forward(ChunkRecord& rec, const std::vector<ForwardLayer>& fwd, const std::vector<std::vector<int>>& barrier,
                     int chunk_start) {
     const double act = dtype_bytes(g_.training.activation_dtype);
@@ -582,7 +582,7 @@ class StageBuilder {
     const Gather head = gather_table("all_gather unembedding", n >= 2 ? fwd[n - 2].last : chunk_start);
     rec.head_buf = head.buf;
     const double logit_elems = g_.logits_bytes / act;
-    rec.logits = w_.add_buffer(logit_elems * (act + 4 + 4), MemCategory::workspace);
+    rec.logits = w_.add_buffer(logit_elems * (act + g_.training.loss_extra_bytes_per_logit), MemCategory::workspace);
     int norm = w_.compute(costs_.memory_s(2 * Ts * d * act), true, 0, 'f', -1, "final_norm");
     for (auto& b : {barrier[n], barrier[n + 1]})
       for (int op : b) w_.op(norm).deps.push_back(op);

@@ -102,6 +102,19 @@ TEST_CASE("recompute_layers fully recomputes the first N layers of every pipelin
   CHECK(with.step_time_s > without.step_time_s);
 }
 
+TEST_CASE("recompute_layers above a small chunk's layers recomputes all of that chunk", "[policy][layers]") {
+  // Megatron's block method checkpoints layers [0, n) of each chunk's block: a chunk of fewer than n layers is
+  // recomputed whole. pp 2, 32 layers, the first stage given 8: chunks 0-7 and 8-31.
+  RunConfig c = test::llama8b_h200("minimal");
+  c.pp = 2;
+  c.microbatches = 2;
+  c.first_stage_layers = 8;
+  c.recompute_layers = 10;
+  CHECK(layer_rules_text(prepare_run(c).policy) == "0-7 full, 8-17 full");
+  c.recompute_layers = 25;  // above the largest chunk's 24 layers
+  CHECK_THROWS_WITH(prepare_run(c), Catch::Contains("recompute_layers = 25 (must be between 0 and the layers of the largest pipeline chunk, 24)"));
+}
+
 TEST_CASE("bad layer rules name the field and the value", "[policy][layers][errors]") {
   RunConfig c = test::llama8b_h200("minimal");
   auto fails = [&](const std::string& text) {
@@ -126,7 +139,7 @@ TEST_CASE("bad layer rules name the field and the value", "[policy][layers][erro
   c.layer_policies.clear();
   c.offload_layers = 0;
   c.recompute_layers = 40;
-  CHECK_THROWS_WITH(run_simulation(c), Catch::Contains("recompute_layers = 40 (must be between 0 and the layers of a pipeline chunk, 32)"));
+  CHECK_THROWS_WITH(run_simulation(c), Catch::Contains("recompute_layers = 40 (must be between 0 and the layers of the largest pipeline chunk, 32)"));
   // The CLI exits 2 with the same words.
   auto r = test::cli("simulate --model llama3.1-8b --gpus 8 --layer-policies 0-99:minimal");
   CHECK(r.status == 2);

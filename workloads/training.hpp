@@ -81,6 +81,11 @@ struct TrainingSpec {
   Dtype weight_storage_dtype = Dtype::fp32;  // MaxText weight_dtype default float32
   double optimizer_bytes_per_param = 8;      // Adam: two fp32 moments
   double gradient_bytes_per_param = 4;       // fp32 gradient accumulation buffer
+  // Bytes per logit the loss holds beyond the logits themselves, from the unembedding to its backward. MaxText
+  // casts the logits to fp32 for the cross-entropy and its gradient is fp32: 8. Transformer Engine's fused
+  // cross-entropy (Megatron cross_entropy_fusion_impl "te", what Megatron-Bridge's recipes set) writes the
+  // gradient into the logits in place and keeps three fp32 figures per token: 0.
+  double loss_extra_bytes_per_logit = 8;
 
   // Set by validate_training.
   std::int64_t replica_batch = 0;  // sequences one model replica (its tp x cp x pp devices) runs per micro-step
