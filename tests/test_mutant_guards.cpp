@@ -134,3 +134,18 @@ TEST_CASE("tensor parallelism divides each layer's GEMM and attention FLOPs per 
   CHECK(gemm == Approx(2 * T * d * 53248 / 4));
   CHECK(attention == Approx(4 * T * S * 8 * 128 / 2));
 }
+
+TEST_CASE("the loss holds fp32 copies of the logits under MaxText and only the bf16 logits under Megatron", "[guard][memory]") {
+  // Llama 3.1 8B, batch 2 x 4096 tokens per device, vocab 128,256, tp 1: 8192 x 128256 logits. MaxText casts
+  // them to fp32 and its gradient is fp32: 2 + 4 + 4 bytes each. Transformer Engine's fused cross-entropy
+  // (Megatron) writes the gradient into the bf16 logits: 2 bytes each.
+  const double logits = 2.0 * 4096 * 128256;
+  RunConfig c = gb200_qkv_offloaded();
+  for (const auto& [framework, bytes_per_logit] : {std::pair<const char*, double>{"maxtext", 10}, {"megatron", 2}}) {
+    c.framework = framework;
+    const Built b = build(c);
+    const sim::ProgramOp& unembed = b.op("unembed");
+    REQUIRE(unembed.allocs.size() == 1);
+    CHECK(b.program.buffers[static_cast<std::size_t>(unembed.allocs[0])].bytes == Approx(logits * bytes_per_logit));
+  }
+}

@@ -163,6 +163,7 @@ TEST_CASE("Validation mapping: Llama 3.1 405B on 256 GB200s, tp 4 x pp 16 x vp 4
   CHECK(c.pp_schedule == "1f1b");
   CHECK(c.cp_exchange == "ring");
   CHECK_FALSE(c.cp_shards_weights);
+  CHECK(c.tp_comm_overlap);  // Megatron-Bridge's recipes overlap tp communication (userbuffers) where tp > 1
   // 126 layers on 16 x 4 chunks: only with the embedding and the loss as a layer each (128 / 64 = 2).
   CHECK(c.embedding_as_layer);
   CHECK(c.loss_as_layer);
@@ -183,6 +184,24 @@ TEST_CASE("Validation mapping: Mixtral 8x7B, ep 8 carved out of the 64 data-para
   CHECK_FALSE(c.embedding_as_layer);
   CHECK(map_published_run(one_row("NDOC2504,NeMo 25.04,DGX-GB200,64,Mixtral-8x7B,FP8 CS,4096,2,256,1,1,1,1,8,DDP,,19275,1598,,,,GA2"))
             .remarks.empty());
+}
+
+TEST_CASE("Validation mapping: selective recompute of MLA's up-projections rematerializes the per-head q, k, v", "[validation]") {
+  // Megatron's mla_up_proj recompute drops what wq_b and wkv_b produce (hbmsim's query_proj, key_proj,
+  // value_proj) after the core attention read them; the latents they are made from stay.
+  auto c = mapped("MBA,25.11,DGX-GB200,256,DeepSeek-V3 (no MTP),BF16,4096,1,4096,1,4,4,1,64,DDP,"
+                  "recipe@5776a6d sel. recompute mla_up_proj,3139,782,,,,GA64");
+  CHECK(c.policy == "no_recompute");
+  CHECK(c.tensors == std::map<std::string, std::string>{{"key_proj", "remat"}, {"query_proj", "remat"}, {"value_proj", "remat"}});
+  // Against keeping them: one layer's q, k, v for 4096 tokens over 128 heads, (192 + 192 + 128) x 2 bytes
+  // each, come off the saved activations of every layer in flight, so the peak falls by at least one layer's.
+  RunConfig kept = c;
+  kept.tensors.clear();
+  const double one_layer = 4096.0 * 128 * (192 + 192 + 128) * 2;
+  CHECK(run_simulation(kept).hbm_peak_bytes - run_simulation(c).hbm_peak_bytes > one_layer);
+  // A model without MLA has no up-projections to recompute: the item changes nothing.
+  auto d = mapped("MBA,25.11,DGX-GB200,64,Llama3-70B,BF16,8192,1,128,1,1,1,1,1,FSDP,sel. recompute mla_up_proj,1,1,,,,");
+  CHECK(d.tensors.empty());
 }
 
 TEST_CASE("Validation mapping: FSDP over every rank, and FSDPn (derived by hand)", "[validation]") {
@@ -210,6 +229,7 @@ TEST_CASE("Validation mapping: FlagPerf Llama 3 70B on H100, DP2, selective reco
   CHECK(c.attention_dtype == "bf16");
   CHECK(c.policy == "no_recompute");  // selective recompute: the core attention recomputed, its output not kept
   CHECK(c.tensors == std::map<std::string, std::string>{{"context", "remat"}});
+  CHECK_FALSE(c.tp_comm_overlap);  // bare Megatron-Core scripts: Megatron's default, no tp overlap
   CHECK_FALSE(c.embedding_as_layer);  // 80 layers split evenly over 4 stages
   CHECK(mapped("FLAG,megatron-core 0.6.0,H100 SXM,8,Llama3-8B,BF16,8192,1,512,2,1,-,1,-,DP4,recompute-activations,8103,,,39.3%,71/80 GiB,")
             .tensors.at("context") == "remat");
