@@ -16,6 +16,7 @@ const std::vector<std::string>& fitted_parameter_names() {
       "nvfp4_gemm_scale",        // multiplies the nvfp4 GEMM table on top (block-scaled GEMMs, less mature)
       "attention_scale",         // multiplies the attention table
       "collective_scale",        // multiplies the collective table
+      "scale_out_collective_scale",  // multiplies it again on the path between scale-up domains (NICs)
       "host_link_scale",         // multiplies host-link bandwidth in both directions
       "copy_compute_interference",  // sets compute_slowdown_during_copy
   };
@@ -183,6 +184,7 @@ System apply_profile(System s, const Profile& p) {
   if (double f = param("nvfp4_gemm_scale"); f > 0) e.gemm_nvfp4.scale(f);
   if (double f = param("attention_scale"); f > 0) e.attention.scale(f);
   if (double f = param("collective_scale"); f > 0) e.collective.scale(f);
+  if (double f = param("scale_out_collective_scale"); f > 0) e.scale_out_collective_factor = f;
   if (double f = param("host_link_scale"); f > 0) {
     l.measured_h2d_bytes_per_s = s.host_h2d_bytes_per_s() * f;
     l.measured_d2h_bytes_per_s = s.host_d2h_bytes_per_s() * f;

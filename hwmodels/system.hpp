@@ -35,6 +35,9 @@ struct Efficiency {
   PiecewiseTable memory_bound;  // elementwise/norm/softmax kernels, fraction of HBM bandwidth
   PiecewiseTable copy;          // host copies, fraction of the link's per-GPU share
   PiecewiseTable collective;    // NCCL-style collectives, fraction of algorithm bandwidth
+  // On the path between scale-up domains (the NICs: InfiniBand, Ethernet) `collective` is multiplied by this:
+  // 1 unless a calibration profile's scale_out_collective_scale sets it.
+  double scale_out_collective_factor = 1;
   double compute_slowdown_during_copy = 0;  // memory-bound kernels slow by this while a host copy runs
   std::string source;
   const PiecewiseTable& gemm(Dtype d) const;

@@ -6,7 +6,7 @@ namespace hbmsim {
 
 Network::Network(const System& sys, const Mesh& mesh)
     : sys_(sys), mesh_(mesh), topo_(sys, static_cast<int>(std::min<std::int64_t>(mesh.devices(), 1 << 30))),
-      paths_(fabric_paths(topo_)) {}
+      paths_(fabric_paths(topo_)), scale_out_(sys.efficiency.scale_out_collective_factor) {}
 
 const GroupPlacement& Network::placement(AxisSet group) const {
   for (const auto& [g, p] : placements_)
@@ -28,7 +28,7 @@ CommCost Network::ring(double bytes, const GroupPlacement& g, double eff) const 
   }
   if (g.domains > 1) {
     c.bytes[kInterDomain] = bytes * (K - 1) / G;
-    c.seconds += c.bytes[kInterDomain] / (inter.bytes_per_s * eff) + (K - 1) * inter.latency_s;
+    c.seconds += c.bytes[kInterDomain] / (inter.bytes_per_s * eff * scale_out_) + (K - 1) * inter.latency_s;
   }
   return c;
 }
@@ -59,7 +59,7 @@ CommCost Network::cost(CommKind kind, double bytes, AxisSet group) const {
       }
       if (out > 0) {
         c.bytes[kInterDomain] = out;
-        t_out = c.bytes[kInterDomain] / (paths_.inter.bytes_per_s * eff) + paths_.inter.latency_s;
+        t_out = c.bytes[kInterDomain] / (paths_.inter.bytes_per_s * eff * scale_out_) + paths_.inter.latency_s;
       }
       c.seconds = std::max(t_in, t_out);
       return c;
@@ -75,7 +75,7 @@ CommCost Network::hop(double bytes, int level, double eff) const {
   CommCost c;
   const PathCost& p = paths_.at(level);
   c.bytes[static_cast<std::size_t>(level)] = bytes;
-  c.seconds = bytes / (p.bytes_per_s * eff) + p.latency_s;
+  c.seconds = bytes / (p.bytes_per_s * eff * (level == kInterDomain ? scale_out_ : 1.0)) + p.latency_s;
   return c;
 }
 

@@ -47,6 +47,7 @@ class Network {
   Mesh mesh_;
   Topology topo_;
   FabricPaths paths_;
+  double scale_out_;  // the collective efficiency's extra factor between domains
   mutable std::deque<std::pair<AxisSet, GroupPlacement>> placements_;  // asked so far (stable references)
   struct Crossing {
     Axis axis;

@@ -170,6 +170,29 @@ TEST_CASE("collective costs follow the hierarchical ring formula", "[hwmodels]")
   CHECK(ep.cost(CommKind::send_recv, 1e9, AxisSet{Axis::fsdp}).seconds == Approx(1e9 / 50e9 + 5e-6));
 }
 
+TEST_CASE("scale_out_collective_scale slows only the part of a collective that crosses the NICs", "[hwmodels][profile]") {
+  // The 1 GB all-gather over two racks of 64 above, with the NIC path at half the collective efficiency:
+  // the NVLink term is unchanged, the NIC's bandwidth term doubles, its latency does not.
+  Profile p;
+  p.parameters = {{"scale_out_collective_scale", 0.5}};
+  auto s = builtin_system("gb200-nvl72");
+  s.efficiency.collective = PiecewiseTable::constant(1.0);
+  s = apply_profile(s, p);
+  Mesh m;
+  m.sizes = {1, 1, 128, 1, 1, 1};
+  Network net(s, m);
+  const double intra = 1e9 * 63 / 64 / 900e9 + 63 * 3e-6, inter = 1e9 / 128 / (0.5 * 50e9) + 5e-6;
+  CHECK(net.cost(CommKind::all_gather, 1e9, AxisSet{Axis::fsdp}).seconds == Approx(intra + inter));
+  // Inside one rack nothing changes: 64 GPUs, NVLink only.
+  Mesh one;
+  one.sizes = {1, 1, 64, 1, 1, 1};
+  CHECK(Network(s, one).cost(CommKind::all_gather, 1e9, AxisSet{Axis::fsdp}).seconds == Approx(1e9 * 63 / 64 / 900e9 + 63 * 3e-6));
+  // A send across racks: bytes / (0.5 x 50 GB/s) + 5 us.
+  Mesh e;
+  e.sizes = {1, 1, 2, 64, 1, 1};
+  CHECK(Network(s, e).cost(CommKind::send_recv, 1e9, AxisSet{Axis::fsdp}).seconds == Approx(1e9 / 25e9 + 5e-6));
+}
+
 TEST_CASE("piecewise efficiency tables interpolate in log space and clamp at the ends", "[hwmodels]") {
   PiecewiseTable t{{{1e9, 0.2}, {1e11, 0.6}}};
   CHECK(t.at(1e8) == 0.2);
