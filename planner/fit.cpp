@@ -250,14 +250,56 @@ std::vector<double> nelder_mead(Objective& f, std::vector<double> x0, int max_ev
   return s[best];
 }
 
-std::map<std::string, double> fit_once(const std::vector<MeasuredRun>& runs, const std::vector<FitParameter>& ps,
-                                       const FitOptions& o, int& evaluations, const std::string& label) {
+std::map<std::string, double> fit_simplex(const std::vector<MeasuredRun>& runs, const std::vector<FitParameter>& ps,
+                                          const FitOptions& o, int max_evaluations, int& evaluations, const std::string& label) {
   std::vector<double> u0;
   for (auto& p : ps) u0.push_back(logit((p.initial - p.lo) / (p.hi - p.lo)));
   Objective f{runs, ps, u0, label, o};
-  auto u = nelder_mead(f, u0, o.max_evaluations);
+  auto u = nelder_mead(f, u0, max_evaluations);
   evaluations += f.evaluations;
   return to_params(ps, u);
+}
+
+// Parameters qualified with a system (NAME@SYSTEM) are fitted in two stages, so that a system none of `runs`
+// is on takes a value these runs support rather than its starting value: first one NAME for every system
+// (the pooled fit, a third of the evaluations), then each system's own from there; a system without runs
+// keeps the pooled value. Without qualified parameters, one stage.
+std::map<std::string, double> fit_once(const std::vector<MeasuredRun>& runs, const std::vector<FitParameter>& ps,
+                                       const FitOptions& o, int& evaluations, const std::string& label) {
+  std::vector<FitParameter> pooled;
+  for (const FitParameter& p : ps) {
+    FitParameter q = p;
+    q.name = parse_parameter_key(p.name).name;
+    auto same = std::find_if(pooled.begin(), pooled.end(), [&](const FitParameter& x) { return x.name == q.name; });
+    if (same == pooled.end()) {
+      pooled.push_back(q);
+    } else {  // one range covering every system's
+      same->lo = std::min(same->lo, q.lo);
+      same->hi = std::max(same->hi, q.hi);
+    }
+  }
+  if (pooled.size() == ps.size()) return fit_simplex(runs, ps, o, o.max_evaluations, evaluations, label);
+  const int first = std::max(1, o.max_evaluations / 3);
+  const auto pooled_values = fit_simplex(runs, pooled, o, first, evaluations, label + ", pooled");
+  std::vector<FitParameter> own;
+  std::map<std::string, double> out;
+  for (const FitParameter& p : ps) {
+    const ParameterKey key = parse_parameter_key(p.name);
+    const double start = std::clamp(pooled_values.at(key.name), p.lo + 1e-6 * (p.hi - p.lo), p.hi - 1e-6 * (p.hi - p.lo));
+    const bool constrained = key.system.empty() || std::any_of(runs.begin(), runs.end(), [&](const MeasuredRun& r) {
+                               return r.tflops_per_device && r.config.system == key.system;
+                             });
+    if (constrained) {
+      own.push_back(p);
+      own.back().initial = start;
+    } else {
+      out[p.name] = start;
+    }
+  }
+  if (!own.empty())
+    for (const auto& [name, value] : fit_simplex(runs, own, o, std::max(1, o.max_evaluations - first), evaluations, label))
+      out[name] = value;
+  return out;
 }
 
 }  // namespace

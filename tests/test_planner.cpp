@@ -542,3 +542,22 @@ TEST_CASE("corpus rows become measured runs in hbmsim's FLOP count, with their s
   const auto predicted = run_simulation(measured[0].config);
   CHECK(*measured[0].tflops_per_device / predicted.tflops_per_device == Approx(14451.0 / predicted.tokens_per_s_per_device).epsilon(1e-9));
 }
+
+TEST_CASE("a per-system parameter of a system no run is on takes the pooled fit's value, not its start", "[planner][fit]") {
+  // Runs on H200 only, made by hbmsim at GEMM scale 0.8. Fitting gemm_scale@h200-hgx and gemm_scale@h100-hgx
+  // (both starting at 1.1): the pooled stage fits one scale to the H200 runs (0.8), H200's own stage stays
+  // there, and H100, which no run constrains, takes the pooled 0.8 rather than its starting 1.1.
+  std::vector<MeasuredRun> runs;
+  for (std::int64_t batch : {1, 2}) runs.push_back({"h200-" + std::to_string(batch), "A", h200_8b(batch, "full"), 1.0, std::nullopt});
+  const auto truth = predict_with(runs, {{"gemm_scale", 0.8}}, 2);
+  for (std::size_t i = 0; i < runs.size(); ++i) runs[i].tflops_per_device = truth[i].tflops_per_device;
+  FitOptions o;
+  std::vector<std::string> seen;
+  o.progress = [&](const std::string& fit, int, double) {
+    if (std::find(seen.begin(), seen.end(), fit) == seen.end()) seen.push_back(fit);
+  };
+  auto res = fit_parameters(runs, {{"gemm_scale@h200-hgx", 0.5, 1.3, 1.1, ""}, {"gemm_scale@h100-hgx", 0.5, 1.3, 1.1, ""}}, o);
+  CHECK(seen == std::vector<std::string>{"all, pooled", "all"});
+  CHECK(res.parameters.at("gemm_scale@h200-hgx") == Approx(0.8).epsilon(0.01));
+  CHECK(res.parameters.at("gemm_scale@h100-hgx") == Approx(0.8).epsilon(0.01));
+}
