@@ -76,7 +76,7 @@ const std::map<std::string, std::string>& examples() {
       {"measure", "  hbmsim calibrate measure -o h200.json\n"},
       {"fit", "  hbmsim calibrate fit --leave-one-out -o fitted.json --name my-fit\n"
               "  hbmsim calibrate fit --maxtext metrics.jsonl=run.json --no-seed-runs -o mine.json\n"
-              "  hbmsim calibrate fit --corpus --no-seed-runs --leave-one-source-out -o corpus.json   (about 25 min)\n"},
+              "  hbmsim calibrate fit --corpus --no-seed-runs --leave-one-source-out --max-evaluations 90 -o corpus.json   (about 40 min)\n"},
       {"bench", "  hbmsim bench\n  hbmsim bench --quick --json\n"},
   };
   return e;
