@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer harnesses (tests/fuzz: clang, ASan + UBSan, coverage) into ${BUILD_DIR:-build-fuzz}
-# and runs each one for HBMSIM_FUZZ_SECONDS (default 20) from its seed corpus, one process at a time.
+# and runs each one for HBMSIM_FUZZ_SECONDS (default 10) from its seed corpus, one process at a time.
 # New corpus entries and findings go to $BUILD_DIR/fuzz-corpus and $BUILD_DIR/fuzz-findings, never into
 # the repository. Exits 1 on any finding (crash, uncaught exception, sanitizer report, leak, timeout, out of
 # memory) and prints each finding's input and the command that reproduces it.
@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build-fuzz}
-SECONDS_EACH=${HBMSIM_FUZZ_SECONDS:-20}
+SECONDS_EACH=${HBMSIM_FUZZ_SECONDS:-10}
 ALL=(system model hf_config profile run_config reference_runs fit_parameters maxtext_log cli)
 HARNESSES=("$@")
 [ ${#HARNESSES[@]} -gt 0 ] || HARNESSES=("${ALL[@]}")
