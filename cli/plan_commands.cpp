@@ -178,25 +178,24 @@ void register_calibrate(CLI::App& app) {
       }
       std::cout << r.render() << "\n";
       // Mean absolute percentage errors per source: fitted, and each source predicted from the others.
-      // (group "" stands for every run.)
-      auto mape = [](const std::vector<Residual>& rs, const std::string& group, int& n) -> std::string {
+      // (group "" stands for every run.) Returns the MAPE and how many runs it is over.
+      auto mape = [](const std::vector<Residual>& rs, const std::string& group) -> std::pair<std::string, int> {
         double sum = 0;
-        n = 0;
+        int n = 0;
         for (auto& x : rs)
           if (group.empty() || x.group == group) {
             sum += std::abs(x.error());
             ++n;
           }
-        return n ? fixed(100 * sum / n, 1) + "%" : "-";
+        return {n ? fixed(100 * sum / n, 1) + "%" : "-", n};
       };
       std::vector<std::string> groups{""};
       for (auto& x : res.tflops)
         if (std::find(groups.begin(), groups.end(), x.group) == groups.end()) groups.push_back(x.group);
       Table g{{"group", "runs", "MAPE fitted", "MAPE source left out"}, {}};
       for (auto& grp : groups) {
-        int n = 0, held = 0;
-        const std::string fitted = mape(res.tflops, grp, n);
-        g.rows.push_back({grp.empty() ? "all" : grp, std::to_string(n), fitted, mape(res.leave_one_group_out, grp, held)});
+        const auto [fitted, n] = mape(res.tflops, grp);
+        g.rows.push_back({grp.empty() ? "all" : grp, std::to_string(n), fitted, mape(res.leave_one_group_out, grp).first});
       }
       std::cout << g.render() << "\n";
       Table h{{"run", "HBM GiB measured", "fitted", "error"}, {}};

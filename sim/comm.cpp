@@ -24,11 +24,11 @@ CommCost Network::ring(double bytes, const GroupPlacement& g, double eff) const 
   const PathCost &intra = paths_.intra, &inter = paths_.inter;
   if (g.per_domain > 1) {
     c.bytes[kIntraDomain] = bytes * (D - 1) / D;
-    c.seconds += c.bytes[kIntraDomain] / (intra.bytes_per_s * eff) + (D - 1) * intra.latency_s;
+    c.seconds += c.bytes[kIntraDomain] / rate(kIntraDomain, eff) + (D - 1) * intra.latency_s;
   }
   if (g.domains > 1) {
     c.bytes[kInterDomain] = bytes * (K - 1) / G;
-    c.seconds += c.bytes[kInterDomain] / (inter.bytes_per_s * eff * scale_out_) + (K - 1) * inter.latency_s;
+    c.seconds += c.bytes[kInterDomain] / rate(kInterDomain, eff) + (K - 1) * inter.latency_s;
   }
   return c;
 }
@@ -55,11 +55,11 @@ CommCost Network::cost(CommKind kind, double bytes, AxisSet group) const {
       double t_in = 0, t_out = 0;
       if (leave - out > 0) {
         c.bytes[kIntraDomain] = leave - out;
-        t_in = c.bytes[kIntraDomain] / (paths_.intra.bytes_per_s * eff) + paths_.intra.latency_s;
+        t_in = c.bytes[kIntraDomain] / rate(kIntraDomain, eff) + paths_.intra.latency_s;
       }
       if (out > 0) {
         c.bytes[kInterDomain] = out;
-        t_out = c.bytes[kInterDomain] / (paths_.inter.bytes_per_s * eff * scale_out_) + paths_.inter.latency_s;
+        t_out = c.bytes[kInterDomain] / rate(kInterDomain, eff) + paths_.inter.latency_s;
       }
       c.seconds = std::max(t_in, t_out);
       return c;
@@ -75,7 +75,7 @@ CommCost Network::hop(double bytes, int level, double eff) const {
   CommCost c;
   const PathCost& p = paths_.at(level);
   c.bytes[static_cast<std::size_t>(level)] = bytes;
-  c.seconds = bytes / (p.bytes_per_s * eff * (level == kInterDomain ? scale_out_ : 1.0)) + p.latency_s;
+  c.seconds = bytes / rate(level, eff) + p.latency_s;
   return c;
 }
 

@@ -40,6 +40,11 @@ class Network {
   CommCost ring(double bytes, const GroupPlacement& g, double eff) const;
   // `bytes` to one peer over the path of `level`.
   CommCost hop(double bytes, int level, double eff) const;
+  // What a collective moves over the path of `level` per second at efficiency `eff` (the NIC path between
+  // domains at its own extra factor).
+  double rate(int level, double eff) const {
+    return paths_.at(level).bytes_per_s * eff * (level == kInterDomain ? scale_out_ : 1.0);
+  }
   // Whether some instance of the pair (from, to) along `axis` crosses a domain boundary (cached).
   bool crosses_domain(Axis axis, std::int64_t from, std::int64_t to) const;
 

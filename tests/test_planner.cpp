@@ -193,15 +193,10 @@ TEST_CASE("config_id is one per configuration whatever the spelling or the axis 
 }
 
 namespace {
-// Llama 3 8B on 8 H200s at sequence 4096: the fitter tests' synthetic runs.
+// The suite's Llama 3 8B H200 run at another batch: the fitter tests' synthetic runs.
 RunConfig h200_8b(std::int64_t batch, const std::string& policy) {
-  RunConfig c;
-  c.system = "h200-hgx";
-  c.model = "llama3.1-8b";
-  c.gpus = 8;
+  RunConfig c = test::llama8b_h200(policy);
   c.batch = batch;
-  c.seq = 4096;
-  c.policy = policy;
   return c;
 }
 }  // namespace
