@@ -72,7 +72,7 @@ const std::vector<RunField> kFields = {
     {"framework", "--framework",
      "Training state per parameter: maxtext (fp32 weights and gradients, Adam moments 8 bytes) or megatron (bf16 "
      "weights, fp32 main gradients, fp32 master weights with the moments in the optimizer: 12 bytes); the loss "
-     "keeps an fp32 copy of the logits and an fp32 gradient (maxtext) or works in place in the bf16 logits "
+     "keeps its fp32 exp and a bf16 gradient beside the bf16 logits (maxtext) or works in place in them "
      "(megatron: Transformer Engine's fused cross-entropy)",
      &C::framework},
     {"sharded_optimizer", "--sharded-optimizer",

@@ -17,9 +17,9 @@ constexpr double kWhatIfWarnRatio = 10;
 
 std::string on_off(bool b) { return b ? "on" : "off"; }
 
-std::string number(double v) {
+std::string number(double v, int digits = 6) {
   char buf[48];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
+  std::snprintf(buf, sizeof buf, "%.*g", digits, v);
   return buf;
 }
 
@@ -111,8 +111,8 @@ std::vector<std::string> run_warnings(const RunConfig& c, const PreparedRun& run
   auto far = [&](const char* field, double value, double own, const char* unit) {
     const double ratio = value / own;
     if (ratio >= 1 / kWhatIfWarnRatio && ratio <= kWhatIfWarnRatio) return;
-    w.push_back(std::string(field) + " = " + format_number(value) + " " + unit + " is " + number(ratio) + " x the " +
-                datasheet.id + " figure (" + format_number(own) + " " + unit + "); the field is in " + unit);
+    w.push_back(std::string(field) + " = " + format_number(value) + " " + unit + " is " + number(ratio, 3) + " x the " +
+                datasheet.id + " figure (" + number(own, 3) + " " + unit + "); the field is in " + unit);
   };
   if (c.hbm_bytes) far("hbm_bytes", *c.hbm_bytes, datasheet.gpu.hbm_bytes, "bytes");
   if (c.host_link_bytes_per_s)

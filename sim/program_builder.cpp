@@ -572,7 +572,7 @@ class StageBuilder {
   }
 
   // Final norm, unembedding and loss: the logits and what the loss keeps beside them until the backward
-  // (TrainingSpec::loss_extra_bytes_per_logit: MaxText's fp32 copy and fp32 gradient, none for TE's fused loss).
+  // (TrainingSpec::loss_extra_bytes_per_logit: MaxText's fp32 exp and bf16 gradient, none for TE's fused loss).
   void head_forward(ChunkRecord& rec, const std::vector<ForwardLayer>& fwd, const std::vector<std::vector<int>>& barrier,
                     int chunk_start) {
     const double act = dtype_bytes(g_.training.activation_dtype);

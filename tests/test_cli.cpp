@@ -17,14 +17,14 @@ TEST_CASE("systems --json lists the five systems with HBM, peak FLOP/s and host-
   REQUIRE(j.size() == 5);
   std::map<std::string, nlohmann::json> by;
   for (auto& s : j) by[s["id"]] = s;
-  CHECK(by["gb200-nvl72"]["hbm_bytes"] == 186e9);
+  CHECK(by["gb200-nvl72"]["hbm_bytes"] == 189471 * 1048576.0);  // nvidia-smi: 189,471 MiB
   CHECK(by["gb200-nvl72"]["dense_peak_flops"]["bf16"] == 2.5e15);
   CHECK(by["gb200-nvl72"]["dense_peak_flops"]["nvfp4"] == 10e15);
   CHECK(by["gb200-nvl72"]["host_link_per_direction_bytes_per_s"] == 450e9);
   CHECK(by["gb200-nvl72"]["host_h2d_bytes_per_s_per_gpu"] == 176e9);
   CHECK(by["gb300-nvl72"]["host_d2h_bytes_per_s_per_gpu"] == 193.5e9);
   CHECK(by["vr-nvl144"]["host_link_per_direction_bytes_per_s"] == 900e9);
-  CHECK(by["h100-hgx"]["hbm_bytes"] == 80e9);
+  CHECK(by["h100-hgx"]["hbm_bytes"] == 81559 * 1048576.0);
   CHECK(by["h200-hgx"]["dense_peak_flops"]["bf16"] == 989e12);
   CHECK_FALSE(by["h200-hgx"]["dense_peak_flops"].contains("nvfp4"));
 }
@@ -209,8 +209,8 @@ TEST_CASE("messages stay one line and print numbers in full", "[hwmodels]") {
 
 TEST_CASE("plan largest-batch --powers-of-two answers on the grid the measurements used", "[cli][plan]") {
   // Measured on GB200 NVL72 (seed documents): with the selected MLA and MoE activations on device batch 2
-  // fits and the runs stepped 2 -> 8. On the 2^k grid the answer is 2; the integer search may go past it,
-  // but never to the next power of two.
+  // ran and batch 8 ran out of memory; offloaded, batch 8 ran. Batch 4 was not run. So on the 2^k grid the
+  // on-device answer is 2 or 4 and the offloaded one at least 8; every step of the integer search stays below 8.
   const std::string base = "plan largest-batch --model deepseek-v3-671b --gpus 128 --ep 64 --seq 4096 --policy custom "
                            "--tensor mla_q=device --tensor mla_kv=device --tensor moe_mlpwi_0=device "
                            "--tensor moe_mlpwi_1=device --lhs off --max-batch 64 --json";
@@ -222,12 +222,13 @@ TEST_CASE("plan largest-batch --powers-of-two answers on the grid the measuremen
   };
   auto grid = test::cli(base + " --powers-of-two");
   REQUIRE(grid.status == 0);
-  CHECK(batch_of(grid.out, "device") == 2);
+  const long on_device = batch_of(grid.out, "device");
+  CHECK((on_device == 2 || on_device == 4));
   CHECK(batch_of(grid.out, "offload") >= 8);
   auto exact = test::cli(base);
   REQUIRE(exact.status == 0);
-  CHECK(batch_of(exact.out, "device") >= 2);
-  CHECK(batch_of(exact.out, "device") < 4);
+  CHECK(batch_of(exact.out, "device") >= on_device);
+  CHECK(batch_of(exact.out, "device") < 8);
 }
 
 TEST_CASE("simulate --no-fast-forward simulates every event and reports the same step", "[cli][fast_forward]") {

@@ -77,14 +77,14 @@ TEST_CASE("an MoE model on several GPUs with ep 1 gets a one-line warning; with 
 }
 
 TEST_CASE("a what-if an order of magnitude off the hardware is warned about in its units", "[cli][output]") {
-  // 288 bytes where 288 GB was meant: 288 / 2.88e11 = 1e-9 of the VR figure.
-  auto r = test::cli("simulate --system vr-nvl144 --model llama3.1-8b --hbm-bytes 288");
+  // 298 bytes where 298 GB was meant: 298 / 284,208 MiB (2.98e11 bytes) = 1e-9 of the VR figure.
+  auto r = test::cli("simulate --system vr-nvl144 --model llama3.1-8b --hbm-bytes 298");
   REQUIRE(r.status == 0);
-  CHECK(has_line(r.err, "hbmsim: warning: hbm_bytes = 288 bytes is 1e-09 x the vr-nvl144 figure (2.88e+11 bytes); "
+  CHECK(has_line(r.err, "hbmsim: warning: hbm_bytes = 298 bytes is 1e-09 x the vr-nvl144 figure (2.98e+11 bytes); "
                         "the field is in bytes"));
   CHECK(r.out.find("fits                        NO") != std::string::npos);
-  CHECK(r.out.find("GiB of 288 bytes at t=") != std::string::npos);  // not "of 0.0 GiB"
-  // 1.5e11 bytes on a 186 GB GB200 is a plausible what-if: no warning.
+  CHECK(r.out.find("GiB of 298 bytes at t=") != std::string::npos);  // not "of 0.0 GiB"
+  // 1.5e11 bytes on a 199 GB GB200 is a plausible what-if: no warning.
   auto fine = test::cli("simulate --system gb200-nvl72 --model llama3.1-8b --hbm-bytes 1.5e11");
   REQUIRE(fine.status == 0);
   CHECK(fine.err.empty());

@@ -15,9 +15,11 @@ using namespace hbmsim;
 TEST_CASE("every built-in system file loads with the published key figures", "[hwmodels]") {
   auto ids = builtin_system_ids();
   REQUIRE(ids == std::vector<std::string>{"gb200-nvl72", "gb300-nvl72", "h100-hgx", "h200-hgx", "vr-nvl144"});
-  // Figures from the datasheets named in issue 2 (per GPU; dense = sparse / 2).
+  // Figures from the datasheets named in issue 2 (per GPU; dense = sparse / 2). HBM is what the part reports
+  // (nvidia-smi's memory total, in MiB): the datasheets' "GB" are binary on the part, less the driver's share.
+  constexpr double MiB = 1048576;
   auto gb200 = builtin_system("gb200-nvl72");
-  CHECK(gb200.gpu.hbm_bytes == 186e9);
+  CHECK(gb200.gpu.hbm_bytes == 189471 * MiB);
   CHECK(gb200.gpu.hbm_bandwidth_bytes_per_s == 8e12);
   CHECK(gb200.gpu.peak_flops(Dtype::bf16) == 2.5e15);
   CHECK(gb200.gpu.peak_flops(Dtype::fp8) == 5e15);
@@ -26,20 +28,20 @@ TEST_CASE("every built-in system file loads with the published key figures", "[h
   CHECK(gb200.host_cpu.memory_bytes == 480e9);
   CHECK(gb200.scale_up.per_gpu_bytes_per_s_per_direction == 900e9);  // 1.8 TB/s bidirectional
   auto gb300 = builtin_system("gb300-nvl72");
-  CHECK(gb300.gpu.hbm_bytes == 288e9);
+  CHECK(gb300.gpu.hbm_bytes == 284208 * MiB);
   CHECK(gb300.gpu.peak_flops(Dtype::nvfp4) == 15e15);
   CHECK(gb300.host_h2d_bytes_per_s() == 211e9);
   CHECK(gb300.host_d2h_bytes_per_s() == 193.5e9);
   CHECK(gb300.scale_out.per_gpu_bytes_per_s_per_direction == 100e9);  // ConnectX-8 800 Gb/s
   auto vr = builtin_system("vr-nvl144");
-  CHECK(vr.gpu.hbm_bytes == 288e9);
+  CHECK(vr.gpu.hbm_bytes == 284208 * MiB);  // no measurement: GB300's, the same eight 36 GB stacks
   CHECK(vr.scale_up.per_gpu_bytes_per_s_per_direction == 1.8e12);  // NVLink 6 3.6 TB/s bidirectional
   CHECK(vr.host_link.per_direction_bytes_per_s == 900e9);            // C2C 1.8 TB/s bidirectional
   CHECK(vr.host_cpu.memory_bytes == 1.5e12);
   auto h100 = builtin_system("h100-hgx"), h200 = builtin_system("h200-hgx");
-  CHECK(h100.gpu.hbm_bytes == 80e9);
+  CHECK(h100.gpu.hbm_bytes == 81559 * MiB);
   CHECK(h100.gpu.hbm_bandwidth_bytes_per_s == 3.35e12);
-  CHECK(h200.gpu.hbm_bytes == 141e9);
+  CHECK(h200.gpu.hbm_bytes == 143771 * MiB);
   CHECK(h200.gpu.hbm_bandwidth_bytes_per_s == 4.8e12);
   CHECK(h200.gpu.peak_flops(Dtype::bf16) == 989e12);
   CHECK(h200.host_link.per_direction_bytes_per_s == 64e9);  // PCIe Gen5 x16, 128 GB/s bidirectional

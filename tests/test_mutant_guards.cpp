@@ -74,15 +74,16 @@ TEST_CASE("an offloaded tensor's D2H copy runs at the D2H share and its H2D copy
 
 TEST_CASE("the LHS memory limit is memory_limit_slop times HBM, less the backward working set", "[guard][sim]") {
   // XLA's xla_gpu_memory_limit_slop_factor: the scheduler plans for slop x HBM. The working set held back
-  // does not depend on the slop, so two slops' limits differ by their difference times HBM (186 GB).
+  // does not depend on the slop, so two slops' limits differ by their difference times HBM (189,471 MiB).
   auto c = gb200_qkv_offloaded();
   c.memory_limit_slop = 0.95;
   const double at_95 = build(c).program.hbm_limit_bytes.at(0);
   c.memory_limit_slop = 0.5;
   const double at_50 = build(c).program.hbm_limit_bytes.at(0);
-  CHECK(at_95 - at_50 == Approx(0.45 * 186e9));
-  CHECK(at_95 < 0.95 * 186e9);
-  CHECK(at_95 > 0.9 * 186e9);  // an 8B layer's backward working set is a few GB at most
+  const double hbm = 189471 * 1048576.0;
+  CHECK(at_95 - at_50 == Approx(0.45 * hbm));
+  CHECK(at_95 < 0.95 * hbm);
+  CHECK(at_95 > 0.9 * hbm);  // an 8B layer's backward working set is a few GB at most
 }
 
 TEST_CASE("after a step only the resident buffers are live: every activation, copy and workspace is freed", "[guard][memory]") {
@@ -135,13 +136,13 @@ TEST_CASE("tensor parallelism divides each layer's GEMM and attention FLOPs per 
   CHECK(attention == Approx(4 * T * S * 8 * 128 / 2));
 }
 
-TEST_CASE("the loss holds fp32 copies of the logits under MaxText and only the bf16 logits under Megatron", "[guard][memory]") {
-  // Llama 3.1 8B, batch 2 x 4096 tokens per device, vocab 128,256, tp 1: 8192 x 128256 logits. MaxText casts
-  // them to fp32 and its gradient is fp32: 2 + 4 + 4 bytes each. Transformer Engine's fused cross-entropy
-  // (Megatron) writes the gradient into the bf16 logits: 2 bytes each.
+TEST_CASE("the loss holds its fp32 exp and a bf16 gradient beside the logits under MaxText and only the bf16 logits under Megatron", "[guard][memory]") {
+  // Llama 3.1 8B, batch 2 x 4096 tokens per device, vocab 128,256, tp 1: 8192 x 128256 logits. Under MaxText
+  // the bf16 logits, the fp32 exp its cross-entropy's custom VJP saves, and a bf16 gradient: 2 + 4 + 2 bytes
+  // each. Transformer Engine's fused cross-entropy (Megatron) writes the gradient into the bf16 logits: 2.
   const double logits = 2.0 * 4096 * 128256;
   RunConfig c = gb200_qkv_offloaded();
-  for (const auto& [framework, bytes_per_logit] : {std::pair<const char*, double>{"maxtext", 10}, {"megatron", 2}}) {
+  for (const auto& [framework, bytes_per_logit] : {std::pair<const char*, double>{"maxtext", 8}, {"megatron", 2}}) {
     c.framework = framework;
     const Built b = build(c);
     const sim::ProgramOp& unembed = b.op("unembed");

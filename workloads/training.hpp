@@ -81,13 +81,16 @@ struct TrainingSpec {
   Dtype weight_storage_dtype = Dtype::fp32;  // MaxText weight_dtype default float32
   double optimizer_bytes_per_param = 8;      // Adam: two fp32 moments
   double gradient_bytes_per_param = 4;       // fp32 gradient accumulation buffer
-  // Bytes per logit the loss holds beyond the logits themselves, from the unembedding to its backward. MaxText
-  // casts the logits to fp32 for the cross-entropy and its gradient is fp32: 8 (perhaps high: XLA may fuse the
-  // cast away, but with 2, a bf16 gradient only, the DeepSeek-V3 seed run's peak falls 9% under its measured
-  // 145.6 GiB, so XLA keeps more than that; to be measured). Transformer Engine's fused
-  // cross-entropy (Megatron cross_entropy_fusion_impl "te", what Megatron-Bridge's recipes set) writes the
-  // gradient into the logits in place and keeps three fp32 figures per token: 0.
-  double loss_extra_bytes_per_logit = 8;
+  // Bytes per logit the loss holds beyond the bf16 logits, from the unembedding to its backward. MaxText casts
+  // the logits to fp32 and its cross-entropy is a custom VJP that saves exp(logits - max) in fp32 for the
+  // backward: 4. The fp32 copy itself and the fp32 gradient need not exist (XLA's GPU fusion duplicates the
+  // cheap convert into each consumer, and the gradient's cast back to bf16 fuses into the fusion that makes
+  // it): a bf16 gradient, 2. Of the candidates (2: the exp recomputed too; 6; 8: fp32 copy and fp32 gradient),
+  // the two MaxText memory measurements select 6: DeepSeek-V3 on GB200 peaks at 145.6 GiB (2 predicts 9% low,
+  // 6 and 8 within 5%), and Llama 3 70B on 128 H100s at batch 2 x 8192 ran (8 predicts it out of memory).
+  // Transformer Engine's fused cross-entropy (Megatron cross_entropy_fusion_impl "te", what Megatron-Bridge's
+  // recipes set) writes the gradient into the logits in place: 0.
+  double loss_extra_bytes_per_logit = 6;
 
   // Set by validate_training.
   std::int64_t replica_batch = 0;  // sequences one model replica (its tp x cp x pp devices) runs per micro-step

@@ -146,7 +146,7 @@ def test_tflops_vs_batch_powers_of_two_and_oom_crosses_in_the_legend(dsv3_batche
 
 @pytest.fixture(scope="module")
 def dsv3_placements():
-    axes = {"system": ["gb200-nvl72", "gb300-nvl72"], "batch": [2, 4, 8, 16, 32],
+    axes = {"system": ["gb200-nvl72", "gb300-nvl72"], "batch": [2, 4, 8, 16, 40],
             "tensor.mla_q": ["remat", "device", "offload"], "tensor.moe_mlpwi_0": ["remat", "device", "offload"]}
     return hbmsim.sweep(axes, base=DSV3, jobs=4)
 

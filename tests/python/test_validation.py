@@ -7,7 +7,7 @@ from matplotlib.collections import PathCollection, PolyCollection
 
 import hbmsim
 from hbmsim import plots
-from conftest import cli_json
+from conftest import SOURCE_DIR, cli_json
 
 
 @pytest.fixture(scope="module")
@@ -36,9 +36,14 @@ def test_frame_equals_cli_json(frame, cli):
     assert frame.attrs["summary"] == raw["summary"]
 
 
-def test_fitted_calibration_is_passed_through(cli):
-    df = hbmsim.validate("gb200-fitted")
-    raw = cli_json(cli, "validate", "--json", "--calibration", "gb200-fitted")
+def test_fitted_calibration_is_passed_through(cli, tmp_path):
+    # Eight rows of the corpus (GB300, GB200 and H100 runs) carry the calibration as well as all 53 would.
+    corpus = (SOURCE_DIR / "data" / "reference" / "published_runs.csv").read_text().splitlines()
+    runs = tmp_path / "runs.csv"
+    runs.write_text("\n".join(corpus[:9]) + "\n")
+    df = hbmsim.validate("gb200-fitted", runs_path=str(runs))
+    raw = cli_json(cli, "validate", "--json", "--calibration", "gb200-fitted", "--runs", str(runs))
+    assert len(df) == len(raw["rows"]) == 8
     assert df.attrs["calibration_label"] == "calibration gb200-fitted"
     got = df["predicted_tokens_per_s_per_gpu"].to_numpy()
     want = np.array([np.nan if r["predicted_tokens_per_s_per_gpu"] is None else r["predicted_tokens_per_s_per_gpu"]
