@@ -62,9 +62,6 @@ EOF
   [ "$rc" -eq 2 ] || fail "hbmsim with bad input exited $rc, not the C++ CLI's 2"
 }
 
-# This test checks how hbmsim installs, not how fast it runs: -O1 without link-time optimization compiles
-# the libraries, extension and CLI in a fraction of the Release time (CMAKE_ARGS is read by setup.py).
-export CMAKE_ARGS="-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DCMAKE_INTERPROCEDURAL_OPTIMIZATION=OFF ${CMAKE_ARGS:-}"
 step "pip install . (builds the C++ libraries, extension and CLI)"
 (cd "$tmp/src" && pip install .) || fail "pip install ."
 step "installed; checking"
