@@ -103,7 +103,7 @@ void register_commands(CLI::App& app) {
         auto s = builtin_system(id);
         arr.push_back(s.summary_json());
         auto pf = [&](Dtype d) { auto it = s.gpu.dense_peak_flops.find(d); return it == s.gpu.dense_peak_flops.end() ? std::string("-") : fixed(it->second / 1e15, 2); };
-        t.rows.push_back({s.id, s.gpu.name, fixed(s.gpu.hbm_bytes / 1073741824.0, 1), fixed(s.gpu.hbm_bandwidth_bytes_per_s / 1e12, 2),
+        t.rows.push_back({s.id, s.gpu.name, gib(s.gpu.hbm_bytes), fixed(s.gpu.hbm_bandwidth_bytes_per_s / 1e12, 2),
                           pf(Dtype::bf16), pf(Dtype::fp8), pf(Dtype::nvfp4), s.host_link.name,
                           fixed(s.host_h2d_bytes_per_s() / 1e9, 1), fixed(s.host_d2h_bytes_per_s() / 1e9, 1),
                           fixed(s.scale_up.per_gpu_bytes_per_s_per_direction / 1e9, 0), std::to_string(s.scale_up.domain_gpus)});
