@@ -137,6 +137,23 @@ struct Snapshot {
   bool contended = false, stale = false, interference_stale = false;
 };
 
+// A recorded event as the replay moves it: op + m * stride at time_s + m * period.
+struct ReplayStep {
+  int op, stride;
+  double time_s;
+  bool start;
+  bool outside;  // a start that waits on ops outside the run
+};
+
+// A run's op ranges, for the replay's membership tests.
+struct RunBounds {
+  int main_first, main_end, side_first, side_end;
+  explicit RunBounds(const Repeat& r)
+      : main_first(r.main.first), main_end(r.main.first + r.main.stride * r.count), side_first(r.side.first),
+        side_end(r.side.stride > 0 ? r.side.first + r.side.stride * r.count : r.side.first) {}
+  bool operator()(int op) const { return (op >= main_first && op < main_end) || (op >= side_first && op < side_end); }
+};
+
 struct Scratch {
   std::vector<Flow> flows, sharing;
   std::vector<int> unmet, op_queue, succ_start, succ, refs, fill, active, active_pos, finished, unfrozen, zero, zeros, lifts, gate_after;
@@ -152,6 +169,7 @@ struct Scratch {
   std::vector<int> anchor_of, per_queue, pending;
   Repeats repeats;
   std::vector<LogEntry> log;
+  std::vector<ReplayStep> steps;
   std::vector<GateCheck> gates;
   Snapshot before, now;
 };
@@ -468,31 +486,50 @@ class Engine {
       if (g.margin_bytes < 0 && delta < 0) k = std::min<std::int64_t>(k, static_cast<std::int64_t>(std::ceil(turns)) - 1);
     }
     int done = 0;
+    prepare_replay(run);
     for (int m = 1; m <= k && replayable(run, m); ++m) {
-      replay(run, m, period);
+      replay(m, period);
       done = m;
     }
     if (done > 0) move_on(run, done, period);
     return done;
   }
 
-  // Replaying interval m meets every outside dependency it needs and releases no outside op.
+  // The recorded interval as replay steps: each entry's op and how far it moves per iteration, whether it
+  // waits on ops outside the run, and whether any of its successors lies outside it (computed once per jump).
+  void prepare_replay(const Repeat& run) {
+    steps_.clear();
+    const RunBounds in{run};
+    for (const LogEntry& e : log_) {
+      const auto k = static_cast<std::size_t>(e.op);
+      bool outside = false;
+      if (e.start) {
+        for (int d : p_.ops[k].deps) outside |= !in(d);
+      }
+      steps_.push_back(ReplayStep{e.op, run.of(e.op).stride, e.time_s, e.start, outside});
+    }
+  }
+
+  // Replaying interval m meets every outside dependency it needs and releases no outside op. Only entries
+  // with outside dependencies, and completions (whose successors may lie outside), are looked at.
   bool replayable(const Repeat& run, int m) {
+    const RunBounds in{run};
     auto& pending = pending_;
     pending.clear();
-    for (const LogEntry& e : log_) {
-      const auto k = static_cast<std::size_t>(run.moved(e.op, m));
+    for (const ReplayStep& e : steps_) {
+      const auto k = static_cast<std::size_t>(e.op + m * e.stride);
       if (e.start) {
-        for (int d : p_.ops[k].deps)
-          if (!run.contains(d) && end_[static_cast<std::size_t>(d)] < 0) return false;
+        if (e.outside)
+          for (int d : p_.ops[k].deps)
+            if (!in(d) && end_[static_cast<std::size_t>(d)] < 0) return false;
         continue;
       }
       for (int s = succ_start_[k]; s < succ_start_[k + 1]; ++s) {
         const int succ = succ_[static_cast<std::size_t>(s)];
-        if (!run.contains(succ)) pending.push_back(succ);
+        if (!in(succ)) pending.push_back(succ);
       }
     }
-    std::sort(pending.begin(), pending.end());
+    if (pending.size() > 1) std::sort(pending.begin(), pending.end());
     for (std::size_t i = 0; i < pending.size();) {
       std::size_t j = i;
       while (j < pending.size() && pending[j] == pending[i]) ++j;
@@ -503,18 +540,18 @@ class Engine {
   }
 
   // Interval m's events: the recorded ones moved on by m iterations (what a start or a completion changes
-  // outside the running set; move_on() sets that set).
-  void replay(const Repeat& run, int m, double period) {
-    for (const LogEntry& e : log_) {
-      const int i = run.moved(e.op, m);
+  // outside the running set; move_on() sets that set). Nothing is marked startable: move_on() clears the
+  // marks, nothing more can start at the replay's end.
+  void replay(int m, double period) {
+    for (const ReplayStep& e : steps_) {
+      const int i = e.op + m * e.stride;
       const auto k = static_cast<std::size_t>(i);
-      const auto& op = p_.ops[k];
       now_ = e.time_s + m * period;
       if (e.start) {
         start_[k] = now_;
-        for (int b : op.allocs) alloc(b);
+        for (int b : p_.ops[k].allocs) alloc(b);
       } else {
-        retire(i);  // its marks are cleared by move_on(): nothing more can start at the replay's end
+        retire<false>(i);
       }
     }
   }
@@ -607,6 +644,7 @@ class Engine {
     sample(buf.device);
   }
 
+  template <bool Marks = true>
   void release(int b) {
     if (--refs_[static_cast<std::size_t>(b)] > 0) return;
     const auto& buf = p_.buffers[static_cast<std::size_t>(b)];
@@ -617,7 +655,8 @@ class Engine {
     } else {
       d.hbm_live -= buf.bytes;
       d.by_cat[static_cast<std::size_t>(buf.category)] -= buf.bytes;
-      for (int q : copy_queues_[static_cast<std::size_t>(buf.device)]) mark(q);  // held-back prefetches may fit now
+      if constexpr (Marks)
+        for (int q : copy_queues_[static_cast<std::size_t>(buf.device)]) mark(q);  // held-back prefetches may fit now
     }
     sample(buf.device);
   }
@@ -729,7 +768,8 @@ class Engine {
   }
 
   // What a completion changes besides the running set (also for a replayed one): its end, the totals, its
-  // frees, and the queues it may let start.
+  // frees, and (Marks) the queues it may let start.
+  template <bool Marks = true>
   [[gnu::always_inline]] void retire(int i) {
     auto k = static_cast<std::size_t>(i);
     const auto& op = p_.ops[k];
@@ -739,13 +779,15 @@ class Engine {
     r_.executed_flops += op.executed_flops;
     r_.bytes_sent[q] += op.bytes_sent;
     r_.last_end_s[q] = now_;
-    for (int b : op.releases) release(b);
-    if (lifts_[k] >= 0)  // a held-back prefetch's latest start has come
-      for (int cq : copy_queues_[static_cast<std::size_t>(lifts_[k])]) mark(cq);
-    mark(op.queue);
+    for (int b : op.releases) release<Marks>(b);
+    if constexpr (Marks) {
+      if (lifts_[k] >= 0)  // a held-back prefetch's latest start has come
+        for (int cq : copy_queues_[static_cast<std::size_t>(lifts_[k])]) mark(cq);
+      mark(op.queue);
+    }
     for (int s = succ_start_[k]; s < succ_start_[k + 1]; ++s) {
       const int succ = succ_[static_cast<std::size_t>(s)];
-      if (--unmet_[static_cast<std::size_t>(succ)] == 0) mark(op_queue_[static_cast<std::size_t>(succ)]);
+      if (--unmet_[static_cast<std::size_t>(succ)] == 0 && Marks) mark(op_queue_[static_cast<std::size_t>(succ)]);
     }
   }
 
@@ -946,6 +988,7 @@ class Engine {
   std::vector<Retry> retry_;
   std::vector<int>&anchor_of_ = scratch().anchor_of, &per_queue_ = scratch().per_queue, &pending_ = scratch().pending;
   std::vector<LogEntry>& log_ = scratch().log;   // the interval since the last iteration start
+  std::vector<ReplayStep>& steps_ = scratch().steps;  // log_ as replay steps (prepare_replay)
   std::vector<GateCheck>& gates_ = scratch().gates;
   Snapshot &before_ = scratch().before, &now_snap_ = scratch().now;
   std::vector<char> shift_busy_, shift_idle_;  // per queue / device: its open span moves with the replay

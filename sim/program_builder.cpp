@@ -8,6 +8,7 @@
 #include "hwmodels/json_view.hpp"
 #include "sim/comm.hpp"
 #include "sim/costs.hpp"
+#include "sim/instances.hpp"
 #include "sim/layer_plan.hpp"
 #include "sim/pipeline_schedule.hpp"
 
@@ -130,6 +131,12 @@ class Writer {
       op(op_id).deps.push_back(producer);
   }
   int add_buffer(double bytes, MemCategory c, bool host = false) { return p_.add_buffer(bytes, c, host, device_); }
+  // Ops from `first` on were copied in (sim/instances.hpp): their queues are noted, and the copy's last
+  // compute op becomes the last one.
+  void adopt(int first, int last_compute) {
+    for (int i = first; i < ops(); ++i) queue_of_.push_back(static_cast<std::uint16_t>(op(i).queue));
+    last_compute_ = last_compute;
+  }
 
  private:
   ProgramOp& emplace(int queue, double seconds, char phase, int layer) {
@@ -252,6 +259,8 @@ struct Scratch {
   std::vector<BackwardLayer> bwd;
   std::vector<TemplatePlan> plans;
   std::vector<std::size_t> layer_plan;
+  sim::LoopInstances loop;
+  std::vector<int> inputs, left;
 };
 Scratch& thread_scratch() {
   thread_local Scratch s;
@@ -551,11 +560,19 @@ class StageBuilder {
     for (auto& b : barrier) b.clear();
     barrier[0].push_back(layer_in_op);
     int input_buf = rec.input_buf;
+    auto& loop = scratch_.loop;
+    loop.start(static_cast<int>(n));
     for (std::int64_t i = 0; i < n; ++i) {
-      const int begin = w_.ops();
+      const sim::Mark begin = sim::mark(prog_);
       const int sync = param_sync.layers[at(first + i)];
-      forward_layer(first, i, input_buf, fwd, barrier, sync, previous_pass);
-      w_.mark_iteration(begin, mb == 0 ? sync : -1);  // the first forward through the layer owns its sync
+      forward_inputs(first, i, input_buf, fwd, barrier, sync, previous_pass);
+      const std::array<std::size_t, 2> had{barrier[at(i) + 1].size(), barrier[at(i) + 2].size()};
+      if (!copied_forward(first, i, fwd, barrier)) {
+        forward_layer(first, i, input_buf, fwd, barrier, sync, previous_pass);
+        forward_left(i, fwd, barrier, had);
+      }
+      if (copying()) loop.finish(static_cast<int>(i), sim::Span{begin, sim::mark(prog_)}, scratch_.inputs, scratch_.left);
+      w_.mark_iteration(begin.ops, mb == 0 ? sync : -1);  // the first forward through the layer owns its sync
       input_buf = fwd[at(i)].output_buf;
     }
     if (c.head) {
@@ -644,16 +661,25 @@ class StageBuilder {
     if (opt_.pipelined_collectives && n > 0) bwd[at(n - 1)].gather = gather_layer(last, previous_pass, 'b');
     std::vector<int> reduce_scatter(at(n), -1);
     const bool sync_layers = sync && multi(g_.grad_sync) && !split_weights();
+    auto& loop = scratch_.loop;
+    loop.start(static_cast<int>(n));
     for (std::int64_t i = n - 1; i >= 0; --i) {
-      const int begin = w_.ops();
-      auto [grad, rs] = backward_layer(first, i, rec, bwd, grad_carry, start, sync);
-      grad_carry = grad;
-      reduce_scatter[at(i)] = rs;
-      if (rs >= 0) {  // else its weight gradients come in a pass of their own
-        done.push_back(rs);
-        if (sync_layers && opt_.dp_overlap) done.push_back(grad_sync(plan(first + i).grad_sync, rs, -1, first + i));
+      const sim::Mark begin = sim::mark(prog_);
+      const int step = static_cast<int>(n - 1 - i);  // the loop runs the layers in reverse
+      backward_inputs(first, i, rec, bwd, grad_carry, start);
+      const std::size_t had = done.size();
+      if (!copied_backward(first, i, step, bwd, grad_carry, reduce_scatter, done)) {
+        auto [grad, rs] = backward_layer(first, i, rec, bwd, grad_carry, start, sync);
+        grad_carry = grad;
+        reduce_scatter[at(i)] = rs;
+        if (rs >= 0) {  // else its weight gradients come in a pass of their own
+          done.push_back(rs);
+          if (sync_layers && opt_.dp_overlap) done.push_back(grad_sync(plan(first + i).grad_sync, rs, -1, first + i));
+        }
+        backward_left(i, bwd, grad_carry, rs, done, had);
       }
-      w_.mark_iteration(begin);
+      if (copying()) loop.finish(step, sim::Span{begin, sim::mark(prog_)}, scratch_.inputs, scratch_.left);
+      w_.mark_iteration(begin.ops);
     }
     // The last iterations' scatters are due at the end of the pass: its final op waits for them and frees
     // their gradients (the embedding's scatter, or the send).
@@ -751,6 +777,127 @@ class StageBuilder {
     w_.op(id).deps.push_back(after_rs);
     if (after >= 0) w_.op(id).deps.push_back(after);
     return id;
+  }
+
+  // ---- Layer iterations copied rather than built (sim/instances.hpp). ----
+  // An iteration is a function of what it reads (its inputs: buffers and ops of earlier iterations, the
+  // body's shape) and of its layer's plan: where three iterations and the inputs of the next continue one
+  // another with one plan, the next is the last one moved on. Not when naming ops (names carry the layer),
+  // when weights are kept across micro-batches (their gathers are shared), or for split weight gradients.
+  bool copying() const { return opt_.fast_forward && !w_.naming() && opt_.reshard_weights && !split_weights(); }
+  // Layer first + i and the up to six before it in the loop (`dir` +1: forward, -1: backward, which runs
+  // the layers in reverse) have one plan, and at least three come before it: what a copy looks back on.
+  bool same_plan_back(std::int64_t first, std::int64_t i, std::int64_t n, int dir) const {
+    const std::int64_t back = dir > 0 ? i : n - 1 - i;  // iterations before this one
+    if (back < 3) return false;
+    for (std::int64_t k = 1; k <= std::min<std::int64_t>(6, back); ++k)
+      if (c_.layer_plan[at(first + i - dir * k)] != c_.layer_plan[at(first + i)]) return false;
+    return true;
+  }
+
+  void forward_inputs(std::int64_t first, std::int64_t i, int input_buf, const std::vector<ForwardLayer>& fwd,
+                      const std::vector<std::vector<int>>& barrier, int sync, int previous_pass) {
+    auto& in = scratch_.inputs;
+    in.clear();
+    if (!copying()) return;
+    const std::int64_t lag = opt_.pipelined_collectives ? 2 : 1;
+    const std::size_t done_by = opt_.lhs && opt_.pipelined_transfers ? at(i + 2) : c_.fwd_body_end[at(first + i)] - at(first);
+    in.assign({input_buf, sync, previous_pass, i >= lag, i >= lag ? fwd[at(i - lag)].last : previous_pass,
+               static_cast<int>(done_by) - static_cast<int>(i), w_.last_compute(), static_cast<int>(barrier[at(i)].size())});
+    in.insert(in.end(), barrier[at(i)].begin(), barrier[at(i)].end());
+  }
+  // What forward iteration i leaves: its record, the stream's last compute op, what it added to the next
+  // two iterations' barriers (each list had `had` entries before it).
+  void forward_left(std::int64_t i, const std::vector<ForwardLayer>& fwd, const std::vector<std::vector<int>>& barrier,
+                    const std::array<std::size_t, 2>& had) {
+    auto& left = scratch_.left;
+    left.clear();
+    if (!copying()) return;
+    const ForwardLayer& st = fwd[at(i)];
+    left.assign({st.last, st.output_buf, w_.last_compute()});
+    for (const auto* v : {&st.buf, &st.host_buf, &st.d2h}) left.insert(left.end(), v->begin(), v->end());
+    for (std::size_t o = 0; o < 2; ++o) {
+      const auto& b = barrier[at(i) + 1 + o];
+      left.push_back(static_cast<int>(b.size() - had[o]));
+      left.insert(left.end(), b.begin() + static_cast<std::ptrdiff_t>(had[o]), b.end());
+    }
+  }
+  bool copied_forward(std::int64_t first, std::int64_t i, std::vector<ForwardLayer>& fwd, std::vector<std::vector<int>>& barrier) {
+    if (!copying() || !same_plan_back(first, i, static_cast<std::int64_t>(fwd.size()), 1)) return false;
+    const int begin = w_.ops();
+    const int period = scratch_.loop.period(prog_, static_cast<int>(i), scratch_.inputs);
+    auto& left = scratch_.left;
+    if (period == 0 || !scratch_.loop.copy(prog_, static_cast<int>(i), period, left)) return false;
+    ForwardLayer& st = fwd[at(i)];
+    const std::size_t nt = g_.layer(first + i).tensors.size();
+    auto it = left.begin();
+    st.last = *it++;
+    st.output_buf = *it++;
+    const int last_compute = *it++;
+    for (auto* v : {&st.buf, &st.host_buf, &st.d2h}) {
+      v->assign(it, it + static_cast<std::ptrdiff_t>(nt));
+      it += static_cast<std::ptrdiff_t>(nt);
+    }
+    for (std::size_t o = 0; o < 2; ++o)
+      for (int count = *it++; count > 0; --count) barrier[at(i) + 1 + o].push_back(*it++);
+    w_.adopt(begin, last_compute);
+    return true;
+  }
+
+  void backward_inputs(std::int64_t first, std::int64_t i, const ChunkRecord& rec, const std::vector<BackwardLayer>& bwd,
+                       int grad_in, int backward_start) {
+    auto& in = scratch_.inputs;
+    in.clear();
+    if (!copying()) return;
+    const std::int64_t n = static_cast<std::int64_t>(bwd.size());
+    const bool due = i + reduce_scatter_lag() < n;
+    const std::int64_t body = static_cast<std::int64_t>(c_.bwd_body_first[at(first + i)]) - first;
+    const BackwardLayer& me = bwd[at(i)];
+    in.assign({grad_in, backward_start, w_.last_compute(), i >= 1, i + 1 < n, i + 1 < n ? bwd[at(i + 1)].last : -1,
+               me.gather.op, me.gather.buf, due, due ? bwd[at(i + reduce_scatter_lag())].reduce_scatter : -1,
+               due ? bwd[at(i + reduce_scatter_lag())].grad_buf : -1, static_cast<int>(body - i),
+               body != i ? bwd[at(body)].iteration_start : -1});
+    const ForwardLayer& f = rec.layers[at(i)];
+    for (const auto* v : {&f.buf, &f.host_buf, &f.d2h}) in.insert(in.end(), v->begin(), v->end());
+  }
+  // What backward iteration i leaves: its record, the next layer's gather it issued, the gradient it
+  // passes on, its reduce-scatter, the stream's last compute op, and what it added to `done` (from `had`).
+  void backward_left(std::int64_t i, const std::vector<BackwardLayer>& bwd, int grad_out, int rs, const std::vector<int>& done,
+                     std::size_t had) {
+    auto& left = scratch_.left;
+    left.clear();
+    if (!copying()) return;
+    const BackwardLayer& me = bwd[at(i)];
+    const Gather next = i >= 1 ? bwd[at(i - 1)].gather : Gather{};
+    left.assign({me.iteration_start, me.last, me.reduce_scatter, me.grad_buf, me.gather.op, me.gather.buf, next.op, next.buf,
+                 grad_out, rs, w_.last_compute(), static_cast<int>(done.size() - had)});
+    left.insert(left.end(), done.begin() + static_cast<std::ptrdiff_t>(had), done.end());
+  }
+  bool copied_backward(std::int64_t first, std::int64_t i, int step, std::vector<BackwardLayer>& bwd, int& grad_carry,
+                       std::vector<int>& reduce_scatter, std::vector<int>& done) {
+    if (!copying() || !same_plan_back(first, i, static_cast<std::int64_t>(bwd.size()), -1)) return false;
+    // With pipelined collectives it also gathers the next layer's weights: that layer's plan too.
+    if (i >= 1 && c_.layer_plan[at(first + i - 1)] != c_.layer_plan[at(first + i)]) return false;
+    const int begin = w_.ops();
+    const int period = scratch_.loop.period(prog_, step, scratch_.inputs);
+    auto& left = scratch_.left;
+    if (period == 0 || !scratch_.loop.copy(prog_, step, period, left)) return false;
+    BackwardLayer& me = bwd[at(i)];
+    auto it = left.begin();
+    me.iteration_start = *it++;
+    me.last = *it++;
+    me.reduce_scatter = *it++;
+    me.grad_buf = *it++;
+    me.gather.op = *it++;
+    me.gather.buf = *it++;
+    const Gather next{*it++, *it++};
+    if (i >= 1) bwd[at(i - 1)].gather = next;
+    grad_carry = *it++;
+    reduce_scatter[at(i)] = *it++;
+    const int last_compute = *it++;
+    for (int count = *it++; count > 0; --count) done.push_back(*it++);
+    w_.adopt(begin, last_compute);
+    return true;
   }
 
   // Layer first + i of a forward pass: fills fwd[i] (its lists keep their capacity between steps).

@@ -47,6 +47,14 @@ class SmallVec {
   const T& operator[](std::size_t i) const { return data()[i]; }
   T& back() { return data()[size_ - 1]; }
   void clear() { size_ = 0; }
+  // Entry i becomes a[i] + (a[i] - b[i]) (a and b of one size): a list of ids moved on by the step from b to a.
+  void assign_stepped(const SmallVec& a, const SmallVec& b) {
+    if (a.size_ > cap_) grow(a.size_);
+    T* out = data();
+    const T *x = a.data(), *y = b.data();
+    for (std::uint32_t i = 0; i < a.size_; ++i) out[i] = 2 * x[i] - y[i];
+    size_ = a.size_;
+  }
 
  private:
   void assign(const T* first, const T* last) {

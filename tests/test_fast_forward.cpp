@@ -9,6 +9,7 @@
 #include "planner/reproduce.hpp"
 #include "sim/engine.hpp"
 #include "sim/program_builder.hpp"
+#include "random_configs.hpp"
 
 using namespace hbmsim;
 using namespace hbmsim::sim;
@@ -119,6 +120,115 @@ TEST_CASE("every built-in configuration simulates the same with and without fast
       check_same(ff, run_program(p, true, false));
     }
   }
+}
+
+namespace {
+
+// Two programs are the same op for op, buffer for buffer.
+void check_same_program(const Program& a, const Program& b) {
+  REQUIRE(a.ops.size() == b.ops.size());
+  REQUIRE(a.buffers.size() == b.buffers.size());
+  CHECK(a.uses.size() == b.uses.size());
+  REQUIRE(a.gate_lifts.size() == b.gate_lifts.size());
+  REQUIRE(a.queues.size() == b.queues.size());
+  REQUIRE(a.resources.size() == b.resources.size());
+  std::size_t differing = 0, first = a.ops.size();
+  for (std::size_t i = 0; i < a.ops.size(); ++i) {
+    const ProgramOp &x = a.ops[i], &y = b.ops[i];
+    const bool same = x.queue == y.queue && x.seconds == y.seconds && x.executed_flops == y.executed_flops &&
+                      x.bytes_sent == y.bytes_sent && x.gate_bytes == y.gate_bytes && x.priority == y.priority &&
+                      x.layer == y.layer && x.memory_bound == y.memory_bound && x.phase == y.phase &&
+                      x.use_begin == y.use_begin && x.use_count == y.use_count &&
+                      std::vector<int>(x.deps.begin(), x.deps.end()) == std::vector<int>(y.deps.begin(), y.deps.end()) &&
+                      std::vector<int>(x.allocs.begin(), x.allocs.end()) == std::vector<int>(y.allocs.begin(), y.allocs.end()) &&
+                      std::vector<int>(x.releases.begin(), x.releases.end()) == std::vector<int>(y.releases.begin(), y.releases.end());
+    if (!same) {
+      ++differing;
+      first = std::min(first, i);
+    }
+  }
+  INFO("first differing op " << first);
+  CHECK(differing == 0);
+  for (std::size_t u = 0; u < std::min(a.uses.size(), b.uses.size()); ++u) {
+    CHECK(a.uses[u].resource == b.uses[u].resource);
+    CHECK(a.uses[u].bytes_per_s == b.uses[u].bytes_per_s);
+  }
+  for (std::size_t k = 0; k < a.buffers.size(); ++k) {
+    CHECK(a.buffers[k].bytes == b.buffers[k].bytes);
+    CHECK(a.buffers[k].category == b.buffers[k].category);
+    CHECK(a.buffers[k].host == b.buffers[k].host);
+    CHECK(a.buffers[k].device == b.buffers[k].device);
+  }
+  for (std::size_t k = 0; k < a.gate_lifts.size(); ++k) {
+    CHECK(a.gate_lifts[k].op == b.gate_lifts[k].op);
+    CHECK(a.gate_lifts[k].after == b.gate_lifts[k].after);
+  }
+  REQUIRE(a.iterations.size() == b.iterations.size());
+  for (std::size_t k = 0; k < a.iterations.size(); ++k) {
+    CHECK(a.iterations[k].first == b.iterations[k].first);
+    CHECK(a.iterations[k].end == b.iterations[k].end);
+    CHECK(a.iterations[k].side_first == b.iterations[k].side_first);
+  }
+  CHECK(a.resident == b.resident);
+  CHECK(a.hbm_limit_bytes == b.hbm_limit_bytes);
+}
+
+}  // namespace
+
+// The builder copies repeating layer iterations (sim/instances.hpp) unless asked for the plain build: the
+// program must be the one it builds iteration by iteration, on every built-in configuration and on the
+// schedule switches that change a layer's shape.
+TEST_CASE("layer iterations copied rather than built give the program built layer by layer", "[engine][fast_forward]") {
+  std::vector<std::pair<std::string, RunConfig>> configs;
+  for (auto& r : load_reference_runs()) configs.emplace_back(r.id, r.config);
+  configs.emplace_back("llama405b tp8 cp2", bench_llama405b_tp_cp());
+  configs.emplace_back("llama405b pp8 x 16", bench_llama405b_pp());
+  configs.emplace_back("llama 8B shape", bench_scaling_base());
+  RunConfig db = bench_scaling_base();
+  db.double_buffering = true;
+  configs.emplace_back("llama 8B double-buffered", db);
+  RunConfig pipelined = bench_scaling_base();
+  pipelined.pipelined_transfers = true;
+  pipelined.grad_accum = 2;
+  configs.emplace_back("llama 8B pipelined transfers, 2 micro-steps", pipelined);
+  RunConfig nolhs = bench_scaling_base();
+  nolhs.lhs = false;
+  nolhs.pipelined_collectives = false;
+  configs.emplace_back("llama 8B without LHS", nolhs);
+  for (auto& [name, c] : configs) {
+    SECTION(name) {
+      auto run = prepare_run(c);
+      SimOptions plain = run.options;
+      plain.fast_forward = false;
+      const Program copied = build_program(run.graph, run.system, run.policy, run.options);
+      const Program built = build_program(run.graph, run.system, run.policy, plain);
+      check_same_program(copied, built);
+    }
+  }
+}
+
+// The same over seeded random layouts, policies (per-layer offload counts among them), schedule switches
+// and pipelines: a copy the builder should not have made shows up as a program that differs.
+TEST_CASE("copied layer iterations match the built ones over random configurations", "[engine][fast_forward][invariants]") {
+  std::mt19937 rng(2026);
+  int checked = 0, tries = 0;
+  while (checked < 160 && tries++ < 4000) {
+    RunConfig c = checked % 4 == 3 ? test::random_pipeline(rng) : test::random_config(rng);
+    if (checked % 3 == 1) c.offload_layers = test::pick<std::int64_t>(rng, {1, 5, 12, 20});
+    PreparedRun run;
+    try {
+      run = prepare_run(c);
+    } catch (const InputError&) {
+      continue;
+    }
+    ++checked;
+    INFO(c.to_json().dump());
+    SimOptions plain = run.options;
+    plain.fast_forward = false;
+    check_same_program(build_program(run.graph, run.system, run.policy, run.options),
+                       build_program(run.graph, run.system, run.policy, plain));
+  }
+  CHECK(checked == 160);
 }
 
 TEST_CASE("fast-forward replays most of a long loop: the 405B reference run", "[engine][fast_forward]") {

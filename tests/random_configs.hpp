@@ -1,0 +1,71 @@
+// Seeded random configurations for the property tests (tests/test_invariants.cpp, test_fast_forward.cpp).
+#pragma once
+#include <random>
+#include <string>
+#include <vector>
+
+#include "planner/run_config.hpp"
+
+namespace test {
+
+using hbmsim::RunConfig;
+
+template <class T>
+const T& pick(std::mt19937& rng, const std::vector<T>& xs) {
+  return xs[std::uniform_int_distribution<std::size_t>(0, xs.size() - 1)(rng)];
+}
+
+// A random run: model, system, layout, batch, policy and every schedule switch. Some draws are bad input
+// (a degree that does not divide); the caller skips those.
+inline RunConfig random_config(std::mt19937& rng) {
+  RunConfig c;
+  c.model = pick<std::string>(rng, {"llama3.1-8b", "llama3.1-8b", "llama3.1-70b", "llama3.1-405b", "deepseek-v3-671b"});
+  c.system = pick<std::string>(rng, {"gb200-nvl72", "gb300-nvl72", "vr-nvl144", "h100-hgx", "h200-hgx"});
+  const bool moe = c.model == "deepseek-v3-671b";
+  c.gpus = pick<std::int64_t>(rng, moe ? std::vector<std::int64_t>{64, 128, 256} : std::vector<std::int64_t>{8, 16, 32, 64, 128});
+  c.tp = pick<std::int64_t>(rng, {1, 1, 2, 4, 8});
+  c.cp = pick<std::int64_t>(rng, {1, 1, 2, 4});
+  c.dp = pick<std::int64_t>(rng, {1, 1, 2, 4});
+  if (moe) c.ep = pick<std::int64_t>(rng, {1, 8, 16, 32, 64});
+  c.seq = pick<std::int64_t>(rng, {1024, 2048, 4096, 8192});
+  c.batch = pick<double>(rng, {0.25, 0.5, 1, 1, 2, 4});
+  c.grad_accum = pick<std::int64_t>(rng, {1, 1, 2});
+  c.policy = pick<std::string>(rng, {"full", "minimal", "minimal_with_context", "save_qkv_proj", "qkv_proj_offloaded",
+                                     "minimal_offloaded"});
+  c.weights = pick<std::string>(rng, {"bf16", "fp8", "nvfp4"});
+  auto coin = [&] { return std::uniform_int_distribution<int>(0, 1)(rng) == 1; };
+  c.lhs = coin();
+  c.pipelined_transfers = coin();
+  c.double_buffering = coin();
+  c.sequence_parallel = moe || coin();
+  c.tp_comm_overlap = coin();
+  c.dp_overlap = coin();
+  c.sharded_optimizer = coin();
+  c.cp_exchange = coin() ? "ring" : "all_gather";
+  c.cp_shards_weights = coin();
+  c.mesh_order = coin() ? "maxtext" : "megatron";
+  c.calibration = coin() ? "gb200-fitted" : "";
+  return c;
+}
+
+// A random pipelined run: the random layout with 2-8 stages, a schedule, interleaving and micro-batches.
+inline RunConfig random_pipeline(std::mt19937& rng) {
+  RunConfig c = random_config(rng);
+  c.pp = pick<std::int64_t>(rng, {2, 4, 8});
+  c.pp_schedule = pick<std::string>(rng, {"1f1b", "1f1b", "gpipe", "zb-h1"});
+  c.vp = c.pp_schedule == "1f1b" ? pick<std::int64_t>(rng, {1, 2}) : 1;
+  c.microbatches = c.pp * pick<std::int64_t>(rng, {1, 2});
+  c.grad_accum = 1;
+  c.batch = static_cast<double>(c.microbatches) / static_cast<double>(c.pp) * pick<double>(rng, {0.5, 1, 2});
+  // Llama 405B's 126 and DeepSeek-V3's 61 layers split with the embedding and loss as layers, or unevenly.
+  if (c.model == "llama3.1-405b") c.embedding_as_layer = c.loss_as_layer = true;
+  if (c.model == "deepseek-v3-671b") {
+    c.vp = 1;
+    c.first_stage_layers = 61 - 15 * (c.pp - 1);
+  }
+  c.stage_policies.clear();
+  return c;
+}
+
+
+}  // namespace test
