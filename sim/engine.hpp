@@ -99,6 +99,9 @@ struct Program {
   struct Iteration {
     int first, end;
     int side_first = -1, side_end = -1;  // none: -1
+    // > 0: the builder emitted it as the iteration that many back moved on (sim/instances.hpp), which
+    // continues the two before it at that period; the engine then checks only what a copy cannot vouch for.
+    int copy_of = 0;
   };
   std::vector<Iteration> iterations;
   std::vector<int> resident;            // buffers alive for the whole step (allocated at t = 0, never freed)

@@ -48,6 +48,8 @@ class LoopInstances {
   bool copy(Program& p, int i, int period, std::vector<int>& left);
   // Records iteration i (built or copied): its span, inputs and what it left.
   void finish(int i, const Span& span, const std::vector<int>& inputs, const std::vector<int>& left);
+  // The period iteration i was copied at (0: built).
+  int copied_at(int i) const { return its_[static_cast<std::size_t>(i)].copied_at; }
 
  private:
   struct Iteration {

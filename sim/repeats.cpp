@@ -27,6 +27,20 @@ class RunCheck {
     }
     return true;
   }
+  // The same, knowing that iteration i repeats i - 1 and that the builder emitted i and i + 1 as copies
+  // (Repeats::copied): their fields equal i - 1's, and every reference and priority moves by the step it
+  // moved from i - 1 to i, so a reference that was in the run moves with it. What a copy cannot vouch for is
+  // compared: references that were outside the run stay outside, and buffers are of one kind (allocated by
+  // the matching op, released as often). The side ops were not copied: they get the full comparison.
+  bool next_repeats_copied(int i) const {
+    const int base = run_.main.first + i * run_.main.stride;
+    for (int r = 0; r < run_.main.stride; ++r)
+      if (!same_copied_op(base + r, base + r + run_.main.stride)) return false;
+    const Segment& s = run_.side;
+    for (int r = 0; r < s.stride; ++r)
+      if (!same_op(s.first + i * s.stride + r, s.first + (i + 1) * s.stride + r)) return false;
+    return true;
+  }
 
  private:
   // An op reference of x and the matching one of x's counterpart an iteration on.
@@ -42,6 +56,24 @@ class RunCheck {
     const int ma = alloc_op_[static_cast<std::size_t>(a)], mb = alloc_op_[static_cast<std::size_t>(b)];
     if (ma == kMany || mb == kMany) return false;
     return ma >= 0 && run_.contains(ma) ? mb == run_.moved(ma, 1) : mb < 0 || !run_.contains(mb);
+  }
+
+  bool same_copied_op(int x, int y) const {
+    const ProgramOp &a = p_.ops[static_cast<std::size_t>(x)], &b = p_.ops[static_cast<std::size_t>(y)];
+    for (std::size_t d = 0; d < a.deps.size(); ++d)
+      if (!run_.contains(a.deps[d]) && run_.contains(b.deps[d])) return false;
+    const int ga = gate_after_[static_cast<std::size_t>(x)], gb = gate_after_[static_cast<std::size_t>(y)];
+    if (ga >= 0 && !run_.contains(ga) && run_.contains(gb)) return false;
+    return same_buffers(x, y, a, b);
+  }
+  bool same_buffers(int x, int y, const ProgramOp& a, const ProgramOp& b) const {
+    for (std::size_t k = 0; k < a.allocs.size(); ++k)
+      if (!same_buffer(a.allocs[k], b.allocs[k]) || alloc_op_[static_cast<std::size_t>(a.allocs[k])] != x ||
+          alloc_op_[static_cast<std::size_t>(b.allocs[k])] != y)
+        return false;
+    for (std::size_t k = 0; k < a.releases.size(); ++k)
+      if (!same_buffer_ref(a.releases[k], b.releases[k])) return false;
+    return true;
   }
 
   bool same_op(int x, int y) const {
@@ -64,13 +96,7 @@ class RunCheck {
       if (!same_ref(a.deps[d], b.deps[d])) return false;
     const int ga = gate_after_[static_cast<std::size_t>(x)], gb = gate_after_[static_cast<std::size_t>(y)];
     if ((ga < 0) != (gb < 0) || (ga >= 0 && !same_ref(ga, gb))) return false;
-    for (std::size_t k = 0; k < a.allocs.size(); ++k)
-      if (!same_buffer(a.allocs[k], b.allocs[k]) || alloc_op_[static_cast<std::size_t>(a.allocs[k])] != x ||
-          alloc_op_[static_cast<std::size_t>(b.allocs[k])] != y)
-        return false;
-    for (std::size_t k = 0; k < a.releases.size(); ++k)
-      if (!same_buffer_ref(a.releases[k], b.releases[k])) return false;
-    return true;
+    return same_buffers(x, y, a, b);
   }
 
   const Program& p_;
@@ -105,7 +131,8 @@ void Repeats::find(const Program& p, const std::vector<int>& gate_after) {
     for (int group = 1; group <= 4; ++group) {
       bool found = false;
       for (int offset = 0; offset < group && !found; ++offset) {
-        Repeat run{{f.first + offset * stride, group * stride}, {f.side_first + offset * side, group * side}, (count - offset) / group};
+        Repeat run{{f.first + offset * stride, group * stride}, {f.side_first + offset * side, group * side}, (count - offset) / group,
+                   static_cast<int>(b) - count + offset, group};
         if (run.count < kMinIterations) continue;
         runs_.push_back(run);
         known_.emplace_back(static_cast<std::size_t>(run.count), 0);
@@ -148,9 +175,20 @@ bool Repeats::repeats_previous(int r, int i) {
       }
     }
     RunCheck check(*p_, releases_, *gate_after_, alloc_op_, runs_[static_cast<std::size_t>(r)], priority_step_[static_cast<std::size_t>(r)]);
-    k = check.next_repeats(i - 1) ? 1 : 2;
+    const bool previous = i >= 2 && known_[static_cast<std::size_t>(r)][static_cast<std::size_t>(i - 1)] == 1;
+    k = (previous && copied(r, i) ? check.next_repeats_copied(i - 1) : check.next_repeats(i - 1)) ? 1 : 2;
   }
   return k == 1;
+}
+
+bool Repeats::copied(int r, int i) const {
+  const Repeat& run = runs_[static_cast<std::size_t>(r)];
+  const int first = run.first_iteration + (i - 1) * run.group;
+  const int period = p_->iterations[static_cast<std::size_t>(first)].copy_of;
+  if (period <= 0 || run.group % period != 0) return false;
+  for (int k = first; k < first + 2 * run.group; ++k)
+    if (p_->iterations[static_cast<std::size_t>(k)].copy_of != period) return false;
+  return true;
 }
 
 }  // namespace hbmsim::sim

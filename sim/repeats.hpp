@@ -21,6 +21,7 @@ struct Segment {
 struct Repeat {
   Segment main, side;
   int count = 0;
+  int first_iteration = 0, group = 1;  // Program::iterations[first_iteration ...], `group` per iteration
 
   // 0: main, 1: side, -1: not in the run.
   int segment(int op) const {
@@ -55,6 +56,9 @@ class Repeats {
 
  private:
   bool repeats_previous(int r, int i);
+  // Iterations i - 1 and i of run r are builder copies at a period dividing the run's group
+  // (Program::Iteration::copy_of), so that i - 2, i - 1 and i continue one another.
+  bool copied(int r, int i) const;
   const Program* p_ = nullptr;
   const std::vector<int>* gate_after_ = nullptr;
   std::vector<Repeat> runs_;
