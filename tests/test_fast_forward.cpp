@@ -95,6 +95,28 @@ TEST_CASE("a memory gate that closes part-way through a loop stops the replay wh
   CHECK(plain.end_time_s > 20.5e-3);
 }
 
+TEST_CASE("iterations marked as builder copies are still checked for what a copy cannot vouch for", "[engine][fast_forward]") {
+  // The gated loop: each copy waits for 0.5 GB of headroom under a 2.9 GB limit, which it has (2 GB live
+  // while layer i + 1 runs). Iterations 3 on are marked as copies (Program::Iteration::copy_of), and layer
+  // 12's buffer is also released by an op after the loop, so its copy no longer frees it: from layer 13 on
+  // 3 GB are live and every copy is held back until nothing else runs. By hand: layers end at 20 ms with
+  // buffers 12-19 live (8 GB), the seven held copies are forced one after another (3.5 ms), then the 1 ms
+  // op: 24.5 ms. A repeat check that trusted the marks would replay the ungated copies past layer 12.
+  Program p = layer_loop(20, 1e9, false, 0.5e9, 2.9e9);
+  for (std::size_t i = 3; i < p.iterations.size(); ++i) p.iterations[i].copy_of = 1;
+  const int layer12 = p.iterations[12].first;
+  ProgramOp tail(kComputeQueue, 1e-3);
+  tail.deps.push_back(static_cast<int>(p.ops.size()) - 1);
+  tail.releases.push_back(p.ops[static_cast<std::size_t>(layer12)].allocs[0]);
+  p.add(tail);
+  const auto ff = run_program(p, true, true);
+  const auto plain = run_program(p, true, false);
+  CHECK(plain.memory[0].hbm_peak_bytes == Approx(8e9));
+  CHECK(plain.end_time_s == Approx(24.5e-3));
+  check_same(ff, plain);
+  CHECK(ff.replayed_iterations > 0);  // the iterations before layer 12 repeat
+}
+
 TEST_CASE("a loop whose body holds two different layers is replayed two layers at a time", "[engine][fast_forward]") {
   Program p = layer_loop(24, 1e9, false);
   for (std::size_t i = 0; i < p.ops.size(); i += 4) p.ops[i].seconds = 2e-3;  // every other layer is longer
@@ -208,7 +230,8 @@ TEST_CASE("layer iterations copied rather than built give the program built laye
 }
 
 // The same over seeded random layouts, policies (per-layer offload counts among them), schedule switches
-// and pipelines: a copy the builder should not have made shows up as a program that differs.
+// and pipelines: a copy the builder should not have made shows up as a program that differs, one the engine
+// should not have trusted as results that differ.
 TEST_CASE("copied layer iterations match the built ones over random configurations", "[engine][fast_forward][invariants]") {
   std::mt19937 rng(2026);
   int checked = 0, tries = 0;
@@ -225,8 +248,12 @@ TEST_CASE("copied layer iterations match the built ones over random configuratio
     INFO(c.to_json().dump());
     SimOptions plain = run.options;
     plain.fast_forward = false;
-    check_same_program(build_program(run.graph, run.system, run.policy, run.options),
-                       build_program(run.graph, run.system, run.policy, plain));
+    const Program copied = build_program(run.graph, run.system, run.policy, run.options);
+    const Program built = build_program(run.graph, run.system, run.policy, plain);
+    check_same_program(copied, built);
+    // The engine trusts a copy for part of its repeat check (Repeats::copied): fast-forwarding the copied
+    // program gives what simulating every event of the built one does.
+    check_same(run_program(copied, false, true), run_program(built, false, false));
   }
   CHECK(checked == 160);
 }
