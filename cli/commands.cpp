@@ -196,7 +196,8 @@ void register_commands(CLI::App& app) {
     cmd->add_flag("--json", *json, "Print the report as one JSON object");
     cmd->add_option("--trace", *trace, "Write a Chrome/Perfetto trace JSON to this file");
     cmd->add_flag("--no-fast-forward", *every_event,
-                  "Simulate every event of repeating layer iterations instead of replaying them (same results)");
+                  "Build every layer iteration and simulate every event instead of copying and replaying repeating "
+                  "ones (same results)");
     cmd->callback([flags, json, trace, every_event] {
       auto res = simulate_resolved(resolve_run_flags(*flags), !trace->empty(), !*every_event);
       print_warnings(res.warnings);

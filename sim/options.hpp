@@ -28,7 +28,8 @@ struct SimOptions {
   // streams them through HBM (or runs where they are, with optimizer_offload host).
   bool parameter_offload = false;
   bool record_trace = false;
-  // Replay repeating layer iterations instead of simulating their events (sim/engine.hpp; same results).
+  // Copy repeating layer iterations instead of building them (sim/instances.hpp) and replay their events
+  // instead of simulating them (sim/engine.hpp); same program, same results. Off: the plain run.
   bool fast_forward = true;
 };
 

@@ -127,6 +127,23 @@ void Repeats::find(const Program& p, const std::vector<int>& gate_after) {
     const int count = static_cast<int>(b - a);
     a = b;
     if (stride <= 0 || count < kMinIterations) continue;
+    // Where the builder copied iterations (Program::Iteration::copy_of; the last copies of a stretch are
+    // looked at), they repeat at its period: taken without a check (each replay checks what it relies on).
+    std::size_t last_copy = b - 1;
+    while (last_copy > b - static_cast<std::size_t>(count) && its[last_copy].copy_of == 0) --last_copy;
+    if (const int period = its[last_copy].copy_of;
+        period > 0 && period <= 4 && last_copy > b - static_cast<std::size_t>(count) && its[last_copy - 1].copy_of == period) {
+      runs_.push_back(Repeat{{f.first, period * stride}, {f.side_first, period * side}, count / period,
+                             static_cast<int>(b) - count, period});
+      known_.emplace_back(static_cast<std::size_t>(count / period), 0);
+      priority_step_.emplace_back(p.resources.size(), kUnset);
+      if (runs_.back().count < kMinIterations) {
+        runs_.pop_back();
+        known_.pop_back();
+        priority_step_.pop_back();
+      }
+      continue;
+    }
     // The grouping whose middle iterations repeat: single iterations first.
     for (int group = 1; group <= 4; ++group) {
       bool found = false;
