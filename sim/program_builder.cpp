@@ -802,9 +802,13 @@ class StageBuilder {
     in.clear();
     if (!copying()) return;
     const std::int64_t lag = opt_.pipelined_collectives ? 2 : 1;
+    // Where its copies are due (the loop body's end) matters only to a layer that offloads.
+    const auto& placement = plan(first + i).placement;
+    const bool offloads = std::find(placement.begin(), placement.end(), Placement::offload) != placement.end();
     const std::size_t done_by = opt_.lhs && opt_.pipelined_transfers ? at(i + 2) : c_.fwd_body_end[at(first + i)] - at(first);
     in.assign({input_buf, sync, previous_pass, i >= lag, i >= lag ? fwd[at(i - lag)].last : previous_pass,
-               static_cast<int>(done_by) - static_cast<int>(i), w_.last_compute(), static_cast<int>(barrier[at(i)].size())});
+               offloads ? static_cast<int>(done_by) - static_cast<int>(i) : 0, w_.last_compute(),
+               static_cast<int>(barrier[at(i)].size())});
     in.insert(in.end(), barrier[at(i)].begin(), barrier[at(i)].end());
   }
   // What forward iteration i leaves: its record, the stream's last compute op, what it added to the next
@@ -852,7 +856,11 @@ class StageBuilder {
     if (!copying()) return;
     const std::int64_t n = static_cast<std::int64_t>(bwd.size());
     const bool due = i + reduce_scatter_lag() < n;
-    const std::int64_t body = static_cast<std::int64_t>(c_.bwd_body_first[at(first + i)]) - first;
+    // The loop body's start matters only to prefetches LHS hoists there (offloaded tensors, not pipelined).
+    const auto& placement = plan(first + i).placement;
+    const bool hoists = opt_.lhs && !opt_.pipelined_transfers &&
+                        std::find(placement.begin(), placement.end(), Placement::offload) != placement.end();
+    const std::int64_t body = hoists ? static_cast<std::int64_t>(c_.bwd_body_first[at(first + i)]) - first : i;
     const BackwardLayer& me = bwd[at(i)];
     in.assign({grad_in, backward_start, w_.last_compute(), i >= 1, i + 1 < n, i + 1 < n ? bwd[at(i + 1)].last : -1,
                me.gather.op, me.gather.buf, due, due ? bwd[at(i + reduce_scatter_lag())].reduce_scatter : -1,
