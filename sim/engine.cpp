@@ -154,6 +154,12 @@ struct RunBounds {
   bool operator()(int op) const { return (op >= main_first && op < main_end) || (op >= side_first && op < side_end); }
 };
 
+// A device's highest live memory within the first replayed interval, when, and by category then.
+struct Excursion {
+  double hbm_bytes = 0, host_bytes = 0, time_s = 0;
+  std::array<double, kMemCategories> by_cat{};
+};
+
 struct Scratch {
   std::vector<Flow> flows, sharing;
   std::vector<int> unmet, op_queue, succ_start, succ, refs, fill, active, active_pos, finished, unfrozen, zero, zeros, lifts, gate_after;
@@ -170,6 +176,8 @@ struct Scratch {
   Repeats repeats;
   std::vector<LogEntry> log;
   std::vector<ReplayStep> steps;
+  std::vector<char> freed;
+  std::vector<Excursion> excursion;
   std::vector<GateCheck> gates;
   Snapshot before, now;
 };
@@ -485,14 +493,102 @@ class Engine {
       if (g.margin_bytes >= 0 && delta > 0) k = std::min<std::int64_t>(k, static_cast<std::int64_t>(std::floor(turns)));
       if (g.margin_bytes < 0 && delta < 0) k = std::min<std::int64_t>(k, static_cast<std::int64_t>(std::ceil(turns)) - 1);
     }
-    int done = 0;
+    if (k <= 0) return 0;
     prepare_replay(run);
-    for (int m = 1; m <= k && replayable(run, m); ++m) {
-      replay(m, period);
-      done = m;
+    if (!replayable(run, 1)) return 0;
+    const Totals before = totals();
+    track_ = !record_;
+    replay(1, period);
+    track_ = false;
+    int done = 1;
+    if (record_) {  // the timeline needs every change: each interval replayed
+      while (done < k && replayable(run, done + 1)) replay(++done, period);
+    } else {
+      done = jump(run, static_cast<int>(k), period, before);
     }
-    if (done > 0) move_on(run, done, period);
+    move_on(run, done, period);
     return done;
+  }
+
+  // ---- Intervals after the first, in closed form. ----
+  // What the run has done so far: totals the first replayed interval moves by a fixed amount.
+  struct Totals {
+    std::size_t done = 0;
+    double flops = 0;
+    std::vector<double> bytes_sent;  // per queue
+    std::vector<DeviceState> devices;
+  };
+  Totals totals() const { return Totals{done_, r_.executed_flops, r_.bytes_sent, dev_}; }
+
+  // Intervals 2..k (they repeat the first, which replay() just did): each op's start and end, its
+  // releases' reference counts and its successors' dependency counts moved on per interval, and the
+  // totals, live memory and peaks by the first interval's change times the intervals. Returns the
+  // intervals done in all (an interval whose frees differ from the first's, or that would release an op
+  // outside the run, is not done).
+  int jump(const Repeat& run, int k, double period, const Totals& before) {
+    int done = 1;
+    while (done < k && replayable(run, done + 1) && jump_interval(done + 1, period)) ++done;
+    const double n = done - 1;
+    if (n <= 0) return done;
+    done_ += static_cast<std::size_t>(n) * (done_ - before.done);
+    r_.executed_flops += n * (r_.executed_flops - before.flops);
+    for (std::size_t q = 0; q < qs_.size(); ++q) r_.bytes_sent[q] += n * (r_.bytes_sent[q] - before.bytes_sent[q]);
+    for (const ReplayStep& e : steps_)
+      if (!e.start) r_.last_end_s[static_cast<std::size_t>(p_.ops[static_cast<std::size_t>(e.op)].queue)] = e.time_s + done * period;
+    for (std::size_t d = 0; d < dev_.size(); ++d) {
+      auto& dv = dev_[d];
+      const auto& was = before.devices[d];
+      const double hbm = dv.hbm_live - was.hbm_live, host = dv.host_live - was.host_live;
+      auto& mem = r_.memory[d];
+      // Live memory grows by the same amount every interval: the last interval's high point is the highest.
+      const Excursion& x = excursion_[d];
+      if (hbm > 0 && x.hbm_bytes + n * hbm > mem.hbm_peak_bytes) {
+        mem.hbm_peak_bytes = x.hbm_bytes + n * hbm;
+        mem.hbm_peak_time_s = x.time_s + n * period;
+        for (int c = 0; c < kMemCategories; ++c) {
+          const auto ci = static_cast<std::size_t>(c);
+          mem.hbm_at_peak[ci] = x.by_cat[ci] + n * (dv.by_cat[ci] - was.by_cat[ci]);
+        }
+      }
+      if (host > 0) mem.host_peak_bytes = std::max(mem.host_peak_bytes, x.host_bytes + n * host);
+      for (int c = 0; c < kMemCategories; ++c) {
+        const auto ci = static_cast<std::size_t>(c);
+        dv.by_cat[ci] += n * (dv.by_cat[ci] - was.by_cat[ci]);
+      }
+      dv.hbm_live += n * hbm;
+      dv.host_live += n * host;
+    }
+    return done;
+  }
+
+  // Interval m's per-op changes; undone (false) if one of its releases frees, or does not free, where the
+  // first interval's did not, or did (a buffer released from outside the run at other times).
+  bool jump_interval(int m, double period) {
+    std::size_t slot = 0;
+    bool same = true;
+    for (const ReplayStep& e : steps_) {
+      const auto i = static_cast<std::size_t>(e.op + m * e.stride);
+      const double t = e.time_s + m * period;
+      if (e.start) {
+        start_[i] = t;
+        continue;
+      }
+      end_[i] = t;
+      for (int b : p_.ops[i].releases) same &= (--refs_[static_cast<std::size_t>(b)] == 0) == (freed_[slot++] != 0);
+      for (int s = succ_start_[i]; s < succ_start_[i + 1]; ++s) --unmet_[static_cast<std::size_t>(succ_[static_cast<std::size_t>(s)])];
+    }
+    if (same) return true;
+    for (const ReplayStep& e : steps_) {
+      const auto i = static_cast<std::size_t>(e.op + m * e.stride);
+      if (e.start) {
+        start_[i] = -1;
+        continue;
+      }
+      end_[i] = -1;
+      for (int b : p_.ops[i].releases) ++refs_[static_cast<std::size_t>(b)];
+      for (int s = succ_start_[i]; s < succ_start_[i + 1]; ++s) ++unmet_[static_cast<std::size_t>(succ_[static_cast<std::size_t>(s)])];
+    }
+    return false;
   }
 
   // The recorded interval as replay steps: each entry's op and how far it moves per iteration, whether it
@@ -543,6 +639,12 @@ class Engine {
   // outside the running set; move_on() sets that set). Nothing is marked startable: move_on() clears the
   // marks, nothing more can start at the replay's end.
   void replay(int m, double period) {
+    if (track_) {
+      freed_.clear();
+      excursion_.resize(dev_.size());
+      for (std::size_t d = 0; d < dev_.size(); ++d)
+        excursion_[d] = Excursion{dev_[d].hbm_live, dev_[d].host_live, now_, dev_[d].by_cat};
+    }
     for (const ReplayStep& e : steps_) {
       const int i = e.op + m * e.stride;
       const auto k = static_cast<std::size_t>(i);
@@ -551,6 +653,8 @@ class Engine {
         start_[k] = now_;
         for (int b : p_.ops[k].allocs) alloc(b);
       } else {
+        if (track_)
+          for (int b : p_.ops[k].releases) freed_.push_back(refs_[static_cast<std::size_t>(b)] == 1);
         retire<false>(i);
       }
     }
@@ -640,6 +744,11 @@ class Engine {
         m.hbm_peak_time_s = now_;
         m.hbm_at_peak = d.by_cat;
       }
+    }
+    if (track_) {
+      Excursion& x = excursion_[static_cast<std::size_t>(buf.device)];
+      x.host_bytes = std::max(x.host_bytes, d.host_live);
+      if (d.hbm_live > x.hbm_bytes) x = Excursion{d.hbm_live, x.host_bytes, now_, d.by_cat};
     }
     sample(buf.device);
   }
@@ -992,6 +1101,9 @@ class Engine {
   std::vector<GateCheck>& gates_ = scratch().gates;
   Snapshot &before_ = scratch().before, &now_snap_ = scratch().now;
   std::vector<char> shift_busy_, shift_idle_;  // per queue / device: its open span moves with the replay
+  bool track_ = false;  // the first replayed interval: record its frees and each device's high point
+  std::vector<char>& freed_ = scratch().freed;  // per release of the first interval, in order: it freed the buffer
+  std::vector<Excursion>& excursion_ = scratch().excursion;  // per device: the first interval's high point
   int pending_anchor_ = -1;  // an iteration's first op started in this pass
   bool logging_ = false;
   bool forced_ = false;      // a gated op was forced in the interval

@@ -102,6 +102,7 @@ struct Program {
     // > 0: the builder emitted it as the iteration that many back moved on (sim/instances.hpp), which
     // continues the two before it at that period; the engine then checks only what a copy cannot vouch for.
     int copy_of = 0;
+    int buffers_first = 0, buffers_end = 0;  // the buffers created with it (a copy's repeat its model's)
   };
   std::vector<Iteration> iterations;
   std::vector<int> resident;            // buffers alive for the whole step (allocated at t = 0, never freed)

@@ -63,8 +63,9 @@ class Writer {
   int last_compute() const { return last_compute_; }
   int ops() const { return static_cast<int>(p_.ops.size()); }
   // The ops added since `begin` are one iteration of a layer loop.
-  void mark_iteration(int begin, int side = -1, int copy_of = 0) {
-    p_.iterations.push_back({begin, ops(), side, side >= 0 ? side + 1 : side, copy_of});
+  void mark_iteration(const sim::Mark& begin, int side = -1, int copy_of = 0) {
+    p_.iterations.push_back({begin.ops, ops(), side, side >= 0 ? side + 1 : side, copy_of, begin.buffers,
+                             static_cast<int>(p_.buffers.size())});
   }
 
   int compute(double seconds, bool memory_bound, double flops, char phase, int layer, std::string name) {
@@ -573,7 +574,7 @@ class StageBuilder {
       }
       if (copying()) loop.finish(static_cast<int>(i), sim::Span{begin, sim::mark(prog_)}, scratch_.inputs, scratch_.left);
       // The first forward through the layer owns its sync.
-      w_.mark_iteration(begin.ops, mb == 0 ? sync : -1, copying() ? loop.copied_at(static_cast<int>(i)) : 0);
+      w_.mark_iteration(begin, mb == 0 ? sync : -1, copying() ? loop.copied_at(static_cast<int>(i)) : 0);
       input_buf = fwd[at(i)].output_buf;
     }
     if (c.head) {
@@ -680,7 +681,7 @@ class StageBuilder {
         backward_left(i, bwd, grad_carry, rs, done, had);
       }
       if (copying()) loop.finish(step, sim::Span{begin, sim::mark(prog_)}, scratch_.inputs, scratch_.left);
-      w_.mark_iteration(begin.ops, -1, copying() ? loop.copied_at(step) : 0);
+      w_.mark_iteration(begin, -1, copying() ? loop.copied_at(step) : 0);
     }
     // The last iterations' scatters are due at the end of the pass: its final op waits for them and frees
     // their gradients (the embedding's scatter, or the send).

@@ -58,6 +58,71 @@ class RunCheck {
     return ma >= 0 && run_.contains(ma) ? mb == run_.moved(ma, 1) : mb < 0 || !run_.contains(mb);
   }
 
+ public:
+  // Iterations [from, to], each against the one before, knowing that from - 1 repeats from - 2 and that
+  // from - 2 .. to are builder copies (Repeats::copied): every reference moves on by the step it took from
+  // from - 2 to from - 1. A reference that was outside the run must stay outside: where each one's
+  // progression would enter the run is worked out once. Buffers are compared iteration by iteration (how
+  // often a buffer is released, and by which op it is made, are facts of the whole program), their fields
+  // only where one was not created with its iteration. Side ops get the full comparison. Returns the first
+  // iteration that does not repeat (to + 1: none).
+  int copied_break(int from, int to, const std::vector<Program::Iteration>& its) const {
+    const int S = run_.main.stride, t = from - 1;
+    const int base = run_.main.first + t * S;
+    int limit = to + 1;
+    auto enters = [&](int b, int step) {  // the first m >= 1 at which b + m * step is in the run (0: never)
+      if (step == 0) return 0;
+      int best = 0;
+      for (auto [lo, hi] : {std::pair{run_.main.first, run_.main.first + S * run_.count},
+                            std::pair{run_.side.first, run_.side.first + run_.side.stride * run_.count}}) {
+        if (hi <= lo) continue;
+        int m = 0;
+        if (step > 0 && b < lo) m = (lo - b + step - 1) / step;
+        if (step < 0 && b >= hi) m = (b - (hi - 1) + (-step) - 1) / (-step);
+        if (m > 0 && b + m * step >= lo && b + m * step < hi && (best == 0 || m < best)) best = m;
+      }
+      return best;
+    };
+    slots_.clear();
+    for (int r = 0; r < S; ++r) {
+      const int x = base + r;
+      const ProgramOp &a = p_.ops[static_cast<std::size_t>(x - S)], &b = p_.ops[static_cast<std::size_t>(x)];
+      for (std::size_t d = 0; d < b.deps.size(); ++d)
+        if (!run_.contains(b.deps[d]))
+          if (const int m = enters(b.deps[d], b.deps[d] - a.deps[d]); m > 0) limit = std::min(limit, t + m);
+      const int ga = gate_after_[static_cast<std::size_t>(x - S)], gb = gate_after_[static_cast<std::size_t>(x)];
+      if (gb >= 0 && !run_.contains(gb))
+        if (const int m = enters(gb, gb - ga); m > 0) limit = std::min(limit, t + m);
+      for (std::size_t k = 0; k < b.allocs.size(); ++k) slots_.push_back({b.allocs[k], b.allocs[k] - a.allocs[k], x, true, false});
+      for (std::size_t k = 0; k < b.releases.size(); ++k)
+        slots_.push_back({b.releases[k], b.releases[k] - a.releases[k], x, false, false});
+    }
+    // A buffer created with its iteration, at the same place in it as its model, has its model's fields.
+    const int first_it = run_.first_iteration, G = run_.group;
+    const int made_first = its[static_cast<std::size_t>(first_it + t * G)].buffers_first;
+    const int made_end = its[static_cast<std::size_t>(first_it + t * G + G - 1)].buffers_end;
+    const int made_step = made_first - its[static_cast<std::size_t>(first_it + (t - 1) * G)].buffers_first;
+    for (Slot& sl : slots_) sl.made = sl.step == made_step && sl.buffer >= made_first && sl.buffer < made_end;
+    for (int j = from; j < limit; ++j) {
+      for (Slot& sl : slots_) {
+        const int bw = sl.buffer, bn = sl.buffer + sl.step, xw = sl.op, xn = sl.op + S;
+        sl.buffer = bn;  // on to the next iteration
+        sl.op = xn;
+        if (!(sl.made ? releases_[static_cast<std::size_t>(bw)] == releases_[static_cast<std::size_t>(bn)] : same_buffer(bw, bn)))
+          return j;
+        const int mw = alloc_op_[static_cast<std::size_t>(bw)], mn = alloc_op_[static_cast<std::size_t>(bn)];
+        if (sl.alloc ? mw != xw || mn != xn
+                     : mw == kMany || mn == kMany || !(mw >= 0 && run_.contains(mw) ? mn == run_.moved(mw, 1) : mn < 0 || !run_.contains(mn)))
+          return j;
+      }
+      const Segment& side = run_.side;
+      for (int r = 0; r < side.stride; ++r)
+        if (!same_op(side.first + (j - 1) * side.stride + r, side.first + j * side.stride + r)) return j;
+    }
+    return limit;
+  }
+
+ private:
   bool same_copied_op(int x, int y) const {
     const ProgramOp &a = p_.ops[static_cast<std::size_t>(x)], &b = p_.ops[static_cast<std::size_t>(y)];
     for (std::size_t d = 0; d < a.deps.size(); ++d)
@@ -98,6 +163,13 @@ class RunCheck {
     if ((ga < 0) != (gb < 0) || (ga >= 0 && !same_ref(ga, gb))) return false;
     return same_buffers(x, y, a, b);
   }
+
+  struct Slot {
+    int buffer, step, op;  // in iteration from - 1 (then the one being compared), how far it moves per iteration
+    bool alloc;            // else a release
+    bool made = false;     // created with its iteration, at its model's place
+  };
+  mutable std::vector<Slot> slots_;
 
   const Program& p_;
   const std::vector<int>&releases_, &gate_after_, &alloc_op_;
@@ -171,31 +243,52 @@ int Repeats::first_break(int r, int first, int last) {
   const auto& run = runs_[static_cast<std::size_t>(r)];
   first = std::max(first, 1);
   last = std::min(last, run.count - 1);
-  for (int i = first; i <= last; ++i)
+  auto& known = known_[static_cast<std::size_t>(r)];
+  for (int i = first; i <= last; ++i) {
+    // A stretch of copies after an iteration known to repeat: checked at once.
+    if (known[static_cast<std::size_t>(i)] == 0 && i >= 2 && known[static_cast<std::size_t>(i - 1)] == 1 && copied(r, i) &&
+        i < last && copied(r, i + 1)) {
+      int end = i + 1;
+      while (end < last && copied(r, end + 1)) ++end;
+      prepare_checks();
+      RunCheck check(*p_, releases_, *gate_after_, alloc_op_, run, priority_step_[static_cast<std::size_t>(r)]);
+      const int broken = check.copied_break(i, end, p_->iterations);
+      for (int j = i; j < broken; ++j) known[static_cast<std::size_t>(j)] = 1;
+      if (broken <= end) {
+        known[static_cast<std::size_t>(broken)] = 2;
+        return broken;
+      }
+      i = end;
+      continue;
+    }
     if (!repeats_previous(r, i)) return i;
+  }
   return last + 1;
 }
 
 bool Repeats::repeats_previous(int r, int i) {
   char& k = known_[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)];
   if (k == 0) {
-    if (alloc_op_.empty() && !p_->buffers.empty()) {
-      // Per buffer: the op that allocates it (-1: none, kMany: several) and how many release it.
-      alloc_op_.assign(p_->buffers.size(), -1);
-      releases_.assign(p_->buffers.size(), 0);
-      for (std::size_t o = 0; o < p_->ops.size(); ++o) {
-        for (int b : p_->ops[o].allocs) {
-          int& a = alloc_op_[static_cast<std::size_t>(b)];
-          a = a == -1 ? static_cast<int>(o) : kMany;
-        }
-        for (int b : p_->ops[o].releases) ++releases_[static_cast<std::size_t>(b)];
-      }
-    }
+    prepare_checks();
     RunCheck check(*p_, releases_, *gate_after_, alloc_op_, runs_[static_cast<std::size_t>(r)], priority_step_[static_cast<std::size_t>(r)]);
     const bool previous = i >= 2 && known_[static_cast<std::size_t>(r)][static_cast<std::size_t>(i - 1)] == 1;
     k = (previous && copied(r, i) ? check.next_repeats_copied(i - 1) : check.next_repeats(i - 1)) ? 1 : 2;
   }
   return k == 1;
+}
+
+void Repeats::prepare_checks() {
+  if (!alloc_op_.empty() || p_->buffers.empty()) return;
+  // Per buffer: the op that allocates it (-1: none, kMany: several) and how many release it.
+  alloc_op_.assign(p_->buffers.size(), -1);
+  releases_.assign(p_->buffers.size(), 0);
+  for (std::size_t o = 0; o < p_->ops.size(); ++o) {
+    for (int b : p_->ops[o].allocs) {
+      int& a = alloc_op_[static_cast<std::size_t>(b)];
+      a = a == -1 ? static_cast<int>(o) : kMany;
+    }
+    for (int b : p_->ops[o].releases) ++releases_[static_cast<std::size_t>(b)];
+  }
 }
 
 bool Repeats::copied(int r, int i) const {

@@ -56,6 +56,7 @@ class Repeats {
 
  private:
   bool repeats_previous(int r, int i);
+  void prepare_checks();  // alloc_op_ and releases_, on first use
   // Iterations i - 1 and i of run r are builder copies at a period dividing the run's group
   // (Program::Iteration::copy_of), so that i - 2, i - 1 and i continue one another.
   bool copied(int r, int i) const;
