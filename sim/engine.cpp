@@ -172,7 +172,7 @@ struct Scratch {
   std::vector<std::vector<int>> queues;
   std::vector<QueueState> queue_states;
   std::vector<DeviceState> devices;
-  std::vector<int> anchor_of, per_queue, pending;
+  std::vector<int> anchor_of, per_queue, pending, alloc_op, release_count;
   Repeats repeats;
   std::vector<LogEntry> log;
   std::vector<ReplayStep> steps;
@@ -196,6 +196,7 @@ class Engine {
     op_queue_.resize(n);
     succ_start_.assign(n + 1, 0);
     refs_.assign(p.buffers.size(), 0);
+    if (fast_forward) alloc_op_.assign(p.buffers.size(), -1);
     if (order_.size() < nq) order_.resize(nq);
     for (std::size_t q = 0; q < nq; ++q) order_[q].clear();
     // One pass over the ops for what each needs (they are large: every pass reads them all from memory).
@@ -211,6 +212,11 @@ class Engine {
         ++succ_start_[static_cast<std::size_t>(d) + 1];
       }
       for (int b : op.releases) ++refs_[static_cast<std::size_t>(b)];
+      if (fast_forward)
+        for (int b : op.allocs) {
+          int& a = alloc_op_[static_cast<std::size_t>(b)];
+          a = a == -1 ? static_cast<int>(i) : Repeats::kManyAllocs;
+        }
     }
     lifts_.assign(n, -1);
     gate_after_.assign(n, -1);
@@ -261,7 +267,10 @@ class Engine {
     for (std::size_t q = 0; q < nq; ++q)
       if (p.queues[q].kind == QueueKind::concurrent) copy_queues_[static_cast<std::size_t>(p.queues[q].device)].push_back(static_cast<int>(q));
     anchor_of_.clear();
-    if (fast_forward) repeats_.find(p, gate_after_);
+    if (fast_forward) {
+      release_count_ = refs_;  // the run counts refs_ down; the repeat checks need the program's counts
+      repeats_.find(p, gate_after_, alloc_op_, release_count_);
+    }
     if (fast_forward && !repeats_.runs().empty()) {
       anchor_of_.assign(n, -1);
       retry_.assign(repeats_.runs().size(), Retry{});
@@ -1091,6 +1100,8 @@ class Engine {
   std::vector<int>& gate_after_ = scratch().gate_after;  // per op: the op after which its gate opens (-1: none)
   // Fast-forward: the checked runs, per op the run whose iteration it starts (-1: none; empty: no runs).
   Repeats& repeats_ = scratch().repeats;
+  // Per buffer, for the repeat checks: the op that allocates it, and how many release it.
+  std::vector<int>&alloc_op_ = scratch().alloc_op, &release_count_ = scratch().release_count;
   struct Retry {
     int failures = 0, at = 0;  // per run: comparisons failed, the iteration to compare at next
   };

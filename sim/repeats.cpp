@@ -8,7 +8,7 @@ namespace hbmsim::sim {
 
 namespace {
 
-constexpr int kMany = -2;  // a buffer allocated by more than one op
+constexpr int kMany = Repeats::kManyAllocs;
 constexpr int kMinIterations = 3;  // two to see the state repeat, at least one to skip
 constexpr int kUnset = std::numeric_limits<int>::min();
 
@@ -179,14 +179,15 @@ class RunCheck {
 
 }  // namespace
 
-void Repeats::find(const Program& p, const std::vector<int>& gate_after) {
+void Repeats::find(const Program& p, const std::vector<int>& gate_after, const std::vector<int>& alloc_op,
+                   const std::vector<int>& releases) {
   p_ = &p;
   gate_after_ = &gate_after;
+  alloc_op_ = &alloc_op;
+  releases_ = &releases;
   runs_.clear();
   known_.clear();
   priority_step_.clear();
-  alloc_op_.clear();
-  releases_.clear();
   const auto& its = p.iterations;
   for (std::size_t a = 0; a < its.size();) {
     // A candidate: back-to-back iterations of one shape (their side ops back to back too, if any).
@@ -250,8 +251,7 @@ int Repeats::first_break(int r, int first, int last) {
         i < last && copied(r, i + 1)) {
       int end = i + 1;
       while (end < last && copied(r, end + 1)) ++end;
-      prepare_checks();
-      RunCheck check(*p_, releases_, *gate_after_, alloc_op_, run, priority_step_[static_cast<std::size_t>(r)]);
+      RunCheck check(*p_, *releases_, *gate_after_, *alloc_op_, run, priority_step_[static_cast<std::size_t>(r)]);
       const int broken = check.copied_break(i, end, p_->iterations);
       for (int j = i; j < broken; ++j) known[static_cast<std::size_t>(j)] = 1;
       if (broken <= end) {
@@ -269,26 +269,11 @@ int Repeats::first_break(int r, int first, int last) {
 bool Repeats::repeats_previous(int r, int i) {
   char& k = known_[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)];
   if (k == 0) {
-    prepare_checks();
-    RunCheck check(*p_, releases_, *gate_after_, alloc_op_, runs_[static_cast<std::size_t>(r)], priority_step_[static_cast<std::size_t>(r)]);
+    RunCheck check(*p_, *releases_, *gate_after_, *alloc_op_, runs_[static_cast<std::size_t>(r)], priority_step_[static_cast<std::size_t>(r)]);
     const bool previous = i >= 2 && known_[static_cast<std::size_t>(r)][static_cast<std::size_t>(i - 1)] == 1;
     k = (previous && copied(r, i) ? check.next_repeats_copied(i - 1) : check.next_repeats(i - 1)) ? 1 : 2;
   }
   return k == 1;
-}
-
-void Repeats::prepare_checks() {
-  if (!alloc_op_.empty() || p_->buffers.empty()) return;
-  // Per buffer: the op that allocates it (-1: none, kMany: several) and how many release it.
-  alloc_op_.assign(p_->buffers.size(), -1);
-  releases_.assign(p_->buffers.size(), 0);
-  for (std::size_t o = 0; o < p_->ops.size(); ++o) {
-    for (int b : p_->ops[o].allocs) {
-      int& a = alloc_op_[static_cast<std::size_t>(b)];
-      a = a == -1 ? static_cast<int>(o) : kMany;
-    }
-    for (int b : p_->ops[o].releases) ++releases_[static_cast<std::size_t>(b)];
-  }
 }
 
 bool Repeats::copied(int r, int i) const {

@@ -46,17 +46,20 @@ struct Repeat {
 // repeat), and the answer is remembered.
 class Repeats {
  public:
+  static constexpr int kManyAllocs = -2;  // alloc_op of a buffer several ops allocate
   // Runs from Program::iterations: back-to-back iterations of one shape, taken one at a time or, where
   // single iterations differ (a double-buffered scan body holds two layers), two to four at a time.
-  // `gate_after` per op: the op after which its memory gate opens (-1: none); it must outlive the checks.
-  void find(const Program& p, const std::vector<int>& gate_after);
+  // Per op, `gate_after`: the op after which its memory gate opens (-1: none); per buffer, `alloc_op`: the
+  // op that allocates it (-1: none, kManyAllocs) and `releases`: how many ops release it (the engine counts
+  // both while it sets up). They must outlive the checks.
+  void find(const Program& p, const std::vector<int>& gate_after, const std::vector<int>& alloc_op,
+            const std::vector<int>& releases);
   const std::vector<Repeat>& runs() const { return runs_; }
   // The first iteration in [first, last] of run r that is not the one before it shifted (last + 1: none).
   int first_break(int r, int first, int last);
 
  private:
   bool repeats_previous(int r, int i);
-  void prepare_checks();  // alloc_op_ and releases_, on first use
   // Iterations i - 1 and i of run r are builder copies at a period dividing the run's group
   // (Program::Iteration::copy_of), so that i - 2, i - 1 and i continue one another.
   bool copied(int r, int i) const;
@@ -65,7 +68,7 @@ class Repeats {
   std::vector<Repeat> runs_;
   std::vector<std::vector<char>> known_;      // per run, per iteration: 0 unchecked, 1 repeats, 2 does not
   std::vector<std::vector<int>> priority_step_;  // per run, per link: the priority change per iteration
-  std::vector<int> alloc_op_, releases_;      // per buffer, computed at the first check
+  const std::vector<int>*alloc_op_ = nullptr, *releases_ = nullptr;
 };
 
 }  // namespace hbmsim::sim
