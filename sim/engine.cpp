@@ -536,7 +536,8 @@ class Engine {
   // outside the run, is not done).
   int jump(const Repeat& run, int k, double period, const Totals& before) {
     int done = 1;
-    while (done < k && replayable(run, done + 1) && jump_interval(done + 1, period)) ++done;
+    const RunBounds in{run};
+    while (done < k && jump_interval(in, done + 1, period)) ++done;
     const double n = done - 1;
     if (n <= 0) return done;
     done_ += static_cast<std::size_t>(n) * (done_ - before.done);
@@ -570,9 +571,10 @@ class Engine {
     return done;
   }
 
-  // Interval m's per-op changes; undone (false) if one of its releases frees, or does not free, where the
-  // first interval's did not, or did (a buffer released from outside the run at other times).
-  bool jump_interval(int m, double period) {
+  // Interval m's per-op changes; undone (false) where it is not replayable (an op outside the run it waits
+  // on has not ended, or one it would release) or where one of its releases frees, or does not free, where
+  // the first interval's did not, or did (a buffer released from outside the run at other times).
+  bool jump_interval(const RunBounds& in, int m, double period) {
     std::size_t slot = 0;
     bool same = true;
     for (const ReplayStep& e : steps_) {
@@ -580,11 +582,16 @@ class Engine {
       const double t = e.time_s + m * period;
       if (e.start) {
         start_[i] = t;
+        if (e.outside)
+          for (int d : p_.ops[i].deps) same &= in(d) || end_[static_cast<std::size_t>(d)] >= 0;
         continue;
       }
       end_[i] = t;
       for (int b : p_.ops[i].releases) same &= (--refs_[static_cast<std::size_t>(b)] == 0) == (freed_[slot++] != 0);
-      for (int s = succ_start_[i]; s < succ_start_[i + 1]; ++s) --unmet_[static_cast<std::size_t>(succ_[static_cast<std::size_t>(s)])];
+      for (int s = succ_start_[i]; s < succ_start_[i + 1]; ++s) {
+        const int succ = succ_[static_cast<std::size_t>(s)];
+        if (--unmet_[static_cast<std::size_t>(succ)] == 0 && !in(succ)) same = false;
+      }
     }
     if (same) return true;
     for (const ReplayStep& e : steps_) {
