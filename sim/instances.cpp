@@ -169,11 +169,11 @@ bool LoopInstances::copy(Program& p, int i, int period, std::vector<int>& left) 
   return true;
 }
 
-void LoopInstances::finish(int i, const Span& span, const std::vector<int>& inputs, const std::vector<int>& left) {
+void LoopInstances::finish(int i, const Span& span, std::vector<int>& inputs, std::vector<int>& left) {
   Iteration& it = its_[static_cast<std::size_t>(i)];
   it.span = span;
-  it.inputs = inputs;
-  it.left = left;
+  it.inputs.swap(inputs);
+  it.left.swap(left);
   it.done = true;
   if (it.copied_at > 0) it.continues[it.copied_at] = 1;
 }

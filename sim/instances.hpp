@@ -46,8 +46,9 @@ class LoopInstances {
   // Copies iteration i - period; `left` receives what it leaves for later iterations. False: the program
   // does not end where the copy would begin (nothing appended).
   bool copy(Program& p, int i, int period, std::vector<int>& left);
-  // Records iteration i (built or copied): its span, inputs and what it left.
-  void finish(int i, const Span& span, const std::vector<int>& inputs, const std::vector<int>& left);
+  // Records iteration i (built or copied): its span, inputs and what it left (the lists are taken: the
+  // caller gets others back to refill).
+  void finish(int i, const Span& span, std::vector<int>& inputs, std::vector<int>& left);
   // The period iteration i was copied at (0: built).
   int copied_at(int i) const { return its_[static_cast<std::size_t>(i)].copied_at; }
 
