@@ -538,9 +538,14 @@ class Engine {
     int done = 1;
     const RunBounds in{run};
     while (done < k && jump_interval(in, done + 1, period)) ++done;
+    if (done > 1) add_jumped(done, period, before);
+    return done;
+  }
+
+  // Intervals 2..done, jumped: what the first one changed, `done - 1` times more.
+  void add_jumped(int done, double period, const Totals& before) {
     const double n = done - 1;
-    if (n <= 0) return done;
-    done_ += static_cast<std::size_t>(n) * (done_ - before.done);
+    done_ += static_cast<std::size_t>(done - 1) * (done_ - before.done);
     r_.executed_flops += n * (r_.executed_flops - before.flops);
     for (std::size_t q = 0; q < qs_.size(); ++q) r_.bytes_sent[q] += n * (r_.bytes_sent[q] - before.bytes_sent[q]);
     for (const ReplayStep& e : steps_)
@@ -550,25 +555,19 @@ class Engine {
       const auto& was = before.devices[d];
       const double hbm = dv.hbm_live - was.hbm_live, host = dv.host_live - was.host_live;
       auto& mem = r_.memory[d];
-      // Live memory grows by the same amount every interval: the last interval's high point is the highest.
+      // Live memory moves by the same amount every interval: where it grows, the last interval's high point
+      // is the highest; where it does not, none beats the first's.
       const Excursion& x = excursion_[d];
       if (hbm > 0 && x.hbm_bytes + n * hbm > mem.hbm_peak_bytes) {
         mem.hbm_peak_bytes = x.hbm_bytes + n * hbm;
         mem.hbm_peak_time_s = x.time_s + n * period;
-        for (int c = 0; c < kMemCategories; ++c) {
-          const auto ci = static_cast<std::size_t>(c);
-          mem.hbm_at_peak[ci] = x.by_cat[ci] + n * (dv.by_cat[ci] - was.by_cat[ci]);
-        }
+        for (std::size_t c = 0; c < mem.hbm_at_peak.size(); ++c) mem.hbm_at_peak[c] = x.by_cat[c] + n * (dv.by_cat[c] - was.by_cat[c]);
       }
       if (host > 0) mem.host_peak_bytes = std::max(mem.host_peak_bytes, x.host_bytes + n * host);
-      for (int c = 0; c < kMemCategories; ++c) {
-        const auto ci = static_cast<std::size_t>(c);
-        dv.by_cat[ci] += n * (dv.by_cat[ci] - was.by_cat[ci]);
-      }
+      for (std::size_t c = 0; c < dv.by_cat.size(); ++c) dv.by_cat[c] += n * (dv.by_cat[c] - was.by_cat[c]);
       dv.hbm_live += n * hbm;
       dv.host_live += n * host;
     }
-    return done;
   }
 
   // Interval m's per-op changes; undone (false) where it is not replayable (an op outside the run it waits
