@@ -68,6 +68,16 @@ Program layer_loop(int n, double saved_bytes, bool keep, double gate_bytes = 0, 
   return p;
 }
 
+// The measured reference runs and the bench's configurations, by name.
+std::vector<std::pair<std::string, RunConfig>> builtin_configs() {
+  std::vector<std::pair<std::string, RunConfig>> configs;
+  for (auto& r : load_reference_runs()) configs.emplace_back(r.id, r.config);
+  configs.emplace_back("llama405b tp8 cp2", bench_llama405b_tp_cp());
+  configs.emplace_back("llama405b pp8 x 16", bench_llama405b_pp());
+  configs.emplace_back("llama 8B shape", bench_scaling_base());
+  return configs;
+}
+
 }  // namespace
 
 TEST_CASE("a loop of identical layers is replayed, with the event-by-event results", "[engine][fast_forward]") {
@@ -133,11 +143,7 @@ TEST_CASE("a loop whose body holds two different layers is replayed two layers a
 }
 
 TEST_CASE("every built-in configuration simulates the same with and without fast-forward", "[engine][fast_forward]") {
-  std::vector<std::pair<std::string, RunConfig>> configs;
-  for (auto& r : load_reference_runs()) configs.emplace_back(r.id, r.config);
-  configs.emplace_back("llama405b tp8 cp2", bench_llama405b_tp_cp());
-  configs.emplace_back("llama405b pp8 x 16", bench_llama405b_pp());
-  configs.emplace_back("llama 8B shape", bench_scaling_base());
+  auto configs = builtin_configs();
   for (auto& [name, c] : configs) {
     SECTION(name) {
       auto run = prepare_run(c);
@@ -207,11 +213,7 @@ void check_same_program(const Program& a, const Program& b) {
 // program must be the one it builds iteration by iteration, on every built-in configuration and on the
 // schedule switches that change a layer's shape.
 TEST_CASE("layer iterations copied rather than built give the program built layer by layer", "[engine][fast_forward]") {
-  std::vector<std::pair<std::string, RunConfig>> configs;
-  for (auto& r : load_reference_runs()) configs.emplace_back(r.id, r.config);
-  configs.emplace_back("llama405b tp8 cp2", bench_llama405b_tp_cp());
-  configs.emplace_back("llama405b pp8 x 16", bench_llama405b_pp());
-  configs.emplace_back("llama 8B shape", bench_scaling_base());
+  auto configs = builtin_configs();
   RunConfig db = bench_scaling_base();
   db.double_buffering = true;
   configs.emplace_back("llama 8B double-buffered", db);

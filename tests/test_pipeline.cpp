@@ -25,7 +25,7 @@ struct ToyRun {
   double step = 0;
   std::vector<double> busy, peak;  // per stage
 };
-ToyRun run_table(const Table& table, int p, int v, int m, double f, double b, double w) {
+ToyRun run_table(const Table& table, int p, int v, double f, double b, double w) {
   sim::Program prog;
   for (int s = 1; s < p; ++s) prog.add_device();
   const int chunks = p * v;
@@ -130,28 +130,28 @@ TEST_CASE("bubbles on equal stages without communication match the schedule form
   const int p = 4, m = 8;
   for (auto s : {PipelineSchedule::gpipe, PipelineSchedule::one_f_one_b}) {
     INFO(to_string(s));
-    auto r = run_table(pipeline_schedule(s, p, 1, m), p, 1, m, 1, 2, 0);
+    auto r = run_table(pipeline_schedule(s, p, 1, m), p, 1, 1, 2, 0);
     for (int st = 0; st < p; ++st) CHECK((r.step - r.busy[st]) / r.step == Approx(3.0 / 11.0).epsilon(1e-12));
   }
-  auto r = run_table(pipeline_schedule(PipelineSchedule::one_f_one_b, p, 2, m), p, 2, m, 1, 2, 0);
+  auto r = run_table(pipeline_schedule(PipelineSchedule::one_f_one_b, p, 2, m), p, 2, 1, 2, 0);
   for (int st = 0; st < p; ++st) CHECK((r.step - r.busy[st]) / r.step == Approx(3.0 / 19.0).epsilon(1e-12));
   // ZB-H1 with F = B = W = 1: the bubble is (p-1)(F+B-W) = p-1 out of 3m + p - 1; 1F1B's is 3(p-1).
-  r = run_table(pipeline_schedule(PipelineSchedule::zero_bubble_h1, p, 1, m), p, 1, m, 1, 1, 1);
+  r = run_table(pipeline_schedule(PipelineSchedule::zero_bubble_h1, p, 1, m), p, 1, 1, 1, 1);
   CHECK(r.step == Approx(3 * m + p - 1));
-  r = run_table(pipeline_schedule(PipelineSchedule::zero_bubble_h1, p, 1, m), p, 1, m, 1, 1.3, 0.7);
+  r = run_table(pipeline_schedule(PipelineSchedule::zero_bubble_h1, p, 1, m), p, 1, 1, 1.3, 0.7);
   CHECK(r.step - 3 * m == Approx((p - 1) * (1 + 1.3 - 0.7)));
 }
 
 TEST_CASE("1F1B's first stage holds p micro-batches of activations, GPipe's holds m", "[pipeline]") {
   const int p = 4, m = 8;
-  auto one = run_table(pipeline_schedule(PipelineSchedule::one_f_one_b, p, 1, m), p, 1, m, 1, 2, 0);
-  auto all = run_table(pipeline_schedule(PipelineSchedule::gpipe, p, 1, m), p, 1, m, 1, 2, 0);
+  auto one = run_table(pipeline_schedule(PipelineSchedule::one_f_one_b, p, 1, m), p, 1, 1, 2, 0);
+  auto all = run_table(pipeline_schedule(PipelineSchedule::gpipe, p, 1, m), p, 1, 1, 2, 0);
   for (int s = 0; s < p; ++s) {
     CHECK(one.peak[s] == p - s);  // stage s: its warm-up forwards and one more
     CHECK(all.peak[s] == m);
   }
   // Zero-bubble H1 holds p on every stage (the weight passes keep theirs until they run).
-  auto zb = run_table(pipeline_schedule(PipelineSchedule::zero_bubble_h1, p, 1, m), p, 1, m, 1, 1, 1);
+  auto zb = run_table(pipeline_schedule(PipelineSchedule::zero_bubble_h1, p, 1, m), p, 1, 1, 1, 1);
   for (int s = 0; s < p; ++s) CHECK(zb.peak[s] == p);
 }
 
@@ -161,7 +161,7 @@ TEST_CASE("more micro-batches never raise a schedule's bubble fraction", "[pipel
                       {PipelineSchedule::one_f_one_b, 2}, {PipelineSchedule::zero_bubble_h1, 1}}) {
     double prev = 1;
     for (int m = p; m <= 6 * p; m += p) {
-      auto r = run_table(pipeline_schedule(s, p, v, m), p, v, m, 1, 1.7, s == PipelineSchedule::zero_bubble_h1 ? 0.6 : 0);
+      auto r = run_table(pipeline_schedule(s, p, v, m), p, v, 1, 1.7, s == PipelineSchedule::zero_bubble_h1 ? 0.6 : 0);
       const double bubble = (r.step - r.busy[0]) / r.step;
       CHECK(bubble <= prev + 1e-12);
       prev = bubble;
