@@ -149,8 +149,7 @@ struct ReplayStep {
 struct RunBounds {
   int main_first, main_end, side_first, side_end;
   explicit RunBounds(const Repeat& r)
-      : main_first(r.main.first), main_end(r.main.first + r.main.stride * r.count), side_first(r.side.first),
-        side_end(r.side.stride > 0 ? r.side.first + r.side.stride * r.count : r.side.first) {}
+      : main_first(r.main.first), main_end(r.main.end(r.count)), side_first(r.side.first), side_end(r.side.end(r.count)) {}
   bool operator()(int op) const { return (op >= main_first && op < main_end) || (op >= side_first && op < side_end); }
 };
 
@@ -505,14 +504,15 @@ class Engine {
     if (k <= 0) return 0;
     prepare_replay(run);
     if (!replayable(run, 1)) return 0;
-    const Totals before = totals();
-    track_ = !record_;
-    replay(1, period);
-    track_ = false;
     int done = 1;
     if (record_) {  // the timeline needs every change: each interval replayed
+      replay(1, period);
       while (done < k && replayable(run, done + 1)) replay(++done, period);
     } else {
+      const Totals before = totals();
+      track_ = true;
+      replay(1, period);
+      track_ = false;
       done = jump(run, static_cast<int>(k), period, before);
     }
     move_on(run, done, period);

@@ -787,6 +787,11 @@ class StageBuilder {
   // another with one plan, the next is the last one moved on. Not when naming ops (names carry the layer),
   // when weights are kept across micro-batches (their gathers are shared), or for split weight gradients.
   bool copying() const { return opt_.fast_forward && !w_.naming() && opt_.reshard_weights && !split_weights(); }
+  // Layer l's plan offloads some tensor.
+  bool offloads_any(std::int64_t l) const {
+    const auto& placement = plan(l).placement;
+    return std::find(placement.begin(), placement.end(), Placement::offload) != placement.end();
+  }
   // Layer first + i and the up to six before it in the loop (`dir` +1: forward, -1: backward, which runs
   // the layers in reverse) have one plan, and at least three come before it: what a copy looks back on.
   bool same_plan_back(std::int64_t first, std::int64_t i, std::int64_t n, int dir) const {
@@ -804,8 +809,7 @@ class StageBuilder {
     if (!copying()) return;
     const std::int64_t lag = opt_.pipelined_collectives ? 2 : 1;
     // Where its copies are due (the loop body's end) matters only to a layer that offloads.
-    const auto& placement = plan(first + i).placement;
-    const bool offloads = std::find(placement.begin(), placement.end(), Placement::offload) != placement.end();
+    const bool offloads = offloads_any(first + i);
     const std::size_t done_by = opt_.lhs && opt_.pipelined_transfers ? at(i + 2) : c_.fwd_body_end[at(first + i)] - at(first);
     in.assign({input_buf, sync, previous_pass, i >= lag, i >= lag ? fwd[at(i - lag)].last : previous_pass,
                offloads ? static_cast<int>(done_by) - static_cast<int>(i) : 0, w_.last_compute(),
@@ -858,9 +862,7 @@ class StageBuilder {
     const std::int64_t n = static_cast<std::int64_t>(bwd.size());
     const bool due = i + reduce_scatter_lag() < n;
     // The loop body's start matters only to prefetches LHS hoists there (offloaded tensors, not pipelined).
-    const auto& placement = plan(first + i).placement;
-    const bool hoists = opt_.lhs && !opt_.pipelined_transfers &&
-                        std::find(placement.begin(), placement.end(), Placement::offload) != placement.end();
+    const bool hoists = opt_.lhs && !opt_.pipelined_transfers && offloads_any(first + i);
     const std::int64_t body = hoists ? static_cast<std::int64_t>(c_.bwd_body_first[at(first + i)]) - first : i;
     const BackwardLayer& me = bwd[at(i)];
     in.assign({grad_in, backward_start, w_.last_compute(), i >= 1, i + 1 < n, i + 1 < n ? bwd[at(i + 1)].last : -1,

@@ -27,38 +27,7 @@ class RunCheck {
     }
     return true;
   }
-  // The same, knowing that iteration i repeats i - 1 and that the builder emitted i and i + 1 as copies
-  // (Repeats::copied): their fields equal i - 1's, and every reference and priority moves by the step it
-  // moved from i - 1 to i, so a reference that was in the run moves with it. What a copy cannot vouch for is
-  // compared: references that were outside the run stay outside, and buffers are of one kind (allocated by
-  // the matching op, released as often). The side ops were not copied: they get the full comparison.
-  bool next_repeats_copied(int i) const {
-    const int base = run_.main.first + i * run_.main.stride;
-    for (int r = 0; r < run_.main.stride; ++r)
-      if (!same_copied_op(base + r, base + r + run_.main.stride)) return false;
-    const Segment& s = run_.side;
-    for (int r = 0; r < s.stride; ++r)
-      if (!same_op(s.first + i * s.stride + r, s.first + (i + 1) * s.stride + r)) return false;
-    return true;
-  }
 
- private:
-  // An op reference of x and the matching one of x's counterpart an iteration on.
-  bool same_ref(int a, int b) const { return run_.contains(a) ? b == run_.moved(a, 1) : !run_.contains(b); }
-  bool same_buffer(int a, int b) const {
-    const Buffer &x = p_.buffers[static_cast<std::size_t>(a)], &y = p_.buffers[static_cast<std::size_t>(b)];
-    return x.bytes == y.bytes && x.category == y.category && x.host == y.host && x.device == y.device &&
-           releases_[static_cast<std::size_t>(a)] == releases_[static_cast<std::size_t>(b)];
-  }
-  // A buffer reference: the same kind of buffer, made by the matching op (or both made outside the run).
-  bool same_buffer_ref(int a, int b) const {
-    if (!same_buffer(a, b)) return false;
-    const int ma = alloc_op_[static_cast<std::size_t>(a)], mb = alloc_op_[static_cast<std::size_t>(b)];
-    if (ma == kMany || mb == kMany) return false;
-    return ma >= 0 && run_.contains(ma) ? mb == run_.moved(ma, 1) : mb < 0 || !run_.contains(mb);
-  }
-
- public:
   // Iterations [from, to], each against the one before, knowing that from - 1 repeats from - 2 and that
   // from - 2 .. to are builder copies (Repeats::copied): every reference moves on by the step it took from
   // from - 2 to from - 1. A reference that was outside the run must stay outside: where each one's
@@ -73,8 +42,8 @@ class RunCheck {
     auto enters = [&](int b, int step) {  // the first m >= 1 at which b + m * step is in the run (0: never)
       if (step == 0) return 0;
       int best = 0;
-      for (auto [lo, hi] : {std::pair{run_.main.first, run_.main.first + S * run_.count},
-                            std::pair{run_.side.first, run_.side.first + run_.side.stride * run_.count}}) {
+      for (auto [lo, hi] : {std::pair{run_.main.first, run_.main.end(run_.count)},
+                            std::pair{run_.side.first, run_.side.end(run_.count)}}) {
         if (hi <= lo) continue;
         int m = 0;
         if (step > 0 && b < lo) m = (lo - b + step - 1) / step;
@@ -110,9 +79,8 @@ class RunCheck {
         sl.op = xn;
         if (!(sl.made ? releases_[static_cast<std::size_t>(bw)] == releases_[static_cast<std::size_t>(bn)] : same_buffer(bw, bn)))
           return j;
-        const int mw = alloc_op_[static_cast<std::size_t>(bw)], mn = alloc_op_[static_cast<std::size_t>(bn)];
-        if (sl.alloc ? mw != xw || mn != xn
-                     : mw == kMany || mn == kMany || !(mw >= 0 && run_.contains(mw) ? mn == run_.moved(mw, 1) : mn < 0 || !run_.contains(mn)))
+        if (sl.alloc ? alloc_op_[static_cast<std::size_t>(bw)] != xw || alloc_op_[static_cast<std::size_t>(bn)] != xn
+                     : !same_maker(bw, bn))
           return j;
       }
       const Segment& side = run_.side;
@@ -123,23 +91,21 @@ class RunCheck {
   }
 
  private:
-  bool same_copied_op(int x, int y) const {
-    const ProgramOp &a = p_.ops[static_cast<std::size_t>(x)], &b = p_.ops[static_cast<std::size_t>(y)];
-    for (std::size_t d = 0; d < a.deps.size(); ++d)
-      if (!run_.contains(a.deps[d]) && run_.contains(b.deps[d])) return false;
-    const int ga = gate_after_[static_cast<std::size_t>(x)], gb = gate_after_[static_cast<std::size_t>(y)];
-    if (ga >= 0 && !run_.contains(ga) && run_.contains(gb)) return false;
-    return same_buffers(x, y, a, b);
+  // An op reference of x and the matching one of x's counterpart an iteration on.
+  bool same_ref(int a, int b) const { return run_.contains(a) ? b == run_.moved(a, 1) : !run_.contains(b); }
+  bool same_buffer(int a, int b) const {
+    const Buffer &x = p_.buffers[static_cast<std::size_t>(a)], &y = p_.buffers[static_cast<std::size_t>(b)];
+    return x.bytes == y.bytes && x.category == y.category && x.host == y.host && x.device == y.device &&
+           releases_[static_cast<std::size_t>(a)] == releases_[static_cast<std::size_t>(b)];
   }
-  bool same_buffers(int x, int y, const ProgramOp& a, const ProgramOp& b) const {
-    for (std::size_t k = 0; k < a.allocs.size(); ++k)
-      if (!same_buffer(a.allocs[k], b.allocs[k]) || alloc_op_[static_cast<std::size_t>(a.allocs[k])] != x ||
-          alloc_op_[static_cast<std::size_t>(b.allocs[k])] != y)
-        return false;
-    for (std::size_t k = 0; k < a.releases.size(); ++k)
-      if (!same_buffer_ref(a.releases[k], b.releases[k])) return false;
-    return true;
+  // Two buffers made by matching ops (or both outside the run).
+  bool same_maker(int a, int b) const {
+    const int ma = alloc_op_[static_cast<std::size_t>(a)], mb = alloc_op_[static_cast<std::size_t>(b)];
+    if (ma == kMany || mb == kMany) return false;
+    return ma >= 0 && run_.contains(ma) ? mb == run_.moved(ma, 1) : mb < 0 || !run_.contains(mb);
   }
+  // A buffer reference: the same kind of buffer, made by the matching op.
+  bool same_buffer_ref(int a, int b) const { return same_buffer(a, b) && same_maker(a, b); }
 
   bool same_op(int x, int y) const {
     const ProgramOp &a = p_.ops[static_cast<std::size_t>(x)], &b = p_.ops[static_cast<std::size_t>(y)];
@@ -161,7 +127,13 @@ class RunCheck {
       if (!same_ref(a.deps[d], b.deps[d])) return false;
     const int ga = gate_after_[static_cast<std::size_t>(x)], gb = gate_after_[static_cast<std::size_t>(y)];
     if ((ga < 0) != (gb < 0) || (ga >= 0 && !same_ref(ga, gb))) return false;
-    return same_buffers(x, y, a, b);
+    for (std::size_t k = 0; k < a.allocs.size(); ++k)
+      if (!same_buffer(a.allocs[k], b.allocs[k]) || alloc_op_[static_cast<std::size_t>(a.allocs[k])] != x ||
+          alloc_op_[static_cast<std::size_t>(b.allocs[k])] != y)
+        return false;
+    for (std::size_t k = 0; k < a.releases.size(); ++k)
+      if (!same_buffer_ref(a.releases[k], b.releases[k])) return false;
+    return true;
   }
 
   struct Slot {
@@ -246,10 +218,9 @@ int Repeats::first_break(int r, int first, int last) {
   last = std::min(last, run.count - 1);
   auto& known = known_[static_cast<std::size_t>(r)];
   for (int i = first; i <= last; ++i) {
-    // A stretch of copies after an iteration known to repeat: checked at once.
-    if (known[static_cast<std::size_t>(i)] == 0 && i >= 2 && known[static_cast<std::size_t>(i - 1)] == 1 && copied(r, i) &&
-        i < last && copied(r, i + 1)) {
-      int end = i + 1;
+    // Copies after an iteration known to repeat: checked at once, for what a copy cannot vouch for.
+    if (known[static_cast<std::size_t>(i)] == 0 && i >= 2 && known[static_cast<std::size_t>(i - 1)] == 1 && copied(r, i)) {
+      int end = i;
       while (end < last && copied(r, end + 1)) ++end;
       RunCheck check(*p_, *releases_, *gate_after_, *alloc_op_, run, priority_step_[static_cast<std::size_t>(r)]);
       const int broken = check.copied_break(i, end, p_->iterations);
@@ -270,8 +241,7 @@ bool Repeats::repeats_previous(int r, int i) {
   char& k = known_[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)];
   if (k == 0) {
     RunCheck check(*p_, *releases_, *gate_after_, *alloc_op_, runs_[static_cast<std::size_t>(r)], priority_step_[static_cast<std::size_t>(r)]);
-    const bool previous = i >= 2 && known_[static_cast<std::size_t>(r)][static_cast<std::size_t>(i - 1)] == 1;
-    k = (previous && copied(r, i) ? check.next_repeats_copied(i - 1) : check.next_repeats(i - 1)) ? 1 : 2;
+    k = check.next_repeats(i - 1) ? 1 : 2;
   }
   return k == 1;
 }

@@ -10,6 +10,8 @@ namespace hbmsim::sim {
 // A segment of a run: iteration i holds ops [first + i * stride, first + (i + 1) * stride).
 struct Segment {
   int first = 0, stride = 0;  // stride 0: no such segment
+  // Where `count` iterations of it end: its ops are [first, end(count)).
+  int end(int count) const { return first + stride * count; }
 };
 
 // Iterations i = 0 .. count-1 of a run hold ops from its main segment (the loop body) and its side segment
@@ -25,8 +27,8 @@ struct Repeat {
 
   // 0: main, 1: side, -1: not in the run.
   int segment(int op) const {
-    if (op >= main.first && op < main.first + main.stride * count) return 0;
-    if (side.stride > 0 && op >= side.first && op < side.first + side.stride * count) return 1;
+    if (op >= main.first && op < main.end(count)) return 0;
+    if (op >= side.first && op < side.end(count)) return 1;
     return -1;
   }
   bool contains(int op) const { return segment(op) >= 0; }
