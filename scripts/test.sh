@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
 # Every test: install what is missing, build, run the whole suite (C++, CLI, Python, notebooks), pip install
-# in a fresh venv, then the sanitizer build's suite and the bounded fuzzers. HBMSIM_QUICK=1 skips the sanitizer and fuzzer stages.
+# in a fresh venv, then the sanitizer build's suite and the bounded fuzzers. HBMSIM_QUICK=1 skips the sanitizer
+# and fuzzer stages. Each stage's wall time is printed as it ends (CI keeps under 25 minutes on 2 cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/install-deps.sh
-./scripts/build.sh
-ctest --test-dir build -j "$(nproc)" --output-on-failure --timeout 600
-./scripts/test_pip_install.sh  # pip install . and -e . in a fresh venv, offline
+T0=$SECONDS
+stage() {
+  local name=$1 t=$SECONDS
+  shift
+  "$@"
+  echo "test.sh: $name took $((SECONDS - t)) s ($((SECONDS - T0)) s so far)"
+}
+stage "installing dependencies" ./scripts/install-deps.sh
+stage "the Release build" ./scripts/build.sh
+stage "the test suite" ctest --test-dir build -j "$(nproc)" --output-on-failure --timeout 600
+stage "the pip install check" ./scripts/test_pip_install.sh  # pip install . and -e . in a fresh venv, offline
 if [ "${HBMSIM_QUICK:-0}" != 1 ]; then
-  [ -x scripts/sanitize.sh ] && ./scripts/sanitize.sh
-  [ -x scripts/fuzz.sh ] && ./scripts/fuzz.sh
+  [ -x scripts/sanitize.sh ] && stage "the sanitizer build and suite" ./scripts/sanitize.sh
+  [ -x scripts/fuzz.sh ] && stage "the fuzzer build and runs" ./scripts/fuzz.sh
 fi
-echo "hbmsim: all test stages passed"
+echo "hbmsim: all test stages passed in $((SECONDS - T0)) s"
