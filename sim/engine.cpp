@@ -164,7 +164,7 @@ struct Scratch {
   std::vector<int> unmet, op_queue, succ_start, succ, refs, fill, active, active_pos, finished, unfrozen, zero, zeros, lifts, gate_after;
   std::vector<std::uint64_t> dirty;
   std::vector<char> in_part;
-  std::vector<int> touched;
+  std::vector<int> touched, over_links;
   std::vector<double> remaining, rate, updated, start, end, cap_left, weight, demand, fill_rate;
   std::vector<double> active_end;
   std::vector<std::vector<int>> device_copy_queues;
@@ -259,7 +259,8 @@ class Engine {
     zero_.clear();
     dirty_.assign((nq + 63) / 64, 0);
     any_dirty_ = false;
-    over_ = 0;
+    over_links_.clear();
+    in_part_.assign(p.resources.size(), 0);
     // Per device, its concurrent queues: a memory release may let their held-back heads start.
     copy_queues_.resize(static_cast<std::size_t>(p.devices()));
     for (auto& v : copy_queues_) v.clear();
@@ -417,7 +418,7 @@ class Engine {
     s.busy_s = r_.busy_s;
     s.exposed_s = r_.exposed_s;
     s.events = r_.events;
-    s.over = over_;
+    s.over = static_cast<int>(over_links_.size());
     s.contended = was_contended_;
     s.stale = rates_stale_;
     s.interference_stale = interference_stale_;
@@ -852,7 +853,12 @@ class Engine {
     const bool was = demand_[r] > cap;
     demand_[r] += bytes_per_s;
     const bool is = demand_[r] > cap;
-    over_ += static_cast<int>(is) - static_cast<int>(was);
+    if (is && !was) over_links_.push_back(resource);
+    if (was && !is) {
+      auto at = std::find(over_links_.begin(), over_links_.end(), resource);
+      *at = over_links_.back();
+      over_links_.pop_back();
+    }
   }
 
   // The dependency that finished last is what the compute stream was waiting for; a wait on another device
@@ -977,7 +983,7 @@ class Engine {
       }
     }
     const auto nr = p_.resources.size();
-    if (over_ == 0) {
+    if (over_links_.empty()) {
       if (was_contended_)
         for (std::size_t a = 0; a < active_.size(); ++a)
           if (p_.ops[static_cast<std::size_t>(active_[a])].use_count > 0) set_rate(active_[a], 1.0);
@@ -993,13 +999,10 @@ class Engine {
       const auto& op = p_.ops[static_cast<std::size_t>(i)];
       if (op.use_count > 0) flows.push_back(Flow{i, op.priority});
     }
-    in_part_.assign(nr, 0);
-    touched_.clear();
-    for (std::size_t r = 0; r < nr; ++r)
-      if (demand_[r] > p_.resources[r].capacity_bytes_per_s * (1 + 1e-9)) {
-        in_part_[r] = 1;
-        touched_.push_back(static_cast<int>(r));
-      }
+    // Each link's max-min share depends only on its own demand and capacity, so the oversubscribed links
+    // may come in any order.
+    touched_.assign(over_links_.begin(), over_links_.end());
+    for (int r : touched_) in_part_[static_cast<std::size_t>(r)] = 1;
     auto& sharing = sharing_;
     sharing.clear();
     for (bool grew = true; grew;) {
@@ -1078,6 +1081,7 @@ class Engine {
       }
     }
     for (const Flow& f : sharing) set_rate(f.op, rate[static_cast<std::size_t>(f.op)]);
+    for (int r : touched_) in_part_[static_cast<std::size_t>(r)] = 0;  // all clear for the next time
   }
 
   const Program& p_;
@@ -1124,7 +1128,7 @@ class Engine {
   int pending_anchor_ = -1;  // an iteration's first op started in this pass
   bool logging_ = false;
   bool forced_ = false;      // a gated op was forced in the interval
-  int over_ = 0;  // links whose demand exceeds their capacity
+  std::vector<int>& over_links_ = scratch().over_links;  // the links whose demand exceeds their capacity
   bool rates_stale_ = true;          // a transfer or copy started or ended since the rates were computed
   bool interference_stale_ = false;  // host copies started or all ended: memory-bound kernels change speed
   bool was_contended_ = false;       // the last rates came from sharing an oversubscribed link
