@@ -306,11 +306,16 @@ class Engine {
       now_ = next;
       ++r_.events;
       // Complete every op that finishes now (within rounding), in sequence order.
+      // (The running set read through local pointers: pushing to `finished` could otherwise alias them, and
+      // the compiler would reload them at every op.)
       finished.clear();
-      for (std::size_t a = 0; a < active_.size(); ++a) {
-        if (active_end_[a] > now_ + 1e-9) continue;
-        const auto k = static_cast<std::size_t>(active_[a]);
-        if ((active_end_[a] - now_) * rate_[k] <= 1e-12 * std::max(1.0, p_.ops[k].seconds)) finished.push_back(active_[a]);
+      const double* ends = active_end_.data();
+      const int* running = active_.data();
+      const double cut = now_ + 1e-9;
+      for (std::size_t a = 0, na = active_.size(); a < na; ++a) {
+        if (ends[a] > cut) continue;
+        const auto k = static_cast<std::size_t>(running[a]);
+        if ((ends[a] - now_) * rate_[k] <= 1e-12 * std::max(1.0, p_.ops[k].seconds)) finished.push_back(running[a]);
       }
       if (finished.size() > 1) std::sort(finished.begin(), finished.end());
       for (int i : finished) {
