@@ -33,6 +33,14 @@ std::string escape_control_characters(std::string_view text) {
   return out;
 }
 
+std::string str(std::int64_t value) { return std::to_string(value); }
+
+std::string trim(const std::string& text) {
+  const auto b = text.find_first_not_of(" \t");
+  if (b == std::string::npos) return "";
+  return text.substr(b, text.find_last_not_of(" \t") - b + 1);
+}
+
 std::string quote(std::string_view text) {
   std::string out = "\"";
   for (char ch : text) out += ch == '"' ? std::string("\\\"") : std::string(1, ch);

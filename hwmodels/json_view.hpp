@@ -20,6 +20,10 @@ std::string quote(std::string_view text);
 // A number for a message: shortest round-trip form (1e-300, 0.5, 1e+15, nan), never std::to_string's
 // fixed six decimals (which print 1e-300 as 0.000000).
 std::string format_number(double value);
+// A whole number for a message.
+std::string str(std::int64_t value);
+// `text` without the spaces and tabs at either end (a CSV cell, an item of a notes column).
+std::string trim(const std::string& text);
 // JSON text that never throws: bytes that are not UTF-8 (a path from the command line) become U+FFFD.
 std::string dump_json(const nlohmann::json& value, int indent = -1);
 

@@ -12,8 +12,6 @@ namespace hbmsim {
 
 namespace {
 
-std::string str(std::int64_t v) { return std::to_string(v); }
-
 std::string fixed(double v, int digits) {
   char buf[48];
   std::snprintf(buf, sizeof buf, "%.*f", digits, v);

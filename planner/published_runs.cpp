@@ -49,12 +49,6 @@ std::vector<std::vector<std::string>> csv_records(const std::string& text) {
   return out;
 }
 
-std::string trim(const std::string& s) {
-  const auto b = s.find_first_not_of(" \t");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
-}
-
 class RowReader {
  public:
   RowReader(const std::string& origin, int row, const std::map<std::string, std::size_t>& cols, const std::vector<std::string>& cells)

@@ -14,15 +14,8 @@ namespace hbmsim {
 
 namespace {
 
-std::string str(std::int64_t v) { return std::to_string(v); }
-
 bool contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
 
-std::string trim(const std::string& s) {
-  const auto b = s.find_first_not_of(" \t");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
-}
 
 // The first whole number in `s` after position `from` (nullopt when none).
 std::optional<std::int64_t> number_after(const std::string& s, std::size_t from) {

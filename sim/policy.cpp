@@ -70,8 +70,6 @@ bool Policy::offloads_any() const {
 
 namespace {
 
-std::string str(std::int64_t v) { return std::to_string(v); }
-
 // Adds `rule` for layers [first, last]; `field` (with its value) starts any error.
 void add_rule(Policy& p, Policy rule, std::int64_t first, std::int64_t last, std::int64_t num_layers, const std::string& field) {
   if (first < 0 || last < first || last >= num_layers)

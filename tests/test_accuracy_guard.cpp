@@ -83,11 +83,6 @@ double claim_value(const std::string& cell) {
   return std::stod(cell);
 }
 
-std::string trim(const std::string& s) {
-  auto b = s.find_first_not_of(' '), e = s.find_last_not_of(' ');
-  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
-}
-
 }  // namespace
 
 TEST_CASE("the README's datasheet reproduce table is what reproduce predicts today", "[accuracy]") {

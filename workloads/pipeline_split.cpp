@@ -9,8 +9,6 @@ namespace hbmsim {
 
 namespace {
 
-std::string str(std::int64_t v) { return std::to_string(v); }
-
 // Layer counts per stage given its first and/or last stage's (vp = 1): the middle stages split the rest.
 std::vector<std::int64_t> uneven_counts(std::int64_t L, const Parallelism& p) {
   const auto& s = p.split;

@@ -49,7 +49,6 @@ double TrainingSpec::layer_tokens() const {
 
 namespace {
 
-std::string str(std::int64_t v) { return std::to_string(v); }
 // A count that may be fractional: whole values print as integers ("2000000", not "2e+06").
 std::string count(double v) {
   return v == std::floor(v) && std::abs(v) < 1e15 ? std::to_string(static_cast<long long>(v)) : format_number(v);
