@@ -45,7 +45,7 @@ fi
 mkdir -p "$BUILD_DIR"
 # -O1 with line tables (as OSS-Fuzz builds) compiles in half the time of -O2 -g; asserts stay on.
 cmake -S . -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_CXX_COMPILER="$CXX_FUZZ" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" -DHBMSIM_FUZZ=ON -DHBMSIM_PYTHON=OFF -DHBMSIM_BENCHMARKS=OFF >"$BUILD_DIR/configure.log" 2>&1 ||
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" -DHBMSIM_FUZZ=ON -DHBMSIM_PYTHON=OFF -DHBMSIM_BENCHMARKS=OFF -DCMAKE_UNITY_BUILD=ON >"$BUILD_DIR/configure.log" 2>&1 ||
   { cat "$BUILD_DIR/configure.log"; exit 1; }
 targets=()
 for h in "${HARNESSES[@]}"; do targets+=("fuzz_$h"); done
