@@ -55,7 +55,7 @@ struct Buffer {
 
 constexpr int kComputeQueue = 0;  // every program's first queue: device 0's compute stream
 
-// Fields ordered by size so that an op packs into 152 bytes: the engine walks thousands per step.
+// Fields ordered by size so that an op packs into two cache lines: the engine walks thousands per step.
 struct ProgramOp {
   ProgramOp() = default;
   ProgramOp(int q, double s) : seconds(s), queue(q) {}
@@ -74,6 +74,7 @@ struct ProgramOp {
   SmallVec<int, 3> allocs;    // buffers that come alive when this op starts
   SmallVec<int, 3> releases;  // buffer references dropped when this op completes
 };
+static_assert(sizeof(ProgramOp) <= 128, "a program op outgrew its two cache lines");
 
 // Ops on the queues of one or more devices (each pipeline stage is a device: its own compute stream,
 // communication queues, copy engines, HBM and host counters), joined by whatever dependencies and link uses

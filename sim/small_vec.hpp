@@ -1,5 +1,7 @@
 // A vector of trivially copyable values with inline room for N: program ops hold a few ids each, and
-// one heap allocation per list dominated the simulator's time.
+// one heap allocation per list dominated the simulator's time. The inline values and the heap pointer share
+// their bytes (a list of three or four ints takes 24 bytes, not 32): a step's ops are walked many times, and
+// the smaller they are, the more of them stay in cache.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -35,8 +37,8 @@ class SmallVec {
     if (size_ == cap_) grow(cap_ * 2);
     data()[size_++] = x;
   }
-  T* data() { return heap_ ? heap_ : inline_; }
-  const T* data() const { return heap_ ? heap_ : inline_; }
+  T* data() { return on_heap() ? heap() : local(); }
+  const T* data() const { return on_heap() ? heap() : local(); }
   T* begin() { return data(); }
   T* end() { return data() + size_; }
   const T* begin() const { return data(); }
@@ -57,6 +59,17 @@ class SmallVec {
   }
 
  private:
+  bool on_heap() const { return cap_ > N; }
+  // The values live in `bytes_` (an array of bytes provides storage for them) or behind the pointer it holds.
+  T* local() { return reinterpret_cast<T*>(bytes_); }
+  const T* local() const { return reinterpret_cast<const T*>(bytes_); }
+  T* heap() const {
+    T* h;
+    std::memcpy(&h, bytes_, sizeof h);
+    return h;
+  }
+  void set_heap(T* h) { std::memcpy(bytes_, &h, sizeof h); }
+
   void assign(const T* first, const T* last) {
     auto n = static_cast<std::uint32_t>(last - first);
     if (n > cap_) grow(n);
@@ -66,32 +79,25 @@ class SmallVec {
   void grow(std::uint32_t cap) {
     T* h = new T[cap];
     std::memcpy(h, data(), size_ * sizeof(T));
-    delete[] heap_;
-    heap_ = h;
+    if (on_heap()) delete[] heap();
+    set_heap(h);
     cap_ = cap;
   }
   void release() {
-    delete[] heap_;
-    heap_ = nullptr;
+    if (on_heap()) delete[] heap();
     cap_ = N;
     size_ = 0;
   }
   void steal(SmallVec& o) {
     size_ = o.size_;
-    if (o.heap_) {
-      heap_ = o.heap_;
-      cap_ = o.cap_;
-      o.heap_ = nullptr;
-      o.cap_ = N;
-    } else {
-      std::copy(o.inline_, o.inline_ + o.size_, inline_);
-    }
+    cap_ = o.cap_;
+    std::memcpy(bytes_, o.bytes_, sizeof bytes_);  // the inline values, or the pointer to o's
+    o.cap_ = N;
     o.size_ = 0;
   }
 
-  T* heap_ = nullptr;
   std::uint32_t size_ = 0, cap_ = N;
-  T inline_[N];
+  alignas(T*) alignas(T) unsigned char bytes_[std::max(sizeof(T) * N, sizeof(T*))];
 };
 
 }  // namespace hbmsim::sim
