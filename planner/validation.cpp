@@ -16,7 +16,6 @@ namespace {
 
 bool contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
 
-
 // The first whole number in `s` after position `from` (nullopt when none).
 std::optional<std::int64_t> number_after(const std::string& s, std::size_t from) {
   auto b = s.find_first_of("0123456789", from);

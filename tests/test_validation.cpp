@@ -49,8 +49,7 @@ std::vector<std::string> cells(const std::string& line) {
       cur += '|';
       ++i;
     } else if (line[i] == '|') {
-      auto b = cur.find_first_not_of(' '), e = cur.find_last_not_of(' ');
-      out.push_back(b == std::string::npos ? "" : cur.substr(b, e - b + 1));
+      out.push_back(trim(cur));
       cur.clear();
     } else {
       cur += line[i];
