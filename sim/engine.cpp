@@ -35,6 +35,7 @@ void Program::clear() {
 
 int Program::add_device() {
   const int d = devices();
+  if (queues.size() >= static_cast<std::size_t>(kMaxQueues)) throw std::logic_error("a program has at most " + std::to_string(kMaxQueues) + " queues");
   hbm_limit_bytes.push_back(0);
   queues.push_back(Queue{"compute", QueueKind::serial, false, d, true, false});
   return d;
@@ -50,6 +51,7 @@ int Program::queue(const std::string& name, QueueKind kind, bool host_copy, int 
   for (std::size_t i = 0; i < queues.size(); ++i)
     if (queues[i].device == device && queues[i].name == name) return static_cast<int>(i);
   if (device < 0 || device >= devices()) throw std::logic_error("no device " + std::to_string(device));
+  if (queues.size() >= static_cast<std::size_t>(kMaxQueues)) throw std::logic_error("a program has at most " + std::to_string(kMaxQueues) + " queues");
   queues.push_back(Queue{name, kind, host_copy, device, false, false});
   return static_cast<int>(queues.size()) - 1;
 }
@@ -60,6 +62,7 @@ void Program::use(int op, int resource, double bytes_per_s) {
   if (op < 0 || static_cast<std::size_t>(op) + 1 != ops.size()) throw std::logic_error("link uses must be added to the last op");
   auto& o = ops.back();
   if (o.use_count == 0) o.use_begin = static_cast<std::uint32_t>(uses.size());
+  if (o.use_count == std::numeric_limits<std::uint16_t>::max()) throw std::logic_error("program op " + std::to_string(op) + " uses too many links");
   uses.push_back(Use{resource, bytes_per_s});
   ++o.use_count;
 }
@@ -190,7 +193,7 @@ class Engine {
   Engine(const Program& p, bool timeline, bool fast_forward) : p_(p), record_(timeline) {
     const auto n = p.ops.size();
     const auto nq = p.queues.size();
-    if (nq > 4096) throw std::logic_error("a program has at most 4096 queues");
+    if (nq > static_cast<std::size_t>(kMaxQueues)) throw std::logic_error("a program has at most " + std::to_string(kMaxQueues) + " queues");
     unmet_.resize(n);
     op_queue_.resize(n);
     succ_start_.assign(n + 1, 0);

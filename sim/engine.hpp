@@ -54,27 +54,31 @@ struct Buffer {
 };
 
 constexpr int kComputeQueue = 0;  // every program's first queue: device 0's compute stream
+constexpr int kMaxQueues = 4096;  // a program's queues (an op stores its queue in 16 bits)
 
-// Fields ordered by size so that an op packs into two cache lines: the engine walks thousands per step.
+// Fields ordered by size so that an op packs into 96 bytes: the engine walks thousands per step, and at the
+// depth of a large model they no longer all fit in cache (a 128-byte op made a 126-layer step cost more per
+// layer than a 32-layer one).
 struct ProgramOp {
   ProgramOp() = default;
-  ProgramOp(int q, double s) : seconds(s), queue(q) {}
+  ProgramOp(int q, double s) : seconds(s), queue(static_cast<std::uint16_t>(q)) {}
   double seconds = 0;         // alone, at full speed
   double executed_flops = 0;
   double bytes_sent = 0;      // communication this device sends (reports)
   double gate_bytes = 0;      // > 0: start only when live HBM + gate_bytes <= the memory limit
-  int queue = kComputeQueue;
   // Its link uses, Program::uses[use_begin, use_begin + use_count): sharing a saturated link slows the op.
-  std::uint32_t use_begin = 0, use_count = 0;
+  std::uint32_t use_begin = 0;
   int priority = 0;           // on a shared link, a lower class is served first, sharing within it
-  int layer = -1;
+  std::int16_t layer = -1;    // -1: none (a model file has at most 32,767 layers)
+  std::uint16_t queue = kComputeQueue;  // (a program has at most kMaxQueues)
+  std::uint16_t use_count = 0;
   bool memory_bound = false;  // slowed while a host copy runs (HBM interference)
   char phase = 'f';           // f forward, b backward, r recompute, o optimizer, c copy
-  SmallVec<int, 4> deps;      // ops that must complete first
+  SmallVec<int, 3> deps;      // ops that must complete first
   SmallVec<int, 3> allocs;    // buffers that come alive when this op starts
   SmallVec<int, 3> releases;  // buffer references dropped when this op completes
 };
-static_assert(sizeof(ProgramOp) <= 128, "a program op outgrew its two cache lines");
+static_assert(sizeof(ProgramOp) <= 96, "a program op outgrew its 96 bytes");
 
 // Ops on the queues of one or more devices (each pipeline stage is a device: its own compute stream,
 // communication queues, copy engines, HBM and host counters), joined by whatever dependencies and link uses

@@ -51,6 +51,14 @@ bool ops_continue(const Program& p, int x, int y, int z) {
   return true;
 }
 
+// Appends v[first, first + n) to v (a vector may not insert its own elements).
+template <class T>
+void append_copy(std::vector<T>& v, std::size_t first, std::size_t n) {
+  const std::size_t at = v.size();
+  v.resize(at + n);
+  std::copy_n(v.begin() + static_cast<std::ptrdiff_t>(first), n, v.begin() + static_cast<std::ptrdiff_t>(at));
+}
+
 bool same_buffer(const Buffer& a, const Buffer& b) {
   return a.bytes == b.bytes && a.category == b.category && a.host == b.host && a.device == b.device;
 }
@@ -91,31 +99,23 @@ bool extend(Program& p, const Span& b, const Span& c, Span& out) {
   if (at.ops - c.begin.ops != c.begin.ops - b.begin.ops || at.buffers - c.begin.buffers != c.begin.buffers - b.begin.buffers ||
       at.lifts - c.begin.lifts != c.begin.lifts - b.begin.lifts || at.uses - c.begin.uses != c.begin.uses - b.begin.uses)
     return false;
+  // Reserved up front: the copies are read from the vector they are appended to.
   if (p.ops.capacity() < p.ops.size() + static_cast<std::size_t>(ops(c)))
     p.ops.reserve(std::max(2 * p.ops.capacity(), p.ops.size() + static_cast<std::size_t>(ops(c))));
+  const auto n_buffers = static_cast<std::size_t>(buffers(c));
+  const std::uint32_t use_shift = at.uses - c.begin.uses;  // c's uses are contiguous, in op order: so are the copy's
   for (int k = 0; k < ops(c); ++k) {
-    ProgramOp& op = p.ops.emplace_back();  // no reallocation (reserved above): x and y stay valid
     const ProgramOp &x = p.ops[static_cast<std::size_t>(b.begin.ops + k)], &y = p.ops[static_cast<std::size_t>(c.begin.ops + k)];
-    op.seconds = y.seconds;
-    op.executed_flops = y.executed_flops;
-    op.bytes_sent = y.bytes_sent;
-    op.gate_bytes = y.gate_bytes;
-    op.queue = y.queue;
-    op.use_count = y.use_count;
+    ProgramOp& op = p.ops.emplace_back(y);
     op.priority = 2 * y.priority - x.priority;
     op.layer = 2 * y.layer - x.layer;
-    op.memory_bound = y.memory_bound;
-    op.phase = y.phase;
-    op.deps.assign_stepped(y.deps, x.deps);
-    op.allocs.assign_stepped(y.allocs, x.allocs);
-    op.releases.assign_stepped(y.releases, x.releases);
-    op.use_begin = static_cast<std::uint32_t>(p.uses.size());
-    for (std::uint32_t u = 0; u < y.use_count; ++u) {
-      const Use use = p.uses[y.use_begin + u];
-      p.uses.push_back(use);
-    }
+    op.deps.step_on(x.deps);
+    op.allocs.step_on(x.allocs);
+    op.releases.step_on(x.releases);
+    op.use_begin = y.use_begin + use_shift;
   }
-  for (int k = 0; k < buffers(c); ++k) p.buffers.push_back(p.buffers[static_cast<std::size_t>(c.begin.buffers + k)]);
+  append_copy(p.uses, c.begin.uses, uses(c));
+  append_copy(p.buffers, static_cast<std::size_t>(c.begin.buffers), n_buffers);
   for (int k = 0; k < lifts(c); ++k) {
     const auto x = p.gate_lifts[static_cast<std::size_t>(b.begin.lifts + k)], y = p.gate_lifts[static_cast<std::size_t>(c.begin.lifts + k)];
     p.gate_lifts.push_back({2 * y.op - x.op, 2 * y.after - x.after});

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <limits>
 #include <stdexcept>
 #include <utility>
 
@@ -146,7 +147,8 @@ class Writer {
     ProgramOp& o = p_.ops.back();
     o.use_begin = static_cast<std::uint32_t>(p_.uses.size());
     o.phase = phase;
-    o.layer = layer;
+    if (layer < -1 || layer > std::numeric_limits<std::int16_t>::max()) throw std::logic_error("layer " + std::to_string(layer) + " out of an op's range");
+    o.layer = static_cast<std::int16_t>(layer);
     return o;
   }
   int named(std::string name) {

@@ -1,9 +1,12 @@
 // A vector of trivially copyable values with inline room for N: program ops hold a few ids each, and
-// one heap allocation per list dominated the simulator's time. The inline values and the heap pointer share
-// their bytes (a list of three or four ints takes 24 bytes, not 32): a step's ops are walked many times, and
-// the smaller they are, the more of them stay in cache.
+// one heap allocation per list dominated the simulator's time. A list is four bytes of size and then either
+// its values or a pointer to them (sharing the same bytes): with N = 3 ints it takes 16 bytes, so that an op
+// with three lists fits in 96. A step's ops are walked many times, and the smaller they are, the more of
+// them stay in cache. The capacity is not stored: a list longer than N lives on the heap in room for
+// bit_ceil(size) values, so it is full exactly when its size is a power of two.
 #pragma once
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
@@ -15,27 +18,52 @@ namespace hbmsim::sim {
 template <class T, std::uint32_t N>
 class SmallVec {
   static_assert(std::is_trivially_copyable_v<T>);
+  static_assert(N >= 1);
 
  public:
   SmallVec() = default;
   SmallVec(std::initializer_list<T> xs) { assign(xs.begin(), xs.end()); }
-  SmallVec(const SmallVec& o) { assign(o.begin(), o.end()); }
+  SmallVec(const SmallVec& o) {
+    if (o.on_heap()) {
+      assign(o.begin(), o.end());
+    } else {  // the whole inline room: a copy of constant size compiles to a few moves, not a call
+      std::memcpy(bytes_, o.bytes_, sizeof bytes_);
+      size_ = o.size_;
+    }
+  }
   SmallVec(SmallVec&& o) noexcept { steal(o); }
   SmallVec& operator=(const SmallVec& o) {
-    if (this != &o) { size_ = 0; assign(o.begin(), o.end()); }
+    if (this != &o) assign(o.begin(), o.end());
     return *this;
   }
   SmallVec& operator=(SmallVec&& o) noexcept {
-    if (this != &o) { release(); steal(o); }
+    if (this != &o) {
+      release();
+      steal(o);
+    }
     return *this;
   }
-  SmallVec& operator=(std::initializer_list<T> xs) { size_ = 0; assign(xs.begin(), xs.end()); return *this; }
-  SmallVec& operator=(const std::vector<T>& xs) { size_ = 0; assign(xs.data(), xs.data() + xs.size()); return *this; }
+  SmallVec& operator=(std::initializer_list<T> xs) { assign(xs.begin(), xs.end()); return *this; }
+  SmallVec& operator=(const std::vector<T>& xs) { assign(xs.data(), xs.data() + xs.size()); return *this; }
   ~SmallVec() { release(); }
 
   void push_back(T x) {
-    if (size_ == cap_) grow(cap_ * 2);
-    data()[size_++] = x;
+    if (size_ < N) {
+      local()[size_++] = x;
+      return;
+    }
+    if (size_ == N) {  // the inline room is full: to the heap
+      T* h = new T[std::bit_ceil(N + 1)];
+      std::memcpy(h, local(), N * sizeof(T));
+      set_heap(h);
+    } else if (std::has_single_bit(size_)) {  // the heap room is full: double it
+      T* h = new T[2 * size_];
+      T* old = heap();
+      std::memcpy(h, old, size_ * sizeof(T));
+      delete[] old;
+      set_heap(h);
+    }
+    heap()[size_++] = x;
   }
   T* data() { return on_heap() ? heap() : local(); }
   const T* data() const { return on_heap() ? heap() : local(); }
@@ -48,19 +76,19 @@ class SmallVec {
   T& operator[](std::size_t i) { return data()[i]; }
   const T& operator[](std::size_t i) const { return data()[i]; }
   T& back() { return data()[size_ - 1]; }
-  void clear() { size_ = 0; }
-  // Entry i becomes a[i] + (a[i] - b[i]) (a and b of one size): a list of ids moved on by the step from b to a.
-  void assign_stepped(const SmallVec& a, const SmallVec& b) {
-    if (a.size_ > cap_) grow(a.size_);
+  void clear() { release(); }
+  // Entry i becomes v[i] + (v[i] - before[i]) (before of this size): a copied list of ids moved on by the step
+  // its model took from `before`.
+  void step_on(const SmallVec& before) {
     T* out = data();
-    const T *x = a.data(), *y = b.data();
-    for (std::uint32_t i = 0; i < a.size_; ++i) out[i] = 2 * x[i] - y[i];
-    size_ = a.size_;
+    const T* y = before.data();
+    for (std::uint32_t i = 0; i < size_; ++i) out[i] = 2 * out[i] - y[i];
   }
 
  private:
-  bool on_heap() const { return cap_ > N; }
-  // The values live in `bytes_` (an array of bytes provides storage for them) or behind the pointer it holds.
+  bool on_heap() const { return size_ > N; }
+  // The values live in `bytes_` (an array of bytes provides storage for them) or behind the pointer it holds
+  // (read and written with memcpy: it needs no alignment there).
   T* local() { return reinterpret_cast<T*>(bytes_); }
   const T* local() const { return reinterpret_cast<const T*>(bytes_); }
   T* heap() const {
@@ -70,34 +98,31 @@ class SmallVec {
   }
   void set_heap(T* h) { std::memcpy(bytes_, &h, sizeof h); }
 
+  // [first, last) must not lie in this list.
   void assign(const T* first, const T* last) {
-    auto n = static_cast<std::uint32_t>(last - first);
-    if (n > cap_) grow(n);
-    std::copy(first, last, data());
+    const auto n = static_cast<std::uint32_t>(last - first);
+    if (on_heap() && n > N && std::bit_ceil(n) <= std::bit_ceil(size_)) {  // fits the room it has
+      std::copy(first, last, heap());
+      size_ = n;
+      return;
+    }
+    release();
+    if (n > N) set_heap(new T[std::bit_ceil(n)]);
     size_ = n;
-  }
-  void grow(std::uint32_t cap) {
-    T* h = new T[cap];
-    std::memcpy(h, data(), size_ * sizeof(T));
-    if (on_heap()) delete[] heap();
-    set_heap(h);
-    cap_ = cap;
+    std::copy(first, last, data());
   }
   void release() {
     if (on_heap()) delete[] heap();
-    cap_ = N;
     size_ = 0;
   }
   void steal(SmallVec& o) {
     size_ = o.size_;
-    cap_ = o.cap_;
     std::memcpy(bytes_, o.bytes_, sizeof bytes_);  // the inline values, or the pointer to o's
-    o.cap_ = N;
     o.size_ = 0;
   }
 
-  std::uint32_t size_ = 0, cap_ = N;
-  alignas(T*) alignas(T) unsigned char bytes_[std::max(sizeof(T) * N, sizeof(T*))];
+  std::uint32_t size_ = 0;
+  alignas(T) unsigned char bytes_[std::max(sizeof(T) * N, sizeof(T*))] = {};  // zeroed: copies take all of it
 };
 
 }  // namespace hbmsim::sim

@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <stdexcept>
+
 #include "sim/engine.hpp"
 
 using namespace hbmsim::sim;
@@ -214,4 +216,62 @@ TEST_CASE("only transfers linked to an oversubscribed link slow down", "[engine]
   CHECK(r.end_s[static_cast<std::size_t>(b)] == Approx(0.2));
   CHECK(r.end_s[static_cast<std::size_t>(c)] == Approx(0.1));
   CHECK(r.end_s[static_cast<std::size_t>(d)] == Approx(0.1));
+}
+
+// ---- SmallVec: inline room for N, then the heap (capacity bit_ceil(size), not stored). ----
+namespace {
+template <std::uint32_t N>
+std::vector<int> as_vector(const SmallVec<int, N>& v) { return std::vector<int>(v.begin(), v.end()); }
+}  // namespace
+
+TEST_CASE("SmallVec holds what std::vector holds through growth, copies, moves and shrinking assigns", "[engine][small_vec]") {
+  // Sizes 0..40 cross the inline room (3) and every doubling of the heap room (4, 8, 16, 32).
+  SmallVec<int, 3> v;
+  std::vector<int> ref;
+  for (int i = 0; i < 40; ++i) {
+    v.push_back(7 * i - 3);
+    ref.push_back(7 * i - 3);
+    REQUIRE(as_vector(v) == ref);
+    SmallVec<int, 3> copy = v;  // a copy is its own list: changing it leaves v alone
+    copy[0] = 1000;
+    CHECK(v[0] == -3);
+    CHECK(copy.size() == v.size());
+  }
+  SmallVec<int, 3> moved = std::move(v);
+  CHECK(as_vector(moved) == ref);
+  CHECK(v.empty());  // NOLINT(bugprone-use-after-move): a moved-from list is empty
+  // Shrinking assigns: heap to a smaller heap, heap to inline, inline back to heap.
+  const std::vector<int> five{1, 2, 3, 4, 5}, two{8, 9}, nine{1, 1, 2, 3, 5, 8, 13, 21, 34};
+  moved = five;
+  CHECK(as_vector(moved) == five);
+  moved.push_back(6);  // 5 -> 6 within the heap room of 8 it kept
+  CHECK(as_vector(moved) == std::vector<int>{1, 2, 3, 4, 5, 6});
+  moved = two;
+  CHECK(as_vector(moved) == two);
+  moved = nine;
+  CHECK(as_vector(moved) == nine);
+  moved.clear();
+  CHECK(moved.empty());
+  moved.push_back(4);
+  CHECK(as_vector(moved) == std::vector<int>{4});
+}
+
+TEST_CASE("SmallVec::step_on moves each id on by the step its model took", "[engine][small_vec]") {
+  // A copy of iteration c made from iterations b and c: id y of c, x of b -> 2y - x (y + (y - x)).
+  SmallVec<int, 3> before{10, 20, 30, 40, 50}, model{15, 22, 30, 47, 49};
+  SmallVec<int, 3> copy = model;
+  copy.step_on(before);
+  CHECK(as_vector(copy) == std::vector<int>{20, 24, 30, 54, 48});
+  SmallVec<int, 3> small_before{1, 2}, small{4, 3};
+  small.step_on(small_before);
+  CHECK(as_vector(small) == std::vector<int>{7, 4});
+}
+
+TEST_CASE("a program op packs into 96 bytes and a program refuses more queues than an op can name", "[engine]") {
+  STATIC_REQUIRE(sizeof(ProgramOp) <= 96);
+  Program p;
+  for (int q = 1; q < kMaxQueues; ++q) p.queue("q" + std::to_string(q));
+  CHECK(p.queues.size() == static_cast<std::size_t>(kMaxQueues));
+  CHECK_THROWS_AS(p.queue("one too many"), std::logic_error);
+  CHECK_THROWS_AS(p.add_device(), std::logic_error);
 }
