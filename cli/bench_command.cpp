@@ -27,17 +27,38 @@ double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
-// Median over `reps` of the mean time of `inner` simulations of a prepared step, in microseconds.
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The mean time of `inner` simulations of a prepared step, in microseconds.
+double batch_us(const PreparedRun& run, int inner) {
+  auto t0 = clock_type::now();
+  for (int i = 0; i < inner; ++i) (void)simulate(run.graph, run.system, run.policy, run.options);
+  return seconds_since(t0) * 1e6 / inner;
+}
+
+void warm(const PreparedRun& run) {
+  for (int i = 0; i < 2; ++i) (void)simulate(run.graph, run.system, run.policy, run.options);
+}
+
+// Median over `reps` batches of `inner` simulations of a prepared step, in microseconds.
 double step_us(const PreparedRun& run, int reps, int inner) {
-  for (int i = 0; i < 2; ++i) (void)simulate(run.graph, run.system, run.policy, run.options);  // warm caches
+  warm(run);
   std::vector<double> t;
-  for (int r = 0; r < reps; ++r) {
-    auto t0 = clock_type::now();
-    for (int i = 0; i < inner; ++i) (void)simulate(run.graph, run.system, run.policy, run.options);
-    t.push_back(seconds_since(t0) * 1e6 / inner);
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  for (int r = 0; r < reps; ++r) t.push_back(batch_us(run, inner));
+  return median(std::move(t));
+}
+
+// Several steps timed in turn within each repetition, so that a drift of the machine's speed (this one's
+// moves by tens of percent within minutes) affects each alike: per step, its batches' times.
+std::vector<std::vector<double>> interleaved_us(const std::vector<PreparedRun>& runs, int reps, int inner) {
+  for (const auto& r : runs) warm(r);
+  std::vector<std::vector<double>> t(runs.size());
+  for (int rep = 0; rep < reps; ++rep)
+    for (std::size_t k = 0; k < runs.size(); ++k) t[k].push_back(batch_us(runs[k], inner));
+  return t;
 }
 
 struct Line {
@@ -96,13 +117,19 @@ void register_bench_command(CLI::App& app) {
     RunConfig small = bench_scaling_base();
     auto base = prepare_run(small);
     std::vector<double> xs, ys, ga, gy;
+    std::vector<PreparedRun> depths;
     for (std::int64_t layers : {8, 16, 32, 64, 126}) {
       auto model = base.graph.model;
       model.num_layers = layers;
-      PreparedRun r{base.system, build_step_graph(model, base.graph.training), base.policy, base.options};
+      depths.push_back(PreparedRun{base.system, build_step_graph(model, base.graph.training), base.policy, base.options});
       xs.push_back(static_cast<double>(layers));
-      ys.push_back(step_us(r, reps, inner));
     }
+    const auto by_depth = interleaved_us(depths, reps, inner);
+    for (const auto& t : by_depth) ys.push_back(median(t));
+    // A Llama 405B depth against a Llama 8B one, same layer shape: the median of the ratios of batches
+    // timed back to back.
+    std::vector<double> deep_over_shallow;
+    for (int r = 0; r < reps; ++r) deep_over_shallow.push_back(by_depth[4][static_cast<std::size_t>(r)] / by_depth[2][static_cast<std::size_t>(r)]);
     for (std::int64_t m : {1, 2, 4, 8}) {
       RunConfig c = small;
       c.grad_accum = m;
@@ -111,7 +138,7 @@ void register_bench_command(CLI::App& app) {
     }
     auto lf = fit_line(xs, ys), gf = fit_line(ga, gy);
     out["layers_us_per_layer"] = lf.slope;
-    out["layers_126_over_32"] = ys[4] / ys[2];  // a Llama 405B depth against a Llama 8B one, same layer shape
+    out["layers_126_over_32"] = median(std::move(deep_over_shallow));
     out["layers_r2"] = lf.r2;
     out["grad_accum_us_per_step"] = gf.slope;
     out["grad_accum_r2"] = gf.r2;
