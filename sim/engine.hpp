@@ -39,7 +39,7 @@ struct Use {
   double bytes_per_s = 0;
 };
 
-enum class MemCategory : int {
+enum class MemCategory : std::uint8_t {  // one byte: a Buffer packs into 16
   parameters, optimizer_state, gradients, gathered_weights, saved_activations, offload_buffers,
   collective_buffers, workspace, runtime_reserve, count
 };
@@ -52,6 +52,7 @@ struct Buffer {
   bool host = false;
   int device = 0;  // whose HBM (or pinned host memory) it takes
 };
+static_assert(sizeof(Buffer) <= 16, "a buffer outgrew its 16 bytes");
 
 constexpr int kComputeQueue = 0;  // every program's first queue: device 0's compute stream
 constexpr int kMaxQueues = 4096;  // a program's queues (an op stores its queue in 16 bits)
