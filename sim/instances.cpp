@@ -108,7 +108,7 @@ bool extend(Program& p, const Span& b, const Span& c, Span& out) {
     const ProgramOp &x = p.ops[static_cast<std::size_t>(b.begin.ops + k)], &y = p.ops[static_cast<std::size_t>(c.begin.ops + k)];
     ProgramOp& op = p.ops.emplace_back(y);
     op.priority = 2 * y.priority - x.priority;
-    op.layer = 2 * y.layer - x.layer;
+    op.layer = static_cast<std::int16_t>(2 * y.layer - x.layer);  // a layer of the model: in range
     op.deps.step_on(x.deps);
     op.allocs.step_on(x.allocs);
     op.releases.step_on(x.releases);

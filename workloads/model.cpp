@@ -137,10 +137,10 @@ nlohmann::json ModelSpec::to_json() const {
   return j;
 }
 
-// The deepest published LLMs have about 60-130 layers. 100000 leaves three orders of magnitude for
-// experiments and still refuses a typo or an overflowed count (10^12) here, before the step graph keeps one
-// entry per layer and the simulator's event budget (which allows far fewer layers) is ever reached.
-constexpr std::int64_t kMaxLayers = 32767;  // the simulator keeps an op's layer in 16 bits (sim/engine.hpp)
+// The deepest published LLMs have about 60-130 layers. 32767 (the simulator keeps an op's layer in 16 bits,
+// sim/engine.hpp) leaves two orders of magnitude for experiments and refuses a typo or an overflowed count
+// (10^12) here, before the step graph keeps one entry per layer.
+constexpr std::int64_t kMaxLayers = 32767;
 
 static std::int64_t layer_count(const JsonView& v) {
   auto n = v.positive_integer();
