@@ -19,6 +19,17 @@ const char* to_string(MemCategory c) {
   return (i >= 0 && i < kMemCategories) ? names[i] : "?";
 }
 
+namespace {
+
+// Appends a queue to a program's and returns its index: at most kMaxQueues (an op names its queue in 16 bits).
+int add_queue(std::vector<Queue>& queues, Queue q) {
+  if (queues.size() >= static_cast<std::size_t>(kMaxQueues)) throw std::logic_error("a program has at most " + std::to_string(kMaxQueues) + " queues");
+  queues.push_back(std::move(q));
+  return static_cast<int>(queues.size()) - 1;
+}
+
+}  // namespace
+
 void Program::clear() {
   queues.clear();
   resources.clear();
@@ -35,9 +46,8 @@ void Program::clear() {
 
 int Program::add_device() {
   const int d = devices();
-  if (queues.size() >= static_cast<std::size_t>(kMaxQueues)) throw std::logic_error("a program has at most " + std::to_string(kMaxQueues) + " queues");
+  add_queue(queues, Queue{"compute", QueueKind::serial, false, d, true, false});
   hbm_limit_bytes.push_back(0);
-  queues.push_back(Queue{"compute", QueueKind::serial, false, d, true, false});
   return d;
 }
 
@@ -51,9 +61,7 @@ int Program::queue(const std::string& name, QueueKind kind, bool host_copy, int 
   for (std::size_t i = 0; i < queues.size(); ++i)
     if (queues[i].device == device && queues[i].name == name) return static_cast<int>(i);
   if (device < 0 || device >= devices()) throw std::logic_error("no device " + std::to_string(device));
-  if (queues.size() >= static_cast<std::size_t>(kMaxQueues)) throw std::logic_error("a program has at most " + std::to_string(kMaxQueues) + " queues");
-  queues.push_back(Queue{name, kind, host_copy, device, false, false});
-  return static_cast<int>(queues.size()) - 1;
+  return add_queue(queues, Queue{name, kind, host_copy, device, false, false});
 }
 
 void Program::use(int op, int resource, double bytes_per_s) {

@@ -102,7 +102,6 @@ bool extend(Program& p, const Span& b, const Span& c, Span& out) {
   // Reserved up front: the copies are read from the vector they are appended to.
   if (p.ops.capacity() < p.ops.size() + static_cast<std::size_t>(ops(c)))
     p.ops.reserve(std::max(2 * p.ops.capacity(), p.ops.size() + static_cast<std::size_t>(ops(c))));
-  const auto n_buffers = static_cast<std::size_t>(buffers(c));
   const std::uint32_t use_shift = at.uses - c.begin.uses;  // c's uses are contiguous, in op order: so are the copy's
   for (int k = 0; k < ops(c); ++k) {
     const ProgramOp &x = p.ops[static_cast<std::size_t>(b.begin.ops + k)], &y = p.ops[static_cast<std::size_t>(c.begin.ops + k)];
@@ -115,7 +114,7 @@ bool extend(Program& p, const Span& b, const Span& c, Span& out) {
     op.use_begin = y.use_begin + use_shift;
   }
   append_copy(p.uses, c.begin.uses, uses(c));
-  append_copy(p.buffers, static_cast<std::size_t>(c.begin.buffers), n_buffers);
+  append_copy(p.buffers, static_cast<std::size_t>(c.begin.buffers), static_cast<std::size_t>(buffers(c)));
   for (int k = 0; k < lifts(c); ++k) {
     const auto x = p.gate_lifts[static_cast<std::size_t>(b.begin.lifts + k)], y = p.gate_lifts[static_cast<std::size_t>(c.begin.lifts + k)];
     p.gate_lifts.push_back({2 * y.op - x.op, 2 * y.after - x.after});
