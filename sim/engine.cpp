@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "sim/lagging_queue.hpp"
 #include "sim/repeats.hpp"
 
 namespace hbmsim::sim {
@@ -448,18 +449,38 @@ class Engine {
   }
 
   // The state now is the previous iteration's moved on by one iteration, and the recorded interval holds
-  // only the run's ops.
+  // only the run's ops. Failing that, it is so for everything but one serial queue that falls further
+  // behind at every iteration (lagging_): the fast-forward then works that queue out on its own.
   bool same_state(const Repeat& run) {
+    lagging_ = -1;
+    if (repeats_without(run, -1)) return true;
+    const int q = lagging_candidate();
+    if (q < 0 || !repeats_without(run, q)) return false;
+    lagging_ = q;
+    return true;
+  }
+
+  // The state repeats, leaving out queue `skip`'s ops, head and links (-1: leaving out nothing).
+  bool repeats_without(const Repeat& run, int skip) {
     const Snapshot &a = before_, &b = now_snap_;
-    if (a.active.size() != b.active.size() || a.over != b.over || a.contended != b.contended || a.stale != b.stale ||
-        a.interference_stale != b.interference_stale || a.copies != b.copies)
+    if (a.over != b.over || a.contended != b.contended || a.stale != b.stale || a.interference_stale != b.interference_stale ||
+        a.copies != b.copies)
       return false;
-    for (std::size_t i = 0; i < a.active.size(); ++i) {
-      const auto &x = a.active[i], &y = b.active[i];
+    if (skip < 0 && a.active.size() != b.active.size()) return false;
+    auto skipped = [&](const Snapshot::Active& x) { return skip >= 0 && p_.ops[static_cast<std::size_t>(x.op)].queue == skip; };
+    for (std::size_t i = 0, j = 0;; ++i, ++j) {
+      while (i < a.active.size() && skipped(a.active[i])) ++i;
+      while (j < b.active.size() && skipped(b.active[j])) ++j;
+      if (i == a.active.size() || j == b.active.size()) {
+        if (i != a.active.size() || j != b.active.size()) return false;
+        break;
+      }
+      const auto &x = a.active[i], &y = b.active[j];
       if (x.at != y.at || !close(x.remaining, y.remaining) || !close(x.rate, y.rate) || !close(x.end_in_s, y.end_in_s)) return false;
     }
     shift_busy_.assign(a.heads.size(), 0);
     for (std::size_t q = 0; q < a.heads.size(); ++q) {
+      if (static_cast<int>(q) == skip) continue;
       const auto &x = a.heads[q], &y = b.heads[q];
       if (x.in_run != y.in_run || (x.in_run ? x.at != y.at : x.op != y.op) || x.running != y.running) return false;
       bool shifts = false;
@@ -475,7 +496,9 @@ class Engine {
       shift_idle_[d] = shifts;
     }
     for (std::size_t r = 0; r < a.demand.size(); ++r)
-      if (!close(a.demand[r], b.demand[r])) return false;
+      if (!(skip >= 0 && link_owner_[r] == skip) && !close(a.demand[r], b.demand[r])) return false;
+    // Nothing waited for the left-out queue (its share of the compute stream's idle time did not grow).
+    if (skip >= 0 && !close(a.exposed_s[static_cast<std::size_t>(skip)], b.exposed_s[static_cast<std::size_t>(skip)])) return false;
     for (const LogEntry& e : log_) {
       if (!run.contains(e.op)) return false;
       // What started may not have waited on an op outside the run finishing in the interval (the next
@@ -485,6 +508,32 @@ class Engine {
           if (!run.contains(d) && !(end_[static_cast<std::size_t>(d)] >= 0 && end_[static_cast<std::size_t>(d)] <= a.time_s)) return false;
     }
     return true;
+  }
+
+  // The first serial communication queue whose head or running op differs between the two snapshots: one
+  // that may be falling behind (-1: none).
+  int lagging_candidate() {
+    const Snapshot &a = before_, &b = now_snap_;
+    auto running = [&](const Snapshot& s, std::size_t q) -> const Snapshot::Active* {
+      for (const auto& x : s.active)
+        if (static_cast<std::size_t>(p_.ops[static_cast<std::size_t>(x.op)].queue) == q) return &x;  // a serial queue runs one op at most
+      return nullptr;
+    };
+    for (std::size_t q = 0; q < qs_.size(); ++q) {
+      if (qs_[q].concurrent || qs_[q].compute || qs_[q].host_copy) continue;
+      const auto &x = a.heads[q], &y = b.heads[q];
+      bool differs = x.in_run != y.in_run || (x.in_run ? x.at != y.at : x.op != y.op) || x.running != y.running;
+      if (!differs) {
+        const auto *ra = running(a, q), *rb = running(b, q);
+        differs = (ra == nullptr) != (rb == nullptr) ||
+                  (ra && (ra->at != rb->at || !close(ra->remaining, rb->remaining) || !close(ra->end_in_s, rb->end_in_s)));
+      }
+      if (differs) {
+        if (link_owner_.size() != p_.resources.size()) link_owner_ = link_owners(p_);
+        return static_cast<int>(q);
+      }
+    }
+    return -1;
   }
 
   // How many iterations may be replayed, then replays them; returns that number (0: none).
@@ -520,7 +569,17 @@ class Engine {
     }
     if (k <= 0) return 0;
     prepare_replay(run);
-    if (!replayable(run, 1)) return 0;
+    if (lag_blocked_ || !replayable(run, 1)) return 0;
+    LaggingWalk walk;
+    if (lagging_ >= 0) {  // stop the stretch before the lagging queue does what the walk cannot vouch for
+      walk = walk_queue(run, static_cast<int>(k), period);
+      if (walk.vouched_until_s < std::numeric_limits<double>::infinity()) {
+        auto m = static_cast<std::int64_t>(std::ceil((walk.vouched_until_s - b.time_s) / period)) - 1;
+        while (m > 0 && b.time_s + static_cast<double>(m) * period >= walk.vouched_until_s) --m;
+        k = std::min(k, m);
+        if (k <= 0) return 0;
+      }
+    }
     int done = 1;
     if (record_) {  // the timeline needs every change: each interval replayed
       replay(1, period);
@@ -533,7 +592,102 @@ class Engine {
       done = jump(run, static_cast<int>(k), period, before);
     }
     move_on(run, done, period);
+    if (lagging_ >= 0) apply_walk(walk, b.time_s + done * period, done, period);
     return done;
+  }
+
+  // ---- A queue falling behind the loop (sim/lagging_queue.hpp). ----
+  // The lagging queue's ops through the next k intervals. An op of the run that has not ended yet ends
+  // where its counterpart in the recorded interval did, a period later per iteration between them.
+  LaggingWalk walk_queue(const Repeat& run, int k, double period) {
+    const double from = now_snap_.time_s, until = from + k * period;
+    class_ends_.clear();
+    for (const ReplayStep& e : steps_)
+      if (!e.start) class_ends_.push_back({run.offset(e.op, run.iteration(e.op)), e.time_s, run.iteration(e.op)});
+    std::sort(class_ends_.begin(), class_ends_.end(), [](const ClassEnd& x, const ClassEnd& y) { return x.at < y.at; });
+    const RunBounds in{run};
+    auto end_of = [&](int op) -> double {
+      const double e = end_[static_cast<std::size_t>(op)];
+      if (e >= 0) return e;
+      if (!in(op)) return std::numeric_limits<double>::infinity();  // nothing outside the run runs in the stretch
+      const std::int64_t at = run.offset(op, run.iteration(op));
+      auto it = std::lower_bound(class_ends_.begin(), class_ends_.end(), at, [](const ClassEnd& x, std::int64_t v) { return x.at < v; });
+      const int m = it == class_ends_.end() || it->at != at ? 0 : run.iteration(op) - it->iteration;
+      return m >= 1 ? it->time_s + m * period : std::numeric_limits<double>::quiet_NaN();
+    };
+    int running = -1;
+    double running_end = 0;
+    for (std::size_t a = 0; a < active_.size(); ++a)
+      if (p_.ops[static_cast<std::size_t>(active_[a])].queue == lagging_) {
+        running = active_[a];
+        running_end = active_end_[a];
+      }
+    if (running >= 0 && (rate_[static_cast<std::size_t>(running)] != 1.0 || !runs_alone(p_, link_owner_, lifts_, running))) {
+      LaggingWalk none;
+      none.vouched_until_s = from;
+      return none;
+    }
+    const WalkContext c{p_, link_owner_, lifts_, succ_start_, succ_, end_of, [&](int op) { return in(op); }};
+    const auto q = static_cast<std::size_t>(lagging_);
+    return walk_lagging(c, order_[q], qs_[q].pos, running, running >= 0 ? start_[static_cast<std::size_t>(running)] : 0,
+                        running_end, from, until);
+  }
+
+  // The walk's events up to `until` (the stretch's end, `done` intervals on): what start() and complete()
+  // would have done for each, the op still running then joining the running set.
+  void apply_walk(const LaggingWalk& w, double until, int done, double period) {
+    const auto q = static_cast<std::size_t>(lagging_);
+    auto& qs = qs_[q];
+    for (const LaggingOp& o : w.ops) {
+      if (o.start_s > until) break;
+      const auto k = static_cast<std::size_t>(o.op);
+      const ProgramOp& op = p_.ops[k];
+      const bool was_running = start_[k] >= 0;
+      if (!was_running) {
+        start_[k] = o.start_s;
+        ++qs.pos;
+        if (qs.running++ == 0) qs.busy_since = o.start_s;
+      }
+      if (o.end_s > until) {
+        if (!was_running) {
+          remaining_[k] = op.seconds;
+          rate_[k] = 1.0;
+          updated_[k] = o.start_s;
+          active_pos_[k] = static_cast<int>(active_.size());
+          active_.push_back(o.op);
+          active_end_.push_back(o.end_s);
+          for (const auto& u : uses_of(o.op)) add_demand(u.resource, u.bytes_per_s);
+        }
+        break;
+      }
+      if (was_running) {
+        deactivate(o.op);
+        for (const auto& u : uses_of(o.op)) add_demand(u.resource, -u.bytes_per_s);
+      }
+      end_[k] = o.end_s;
+      ++done_;
+      r_.executed_flops += op.executed_flops;
+      r_.bytes_sent[q] += op.bytes_sent;
+      r_.last_end_s[q] = o.end_s;
+      if (--qs.running == 0) r_.busy_s[q] += o.end_s - qs.busy_since;
+      for (int s = succ_start_[k]; s < succ_start_[k + 1]; ++s) --unmet_[static_cast<std::size_t>(succ_[static_cast<std::size_t>(s)])];
+      // A completion is an event of its own unless ops of the loop complete at that instant too (a zero-length
+      // op completes at the instant that started it).
+      if (op.seconds > 0 && !loop_instant(o.end_s, done, period)) ++r_.events;
+    }
+  }
+
+  // Ops of the loop (not the lagging queue) complete at this time in one of the `done` intervals replayed.
+  bool loop_instant(double t, int done, double period) const {
+    const double base = now_snap_.time_s;
+    const auto m0 = static_cast<int>(std::floor((t - base) / period));
+    for (int m = std::max(1, m0); m <= std::min(done, m0 + 2); ++m) {
+      const double rel = t - m * period;
+      auto it = std::lower_bound(lag_instants_.begin(), lag_instants_.end(), rel);
+      if (it != lag_instants_.end() && close(*it, rel)) return true;
+      if (it != lag_instants_.begin() && close(*std::prev(it), rel)) return true;
+    }
+    return false;
   }
 
   // ---- Intervals after the first, in closed form. ----
@@ -625,16 +779,36 @@ class Engine {
 
   // The recorded interval as replay steps: each entry's op and how far it moves per iteration, whether it
   // waits on ops outside the run, and whether any of its successors lies outside it (computed once per jump).
+  // A lagging queue's events are left out (walk_queue works them out); the loop may not wait for it
+  // (lag_blocked_), and the instants at which only it completed ops are counted apart.
   void prepare_replay(const Repeat& run) {
     steps_.clear();
+    lag_blocked_ = false;
+    lag_only_instants_ = 0;
+    lag_instants_.clear();
     const RunBounds in{run};
     for (const LogEntry& e : log_) {
       const auto k = static_cast<std::size_t>(e.op);
+      if (lagging_ >= 0 && p_.ops[k].queue == lagging_) continue;
       bool outside = false;
       if (e.start) {
-        for (int d : p_.ops[k].deps) outside |= !in(d);
+        for (int d : p_.ops[k].deps) {
+          outside |= !in(d);
+          lag_blocked_ |= lagging_ >= 0 && p_.ops[static_cast<std::size_t>(d)].queue == lagging_;
+        }
       }
       steps_.push_back(ReplayStep{e.op, run.of(e.op).stride, e.time_s, e.start, outside});
+    }
+    if (lagging_ < 0) return;
+    // The log is in time order: an instant's completions (and the starts between them) are contiguous.
+    for (std::size_t i = 0; i < log_.size();) {
+      bool loop = false, lagging = false;
+      std::size_t j = i;
+      for (; j < log_.size() && log_[j].time_s == log_[i].time_s; ++j)
+        if (!log_[j].start) (p_.ops[static_cast<std::size_t>(log_[j].op)].queue == lagging_ ? lagging : loop) = true;
+      if (loop) lag_instants_.push_back(log_[i].time_s);
+      else if (lagging) ++lag_only_instants_;
+      i = j;
     }
   }
 
@@ -699,6 +873,7 @@ class Engine {
     const double dt = m * period;
     now_ = b.time_s + dt;
     for (std::size_t pos = 0; pos < active_.size(); ++pos) {
+      if (lagging_ >= 0 && p_.ops[static_cast<std::size_t>(active_[pos])].queue == lagging_) continue;  // apply_walk()
       const auto from = static_cast<std::size_t>(active_[pos]), to = static_cast<std::size_t>(run.moved(active_[pos], m));
       active_[pos] = static_cast<int>(to);
       active_pos_[to] = static_cast<int>(pos);
@@ -713,6 +888,7 @@ class Engine {
     for (const Segment* seg : {&run.main, &run.side})
       for (int i = seg->first; i < seg->first + seg->stride; ++i) ++per_queue[static_cast<std::size_t>(p_.ops[static_cast<std::size_t>(i)].queue)];
     for (std::size_t q = 0; q < qs_.size(); ++q) {
+      if (static_cast<int>(q) == lagging_) continue;  // apply_walk()
       if (b.heads[q].in_run) qs_[q].pos += static_cast<std::size_t>(m * per_queue[q]);  // else nothing of it started
       if (shift_busy_[q]) qs_[q].busy_since += dt;
       r_.busy_s[q] += m * (b.busy_s[q] - a.busy_s[q]);
@@ -720,7 +896,7 @@ class Engine {
     }
     for (std::size_t d = 0; d < dev_.size(); ++d)
       if (shift_idle_[d]) dev_[d].compute_idle_since += dt;
-    r_.events += static_cast<std::uint64_t>(m) * (b.events - a.events);
+    r_.events += static_cast<std::uint64_t>(m) * (b.events - a.events - static_cast<std::uint64_t>(lag_only_instants_));
     std::fill(dirty_.begin(), dirty_.end(), 0);  // the replayed completions' marks: nothing more can start now
     any_dirty_ = false;
   }
@@ -1141,6 +1317,20 @@ class Engine {
   bool track_ = false;  // the first replayed interval: record its frees and each device's high point
   std::vector<char>& freed_ = scratch().freed;  // per release of the first interval, in order: it freed the buffer
   std::vector<Excursion>& excursion_ = scratch().excursion;  // per device: the first interval's high point
+  // A serial queue falling behind the loop being fast-forwarded (-1: none), per link the queue that owns it
+  // (computed on first need), whether the loop waits for that queue, and the recorded interval's completion
+  // instants: those of loop ops (times), and how many had only the lagging queue's.
+  int lagging_ = -1;
+  std::vector<int> link_owner_;
+  bool lag_blocked_ = false;
+  std::vector<double> lag_instants_;
+  int lag_only_instants_ = 0;
+  struct ClassEnd {
+    std::int64_t at;  // Repeat::offset of the op from its own iteration's start
+    double time_s;
+    int iteration;
+  };
+  std::vector<ClassEnd> class_ends_;  // the recorded interval's completions, by place in their iteration
   int pending_anchor_ = -1;  // an iteration's first op started in this pass
   bool logging_ = false;
   bool forced_ = false;      // a gated op was forced in the interval

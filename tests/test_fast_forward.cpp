@@ -9,40 +9,14 @@
 #include "planner/reproduce.hpp"
 #include "sim/engine.hpp"
 #include "sim/program_builder.hpp"
+#include "engine_checks.hpp"
 #include "random_configs.hpp"
 
 using namespace hbmsim;
 using namespace hbmsim::sim;
+using test::check_same;
 
 namespace {
-
-bool near(double a, double b) { return std::abs(a - b) <= 1e-9 * std::max({1e-12, std::abs(a), std::abs(b)}); }
-
-// Everything the engine reports, fast-forwarded and not, agrees within 1e-9 relative.
-void check_same(const EngineResult& ff, const EngineResult& plain) {
-  CHECK(near(ff.end_time_s, plain.end_time_s));
-  CHECK(near(ff.executed_flops, plain.executed_flops));
-  CHECK(ff.events == plain.events);
-  REQUIRE(ff.memory.size() == plain.memory.size());
-  for (std::size_t d = 0; d < ff.memory.size(); ++d) {
-    CHECK(near(ff.memory[d].hbm_peak_bytes, plain.memory[d].hbm_peak_bytes));
-    CHECK(near(ff.memory[d].host_peak_bytes, plain.memory[d].host_peak_bytes));
-    CHECK(near(ff.memory[d].hbm_peak_time_s, plain.memory[d].hbm_peak_time_s));
-    for (int c = 0; c < kMemCategories; ++c)
-      CHECK(near(ff.memory[d].hbm_at_peak[static_cast<std::size_t>(c)], plain.memory[d].hbm_at_peak[static_cast<std::size_t>(c)]));
-  }
-  for (std::size_t q = 0; q < plain.exposed_s.size(); ++q) {
-    CHECK(near(ff.exposed_s[q], plain.exposed_s[q]));
-    CHECK(near(ff.busy_s[q], plain.busy_s[q]));
-    CHECK(near(ff.bytes_sent[q], plain.bytes_sent[q]));
-    CHECK(near(ff.last_end_s[q], plain.last_end_s[q]));
-  }
-  REQUIRE(ff.start_s.size() == plain.start_s.size());
-  for (std::size_t i = 0; i < plain.start_s.size(); ++i) {
-    CHECK(near(ff.start_s[i], plain.start_s[i]));
-    CHECK(near(ff.end_s[i], plain.end_s[i]));
-  }
-}
 
 // A loop of `n` iterations: a 1 ms layer on the compute stream that saves `saved_bytes` (never freed when
 // `keep`), and a 0.5 ms copy of them on a copy engine that frees them; the next layer waits for nothing
