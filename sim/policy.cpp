@@ -42,7 +42,10 @@ std::vector<std::string> Policy::describe() const {
 std::string Policy::name() const {
   std::string out;
   if (stages.empty()) out = preset;
-  for (const auto& st : stages) out += (out.empty() ? "" : "/") + st.preset;
+  for (const auto& st : stages) {
+    if (!out.empty()) out += '/';
+    out += st.preset;
+  }
   return layer_rules.empty() ? out : out + " [" + layer_rules_text(*this) + "]";
 }
 
@@ -51,9 +54,17 @@ std::string layer_rules_text(const Policy& p) {
   for (const auto& r : p.layer_rules) rules.push_back(&r);
   std::sort(rules.begin(), rules.end(), [](const Policy* a, const Policy* b) { return a->first_layer < b->first_layer; });
   std::string list;
-  for (const Policy* r : rules)
-    list += (list.empty() ? "" : ", ") + std::to_string(r->first_layer) +
-            (r->last_layer > r->first_layer ? "-" + std::to_string(r->last_layer) : std::string()) + " " + r->preset;
+  // Appended piece by piece: GCC 12 warns (-Wrestrict, a false positive) on the chain of temporaries.
+  for (const Policy* r : rules) {
+    if (!list.empty()) list += ", ";
+    list += std::to_string(r->first_layer);
+    if (r->last_layer > r->first_layer) {
+      list += '-';
+      list += std::to_string(r->last_layer);
+    }
+    list += ' ';
+    list += r->preset;
+  }
   return list;
 }
 
