@@ -175,7 +175,8 @@ struct Scratch {
   std::vector<Flow> flows, sharing;
   std::vector<int> unmet, op_queue, succ_start, succ, refs, fill, active, active_pos, finished, unfrozen, zero, zeros, lifts, gate_after;
   std::vector<std::uint64_t> dirty;
-  std::vector<char> in_part;
+  std::vector<char> in_part, shared_part;
+  std::vector<int> part_links;
   std::vector<int> touched, over_links;
   std::vector<double> remaining, rate, updated, start, end, cap_left, weight, demand, fill_rate;
   std::vector<double> active_end;
@@ -273,6 +274,8 @@ class Engine {
     any_dirty_ = false;
     over_links_.clear();
     in_part_.assign(p.resources.size(), 0);
+    shared_part_.assign(p.resources.size(), 0);
+    part_links_.clear();
     // Per device, its concurrent queues: a memory release may let their held-back heads start.
     copy_queues_.resize(static_cast<std::size_t>(p.devices()));
     for (auto& v : copy_queues_) v.clear();
@@ -1024,9 +1027,8 @@ class Engine {
     // A transfer adds to its links' demand (full speed unless a link is now oversubscribed: update_rates);
     // anything else only needs its own rate.
     if (op.use_count > 0) {
-      for (const auto& u : uses_of(i)) add_demand(u.resource, u.bytes_per_s);
+      transfer_changed(i, 1.0);
       rate_[k] = 1.0;
-      rates_stale_ = true;
     } else {
       rate_[k] = solo_rate(op);
     }
@@ -1036,6 +1038,20 @@ class Engine {
       remaining_[k] = 0;
       zero_.push_back(i);
     }
+  }
+
+  // A transfer starts (+1) or ends (-1). The rates need computing again unless links are being shared (some
+  // link is oversubscribed), the transfer uses none of the links the sharing spans (shared_part_), and no
+  // link crossed its capacity: then every other rate stands, and its own is full speed. (A start can only
+  // push links over capacity and an end only bring them under, so the count of those over tells.)
+  void transfer_changed(int i, double sign) {
+    const std::size_t over = over_links_.size();
+    bool shared = false;
+    for (const auto& u : uses_of(i)) {
+      add_demand(u.resource, sign * u.bytes_per_s);
+      shared = shared || shared_part_[static_cast<std::size_t>(u.resource)];
+    }
+    if (over_links_.empty() || shared || over_links_.size() != over) rates_stale_ = true;
   }
 
   // Link demand, with the count of oversubscribed links kept as it changes.
@@ -1081,10 +1097,7 @@ class Engine {
     if (--qs.running == 0) r_.busy_s[q] += now_ - qs.busy_since;  // busy time is the union of the queue's spans
     auto& dv = dev_[static_cast<std::size_t>(qs.device)];
     if (qs.host_copy && --dv.copies_running == 0) interference_stale_ = rates_stale_ = true;
-    if (op.use_count > 0) {
-      for (const auto& u : uses_of(i)) add_demand(u.resource, -u.bytes_per_s);
-      rates_stale_ = true;
-    }
+    if (op.use_count > 0) transfer_changed(i, -1.0);
     if (qs.compute) dv.compute_idle_since = now_;
     retire(i);
   }
@@ -1175,6 +1188,8 @@ class Engine {
       }
     }
     const auto nr = p_.resources.size();
+    for (int r : part_links_) shared_part_[static_cast<std::size_t>(r)] = 0;
+    part_links_.clear();
     if (over_links_.empty()) {
       if (was_contended_)
         for (std::size_t a = 0; a < active_.size(); ++a)
@@ -1274,6 +1289,8 @@ class Engine {
     }
     for (const Flow& f : sharing) set_rate(f.op, rate[static_cast<std::size_t>(f.op)]);
     for (int r : touched_) in_part_[static_cast<std::size_t>(r)] = 0;  // all clear for the next time
+    for (int r : touched_) shared_part_[static_cast<std::size_t>(r)] = 1;
+    part_links_.assign(touched_.begin(), touched_.end());
   }
 
   const Program& p_;
@@ -1293,6 +1310,10 @@ class Engine {
   std::vector<Flow>& sharing_ = scratch().sharing;
   std::vector<char>& in_part_ = scratch().in_part;  // per link: in the part of the network being shared
   std::vector<int>& touched_ = scratch().touched;   // those links
+  // Per link: in the part of the network the last sharing spanned (links joined through transfers to an
+  // oversubscribed one), and those links.
+  std::vector<char>& shared_part_ = scratch().shared_part;
+  std::vector<int>& part_links_ = scratch().part_links;
   std::vector<double>&remaining_ = scratch().remaining, &rate_ = scratch().rate, &updated_ = scratch().updated,
                      &start_ = scratch().start, &end_ = scratch().end, &cap_left_ = scratch().cap_left,
                      &weight_ = scratch().weight, &demand_ = scratch().demand, &fill_rate_ = scratch().fill_rate;

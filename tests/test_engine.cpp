@@ -218,6 +218,30 @@ TEST_CASE("only transfers linked to an oversubscribed link slow down", "[engine]
   CHECK(r.end_s[static_cast<std::size_t>(d)] == Approx(0.1));
 }
 
+TEST_CASE("a transfer away from the shared links leaves their rates; one that joins them is shared in", "[engine]") {
+  // Links X and Z at 10 GB/s. A and B (1 GB each) want all of X from t = 0: 5 GB/s each. G (0.5 GB, all
+  // of Z) runs from 0.05 to 0.1 s beside them without touching X (the engine keeps A's and B's rates without
+  // sharing again). H (1 GB, all of X) joins at 0.1 s: A and B have 0.5 GB left and get a third of X each
+  // until 0.25 s; H, 0.5 GB done by then, finishes alone at 0.3 s.
+  Program p;
+  const int q = p.queue("xfer", QueueKind::concurrent), other = p.queue("other", QueueKind::concurrent);
+  const int x = p.resource("X", 10e9), z = p.resource("Z", 10e9);
+  auto xfer = [&](int queue, double seconds, int link, std::vector<int> deps) {
+    ProgramOp o(queue, seconds);
+    o.deps = deps;
+    const int id = p.add(o);
+    p.use(id, link, 10e9);
+    return id;
+  };
+  const int c1 = p.add(compute(0.05)), c2 = p.add(compute(0.05));
+  const int a = xfer(q, 0.1, x, {}), b = xfer(q, 0.1, x, {}), h = xfer(q, 0.1, x, {c2}), g = xfer(other, 0.05, z, {c1});
+  auto r = run_program(p, true);
+  CHECK(r.end_s[static_cast<std::size_t>(g)] == Approx(0.1));
+  CHECK(r.end_s[static_cast<std::size_t>(a)] == Approx(0.25));
+  CHECK(r.end_s[static_cast<std::size_t>(b)] == Approx(0.25));
+  CHECK(r.end_s[static_cast<std::size_t>(h)] == Approx(0.3));
+}
+
 // ---- SmallVec: inline room for N, then the heap (capacity bit_ceil(size), not stored). ----
 namespace {
 template <std::uint32_t N>
