@@ -175,8 +175,7 @@ struct Scratch {
   std::vector<Flow> flows, sharing;
   std::vector<int> unmet, op_queue, succ_start, succ, refs, fill, active, active_pos, finished, unfrozen, zero, zeros, lifts, gate_after;
   std::vector<std::uint64_t> dirty;
-  std::vector<char> in_part, shared_part;
-  std::vector<int> part_links;
+  std::vector<char> in_part;
   std::vector<int> touched, over_links;
   std::vector<double> remaining, rate, updated, start, end, cap_left, weight, demand, fill_rate;
   std::vector<double> active_end;
@@ -274,8 +273,6 @@ class Engine {
     any_dirty_ = false;
     over_links_.clear();
     in_part_.assign(p.resources.size(), 0);
-    shared_part_.assign(p.resources.size(), 0);
-    part_links_.clear();
     // Per device, its concurrent queues: a memory release may let their held-back heads start.
     copy_queues_.resize(static_cast<std::size_t>(p.devices()));
     for (auto& v : copy_queues_) v.clear();
@@ -1040,22 +1037,18 @@ class Engine {
     }
   }
 
-  // A transfer starts (+1) or ends (-1). The rates need computing again unless links are being shared (some
-  // link is oversubscribed), the transfer uses none of the links the sharing spans (shared_part_), and no
-  // link crossed its capacity: then every other rate stands, and its own is full speed. (A start can only
-  // push links over capacity and an end only bring them under, so the count of those over tells.)
+  // A transfer starts (+1) or ends (-1). While links are shared (some link is oversubscribed), the rates need
+  // computing again only if it uses a link that is or was oversubscribed: the others never limit anyone
+  // (update_rates), so every other rate stands and its own is full speed.
   void transfer_changed(int i, double sign) {
-    const std::size_t over = over_links_.size();
-    bool shared = false;
-    for (const auto& u : uses_of(i)) {
-      add_demand(u.resource, sign * u.bytes_per_s);
-      shared = shared || shared_part_[static_cast<std::size_t>(u.resource)];
-    }
-    if (over_links_.empty() || shared || over_links_.size() != over) rates_stale_ = true;
+    bool over = false;
+    for (const auto& u : uses_of(i)) over = add_demand(u.resource, sign * u.bytes_per_s) || over;
+    if (over || over_links_.empty()) rates_stale_ = true;
   }
 
-  // Link demand, with the count of oversubscribed links kept as it changes.
-  void add_demand(int resource, double bytes_per_s) {
+  // Link demand, with the oversubscribed links kept as it changes; returns whether the link was or is
+  // oversubscribed.
+  bool add_demand(int resource, double bytes_per_s) {
     const auto r = static_cast<std::size_t>(resource);
     const double cap = p_.resources[r].capacity_bytes_per_s * (1 + 1e-9);
     const bool was = demand_[r] > cap;
@@ -1067,6 +1060,7 @@ class Engine {
       *at = over_links_.back();
       over_links_.pop_back();
     }
+    return was || is;
   }
 
   // The dependency that finished last is what the compute stream was waiting for; a wait on another device
@@ -1188,8 +1182,6 @@ class Engine {
       }
     }
     const auto nr = p_.resources.size();
-    for (int r : part_links_) shared_part_[static_cast<std::size_t>(r)] = 0;
-    part_links_.clear();
     if (over_links_.empty()) {
       if (was_contended_)
         for (std::size_t a = 0; a < active_.size(); ++a)
@@ -1198,53 +1190,36 @@ class Engine {
       return;
     }
     was_contended_ = true;
-    // Max-min fairness splits into independent parts: only the transfers linked (through shared links) to
-    // an oversubscribed link are slowed; every other one runs at full speed. Mark the links of that part.
-    auto& flows = flows_;
-    flows.clear();
-    for (int i : active_) {
-      const auto& op = p_.ops[static_cast<std::size_t>(i)];
-      if (op.use_count > 0) flows.push_back(Flow{i, op.priority});
-    }
-    // Each link's max-min share depends only on its own demand and capacity, so the oversubscribed links
-    // may come in any order.
+    // Max-min fairness: a link that is not oversubscribed never limits a transfer (all of its transfers fit
+    // it at full speed), so only the transfers that use an oversubscribed link are shared, and only over
+    // such links; every other one runs at full speed. (The links may come in any order: each one's share
+    // depends only on its own demand and capacity.)
     touched_.assign(over_links_.begin(), over_links_.end());
     for (int r : touched_) in_part_[static_cast<std::size_t>(r)] = 1;
     auto& sharing = sharing_;
     sharing.clear();
-    for (bool grew = true; grew;) {
-      grew = false;
-      std::size_t kept = 0;
-      for (const Flow& f : flows) {
-        bool linked = false;
-        for (const auto& u : uses_of(f.op)) linked = linked || in_part_[static_cast<std::size_t>(u.resource)];
-        if (!linked) {
-          flows[kept++] = f;
-          continue;
-        }
-        sharing.push_back(f);
-        for (const auto& u : uses_of(f.op))
-          if (!in_part_[static_cast<std::size_t>(u.resource)]) {
-            in_part_[static_cast<std::size_t>(u.resource)] = 1;
-            touched_.push_back(u.resource);
-            grew = true;
-          }
-      }
-      flows.resize(kept);
+    for (int i : active_) {
+      const auto& op = p_.ops[static_cast<std::size_t>(i)];
+      if (op.use_count == 0) continue;
+      bool over = false;
+      for (const auto& u : uses_of(i)) over = over || in_part_[static_cast<std::size_t>(u.resource)];
+      if (over) sharing.push_back(Flow{i, op.priority});
+      else set_rate(i, 1.0);
     }
-    for (const Flow& f : flows) set_rate(f.op, 1.0);  // not linked to an oversubscribed link
-    flows.assign(sharing.begin(), sharing.end());  // every transfer of the part gets its new rate at the end
+    auto& flows = flows_;
+    flows.assign(sharing.begin(), sharing.end());  // every shared transfer gets its new rate at the end
     // The transfers, with their class read once; classes are served best first (no sort: usually the first
     // class fills the links the rest would use, and they all get nothing).
     auto& rate = fill_rate_;
     cap_left_.resize(nr);
     weight_.resize(nr);
     for (int r : touched_) cap_left_[static_cast<std::size_t>(r)] = p_.resources[static_cast<std::size_t>(r)].capacity_bytes_per_s;
-    // A transfer can go faster only while every link it uses has capacity left.
+    // A transfer can go faster only while every oversubscribed link it uses has capacity left.
     auto has_room = [&](int i) {
-      for (const auto& u : uses_of(i))
-        if (cap_left_[static_cast<std::size_t>(u.resource)] <= 1e-12 * p_.resources[static_cast<std::size_t>(u.resource)].capacity_bytes_per_s)
-          return false;
+      for (const auto& u : uses_of(i)) {
+        const auto r = static_cast<std::size_t>(u.resource);
+        if (in_part_[r] && cap_left_[r] <= 1e-12 * p_.resources[r].capacity_bytes_per_s) return false;
+      }
       return true;
     };
     auto& unfrozen = unfrozen_;
@@ -1264,7 +1239,8 @@ class Engine {
       while (room && !unfrozen.empty()) {
         for (int r : touched_) weight_[static_cast<std::size_t>(r)] = 0.0;
         for (int i : unfrozen)
-          for (const auto& u : uses_of(i)) weight_[static_cast<std::size_t>(u.resource)] += u.bytes_per_s;
+          for (const auto& u : uses_of(i))
+            if (in_part_[static_cast<std::size_t>(u.resource)]) weight_[static_cast<std::size_t>(u.resource)] += u.bytes_per_s;
         double inc = 1.0 - level;
         for (int r : touched_)
           if (weight_[static_cast<std::size_t>(r)] > 0)
@@ -1289,8 +1265,6 @@ class Engine {
     }
     for (const Flow& f : sharing) set_rate(f.op, rate[static_cast<std::size_t>(f.op)]);
     for (int r : touched_) in_part_[static_cast<std::size_t>(r)] = 0;  // all clear for the next time
-    for (int r : touched_) shared_part_[static_cast<std::size_t>(r)] = 1;
-    part_links_.assign(touched_.begin(), touched_.end());
   }
 
   const Program& p_;
@@ -1310,10 +1284,6 @@ class Engine {
   std::vector<Flow>& sharing_ = scratch().sharing;
   std::vector<char>& in_part_ = scratch().in_part;  // per link: in the part of the network being shared
   std::vector<int>& touched_ = scratch().touched;   // those links
-  // Per link: in the part of the network the last sharing spanned (links joined through transfers to an
-  // oversubscribed one), and those links.
-  std::vector<char>& shared_part_ = scratch().shared_part;
-  std::vector<int>& part_links_ = scratch().part_links;
   std::vector<double>&remaining_ = scratch().remaining, &rate_ = scratch().rate, &updated_ = scratch().updated,
                      &start_ = scratch().start, &end_ = scratch().end, &cap_left_ = scratch().cap_left,
                      &weight_ = scratch().weight, &demand_ = scratch().demand, &fill_rate_ = scratch().fill_rate;
