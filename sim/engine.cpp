@@ -627,7 +627,11 @@ class Engine {
       none.vouched_until_s = from;
       return none;
     }
-    const WalkContext c{p_, link_owner_, lifts_, succ_start_, succ_, end_of, [&](int op) { return in(op); }};
+    const WalkContext c{p_, link_owner_, lifts_, succ_start_, succ_, end_of, [&](int op) { return in(op); },
+                        [&](double t, double tol) {
+                          double at = t;
+                          return loop_instant(t, tol, k, period, at) ? at : t;
+                        }};
     const auto q = static_cast<std::size_t>(lagging_);
     return walk_lagging(c, order_[q], qs_[q].pos, running, running >= 0 ? start_[static_cast<std::size_t>(running)] : 0,
                         running_end, from, until);
@@ -673,21 +677,32 @@ class Engine {
       for (int s = succ_start_[k]; s < succ_start_[k + 1]; ++s) --unmet_[static_cast<std::size_t>(succ_[static_cast<std::size_t>(s)])];
       // A completion is an event of its own unless ops of the loop complete at that instant too (a zero-length
       // op completes at the instant that started it).
-      if (op.seconds > 0 && !loop_instant(o.end_s, done, period)) ++r_.events;
+      double at = 0;
+      if (op.seconds > 0 && !loop_instant(o.end_s, 0, done, period, at)) ++r_.events;
     }
   }
 
-  // Ops of the loop (not the lagging queue) complete at this time in one of the `done` intervals replayed.
-  bool loop_instant(double t, int done, double period) const {
+  // The earliest instant of the loop (its ops' completions, not the lagging queue's) in the `done` intervals
+  // replayed that lies in [t - tol, t], or equals t within 1e-12 relative: the engine completes an op due at
+  // t there. False if there is none.
+  bool loop_instant(double t, double tol, int done, double period, double& at) const {
     const double base = now_snap_.time_s;
     const auto m0 = static_cast<int>(std::floor((t - base) / period));
+    bool found = false;
+    at = t;
+    auto take = [&](double x) {
+      if ((x <= t && x >= t - tol) || close(x, t)) {
+        at = found ? std::min(at, x) : x;
+        found = true;
+      }
+    };
     for (int m = std::max(1, m0); m <= std::min(done, m0 + 2); ++m) {
-      const double rel = t - m * period;
-      auto it = std::lower_bound(lag_instants_.begin(), lag_instants_.end(), rel);
-      if (it != lag_instants_.end() && close(*it, rel)) return true;
-      if (it != lag_instants_.begin() && close(*std::prev(it), rel)) return true;
+      const double shift = m * period;
+      auto it = std::lower_bound(lag_instants_.begin(), lag_instants_.end(), t - tol - shift);
+      if (it != lag_instants_.begin()) take(*std::prev(it) + shift);
+      for (; it != lag_instants_.end() && *it + shift <= t + tol + 1e-12 * std::max(1.0, std::abs(t)); ++it) take(*it + shift);
     }
-    return false;
+    return found;
   }
 
   // ---- Intervals after the first, in closed form. ----

@@ -58,7 +58,9 @@ class Walker {
       if (ready > until_s_) break;  // it waits past the walk's end (or for ever)
       if (!c_.in_stretch(y) || !runs_alone(c_.program, c_.owners, c_.lifts, y)) return stop(ready);
       const double seconds = c_.program.ops[static_cast<std::size_t>(y)].seconds;
-      const double end_s = seconds > 0 ? ready + seconds : ready;
+      // (The engine's tolerance: an op runs at full speed here, so its end is due within 1e-12 x max(1,
+      // seconds) of an instant.)
+      const double end_s = seconds > 0 ? c_.completes_at(ready + seconds, 1e-12 * std::max(1.0, seconds)) : ready;
       w_.ops.push_back({y, ready, end_s});
       ++w_.next;
       if (end_s > until_s_) break;

@@ -49,6 +49,9 @@ struct WalkContext {
   // When an op of another queue ends: infinity if not before the walk's end, NaN if unknown.
   std::function<double(int)> end_of;
   std::function<bool(int)> in_stretch;  // the op belongs to the stretch being fast-forwarded
+  // When the engine completes an op due at `t`: at an instant of the loop's no more than `tol` before it
+  // (the engine completes what is due within a hair of an instant at that instant), else at `t`.
+  std::function<double(double t, double tol)> completes_at;
 };
 
 // The queue's ops (`order`, in queue order) from position `pos` on, from `from_s` to `until_s`: `running`
