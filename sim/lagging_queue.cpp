@@ -42,10 +42,11 @@ class Walker {
     queue_ = order.empty() ? -1 : c_.program.ops[static_cast<std::size_t>(order[0])].queue;
     double free_s = from_s;  // when the queue is next free
     if (running >= 0) {
-      w_.ops.push_back({running, running_start_s, running_end_s});
-      if (running_end_s > until_s_) return w_;
-      complete(running, running_end_s);
-      free_s = running_end_s;
+      const double end_s = settled(running, running_end_s);
+      w_.ops.push_back({running, running_start_s, end_s});
+      if (end_s > until_s_) return w_;
+      complete(running, end_s);
+      free_s = end_s;
     }
     while (w_.next < order.size()) {
       const int y = order[w_.next];
@@ -58,9 +59,7 @@ class Walker {
       if (ready > until_s_) break;  // it waits past the walk's end (or for ever)
       if (!c_.in_stretch(y) || !runs_alone(c_.program, c_.owners, c_.lifts, y)) return stop(ready);
       const double seconds = c_.program.ops[static_cast<std::size_t>(y)].seconds;
-      // (The engine's tolerance: an op runs at full speed here, so its end is due within 1e-12 x max(1,
-      // seconds) of an instant.)
-      const double end_s = seconds > 0 ? c_.completes_at(ready + seconds, 1e-12 * std::max(1.0, seconds)) : ready;
+      const double end_s = seconds > 0 ? settled(y, ready + seconds) : ready;
       w_.ops.push_back({y, ready, end_s});
       ++w_.next;
       if (end_s > until_s_) break;
@@ -71,6 +70,12 @@ class Walker {
   }
 
  private:
+  // When the engine completes the op due at `due_s`: at a loop instant due_s falls within the engine's
+  // tolerance of (1e-12 x max(1, seconds) at full speed), else then.
+  double settled(int op, double due_s) const {
+    return c_.completes_at(due_s, 1e-12 * std::max(1.0, c_.program.ops[static_cast<std::size_t>(op)].seconds));
+  }
+
   LaggingWalk stop(double at_s) {
     w_.vouched_until_s = std::min(w_.vouched_until_s, at_s);
     return w_;
