@@ -185,6 +185,7 @@ inline int Engine::fast_forward(int ri) {
   // shifted, as must those the replays move them to, with an iteration to spare.
   int lowest = b.iteration, top = b.iteration;
   auto see = [&](int op) {
+    if (lagging_ >= 0 && p_.ops[static_cast<std::size_t>(op)].queue == lagging_) return;  // walked, not replayed
     lowest = std::min(lowest, run.iteration(op));
     top = std::max(top, run.iteration(op));
   };
