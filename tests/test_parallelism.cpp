@@ -8,7 +8,6 @@
 using namespace hbmsim;
 
 namespace {
-constexpr double GiB = 1073741824.0;
 
 // Llama 3.1 8B on 8 GPUs of `system` with `dp` data-parallel replicas (FSDP over the rest).
 RunConfig llama8b_dp(const std::string& system, std::int64_t dp) {
