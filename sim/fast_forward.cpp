@@ -307,18 +307,15 @@ inline void Engine::apply_walk(const LaggingWalk& w, double until, int done, dou
       deactivate(o.op);
       for (const auto& u : uses_of(o.op)) add_demand(u.resource, -u.bytes_per_s);
     }
-    end_[k] = o.end_s;
-    ++done_;
-    r_.executed_flops += op.executed_flops;
-    r_.bytes_sent[q] += op.bytes_sent;
-    r_.last_end_s[q] = o.end_s;
     if (--qs.running == 0) r_.busy_s[q] += o.end_s - qs.busy_since;
-    for (int s = succ_start_[k]; s < succ_start_[k + 1]; ++s) --unmet_[static_cast<std::size_t>(succ_[static_cast<std::size_t>(s)])];
+    now_ = o.end_s;
+    retire<false>(o.op);  // it releases nothing (runs_alone): its end, the totals, its successors' counts
     // A completion is an event of its own unless ops of the loop complete at that instant too (a zero-length
     // op completes at the instant that started it).
     double at = 0;
     if (op.seconds > 0 && !loop_instant(o.end_s, 0, done, period, at)) ++r_.events;
   }
+  now_ = until;
 }
 
 // The earliest instant of the loop (its ops' completions, not the lagging queue's) in the `done` intervals
