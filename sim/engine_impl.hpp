@@ -147,6 +147,10 @@ class Engine {
   }
   void on_anchor();
   static bool close(double a, double b) { return std::abs(a - b) <= 1e-12 * std::max({1.0, std::abs(a), std::abs(b)}); }
+  // An op running in two snapshots is the same op of the run, as far from its end, at the same rate.
+  static bool same_active(const Snapshot::Active& x, const Snapshot::Active& y) {
+    return x.at == y.at && close(x.remaining, y.remaining) && close(x.rate, y.rate) && close(x.end_in_s, y.end_in_s);
+  }
   bool capture(Snapshot& s, const Repeat& run, int ri, int it);
   static bool same_since(double a, double ta, double b, double tb, bool& shifts);
   bool same_state(const Repeat& run);

@@ -5,6 +5,15 @@
 
 namespace hbmsim::sim::detail {
 
+namespace {
+
+// A queue's head in two snapshots is the same op of the run (or the same op outside it), as busy.
+bool same_head(const Snapshot::Head& x, const Snapshot::Head& y) {
+  return x.in_run == y.in_run && (x.in_run ? x.at == y.at : x.op == y.op) && x.running == y.running;
+}
+
+}  // namespace
+
 // on_anchor() is the way in (Engine::at_anchor); the rest is used only here, so inline (engine.cpp says why).
 
 // After each pass of starts: if an iteration's first op started in it, compare the state with the one at
@@ -114,14 +123,13 @@ inline bool Engine::repeats_without(const Repeat& run, int skip) {
       if (i != a.active.size() || j != b.active.size()) return false;
       break;
     }
-    const auto &x = a.active[i], &y = b.active[j];
-    if (x.at != y.at || !close(x.remaining, y.remaining) || !close(x.rate, y.rate) || !close(x.end_in_s, y.end_in_s)) return false;
+    if (!same_active(a.active[i], b.active[j])) return false;
   }
   shift_busy_.assign(a.heads.size(), 0);
   for (std::size_t q = 0; q < a.heads.size(); ++q) {
     if (static_cast<int>(q) == skip) continue;
     const auto &x = a.heads[q], &y = b.heads[q];
-    if (x.in_run != y.in_run || (x.in_run ? x.at != y.at : x.op != y.op) || x.running != y.running) return false;
+    if (!same_head(x, y)) return false;
     bool shifts = false;
     if (x.running > 0 && !same_since(x.busy_since_s, a.time_s, y.busy_since_s, b.time_s, shifts)) return false;
     shift_busy_[q] = shifts;
@@ -160,14 +168,9 @@ inline int Engine::lagging_candidate() {
   };
   for (std::size_t q = 0; q < qs_.size(); ++q) {
     if (qs_[q].concurrent || qs_[q].compute || qs_[q].host_copy) continue;
-    const auto &x = a.heads[q], &y = b.heads[q];
-    bool differs = x.in_run != y.in_run || (x.in_run ? x.at != y.at : x.op != y.op) || x.running != y.running;
-    if (!differs) {
-      const auto *ra = running(a, q), *rb = running(b, q);
-      differs = (ra == nullptr) != (rb == nullptr) ||
-                (ra && (ra->at != rb->at || !close(ra->remaining, rb->remaining) || !close(ra->end_in_s, rb->end_in_s)));
-    }
-    if (differs) {
+    const auto *ra = running(a, q), *rb = running(b, q);
+    const bool same_running = ra == nullptr ? rb == nullptr : rb != nullptr && same_active(*ra, *rb);
+    if (!same_head(a.heads[q], b.heads[q]) || !same_running) {
       if (link_owner_.size() != p_.resources.size()) link_owner_ = link_owners(p_);
       return static_cast<int>(q);
     }
