@@ -26,11 +26,16 @@ struct Queue {
   bool receives = false;   // charged with the compute stream's waits on another device (pipeline receives)
 };
 
+constexpr int kUnusedLink = -1, kSharedLink = -2;  // Resource::sole_queue
+
 // A physical link direction (NVLink out, NIC in, host link H2D, ...), bytes per second.
 struct Resource {
   std::string name;
   double capacity_bytes_per_s = 0;
   int device = 0;  // whose link it is
+  // The one queue whose ops use it (kUnusedLink: none; kSharedLink: ops of several queues), kept by
+  // Program::use: a link no other queue touches lets the fast-forward work its queue out alone.
+  int sole_queue = kUnusedLink;
 };
 
 // What an op moves through a resource while it runs at full speed (bytes/s).

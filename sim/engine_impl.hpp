@@ -375,7 +375,6 @@ class Engine {
   // (computed on first need), whether the loop waits for that queue, and the recorded interval's completion
   // instants: those of loop ops (times), and how many had only the lagging queue's.
   int lagging_ = -1;
-  std::vector<int> link_owner_;
   bool lag_blocked_ = false;
   std::vector<double> lag_instants_;
   int lag_only_instants_ = 0;

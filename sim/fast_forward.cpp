@@ -143,7 +143,7 @@ inline bool Engine::repeats_without(const Repeat& run, int skip) {
     shift_idle_[d] = shifts;
   }
   for (std::size_t r = 0; r < a.demand.size(); ++r)
-    if (!(skip >= 0 && link_owner_[r] == skip) && !close(a.demand[r], b.demand[r])) return false;
+    if (!(skip >= 0 && p_.resources[r].sole_queue == skip) && !close(a.demand[r], b.demand[r])) return false;
   // Nothing waited for the left-out queue (its share of the compute stream's idle time did not grow).
   if (skip >= 0 && !close(a.exposed_s[static_cast<std::size_t>(skip)], b.exposed_s[static_cast<std::size_t>(skip)])) return false;
   for (const LogEntry& e : log_) {
@@ -170,10 +170,7 @@ inline int Engine::lagging_candidate() {
     if (qs_[q].concurrent || qs_[q].compute || qs_[q].host_copy) continue;
     const auto *ra = running(a, q), *rb = running(b, q);
     const bool same_running = ra == nullptr ? rb == nullptr : rb != nullptr && same_active(*ra, *rb);
-    if (!same_head(a.heads[q], b.heads[q]) || !same_running) {
-      if (link_owner_.size() != p_.resources.size()) link_owner_ = link_owners(p_);
-      return static_cast<int>(q);
-    }
+    if (!same_head(a.heads[q], b.heads[q]) || !same_running) return static_cast<int>(q);
   }
   return -1;
 }
@@ -264,12 +261,12 @@ inline LaggingWalk Engine::walk_queue(const Repeat& run, int k, double period) {
       running = active_[a];
       running_end = active_end_[a];
     }
-  if (running >= 0 && (rate_[static_cast<std::size_t>(running)] != 1.0 || !runs_alone(p_, link_owner_, lifts_, running))) {
+  if (running >= 0 && (rate_[static_cast<std::size_t>(running)] != 1.0 || !runs_alone(p_, lifts_, running))) {
     LaggingWalk none;
     none.vouched_until_s = from;
     return none;
   }
-  const WalkContext c{p_, link_owner_, lifts_, succ_start_, succ_, end_of, [&](int op) { return in(op); },
+  const WalkContext c{p_, lifts_, succ_start_, succ_, end_of, [&](int op) { return in(op); },
                       [&](double t, double tol) {
                         double at = t;
                         return loop_instant(t, tol, k, period, at) ? at : t;

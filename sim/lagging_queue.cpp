@@ -5,18 +5,7 @@
 
 namespace hbmsim::sim {
 
-std::vector<int> link_owners(const Program& p) {
-  std::vector<int> owner(p.resources.size(), kUnusedLink);
-  for (const ProgramOp& op : p.ops)
-    for (std::uint32_t u = op.use_begin; u < op.use_begin + op.use_count; ++u) {
-      int& o = owner[static_cast<std::size_t>(p.uses[u].resource)];
-      if (o == kUnusedLink) o = op.queue;
-      else if (o != op.queue) o = kSharedLink;
-    }
-  return owner;
-}
-
-bool runs_alone(const Program& p, const std::vector<int>& owners, const std::vector<int>& lifts, int op) {
+bool runs_alone(const Program& p, const std::vector<int>& lifts, int op) {
   const ProgramOp& o = p.ops[static_cast<std::size_t>(op)];
   if (!o.allocs.empty() || !o.releases.empty() || o.memory_bound || o.gate_bytes > 0 || lifts[static_cast<std::size_t>(op)] >= 0)
     return false;
@@ -24,7 +13,7 @@ bool runs_alone(const Program& p, const std::vector<int>& owners, const std::vec
     const Use& use = p.uses[u];
     const auto r = static_cast<std::size_t>(use.resource);
     // The engine counts a link as oversubscribed above capacity x (1 + 1e-9).
-    if (owners[r] != o.queue || use.bytes_per_s > p.resources[r].capacity_bytes_per_s * (1 + 1e-9)) return false;
+    if (p.resources[r].sole_queue != o.queue || use.bytes_per_s > p.resources[r].capacity_bytes_per_s * (1 + 1e-9)) return false;
   }
   return true;
 }
@@ -57,7 +46,7 @@ class Walker {
         ready = std::max(ready, e);
       }
       if (ready > until_s_) break;  // it waits past the walk's end (or for ever)
-      if (!c_.in_stretch(y) || !runs_alone(c_.program, c_.owners, c_.lifts, y)) return stop(ready);
+      if (!c_.in_stretch(y) || !runs_alone(c_.program, c_.lifts, y)) return stop(ready);
       const double seconds = c_.program.ops[static_cast<std::size_t>(y)].seconds;
       const double end_s = seconds > 0 ? settled(y, ready + seconds) : ready;
       w_.ops.push_back({y, ready, end_s});

@@ -17,15 +17,11 @@
 
 namespace hbmsim::sim {
 
-constexpr int kUnusedLink = -1, kSharedLink = -2;
-// Per link: the one queue whose ops use it (kUnusedLink: none; kSharedLink: ops of several queues).
-std::vector<int> link_owners(const Program& p);
-
 // The op runs at full speed whatever else runs and changes nothing but its successors' readiness: it holds
 // no memory (allocates and releases nothing), waits for no memory gate and lifts none (`lifts`: per op, the
 // engine's gate-lift device, -1: none), is not slowed by host copies, and every link it uses belongs to its
 // queue alone and is not oversubscribed by it.
-bool runs_alone(const Program& p, const std::vector<int>& owners, const std::vector<int>& lifts, int op);
+bool runs_alone(const Program& p, const std::vector<int>& lifts, int op);
 
 struct LaggingOp {
   int op;
@@ -42,7 +38,6 @@ struct LaggingWalk {
 // What the walk needs to know of the rest of the program.
 struct WalkContext {
   const Program& program;
-  const std::vector<int>& owners;      // link_owners()
   const std::vector<int>& lifts;       // runs_alone()
   const std::vector<int>& succ_start;  // successors, compressed: op i's are succ[succ_start[i] .. succ_start[i + 1])
   const std::vector<int>& succ;

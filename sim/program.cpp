@@ -72,6 +72,9 @@ void Program::use(int op, int resource, double bytes_per_s) {
   if (o.use_count == std::numeric_limits<std::uint16_t>::max()) throw std::logic_error("program op " + std::to_string(op) + " uses too many links");
   uses.push_back(Use{resource, bytes_per_s});
   ++o.use_count;
+  int& sole = resources[static_cast<std::size_t>(resource)].sole_queue;
+  if (sole == kUnusedLink) sole = o.queue;
+  else if (sole != o.queue) sole = kSharedLink;
 }
 
 int Program::resource(const std::string& name, double capacity_bytes_per_s, int device) {

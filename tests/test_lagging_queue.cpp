@@ -68,6 +68,19 @@ TEST_CASE("a queue that falls further behind every iteration no longer stops the
   check_same(run_program(l.program, false, true), run_program(l.program, false, false));  // jumped in closed form
 }
 
+TEST_CASE("a program knows the one queue that uses each link, so a lagging queue's links are seen to be its own", "[engine][fast_forward]") {
+  Loop l = lagging_loop(3);
+  Program& p = l.program;
+  const int nic = 0, idle = p.resource("NIC in", 1e9);
+  CHECK(p.resources[static_cast<std::size_t>(nic)].sole_queue == l.dp);  // three reduce-scatters, one queue
+  CHECK(p.resources[static_cast<std::size_t>(idle)].sole_queue == kUnusedLink);
+  const int tp = p.queue("tp");
+  p.use(p.add(ProgramOp(tp, 1e-3)), nic, 1e8);  // another queue's op on the same link
+  CHECK(p.resources[static_cast<std::size_t>(nic)].sole_queue == kSharedLink);
+  p.use(p.add(ProgramOp(l.dp, 1e-3)), nic, 1e8);  // shared stays shared
+  CHECK(p.resources[static_cast<std::size_t>(nic)].sole_queue == kSharedLink);
+}
+
 TEST_CASE("a lagging queue's completion that lets an op outside the loop start ends the fast-forward there", "[engine][fast_forward]") {
   Loop l = lagging_loop(40);
   // A probe on a queue of its own waits for reduce-scatter 20, which ends at 1 + 21 x 1.2 = 26.2 ms, in
