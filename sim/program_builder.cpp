@@ -263,7 +263,10 @@ struct Scratch {
   std::vector<TemplatePlan> plans;
   std::vector<std::size_t> layer_plan;
   sim::LoopInstances loop;
-  std::vector<int> inputs, left;
+  // Per stage: a layer's iterations across the passes of its chunk, one loop per (chunk, direction, layer),
+  // indexed by micro-batch (StageBuilder::across).
+  std::vector<sim::LoopInstances> across;
+  std::vector<int> inputs, left, kept_inputs, kept_left;
 };
 Scratch& thread_scratch() {
   thread_local Scratch s;
@@ -295,13 +298,14 @@ class StageBuilder {
     // prefetching runs at most one pass ahead (else a stage's zero-wait gathers for every micro-batch would
     // all be in memory at the step's start).
     int previous_pass = -1;
+    start_across();
     for (const PipelineTask& t : tasks) {
       const int k = info_.chunks[static_cast<std::size_t>(t.chunk)];
       ChunkRecord& rec = records[static_cast<std::size_t>(t.microbatch) * info_.chunks.size() + static_cast<std::size_t>(t.chunk)];
       const bool sync = t.microbatch + 1 == g_.training.grad_accum;
       switch (t.pass) {
-        case Pass::forward: previous_pass = forward_pass(t.microbatch, k, param_sync, rec, previous_pass); break;
-        case Pass::backward: previous_pass = backward_pass(t.microbatch, k, sync, rec, done, previous_pass); break;
+        case Pass::forward: previous_pass = forward_pass(t.microbatch, k, t.chunk, param_sync, rec, previous_pass); break;
+        case Pass::backward: previous_pass = backward_pass(t.microbatch, k, t.chunk, sync, rec, done, previous_pass); break;
         case Pass::weight_grad: previous_pass = weight_pass(k, sync, rec, done); break;
       }
     }
@@ -546,7 +550,7 @@ class StageBuilder {
   // One micro-batch through chunk k: its input (looked up or received), its layers, then the head's forward
   // (the last chunk) or the send of its output to the next chunk's stage.
   // Returns the pass's first op.
-  int forward_pass(int mb, int k, const ParameterSync& param_sync, ChunkRecord& rec, int previous_pass) {
+  int forward_pass(int mb, int k, int slot, const ParameterSync& param_sync, ChunkRecord& rec, int previous_pass) {
     const PipelineChunk& c = chunk(k);
     const std::int64_t first = c.first_layer, n = c.layers();
     int layer_in_op;
@@ -570,11 +574,12 @@ class StageBuilder {
       const int sync = param_sync.layers[at(first + i)];
       forward_inputs(first, i, input_buf, fwd, barrier, sync, previous_pass);
       const std::array<std::size_t, 2> had{barrier[at(i) + 1].size(), barrier[at(i) + 2].size()};
-      if (!copied_forward(first, i, fwd, barrier)) {
+      sim::LoopInstances* across = across_passes(slot, 0, i);
+      if (!copied_forward(first, i, fwd, barrier, across, mb)) {
         forward_layer(first, i, input_buf, fwd, barrier, sync, previous_pass);
         forward_left(i, fwd, barrier, had);
       }
-      if (copying()) loop.finish(static_cast<int>(i), sim::Span{begin, sim::mark(prog_)}, scratch_.inputs, scratch_.left);
+      if (copying()) finish_iteration(loop, static_cast<int>(i), across, mb, sim::Span{begin, sim::mark(prog_)});
       // The first forward through the layer owns its sync.
       w_.mark_iteration(begin, mb == 0 ? sync : -1, copying() ? loop.copied_at(static_cast<int>(i)) : 0);
       input_buf = fwd[at(i)].output_buf;
@@ -649,7 +654,7 @@ class StageBuilder {
   // One micro-batch's backward through chunk k: from the loss (the last chunk) or the gradient received,
   // the layers in reverse, then the embedding's backward (the first chunk) or the send of the input's
   // gradient to the previous chunk's stage. Adds what the optimizer waits for to `done`.
-  int backward_pass(int mb, int k, bool sync, ChunkRecord& rec, std::vector<int>& done, int previous_pass) {
+  int backward_pass(int mb, int k, int slot, bool sync, ChunkRecord& rec, std::vector<int>& done, int previous_pass) {
     const PipelineChunk& c = chunk(k);
     const std::int64_t first = c.first_layer, n = c.layers(), last = c.end_layer - 1;
     int grad_carry, start;
@@ -670,9 +675,12 @@ class StageBuilder {
     for (std::int64_t i = n - 1; i >= 0; --i) {
       const sim::Mark begin = sim::mark(prog_);
       const int step = static_cast<int>(n - 1 - i);  // the loop runs the layers in reverse
-      backward_inputs(first, i, rec, bwd, grad_carry, start);
+      backward_inputs(first, i, rec, bwd, grad_carry, start, sync);
       const std::size_t had = done.size();
-      if (!copied_backward(first, i, step, bwd, grad_carry, reduce_scatter, done)) {
+      // The pass's last iterations' reduce-scatters are given their gradients' release after the loop (below):
+      // a copy across passes would copy that release too.
+      sim::LoopInstances* across = i < std::min(n, reduce_scatter_lag()) ? nullptr : across_passes(slot, 1, i);
+      if (!copied_backward(first, i, step, bwd, grad_carry, reduce_scatter, done, across, mb)) {
         auto [grad, rs] = backward_layer(first, i, rec, bwd, grad_carry, start, sync);
         grad_carry = grad;
         reduce_scatter[at(i)] = rs;
@@ -682,7 +690,7 @@ class StageBuilder {
         }
         backward_left(i, bwd, grad_carry, rs, done, had);
       }
-      if (copying()) loop.finish(step, sim::Span{begin, sim::mark(prog_)}, scratch_.inputs, scratch_.left);
+      if (copying()) finish_iteration(loop, step, across, mb, sim::Span{begin, sim::mark(prog_)});
       w_.mark_iteration(begin, -1, copying() ? loop.copied_at(step) : 0);
     }
     // The last iterations' scatters are due at the end of the pass: its final op waits for them and frees
@@ -804,6 +812,51 @@ class StageBuilder {
     return true;
   }
 
+  // Layer i of a chunk is a function of what it reads whichever pass it is in, so once three of a chunk's
+  // passes (one per micro-batch, in order) continue one another, the layer's next instance may be the last
+  // one moved on, as within a pass: in a steady pipeline schedule the program between two passes of a chunk
+  // is the same length each time. Worth recording only where a fourth pass can come (micro-batches >= 4).
+  bool across_worthwhile() const { return copying() && g_.training.grad_accum >= 4; }
+  std::size_t most_chunk_layers() const {
+    std::int64_t most = 0;
+    for (int k : info_.chunks) most = std::max(most, chunk(k).layers());
+    return at(most);
+  }
+  void start_across() {
+    if (!across_worthwhile()) return;
+    auto& loops = scratch_.across;
+    loops.resize(info_.chunks.size() * 2 * most_chunk_layers());
+    for (auto& l : loops) l.start(static_cast<int>(g_.training.grad_accum));
+  }
+  // The loop of layer i of the chunk in slot `slot` of this stage, forward (0) or backward (1); none when
+  // not worthwhile.
+  sim::LoopInstances* across_passes(int slot, int direction, std::int64_t i) {
+    if (!across_worthwhile()) return nullptr;
+    const std::size_t at_slot = static_cast<std::size_t>(slot) * 2 + static_cast<std::size_t>(direction);
+    return &scratch_.across[at_slot * most_chunk_layers() + at(i)];
+  }
+  // Records the iteration, built or copied, in its pass's loop and in its layer's loop across passes.
+  void finish_iteration(sim::LoopInstances& loop, int i, sim::LoopInstances* across, int mb, const sim::Span& span) {
+    if (across) {
+      scratch_.kept_inputs = scratch_.inputs;
+      scratch_.kept_left = scratch_.left;
+      across->finish(mb, span, scratch_.kept_inputs, scratch_.kept_left);
+    }
+    loop.finish(i, span, scratch_.inputs, scratch_.left);
+  }
+  // Appends iteration i of the pass as a copy, from the pass's earlier iterations (when the plan allows)
+  // or else from the same layer in the chunk's earlier passes; `left` receives what it leaves.
+  bool copy_iteration(bool within, int i, sim::LoopInstances* across, int mb) {
+    auto& left = scratch_.left;
+    if (within) {
+      const int period = scratch_.loop.period(prog_, i, scratch_.inputs);
+      if (period > 0 && scratch_.loop.copy(prog_, i, period, left)) return true;
+    }
+    if (!across) return false;
+    const int period = across->period(prog_, mb, scratch_.inputs);
+    return period > 0 && across->copy(prog_, mb, period, left);
+  }
+
   void forward_inputs(std::int64_t first, std::int64_t i, int input_buf, const std::vector<ForwardLayer>& fwd,
                       const std::vector<std::vector<int>>& barrier, int sync, int previous_pass) {
     auto& in = scratch_.inputs;
@@ -834,12 +887,13 @@ class StageBuilder {
       left.insert(left.end(), b.begin() + static_cast<std::ptrdiff_t>(had[o]), b.end());
     }
   }
-  bool copied_forward(std::int64_t first, std::int64_t i, std::vector<ForwardLayer>& fwd, std::vector<std::vector<int>>& barrier) {
-    if (!copying() || !same_plan_back(first, i, static_cast<std::int64_t>(fwd.size()), 1)) return false;
+  bool copied_forward(std::int64_t first, std::int64_t i, std::vector<ForwardLayer>& fwd, std::vector<std::vector<int>>& barrier,
+                      sim::LoopInstances* across, int mb) {
+    if (!copying()) return false;
     const int begin = w_.ops();
-    const int period = scratch_.loop.period(prog_, static_cast<int>(i), scratch_.inputs);
-    auto& left = scratch_.left;
-    if (period == 0 || !scratch_.loop.copy(prog_, static_cast<int>(i), period, left)) return false;
+    if (!copy_iteration(same_plan_back(first, i, static_cast<std::int64_t>(fwd.size()), 1), static_cast<int>(i), across, mb))
+      return false;
+    const auto& left = scratch_.left;
     ForwardLayer& st = fwd[at(i)];
     const std::size_t nt = g_.layer(first + i).tensors.size();
     auto it = left.begin();
@@ -857,7 +911,7 @@ class StageBuilder {
   }
 
   void backward_inputs(std::int64_t first, std::int64_t i, const ChunkRecord& rec, const std::vector<BackwardLayer>& bwd,
-                       int grad_in, int backward_start) {
+                       int grad_in, int backward_start, bool last_microbatch) {
     auto& in = scratch_.inputs;
     in.clear();
     if (!copying()) return;
@@ -870,7 +924,7 @@ class StageBuilder {
     in.assign({grad_in, backward_start, w_.last_compute(), i >= 1, i + 1 < n, i + 1 < n ? bwd[at(i + 1)].last : -1,
                me.gather.op, me.gather.buf, due, due ? bwd[at(i + reduce_scatter_lag())].reduce_scatter : -1,
                due ? bwd[at(i + reduce_scatter_lag())].grad_buf : -1, static_cast<int>(body - i),
-               body != i ? bwd[at(body)].iteration_start : -1});
+               body != i ? bwd[at(body)].iteration_start : -1, last_microbatch});
     const ForwardLayer& f = rec.layers[at(i)];
     for (const auto* v : {&f.buf, &f.host_buf, &f.d2h}) in.insert(in.end(), v->begin(), v->end());
   }
@@ -888,14 +942,15 @@ class StageBuilder {
     left.insert(left.end(), done.begin() + static_cast<std::ptrdiff_t>(had), done.end());
   }
   bool copied_backward(std::int64_t first, std::int64_t i, int step, std::vector<BackwardLayer>& bwd, int& grad_carry,
-                       std::vector<int>& reduce_scatter, std::vector<int>& done) {
-    if (!copying() || !same_plan_back(first, i, static_cast<std::int64_t>(bwd.size()), -1)) return false;
-    // With pipelined collectives it also gathers the next layer's weights: that layer's plan too.
-    if (i >= 1 && c_.layer_plan[at(first + i - 1)] != c_.layer_plan[at(first + i)]) return false;
+                       std::vector<int>& reduce_scatter, std::vector<int>& done, sim::LoopInstances* across, int mb) {
+    if (!copying()) return false;
+    // With pipelined collectives it also gathers the next layer's weights: that layer's plan too (the same
+    // layer in another pass gathers the same one).
+    const bool within = same_plan_back(first, i, static_cast<std::int64_t>(bwd.size()), -1) &&
+                        !(i >= 1 && c_.layer_plan[at(first + i - 1)] != c_.layer_plan[at(first + i)]);
     const int begin = w_.ops();
-    const int period = scratch_.loop.period(prog_, step, scratch_.inputs);
-    auto& left = scratch_.left;
-    if (period == 0 || !scratch_.loop.copy(prog_, step, period, left)) return false;
+    if (!copy_iteration(within, step, across, mb)) return false;
+    const auto& left = scratch_.left;
     BackwardLayer& me = bwd[at(i)];
     auto it = left.begin();
     me.iteration_start = *it++;

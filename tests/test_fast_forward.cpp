@@ -199,6 +199,10 @@ TEST_CASE("layer iterations copied rather than built give the program built laye
   nolhs.lhs = false;
   nolhs.pipelined_collectives = false;
   configs.emplace_back("llama 8B without LHS", nolhs);
+  // Layers copied from the same layer of earlier micro-steps as well as from earlier layers.
+  RunConfig accumulating = bench_scaling_base();
+  accumulating.grad_accum = 6;
+  configs.emplace_back("llama 8B, 6 micro-steps", accumulating);
   for (auto& [name, c] : configs) {
     SECTION(name) {
       auto run = prepare_run(c);
@@ -220,6 +224,8 @@ TEST_CASE("copied layer iterations match the built ones over random configuratio
   while (checked < 160 && tries++ < 4000) {
     RunConfig c = checked % 4 == 3 ? test::random_pipeline(rng) : test::random_config(rng);
     if (checked % 3 == 1) c.offload_layers = test::pick<std::int64_t>(rng, {1, 5, 12, 20});
+    // Four or more micro-steps: layers are also copied from the same layer a micro-step before.
+    if (checked % 4 == 1) c.grad_accum = test::pick<std::int64_t>(rng, {4, 5});
     PreparedRun run;
     try {
       run = prepare_run(c);
