@@ -264,7 +264,7 @@ struct Scratch {
   std::vector<std::size_t> layer_plan;
   sim::LoopInstances loop;
   // Per stage: a layer's iterations across the passes of its chunk, one loop per (chunk, direction, layer),
-  // indexed by micro-batch (StageBuilder::across).
+  // indexed by micro-batch (StageBuilder::across_passes).
   std::vector<sim::LoopInstances> across;
   std::vector<int> inputs, left, kept_inputs, kept_left;
 };
