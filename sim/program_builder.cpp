@@ -670,6 +670,9 @@ class StageBuilder {
     if (opt_.pipelined_collectives && n > 0) bwd[at(n - 1)].gather = gather_layer(last, previous_pass, 'b');
     std::vector<int> reduce_scatter(at(n), -1);
     const bool sync_layers = sync && multi(g_.grad_sync) && !split_weights();
+    // The last iterations' scatters are due at the end of the pass: its final op waits for them and frees
+    // their gradients (the embedding's scatter, or the send).
+    const std::int64_t due = std::min(n, reduce_scatter_lag());
     auto& loop = scratch_.loop;
     loop.start(static_cast<int>(n));
     for (std::int64_t i = n - 1; i >= 0; --i) {
@@ -677,9 +680,9 @@ class StageBuilder {
       const int step = static_cast<int>(n - 1 - i);  // the loop runs the layers in reverse
       backward_inputs(first, i, rec, bwd, grad_carry, start, sync);
       const std::size_t had = done.size();
-      // The pass's last iterations' reduce-scatters are given their gradients' release after the loop (below):
-      // a copy across passes would copy that release too.
-      sim::LoopInstances* across = i < std::min(n, reduce_scatter_lag()) ? nullptr : across_passes(slot, 1, i);
+      // Those last iterations' reduce-scatters are given their gradients' release after the loop (below): a
+      // copy across passes would copy that release too.
+      sim::LoopInstances* across = i < due ? nullptr : across_passes(slot, 1, i);
       if (!copied_backward(first, i, step, bwd, grad_carry, reduce_scatter, done, across, mb)) {
         auto [grad, rs] = backward_layer(first, i, rec, bwd, grad_carry, start, sync);
         grad_carry = grad;
@@ -693,9 +696,6 @@ class StageBuilder {
       if (copying()) finish_iteration(loop, step, across, mb, sim::Span{begin, sim::mark(prog_)});
       w_.mark_iteration(begin, -1, copying() ? loop.copied_at(step) : 0);
     }
-    // The last iterations' scatters are due at the end of the pass: its final op waits for them and frees
-    // their gradients (the embedding's scatter, or the send).
-    const std::int64_t due = std::min(n, reduce_scatter_lag());
     if (!c.embedding) {
       Crossing& out = backward_in(mb, k - 1);
       send(out, grad_carry, k - 1, w_.last_compute(), 'b', "send gradients", mb);
