@@ -147,6 +147,10 @@ class Engine {
   }
   void on_anchor();
   static bool close(double a, double b) { return std::abs(a - b) <= 1e-12 * std::max({1.0, std::abs(a), std::abs(b)}); }
+  // A queue's head in two snapshots is the same op of the run (or the same op outside it), as busy.
+  static bool same_head(const Snapshot::Head& x, const Snapshot::Head& y) {
+    return x.in_run == y.in_run && (x.in_run ? x.at == y.at : x.op == y.op) && x.running == y.running;
+  }
   // An op running in two snapshots is the same op of the run, as far from its end, at the same rate.
   static bool same_active(const Snapshot::Active& x, const Snapshot::Active& y) {
     return x.at == y.at && close(x.remaining, y.remaining) && close(x.rate, y.rate) && close(x.end_in_s, y.end_in_s);

@@ -5,15 +5,6 @@
 
 namespace hbmsim::sim::detail {
 
-namespace {
-
-// A queue's head in two snapshots is the same op of the run (or the same op outside it), as busy.
-bool same_head(const Snapshot::Head& x, const Snapshot::Head& y) {
-  return x.in_run == y.in_run && (x.in_run ? x.at == y.at : x.op == y.op) && x.running == y.running;
-}
-
-}  // namespace
-
 // on_anchor() is the way in (Engine::at_anchor); the rest is used only here, so inline (engine.cpp says why).
 
 // After each pass of starts: if an iteration's first op started in it, compare the state with the one at

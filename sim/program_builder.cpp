@@ -847,14 +847,11 @@ class StageBuilder {
   // Appends iteration i of the pass as a copy, from the pass's earlier iterations (when the plan allows)
   // or else from the same layer in the chunk's earlier passes; `left` receives what it leaves.
   bool copy_iteration(bool within, int i, sim::LoopInstances* across, int mb) {
-    auto& left = scratch_.left;
-    if (within) {
-      const int period = scratch_.loop.period(prog_, i, scratch_.inputs);
-      if (period > 0 && scratch_.loop.copy(prog_, i, period, left)) return true;
-    }
-    if (!across) return false;
-    const int period = across->period(prog_, mb, scratch_.inputs);
-    return period > 0 && across->copy(prog_, mb, period, left);
+    auto from = [&](sim::LoopInstances& loop, int at) {
+      const int period = loop.period(prog_, at, scratch_.inputs);
+      return period > 0 && loop.copy(prog_, at, period, scratch_.left);
+    };
+    return (within && from(scratch_.loop, i)) || (across && from(*across, mb));
   }
 
   void forward_inputs(std::int64_t first, std::int64_t i, int input_buf, const std::vector<ForwardLayer>& fwd,
