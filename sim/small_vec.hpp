@@ -80,8 +80,15 @@ class SmallVec {
   // Entry i becomes v[i] + (v[i] - before[i]) (before of this size): a copied list of ids moved on by the step
   // its model took from `before`.
   void step_on(const SmallVec& before) {
-    T* out = data();
-    const T* y = before.data();
+    using U = std::make_unsigned_t<T>;  // wraps where a slot past the size holds stale values
+    if (!on_heap()) {  // every inline slot at once: a fixed count the compiler unrolls, no branch per entry
+      T* out = local();
+      const T* y = before.local();
+      for (std::uint32_t i = 0; i < N; ++i) out[i] = static_cast<T>(2 * static_cast<U>(out[i]) - static_cast<U>(y[i]));
+      return;
+    }
+    T* out = heap();
+    const T* y = before.heap();
     for (std::uint32_t i = 0; i < size_; ++i) out[i] = 2 * out[i] - y[i];
   }
 
