@@ -197,6 +197,7 @@ PreparedRun prepare_run(const RunConfig& c, const Profile* extra) {
   r.policy = resolve_policy(c, r.graph);
   r.options.lhs = c.lhs;
   r.options.pipelined_transfers = c.pipelined_transfers;
+  r.options.te_offload = c.framework == "megatron";  // Megatron's activation offload is Transformer Engine's
   r.options.pipelined_collectives = c.pipelined_collectives;
   r.options.double_buffering = c.double_buffering;
   r.options.memory_limit_slop = c.memory_limit_slop;

@@ -73,7 +73,10 @@ const std::vector<RunField> kFields = {
      "Training state per parameter: maxtext (fp32 weights and gradients, Adam moments 8 bytes) or megatron (bf16 "
      "weights, fp32 main gradients, fp32 master weights with the moments in the optimizer: 12 bytes); the loss "
      "keeps its fp32 exp and a bf16 gradient beside the bf16 logits (maxtext) or works in place in them "
-     "(megatron: Transformer Engine's fused cross-entropy)",
+     "(megatron: Transformer Engine's fused cross-entropy); offloaded activations are copied on XLA's schedule "
+     "(maxtext: lhs and pipelined_transfers) or on Transformer Engine's CPU-offload schedule (megatron: each "
+     "copy direction one stream, of N offloaded layers out of n a layer kept on device until the forward n - N "
+     "layers on and reloaded from the backward n - 1 - N layers ahead)",
      &C::framework},
     {"sharded_optimizer", "--sharded-optimizer",
      "Optimizer state sharded over the gradient-sync axes, dp (x cp when cp does not shard weights) (Megatron "

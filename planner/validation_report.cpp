@@ -132,7 +132,9 @@ const std::vector<std::string>& validation_rules() {
       "hbmsim has no name for (`sel. recompute moe_act`, `mla_up_proj`, `layernorm`) -> `no_recompute`. Full recompute -> `full`; of N layers per pipeline chunk (\"block N "
       "layers\", N fewer than the chunk's layers) -> `recompute_layers N`, the first N layers of every chunk fully "
       "recomputed and the rest kept. CPU activation offload of N layers -> `offload_layers N`: the first N layers send "
-      "every tensor they save, their input included, to host (Transformer Engine's offload handler). "
+      "every tensor they save, their input included, to host, on Transformer Engine's schedule (`framework "
+      "megatron`: each copy direction one stream; a layer's D2H waited for n - N layers on, its reload issued "
+      "n - 1 - N layers ahead; TE 2.10's cpu_offload.py). "
       "flash-attn2 and TE name the kernels hbmsim's costs already assume.",
       "**SFT / LoRA** rows: not expressible (hbmsim simulates pre-training steps). A row without a measured tok_s_gpu "
       "is simulated when expressible but is in no error statistic. A configuration hbmsim refuses is listed with its "

@@ -27,6 +27,13 @@ struct SimOptions {
   // Parameters in pinned host memory: each weight gather starts from its shard copied in, and the update
   // streams them through HBM (or runs where they are, with optimizer_offload host).
   bool parameter_offload = false;
+  // Activation offload copies follow Transformer Engine's CPU offload (Megatron's cpu_offloading; TE 2.10's
+  // cpu_offload.py) instead of XLA's schedule: the copies of each direction run one after another in issue
+  // order; of a pass of n layers, N of which offload, a layer keeps its device copies until the forward of
+  // the layer n - N on, which waits for its D2H; its reload is issued at the start of the backward of the
+  // layer n - 1 - N on, with no memory gate, and each reader waits for its own tensor. lhs and
+  // pipelined_transfers do not apply to these copies.
+  bool te_offload = false;
   bool record_trace = false;
   // Copy repeating layer iterations instead of building them (sim/instances.hpp) and replay their events
   // instead of simulating them (sim/engine.hpp); same program, same results. Off: the plain run.

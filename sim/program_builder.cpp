@@ -30,13 +30,15 @@ std::vector<std::uint16_t>& thread_queue_of() {
 
 // Appends one device's ops to a program: built in place (they are large), named when asked, communication
 // on the queue of its mesh axis with the link bandwidth it uses, copies on the copy engines over the host
-// link.
+// link (every ready copy at once, as XLA's async copies; `serial_copies`: one after another in issue order,
+// as on one CUDA stream per direction).
 class Writer {
  public:
-  Writer(Program& p, const System& sys, const Network& net, std::vector<std::string>* names, int device)
+  Writer(Program& p, const System& sys, const Network& net, std::vector<std::string>* names, int device, bool serial_copies)
       : p_(p), names_(names), device_(device), compute_(p.compute_queue(device)) {
-    d2h_ = p.queue("d2h", sim::QueueKind::concurrent, true, device);
-    h2d_ = p.queue("h2d", sim::QueueKind::concurrent, true, device);
+    const auto copies = serial_copies ? sim::QueueKind::serial : sim::QueueKind::concurrent;
+    d2h_ = p.queue("d2h", copies, true, device);
+    h2d_ = p.queue("h2d", copies, true, device);
     d2h_link_ = p.resource("host link D2H", sys.host_d2h_bytes_per_s(), device);
     h2d_link_ = p.resource("host link H2D", sys.host_h2d_bytes_per_s(), device);
     if (sys.host_link.bidirectional_total_bytes_per_s)
@@ -202,6 +204,9 @@ struct ChunkRecord {
   std::vector<WeightPass> weights;   // per layer, with split weight gradients
   int input_buf = -1;                // the chunk's input (the embedding's output, or what was received)
   int logits = -1, head_buf = -1, stats = -1, head_input = -1;  // the head's (last chunk)
+  // Transformer Engine's offload (SimOptions::te_offload): per layer, per tensor, the reload issued by the
+  // backward of a later layer, and the device buffer it fills (-1: none).
+  std::vector<std::vector<int>> reload_op, reload_buf;
 };
 
 struct BackwardLayer {
@@ -210,6 +215,15 @@ struct BackwardLayer {
   int last = -1;             // its last compute op
   int reduce_scatter = -1;   // its gradients' reduce-scatter
   int grad_buf = -1;         // the unsharded gradients it reads, held until the scatter is done
+};
+
+// Transformer Engine's offload window over a pass (SimOptions::te_offload): a layer's device copies are
+// held until the forward of the layer `gap` on, which waits for its D2H, and its reload is issued at the
+// start of the backward of the layer `lookahead` on. With N of the pass's n layers offloading, TE's gap is
+// n - N and its lookahead n - 1 - N (it offloads the first N, N < n); at least 1 and 0 here, so that a pass
+// offloading every layer waits for each layer's copies at the next one and reloads it at its own backward.
+struct TeWindow {
+  std::int64_t gap = 1, lookahead = 0;
 };
 
 // A communication op emitted for a template op: readers wait for `head`; with comm/GEMM overlap the `rest`
@@ -267,6 +281,7 @@ struct Scratch {
   // indexed by micro-batch (StageBuilder::across_passes).
   std::vector<sim::LoopInstances> across;
   std::vector<int> inputs, left, kept_inputs, kept_left;
+  std::vector<std::int64_t> reloaded;
 };
 Scratch& thread_scratch() {
   thread_local Scratch s;
@@ -280,7 +295,7 @@ class StageBuilder {
   StageBuilder(BuildContext& ctx, Program& prog, int stage)
       : c_(ctx), g_(ctx.g), opt_(ctx.opt), net_(ctx.net), costs_(ctx.costs), prog_(prog), stage_(stage),
         info_(ctx.g.stages[static_cast<std::size_t>(stage)]),
-        w_(prog, ctx.sys, ctx.net, ctx.names, stage) {}
+        w_(prog, ctx.sys, ctx.net, ctx.names, stage, ctx.opt.te_offload) {}
 
   void build(const std::vector<PipelineTask>& tasks) {
     for (auto [bytes, cat] : {std::pair{info_.parameter_bytes, MemCategory::parameters},
@@ -567,16 +582,17 @@ class StageBuilder {
     for (auto& b : barrier) b.clear();
     barrier[0].push_back(layer_in_op);
     int input_buf = rec.input_buf;
+    const TeWindow te = te_window(first, n);
     auto& loop = scratch_.loop;
     loop.start(static_cast<int>(n));
     for (std::int64_t i = 0; i < n; ++i) {
       const sim::Mark begin = sim::mark(prog_);
       const int sync = param_sync.layers[at(first + i)];
-      forward_inputs(first, i, input_buf, fwd, barrier, sync, previous_pass);
+      forward_inputs(first, i, input_buf, fwd, barrier, sync, previous_pass, te);
       const std::array<std::size_t, 2> had{barrier[at(i) + 1].size(), barrier[at(i) + 2].size()};
       sim::LoopInstances* across = across_passes(slot, 0, i);
       if (!copied_forward(first, i, fwd, barrier, across, mb)) {
-        forward_layer(first, i, input_buf, fwd, barrier, sync, previous_pass);
+        forward_layer(first, i, input_buf, fwd, barrier, sync, previous_pass, te);
         forward_left(i, fwd, barrier, had);
       }
       if (copying()) finish_iteration(loop, static_cast<int>(i), across, mb, sim::Span{begin, sim::mark(prog_)});
@@ -584,6 +600,11 @@ class StageBuilder {
       w_.mark_iteration(begin, mb == 0 ? sync : -1, copying() ? loop.copied_at(static_cast<int>(i)) : 0);
       input_buf = fwd[at(i)].output_buf;
     }
+    // TE: the copies no later layer's forward waits for are waited for at the pass's end.
+    if (opt_.te_offload)
+      for (std::int64_t s = std::max<std::int64_t>(0, n - te.gap); s < n; ++s)
+        for (int copy : fwd[at(s)].d2h)
+          if (copy >= 0) barrier[at(n)].push_back(copy);
     if (c.head) {
       head_forward(rec, fwd, barrier, layer_in_op);
       return layer_in_op;
@@ -673,25 +694,34 @@ class StageBuilder {
     // The last iterations' scatters are due at the end of the pass: its final op waits for them and frees
     // their gradients (the embedding's scatter, or the send).
     const std::int64_t due = std::min(n, reduce_scatter_lag());
+    const TeWindow te = te_window(first, n);
+    if (opt_.te_offload) {
+      rec.reload_op.resize(at(n));
+      rec.reload_buf.resize(at(n));
+      for (std::int64_t i = 0; i < n; ++i) {
+        rec.reload_op[at(i)].assign(g_.layer(first + i).tensors.size(), -1);
+        rec.reload_buf[at(i)].assign(g_.layer(first + i).tensors.size(), -1);
+      }
+    }
     auto& loop = scratch_.loop;
     loop.start(static_cast<int>(n));
     for (std::int64_t i = n - 1; i >= 0; --i) {
       const sim::Mark begin = sim::mark(prog_);
       const int step = static_cast<int>(n - 1 - i);  // the loop runs the layers in reverse
-      backward_inputs(first, i, rec, bwd, grad_carry, start, sync);
+      backward_inputs(first, i, rec, bwd, grad_carry, start, sync, te);
       const std::size_t had = done.size();
       // Those last iterations' reduce-scatters are given their gradients' release after the loop (below): a
       // copy across passes would copy that release too.
       sim::LoopInstances* across = i < due ? nullptr : across_passes(slot, 1, i);
-      if (!copied_backward(first, i, step, bwd, grad_carry, reduce_scatter, done, across, mb)) {
-        auto [grad, rs] = backward_layer(first, i, rec, bwd, grad_carry, start, sync);
+      if (!copied_backward(first, i, step, bwd, grad_carry, reduce_scatter, done, across, mb, rec, te)) {
+        auto [grad, rs] = backward_layer(first, i, rec, bwd, grad_carry, start, sync, te);
         grad_carry = grad;
         reduce_scatter[at(i)] = rs;
         if (rs >= 0) {  // else its weight gradients come in a pass of their own
           done.push_back(rs);
           if (sync_layers && opt_.dp_overlap) done.push_back(grad_sync(plan(first + i).grad_sync, rs, -1, first + i));
         }
-        backward_left(i, bwd, grad_carry, rs, done, had);
+        backward_left(first, i, bwd, grad_carry, rs, done, had, rec, te);
       }
       if (copying()) finish_iteration(loop, step, across, mb, sim::Span{begin, sim::mark(prog_)});
       w_.mark_iteration(begin, -1, copying() ? loop.copied_at(step) : 0);
@@ -802,6 +832,23 @@ class StageBuilder {
     const auto& placement = plan(l).placement;
     return std::find(placement.begin(), placement.end(), Placement::offload) != placement.end();
   }
+  TeWindow te_window(std::int64_t first, std::int64_t n) const {
+    if (!opt_.te_offload) return {};
+    std::int64_t offloading = 0;
+    for (std::int64_t i = 0; i < n; ++i) offloading += offloads_any(first + i);
+    return {std::max<std::int64_t>(1, n - offloading), std::max<std::int64_t>(0, n - 1 - offloading)};
+  }
+  // TE: the layer whose offloaded copies the forward of layer i waits for at its start (`gap` back) and
+  // frees at its end (`gap - 1` back; not in the pass's last layer: the pass's end waits for the copies of
+  // its last `gap` layers, which their D2H frees); -1: none.
+  std::int64_t te_waits_on(std::int64_t first, std::int64_t i, const TeWindow& w) const {
+    const std::int64_t s = i - w.gap;
+    return opt_.te_offload && s >= 0 && offloads_any(first + s) ? s : -1;
+  }
+  std::int64_t te_frees(std::int64_t first, std::int64_t i, std::int64_t n, const TeWindow& w) const {
+    const std::int64_t s = i + 1 - w.gap;
+    return opt_.te_offload && s >= 0 && i + 1 < n && offloads_any(first + s) ? s : -1;
+  }
   // Layer first + i and the up to six before it in the loop (`dir` +1: forward, -1: backward, which runs
   // the layers in reverse) have one plan, and at least three come before it: what a copy looks back on.
   bool same_plan_back(std::int64_t first, std::int64_t i, std::int64_t n, int dir) const {
@@ -855,18 +902,26 @@ class StageBuilder {
   }
 
   void forward_inputs(std::int64_t first, std::int64_t i, int input_buf, const std::vector<ForwardLayer>& fwd,
-                      const std::vector<std::vector<int>>& barrier, int sync, int previous_pass) {
+                      const std::vector<std::vector<int>>& barrier, int sync, int previous_pass, const TeWindow& te) {
     auto& in = scratch_.inputs;
     in.clear();
     if (!copying()) return;
     const std::int64_t lag = opt_.pipelined_collectives ? 2 : 1;
-    // Where its copies are due (the loop body's end) matters only to a layer that offloads.
-    const bool offloads = offloads_any(first + i);
+    // Where its copies are due (the loop body's end) matters only to a layer that offloads on XLA's schedule.
+    const bool offloads = offloads_any(first + i) && !opt_.te_offload;
     const std::size_t done_by = opt_.lhs && opt_.pipelined_transfers ? at(i + 2) : c_.fwd_body_end[at(first + i)] - at(first);
     in.assign({input_buf, sync, previous_pass, i >= lag, i >= lag ? fwd[at(i - lag)].last : previous_pass,
                offloads ? static_cast<int>(done_by) - static_cast<int>(i) : 0, w_.last_compute(),
                static_cast<int>(barrier[at(i)].size())});
     in.insert(in.end(), barrier[at(i)].begin(), barrier[at(i)].end());
+    // TE: the earlier layers' copies it waits for and the device copies it frees.
+    const std::int64_t n = static_cast<std::int64_t>(fwd.size());
+    const std::int64_t waits = te_waits_on(first, i, te), frees = te_frees(first, i, n, te);
+    in.push_back(waits >= 0);
+    if (waits >= 0) in.insert(in.end(), fwd[at(waits)].d2h.begin(), fwd[at(waits)].d2h.end());
+    in.push_back(frees >= 0);
+    if (frees >= 0)
+      for (const auto* v : {&fwd[at(frees)].d2h, &fwd[at(frees)].buf}) in.insert(in.end(), v->begin(), v->end());
   }
   // What forward iteration i leaves: its record, the stream's last compute op, what it added to the next
   // two iterations' barriers (each list had `had` entries before it).
@@ -908,14 +963,14 @@ class StageBuilder {
   }
 
   void backward_inputs(std::int64_t first, std::int64_t i, const ChunkRecord& rec, const std::vector<BackwardLayer>& bwd,
-                       int grad_in, int backward_start, bool last_microbatch) {
+                       int grad_in, int backward_start, bool last_microbatch, const TeWindow& te) {
     auto& in = scratch_.inputs;
     in.clear();
     if (!copying()) return;
     const std::int64_t n = static_cast<std::int64_t>(bwd.size());
     const bool due = i + reduce_scatter_lag() < n;
     // The loop body's start matters only to prefetches LHS hoists there (offloaded tensors, not pipelined).
-    const bool hoists = opt_.lhs && !opt_.pipelined_transfers && offloads_any(first + i);
+    const bool hoists = opt_.lhs && !opt_.pipelined_transfers && !opt_.te_offload && offloads_any(first + i);
     const std::int64_t body = hoists ? static_cast<std::int64_t>(c_.bwd_body_first[at(first + i)]) - first : i;
     const BackwardLayer& me = bwd[at(i)];
     in.assign({grad_in, backward_start, w_.last_compute(), i >= 1, i + 1 < n, i + 1 < n ? bwd[at(i + 1)].last : -1,
@@ -924,11 +979,30 @@ class StageBuilder {
                body != i ? bwd[at(body)].iteration_start : -1, last_microbatch});
     const ForwardLayer& f = rec.layers[at(i)];
     for (const auto* v : {&f.buf, &f.host_buf, &f.d2h}) in.insert(in.end(), v->begin(), v->end());
+    if (!opt_.te_offload) return;
+    // TE: the reloads an earlier iteration issued for it, and the copies of the layers it reloads.
+    for (const auto* v : {&rec.reload_op[at(i)], &rec.reload_buf[at(i)]}) in.insert(in.end(), v->begin(), v->end());
+    te_reloaded_by(first, i, n, te, scratch_.reloaded);
+    in.push_back(static_cast<int>(scratch_.reloaded.size()));
+    for (std::int64_t s : scratch_.reloaded) {
+      in.push_back(static_cast<int>(s));
+      const ForwardLayer& src = rec.layers[at(s)];
+      for (const auto* v : {&src.host_buf, &src.d2h}) in.insert(in.end(), v->begin(), v->end());
+    }
+  }
+  // TE: the layers whose reloads the backward of layer i issues, the one needed soonest first: the layer
+  // `lookahead` before it, and at the pass's first backward layer every layer less than `lookahead` from it.
+  void te_reloaded_by(std::int64_t first, std::int64_t i, std::int64_t n, const TeWindow& te, std::vector<std::int64_t>& out) const {
+    out.clear();
+    if (!opt_.te_offload) return;
+    const std::int64_t lowest = i - te.lookahead, highest = i == n - 1 ? i : lowest;
+    for (std::int64_t s = highest; s >= std::max<std::int64_t>(0, lowest); --s)
+      if (offloads_any(first + s)) out.push_back(s);
   }
   // What backward iteration i leaves: its record, the next layer's gather it issued, the gradient it
   // passes on, its reduce-scatter, the stream's last compute op, and what it added to `done` (from `had`).
-  void backward_left(std::int64_t i, const std::vector<BackwardLayer>& bwd, int grad_out, int rs, const std::vector<int>& done,
-                     std::size_t had) {
+  void backward_left(std::int64_t first, std::int64_t i, const std::vector<BackwardLayer>& bwd, int grad_out, int rs,
+                     const std::vector<int>& done, std::size_t had, const ChunkRecord& rec, const TeWindow& te) {
     auto& left = scratch_.left;
     left.clear();
     if (!copying()) return;
@@ -937,9 +1011,14 @@ class StageBuilder {
     left.assign({me.iteration_start, me.last, me.reduce_scatter, me.grad_buf, me.gather.op, me.gather.buf, next.op, next.buf,
                  grad_out, rs, w_.last_compute(), static_cast<int>(done.size() - had)});
     left.insert(left.end(), done.begin() + static_cast<std::ptrdiff_t>(had), done.end());
+    // TE: the reloads it issued, per layer reloaded (te_reloaded_by's order).
+    te_reloaded_by(first, i, static_cast<std::int64_t>(bwd.size()), te, scratch_.reloaded);
+    for (std::int64_t s : scratch_.reloaded)
+      for (const auto* v : {&rec.reload_op[at(s)], &rec.reload_buf[at(s)]}) left.insert(left.end(), v->begin(), v->end());
   }
   bool copied_backward(std::int64_t first, std::int64_t i, int step, std::vector<BackwardLayer>& bwd, int& grad_carry,
-                       std::vector<int>& reduce_scatter, std::vector<int>& done, sim::LoopInstances* across, int mb) {
+                       std::vector<int>& reduce_scatter, std::vector<int>& done, sim::LoopInstances* across, int mb,
+                       ChunkRecord& rec, const TeWindow& te) {
     if (!copying()) return false;
     // With pipelined collectives it also gathers the next layer's weights: that layer's plan too (the same
     // layer in another pass gathers the same one).
@@ -962,6 +1041,10 @@ class StageBuilder {
     reduce_scatter[at(i)] = *it++;
     const int last_compute = *it++;
     for (int count = *it++; count > 0; --count) done.push_back(*it++);
+    te_reloaded_by(first, i, static_cast<std::int64_t>(bwd.size()), te, scratch_.reloaded);
+    for (std::int64_t s : scratch_.reloaded)
+      for (auto* v : {&rec.reload_op[at(s)], &rec.reload_buf[at(s)]})
+        for (int& x : *v) x = *it++;
     w_.adopt(begin, last_compute);
     return true;
   }
@@ -969,13 +1052,13 @@ class StageBuilder {
   // Layer first + i of a forward pass: fills fwd[i] (its lists keep their capacity between steps).
   // `barrier[i]`: what iteration i waits for; this layer adds its copies and overlap tails to later ones.
   void forward_layer(std::int64_t first, std::int64_t i, int input_buf, std::vector<ForwardLayer>& fwd,
-                     std::vector<std::vector<int>>& barrier, int param_sync, int previous_pass) {
-    const std::int64_t l = first + i;
+                     std::vector<std::vector<int>>& barrier, int param_sync, int previous_pass, const TeWindow& te) {
+    const std::int64_t l = first + i, n = static_cast<std::int64_t>(fwd.size());
     const auto& prev = fwd;
     const auto& t = g_.layer(l);
     const auto& p = plan(l);
     const auto nt = t.tensors.size();
-    const bool pipelined = opt_.lhs && opt_.pipelined_transfers;
+    const bool pipelined = opt_.lhs && opt_.pipelined_transfers && !opt_.te_offload;
     // Pipelined collectives gather one layer ahead (from when layer l-2 is done with its weights); without
     // them the gather sits at the top of its own iteration and the layer waits for it.
     const std::int64_t lag = opt_.pipelined_collectives ? 2 : 1;
@@ -1028,6 +1111,9 @@ class StageBuilder {
         first_op = false;
         w_.op(id).deps.push_back(ag.op);
         for (int c : barrier[at(i)]) w_.op(id).deps.push_back(c);
+        if (const std::int64_t s = te_waits_on(first, i, te); s >= 0)
+          for (int c : fwd[at(s)].d2h)
+            if (c >= 0) w_.op(id).deps.push_back(c);
         if (p.placement[0] == Placement::offload) pending.push_back({0, id, st.buf[0]});  // the input is here by now
       }
       for (int out : def.outputs) w_.op(id).allocs.push_back(st.buf[static_cast<std::size_t>(out)]);
@@ -1051,19 +1137,24 @@ class StageBuilder {
     st.last = w_.last_compute();
     // Copies are added after the layer's ops: without LHS an async copy starts right before the op that
     // waits for it, which is the iteration's end; with LHS right after its producer. LHS: done by the end of
-    // this iteration (double buffering: of this loop body); pipelined: by the end of the next one.
+    // this iteration (double buffering: of this loop body); pipelined: by the end of the next one. TE: after
+    // its producer, waited for by a later layer (te_waits_on) or the pass's end.
     for (auto& pc : pending) {
       const auto k = pc.tensor;
       int host = w_.add_buffer(p.kept_bytes[k], MemCategory::offload_buffers, true);
       int copy = w_.copy(false, p.kept_bytes[k], p.d2h_s[k], static_cast<int>(l), label("d2h ", t.tensors[k].name, l));
-      w_.op(copy).deps = {opt_.lhs ? pc.after : st.last};
+      w_.op(copy).deps = {opt_.lhs || opt_.te_offload ? pc.after : st.last};
       w_.op(copy).priority = static_cast<int>(l);
       w_.op(copy).allocs = {host};
       w_.op(copy).releases = {pc.src};
       st.host_buf[k] = host;
       st.d2h[k] = copy;
-      barrier[done_by].push_back(copy);
+      if (!opt_.te_offload) barrier[done_by].push_back(copy);
     }
+    // TE keeps a layer's offloaded tensors on the device until the layer that waits for their copies starts.
+    if (const std::int64_t s = te_frees(first, i, n, te); s >= 0)
+      for (std::size_t k = 0; k < fwd[at(s)].d2h.size(); ++k)
+        if (fwd[at(s)].d2h[k] >= 0) w_.op(st.last).releases.push_back(fwd[at(s)].buf[k]);
     for (int r : tails) barrier[at(i + 1)].push_back(r);
     // An offloaded input's device copy lives until its last forward reader too (the D2H holds the other reference).
     if (p.placement[0] == Placement::offload && p.last_fwd_use[0] >= 0)
@@ -1080,11 +1171,38 @@ class StageBuilder {
     if (opt_.reshard_weights) w_.op(st.last).releases.push_back(ag.buf);
   }
 
+  // TE: the reloads the backward of layer i issues (te_reloaded_by), on the one H2D stream in the order
+  // their tensors were saved, each after the work issued before this layer's backward and its own D2H; each
+  // of the reloaded layer's readers waits for its tensor's reload alone.
+  void issue_reloads(std::int64_t first, std::int64_t i, std::int64_t n, const TeWindow& te, ChunkRecord& rec, int after) {
+    auto& reloaded = scratch_.reloaded;
+    te_reloaded_by(first, i, n, te, reloaded);
+    for (std::int64_t s : reloaded) {
+      const std::int64_t l = first + s;
+      const auto& t = g_.layer(l);
+      const auto& p = plan(l);
+      const ForwardLayer& f = rec.layers[at(s)];
+      for (std::size_t k = 0; k < t.tensors.size(); ++k) {
+        if (p.placement[k] != Placement::offload || p.last_read[k] < 0) continue;
+        const int dst = w_.add_buffer(p.kept_bytes[k], MemCategory::offload_buffers);
+        const int copy = w_.copy(true, p.kept_bytes[k], p.h2d_s[k], static_cast<int>(l), label("h2d ", t.tensors[k].name, l));
+        ProgramOp& c = w_.op(copy);
+        c.allocs = {dst};
+        c.releases = {f.host_buf[k]};
+        if (after >= 0) c.deps.push_back(after);
+        c.deps.push_back(f.d2h[k]);
+        c.priority = static_cast<int>(g_.model.num_layers - l);
+        rec.reload_op[at(s)][k] = copy;
+        rec.reload_buf[at(s)][k] = dst;
+      }
+    }
+  }
+
   // Layer first + i's backward iteration. `backward_start`: the pass's first op (pipelined prefetches may
   // start from it); kept weights are freed by the last micro-batch's. Returns the gradient of its input and its reduce-scatter (-1 when its weight gradients
   // are left to a pass of their own, recorded in rec.weights).
   std::pair<int, int> backward_layer(std::int64_t first, std::int64_t i, ChunkRecord& rec, std::vector<BackwardLayer>& bwd,
-                                     int grad_in, int backward_start, bool last_microbatch) {
+                                     int grad_in, int backward_start, bool last_microbatch, const TeWindow& te) {
     const std::int64_t l = first + i, n = static_cast<std::int64_t>(bwd.size());
     const ForwardLayer& f = rec.layers[at(i)];
     const auto& t = g_.layer(l);
@@ -1107,6 +1225,7 @@ class StageBuilder {
       me.gather = gather_layer(l, iteration_start, 'b');
     }
     const Gather ag = me.gather;
+    if (opt_.te_offload) issue_reloads(first, i, static_cast<std::int64_t>(bwd.size()), te, rec, iteration_start);
 
     const auto& steps = p.steps;
     const auto& last_read = p.last_read;
@@ -1130,6 +1249,11 @@ class StageBuilder {
     tails.clear();
     for (std::size_t k = 0; k < nt; ++k)
       if ((k == 0 && p.placement[0] != Placement::offload) || p.placement[k] == Placement::device) buf[k] = f.buf[k];
+    if (opt_.te_offload) {  // reloaded from an earlier layer's backward (issue_reloads)
+      h2d = rec.reload_op[at(i)];
+      for (std::size_t k = 0; k < nt; ++k)
+        if (h2d[k] >= 0) buf[k] = rec.reload_buf[at(i)][k];
+    }
     auto make_h2d = [&](std::size_t k, int after) {
       int dst = w_.add_buffer(p.kept_bytes[k], MemCategory::offload_buffers);
       int copy = w_.copy(true, p.kept_bytes[k], p.h2d_s[k], static_cast<int>(l), label("h2d ", t.tensors[k].name, l));
@@ -1147,7 +1271,7 @@ class StageBuilder {
     // memory limit allows).
     // Issued in the order of first use: a copy queue starts its ops in order, so a prefetch held back by the
     // memory limit must not hold back one that is needed earlier.
-    if (opt_.lhs) {
+    if (opt_.lhs && !opt_.te_offload) {
       auto& prefetch = scratch_.prefetch;
       prefetch.clear();
       for (std::size_t k = 0; k < nt; ++k)
@@ -1207,7 +1331,7 @@ class StageBuilder {
         auto kk = static_cast<std::size_t>(k);
         if (p.placement[kk] != Placement::offload) continue;
         if (h2d[kk] < 0) make_h2d(kk, w_.last_compute());
-        else if (opt_.lhs && !lifted[kk] && w_.last_compute() >= 0) {
+        else if (opt_.lhs && !opt_.te_offload && !lifted[kk] && w_.last_compute() >= 0) {
           w_.gate_lift(h2d[kk], w_.last_compute());
           lifted[kk] = 1;
         }

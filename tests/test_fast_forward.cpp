@@ -42,13 +42,45 @@ Program layer_loop(int n, double saved_bytes, bool keep, double gate_bytes = 0, 
   return p;
 }
 
-// The measured reference runs and the bench's configurations, by name.
+// The measured reference runs and the bench's configurations, by name, and Megatron's offload on Transformer
+// Engine's schedule (its reloads and waits reach across many layers): the GB200 recipe's 40 of 80 layers, a
+// range that is not the first layers, six micro-steps, and a pipeline.
 std::vector<std::pair<std::string, RunConfig>> builtin_configs() {
   std::vector<std::pair<std::string, RunConfig>> configs;
   for (auto& r : load_reference_runs()) configs.emplace_back(r.id, r.config);
   configs.emplace_back("llama405b tp8 cp2", bench_llama405b_tp_cp());
   configs.emplace_back("llama405b pp8 x 16", bench_llama405b_pp());
   configs.emplace_back("llama 8B shape", bench_scaling_base());
+  RunConfig te;
+  te.system = "gb200-nvl72";
+  te.model = "llama3.1-70b";
+  te.gpus = 64;
+  te.batch = 2;
+  te.seq = 8192;
+  te.weights = "fp8";
+  te.policy = "no_recompute";
+  te.framework = "megatron";
+  te.offload_layers = 40;
+  configs.emplace_back("llama 70B megatron, 40 layers offloaded", te);
+  RunConfig range = bench_scaling_base();
+  range.framework = "megatron";
+  range.policy = "minimal";
+  range.layer_policies = "8-19:minimal_offloaded";
+  configs.emplace_back("llama 8B shape megatron, layers 8-19 offloaded", range);
+  RunConfig steps = bench_scaling_base();
+  steps.framework = "megatron";
+  steps.policy = "minimal";
+  steps.offload_layers = 10;
+  steps.grad_accum = 6;
+  configs.emplace_back("llama 8B shape megatron, 10 layers offloaded, 6 micro-steps", steps);
+  RunConfig stages = bench_scaling_base();
+  stages.framework = "megatron";
+  stages.policy = "minimal";
+  stages.offload_layers = 6;
+  stages.pp = 2;
+  stages.batch = 2;
+  stages.microbatches = 4;
+  configs.emplace_back("llama 8B shape megatron, 6 layers offloaded, pp 2", stages);
   return configs;
 }
 
@@ -226,6 +258,8 @@ TEST_CASE("copied layer iterations match the built ones over random configuratio
     if (checked % 3 == 1) c.offload_layers = test::pick<std::int64_t>(rng, {1, 5, 12, 20});
     // Four or more micro-steps: layers are also copied from the same layer a micro-step before.
     if (checked % 4 == 1) c.grad_accum = test::pick<std::int64_t>(rng, {4, 5});
+    // Megatron's offload on Transformer Engine's schedule.
+    if (checked % 5 == 2) c.framework = "megatron";
     PreparedRun run;
     try {
       run = prepare_run(c);
