@@ -496,6 +496,9 @@ std::string megatron_settings(const RunConfig& c) {
   if (c.recompute_layers > 0)
     out += " --recompute-granularity full --recompute-method block --recompute-num-layers " + std::to_string(c.recompute_layers);
   if (c.offload_layers > 0) out += " --cpu-offloading --cpu-offloading-num-layers " + std::to_string(c.offload_layers);
+  // Megatron's offload runs on Transformer Engine's schedule, which hides copies that XLA's exposes.
+  if (c.offload_layers > 0 && c.framework != "megatron")
+    out += " (simulated on XLA's offload schedule; Transformer Engine's hides more of the copies: see --framework megatron)";
   if (!c.layer_policies.empty()) out += " (layer_policies " + c.layer_policies + ": no Megatron equivalent)";
   if (c.optimizer_offload == "host") out += " --optimizer-cpu-offload --optimizer-offload-fraction 1.0";
   if (c.optimizer_offload == "device") out += " (optimizer_offload device: state streamed to the GPU, no Megatron equivalent)";

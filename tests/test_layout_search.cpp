@@ -214,6 +214,11 @@ TEST_CASE("the Megatron arguments say what a config sets", "[layout][plan]") {
   c.policy = "no_recompute";  // Megatron's default
   c.offload_layers = 20;
   CHECK_THAT(megatron_settings(c), Catch::Contains("--cpu-offloading --cpu-offloading-num-layers 20") && !Catch::Contains("recompute"));
+  // A plan simulated on XLA's offload schedule says so; one on Transformer Engine's (framework megatron) does not.
+  CHECK_THAT(megatron_settings(c), Catch::Contains("XLA's offload schedule"));
+  c.framework = "megatron";
+  CHECK_THAT(megatron_settings(c), !Catch::Contains("XLA's offload schedule"));
+  c.framework = "maxtext";
   c.offload_layers = 0;
   c.tensors = {{"context", "remat"}};  // the core attention recomputed: Megatron's selective recompute
   CHECK_THAT(megatron_settings(c), Catch::Contains("--recompute-granularity selective") && !Catch::Contains("no Megatron equivalent"));
