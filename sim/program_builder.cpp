@@ -4,6 +4,7 @@
 #include <array>
 #include <limits>
 #include <stdexcept>
+#include <tuple>
 #include <utility>
 
 #include "hwmodels/json_view.hpp"
@@ -705,23 +706,25 @@ class StageBuilder {
     }
     auto& loop = scratch_.loop;
     loop.start(static_cast<int>(n));
+    auto& reloaded = scratch_.reloaded;  // TE: the layers this iteration reloads
     for (std::int64_t i = n - 1; i >= 0; --i) {
       const sim::Mark begin = sim::mark(prog_);
       const int step = static_cast<int>(n - 1 - i);  // the loop runs the layers in reverse
-      backward_inputs(first, i, rec, bwd, grad_carry, start, sync, te);
+      te_reloaded_by(first, i, n, te, reloaded);
+      backward_inputs(first, i, rec, bwd, grad_carry, start, sync, reloaded);
       const std::size_t had = done.size();
       // Those last iterations' reduce-scatters are given their gradients' release after the loop (below): a
       // copy across passes would copy that release too.
       sim::LoopInstances* across = i < due ? nullptr : across_passes(slot, 1, i);
-      if (!copied_backward(first, i, step, bwd, grad_carry, reduce_scatter, done, across, mb, rec, te)) {
-        auto [grad, rs] = backward_layer(first, i, rec, bwd, grad_carry, start, sync, te);
+      if (!copied_backward(first, i, step, bwd, grad_carry, reduce_scatter, done, across, mb, rec, reloaded)) {
+        auto [grad, rs] = backward_layer(first, i, rec, bwd, grad_carry, start, sync, reloaded);
         grad_carry = grad;
         reduce_scatter[at(i)] = rs;
         if (rs >= 0) {  // else its weight gradients come in a pass of their own
           done.push_back(rs);
           if (sync_layers && opt_.dp_overlap) done.push_back(grad_sync(plan(first + i).grad_sync, rs, -1, first + i));
         }
-        backward_left(first, i, bwd, grad_carry, rs, done, had, rec, te);
+        backward_left(i, bwd, grad_carry, rs, done, had, rec, reloaded);
       }
       if (copying()) finish_iteration(loop, step, across, mb, sim::Span{begin, sim::mark(prog_)});
       w_.mark_iteration(begin, -1, copying() ? loop.copied_at(step) : 0);
@@ -963,7 +966,7 @@ class StageBuilder {
   }
 
   void backward_inputs(std::int64_t first, std::int64_t i, const ChunkRecord& rec, const std::vector<BackwardLayer>& bwd,
-                       int grad_in, int backward_start, bool last_microbatch, const TeWindow& te) {
+                       int grad_in, int backward_start, bool last_microbatch, const std::vector<std::int64_t>& reloaded) {
     auto& in = scratch_.inputs;
     in.clear();
     if (!copying()) return;
@@ -982,9 +985,8 @@ class StageBuilder {
     if (!opt_.te_offload) return;
     // TE: the reloads an earlier iteration issued for it, and the copies of the layers it reloads.
     for (const auto* v : {&rec.reload_op[at(i)], &rec.reload_buf[at(i)]}) in.insert(in.end(), v->begin(), v->end());
-    te_reloaded_by(first, i, n, te, scratch_.reloaded);
-    in.push_back(static_cast<int>(scratch_.reloaded.size()));
-    for (std::int64_t s : scratch_.reloaded) {
+    in.push_back(static_cast<int>(reloaded.size()));
+    for (std::int64_t s : reloaded) {
       in.push_back(static_cast<int>(s));
       const ForwardLayer& src = rec.layers[at(s)];
       for (const auto* v : {&src.host_buf, &src.d2h}) in.insert(in.end(), v->begin(), v->end());
@@ -1001,8 +1003,8 @@ class StageBuilder {
   }
   // What backward iteration i leaves: its record, the next layer's gather it issued, the gradient it
   // passes on, its reduce-scatter, the stream's last compute op, and what it added to `done` (from `had`).
-  void backward_left(std::int64_t first, std::int64_t i, const std::vector<BackwardLayer>& bwd, int grad_out, int rs,
-                     const std::vector<int>& done, std::size_t had, const ChunkRecord& rec, const TeWindow& te) {
+  void backward_left(std::int64_t i, const std::vector<BackwardLayer>& bwd, int grad_out, int rs, const std::vector<int>& done,
+                     std::size_t had, const ChunkRecord& rec, const std::vector<std::int64_t>& reloaded) {
     auto& left = scratch_.left;
     left.clear();
     if (!copying()) return;
@@ -1012,13 +1014,12 @@ class StageBuilder {
                  grad_out, rs, w_.last_compute(), static_cast<int>(done.size() - had)});
     left.insert(left.end(), done.begin() + static_cast<std::ptrdiff_t>(had), done.end());
     // TE: the reloads it issued, per layer reloaded (te_reloaded_by's order).
-    te_reloaded_by(first, i, static_cast<std::int64_t>(bwd.size()), te, scratch_.reloaded);
-    for (std::int64_t s : scratch_.reloaded)
+    for (std::int64_t s : reloaded)
       for (const auto* v : {&rec.reload_op[at(s)], &rec.reload_buf[at(s)]}) left.insert(left.end(), v->begin(), v->end());
   }
   bool copied_backward(std::int64_t first, std::int64_t i, int step, std::vector<BackwardLayer>& bwd, int& grad_carry,
                        std::vector<int>& reduce_scatter, std::vector<int>& done, sim::LoopInstances* across, int mb,
-                       ChunkRecord& rec, const TeWindow& te) {
+                       ChunkRecord& rec, const std::vector<std::int64_t>& reloaded) {
     if (!copying()) return false;
     // With pipelined collectives it also gathers the next layer's weights: that layer's plan too (the same
     // layer in another pass gathers the same one).
@@ -1041,8 +1042,7 @@ class StageBuilder {
     reduce_scatter[at(i)] = *it++;
     const int last_compute = *it++;
     for (int count = *it++; count > 0; --count) done.push_back(*it++);
-    te_reloaded_by(first, i, static_cast<std::int64_t>(bwd.size()), te, scratch_.reloaded);
-    for (std::int64_t s : scratch_.reloaded)
+    for (std::int64_t s : reloaded)
       for (auto* v : {&rec.reload_op[at(s)], &rec.reload_buf[at(s)]})
         for (int& x : *v) x = *it++;
     w_.adopt(begin, last_compute);
@@ -1171,38 +1171,40 @@ class StageBuilder {
     if (opt_.reshard_weights) w_.op(st.last).releases.push_back(ag.buf);
   }
 
-  // TE: the reloads the backward of layer i issues (te_reloaded_by), on the one H2D stream in the order
-  // their tensors were saved, each after the work issued before this layer's backward and its own D2H; each
-  // of the reloaded layer's readers waits for its tensor's reload alone.
-  void issue_reloads(std::int64_t first, std::int64_t i, std::int64_t n, const TeWindow& te, ChunkRecord& rec, int after) {
-    auto& reloaded = scratch_.reloaded;
-    te_reloaded_by(first, i, n, te, reloaded);
+  // TE: the reloads a layer's backward issues for the layers `reloaded` (te_reloaded_by), on the one H2D
+  // stream in the order their tensors were saved, each after `after` (the work issued before that backward)
+  // and its own D2H; each of the reloaded layer's readers waits for its tensor's reload alone.
+  void issue_reloads(std::int64_t first, const std::vector<std::int64_t>& reloaded, ChunkRecord& rec, int after) {
     for (std::int64_t s : reloaded) {
       const std::int64_t l = first + s;
-      const auto& t = g_.layer(l);
       const auto& p = plan(l);
-      const ForwardLayer& f = rec.layers[at(s)];
-      for (std::size_t k = 0; k < t.tensors.size(); ++k) {
+      for (std::size_t k = 0; k < g_.layer(l).tensors.size(); ++k) {
         if (p.placement[k] != Placement::offload || p.last_read[k] < 0) continue;
-        const int dst = w_.add_buffer(p.kept_bytes[k], MemCategory::offload_buffers);
-        const int copy = w_.copy(true, p.kept_bytes[k], p.h2d_s[k], static_cast<int>(l), label("h2d ", t.tensors[k].name, l));
-        ProgramOp& c = w_.op(copy);
-        c.allocs = {dst};
-        c.releases = {f.host_buf[k]};
-        if (after >= 0) c.deps.push_back(after);
-        c.deps.push_back(f.d2h[k]);
-        c.priority = static_cast<int>(g_.model.num_layers - l);
-        rec.reload_op[at(s)][k] = copy;
-        rec.reload_buf[at(s)][k] = dst;
+        std::tie(rec.reload_op[at(s)][k], rec.reload_buf[at(s)][k]) = reload(l, k, rec.layers[at(s)], after);
       }
     }
+  }
+  // Tensor k of layer l copied back from host into a device buffer of its own, after `after` (-1: nothing)
+  // and its D2H; the layer needed soonest goes first on a shared link. Returns the copy and the buffer.
+  std::pair<int, int> reload(std::int64_t l, std::size_t k, const ForwardLayer& f, int after) {
+    const auto& p = plan(l);
+    const int dst = w_.add_buffer(p.kept_bytes[k], MemCategory::offload_buffers);
+    const int copy = w_.copy(true, p.kept_bytes[k], p.h2d_s[k], static_cast<int>(l), label("h2d ", g_.layer(l).tensors[k].name, l));
+    ProgramOp& c = w_.op(copy);
+    c.allocs = {dst};
+    c.releases = {f.host_buf[k]};
+    if (after >= 0) c.deps.push_back(after);
+    c.deps.push_back(f.d2h[k]);
+    c.priority = static_cast<int>(g_.model.num_layers - l);
+    return {copy, dst};
   }
 
   // Layer first + i's backward iteration. `backward_start`: the pass's first op (pipelined prefetches may
   // start from it); kept weights are freed by the last micro-batch's. Returns the gradient of its input and its reduce-scatter (-1 when its weight gradients
   // are left to a pass of their own, recorded in rec.weights).
   std::pair<int, int> backward_layer(std::int64_t first, std::int64_t i, ChunkRecord& rec, std::vector<BackwardLayer>& bwd,
-                                     int grad_in, int backward_start, bool last_microbatch, const TeWindow& te) {
+                                     int grad_in, int backward_start, bool last_microbatch,
+                                     const std::vector<std::int64_t>& reloaded) {
     const std::int64_t l = first + i, n = static_cast<std::int64_t>(bwd.size());
     const ForwardLayer& f = rec.layers[at(i)];
     const auto& t = g_.layer(l);
@@ -1225,7 +1227,7 @@ class StageBuilder {
       me.gather = gather_layer(l, iteration_start, 'b');
     }
     const Gather ag = me.gather;
-    if (opt_.te_offload) issue_reloads(first, i, static_cast<std::int64_t>(bwd.size()), te, rec, iteration_start);
+    issue_reloads(first, reloaded, rec, iteration_start);
 
     const auto& steps = p.steps;
     const auto& last_read = p.last_read;
@@ -1255,17 +1257,8 @@ class StageBuilder {
         if (h2d[k] >= 0) buf[k] = rec.reload_buf[at(i)][k];
     }
     auto make_h2d = [&](std::size_t k, int after) {
-      int dst = w_.add_buffer(p.kept_bytes[k], MemCategory::offload_buffers);
-      int copy = w_.copy(true, p.kept_bytes[k], p.h2d_s[k], static_cast<int>(l), label("h2d ", t.tensors[k].name, l));
-      ProgramOp& c = w_.op(copy);
-      c.allocs = {dst};
-      c.releases = {f.host_buf[k]};
-      if (after >= 0) c.deps.push_back(after);
-      c.deps.push_back(f.d2h[k]);
-      c.priority = static_cast<int>(g_.model.num_layers - l);  // the layer needed soonest goes first
-      if (opt_.lhs) c.gate_bytes = p.kept_bytes[k];
-      h2d[k] = copy;
-      buf[k] = dst;
+      std::tie(h2d[k], buf[k]) = reload(l, k, f, after);
+      if (opt_.lhs) w_.op(h2d[k]).gate_bytes = p.kept_bytes[k];
     };
     // With LHS the prefetch is hoisted to the iteration's start (pipelined: anywhere in the backward pass the
     // memory limit allows).
