@@ -589,11 +589,13 @@ class StageBuilder {
     for (std::int64_t i = 0; i < n; ++i) {
       const sim::Mark begin = sim::mark(prog_);
       const int sync = param_sync.layers[at(first + i)];
-      forward_inputs(first, i, input_buf, fwd, barrier, sync, previous_pass, te);
+      // TE: the layer whose copies this one waits for at its start, and whose device copies it frees at its end.
+      const std::int64_t waits_on = te_waits_on(first, i, te), frees = te_frees(first, i, n, te);
+      forward_inputs(first, i, input_buf, fwd, barrier, sync, previous_pass, waits_on, frees);
       const std::array<std::size_t, 2> had{barrier[at(i) + 1].size(), barrier[at(i) + 2].size()};
       sim::LoopInstances* across = across_passes(slot, 0, i);
       if (!copied_forward(first, i, fwd, barrier, across, mb)) {
-        forward_layer(first, i, input_buf, fwd, barrier, sync, previous_pass, te);
+        forward_layer(first, i, input_buf, fwd, barrier, sync, previous_pass, waits_on, frees);
         forward_left(i, fwd, barrier, had);
       }
       if (copying()) finish_iteration(loop, static_cast<int>(i), across, mb, sim::Span{begin, sim::mark(prog_)});
@@ -905,7 +907,8 @@ class StageBuilder {
   }
 
   void forward_inputs(std::int64_t first, std::int64_t i, int input_buf, const std::vector<ForwardLayer>& fwd,
-                      const std::vector<std::vector<int>>& barrier, int sync, int previous_pass, const TeWindow& te) {
+                      const std::vector<std::vector<int>>& barrier, int sync, int previous_pass, std::int64_t waits_on,
+                      std::int64_t frees) {
     auto& in = scratch_.inputs;
     in.clear();
     if (!copying()) return;
@@ -918,10 +921,8 @@ class StageBuilder {
                static_cast<int>(barrier[at(i)].size())});
     in.insert(in.end(), barrier[at(i)].begin(), barrier[at(i)].end());
     // TE: the earlier layers' copies it waits for and the device copies it frees.
-    const std::int64_t n = static_cast<std::int64_t>(fwd.size());
-    const std::int64_t waits = te_waits_on(first, i, te), frees = te_frees(first, i, n, te);
-    in.push_back(waits >= 0);
-    if (waits >= 0) in.insert(in.end(), fwd[at(waits)].d2h.begin(), fwd[at(waits)].d2h.end());
+    in.push_back(waits_on >= 0);
+    if (waits_on >= 0) in.insert(in.end(), fwd[at(waits_on)].d2h.begin(), fwd[at(waits_on)].d2h.end());
     in.push_back(frees >= 0);
     if (frees >= 0)
       for (const auto* v : {&fwd[at(frees)].d2h, &fwd[at(frees)].buf}) in.insert(in.end(), v->begin(), v->end());
@@ -1052,8 +1053,9 @@ class StageBuilder {
   // Layer first + i of a forward pass: fills fwd[i] (its lists keep their capacity between steps).
   // `barrier[i]`: what iteration i waits for; this layer adds its copies and overlap tails to later ones.
   void forward_layer(std::int64_t first, std::int64_t i, int input_buf, std::vector<ForwardLayer>& fwd,
-                     std::vector<std::vector<int>>& barrier, int param_sync, int previous_pass, const TeWindow& te) {
-    const std::int64_t l = first + i, n = static_cast<std::int64_t>(fwd.size());
+                     std::vector<std::vector<int>>& barrier, int param_sync, int previous_pass, std::int64_t waits_on,
+                     std::int64_t frees) {
+    const std::int64_t l = first + i;
     const auto& prev = fwd;
     const auto& t = g_.layer(l);
     const auto& p = plan(l);
@@ -1111,8 +1113,8 @@ class StageBuilder {
         first_op = false;
         w_.op(id).deps.push_back(ag.op);
         for (int c : barrier[at(i)]) w_.op(id).deps.push_back(c);
-        if (const std::int64_t s = te_waits_on(first, i, te); s >= 0)
-          for (int c : fwd[at(s)].d2h)
+        if (waits_on >= 0)
+          for (int c : fwd[at(waits_on)].d2h)
             if (c >= 0) w_.op(id).deps.push_back(c);
         if (p.placement[0] == Placement::offload) pending.push_back({0, id, st.buf[0]});  // the input is here by now
       }
@@ -1152,9 +1154,9 @@ class StageBuilder {
       if (!opt_.te_offload) barrier[done_by].push_back(copy);
     }
     // TE keeps a layer's offloaded tensors on the device until the layer that waits for their copies starts.
-    if (const std::int64_t s = te_frees(first, i, n, te); s >= 0)
-      for (std::size_t k = 0; k < fwd[at(s)].d2h.size(); ++k)
-        if (fwd[at(s)].d2h[k] >= 0) w_.op(st.last).releases.push_back(fwd[at(s)].buf[k]);
+    if (frees >= 0)
+      for (std::size_t k = 0; k < fwd[at(frees)].d2h.size(); ++k)
+        if (fwd[at(frees)].d2h[k] >= 0) w_.op(st.last).releases.push_back(fwd[at(frees)].buf[k]);
     for (int r : tails) barrier[at(i + 1)].push_back(r);
     // An offloaded input's device copy lives until its last forward reader too (the D2H holds the other reference).
     if (p.placement[0] == Placement::offload && p.last_fwd_use[0] >= 0)
