@@ -65,4 +65,17 @@ inline hbmsim::RunConfig llama8b_h200(const std::string& policy, bool lhs = true
   return c;
 }
 
+// Llama 3.1 70B on 64 GB200s (FSDP 64), batch 2 x 8192, fp8 GEMMs for the MLP: the README's per-layer example.
+inline hbmsim::RunConfig llama70b_gb200(const std::string& policy) {
+  hbmsim::RunConfig c;
+  c.system = "gb200-nvl72";
+  c.model = "llama3.1-70b";
+  c.gpus = 64;
+  c.batch = 2;
+  c.seq = 8192;
+  c.weights = "fp8";
+  c.policy = policy;
+  return c;
+}
+
 }  // namespace test

@@ -10,6 +10,7 @@
 #include "sim/engine.hpp"
 #include "sim/program_builder.hpp"
 #include "engine_checks.hpp"
+#include "helpers.hpp"
 #include "random_configs.hpp"
 
 using namespace hbmsim;
@@ -51,14 +52,7 @@ std::vector<std::pair<std::string, RunConfig>> builtin_configs() {
   configs.emplace_back("llama405b tp8 cp2", bench_llama405b_tp_cp());
   configs.emplace_back("llama405b pp8 x 16", bench_llama405b_pp());
   configs.emplace_back("llama 8B shape", bench_scaling_base());
-  RunConfig te;
-  te.system = "gb200-nvl72";
-  te.model = "llama3.1-70b";
-  te.gpus = 64;
-  te.batch = 2;
-  te.seq = 8192;
-  te.weights = "fp8";
-  te.policy = "no_recompute";
+  RunConfig te = test::llama70b_gb200("no_recompute");
   te.framework = "megatron";
   te.offload_layers = 40;
   configs.emplace_back("llama 70B megatron, 40 layers offloaded", te);

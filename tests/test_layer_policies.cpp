@@ -25,19 +25,6 @@ double kept_bytes_per_layer(const StepGraph& g, const std::string& preset) {
   return bytes;
 }
 
-// Llama 3.1 70B on 64 GB200s, batch 2 x 8192, fp8 GEMMs for the MLP: the README's per-layer example.
-RunConfig llama70b_gb200(const std::string& policy) {
-  RunConfig c;
-  c.system = "gb200-nvl72";
-  c.model = "llama3.1-70b";
-  c.gpus = 64;
-  c.batch = 2;
-  c.seq = 8192;
-  c.weights = "fp8";
-  c.policy = policy;
-  return c;
-}
-
 // Llama 3.1 405B on 128 GB200s, batch 2 x 8192, QKV projections offloaded (the README's run, bf16 weights).
 RunConfig llama405b_gb200() {
   RunConfig c;
@@ -344,7 +331,7 @@ TEST_CASE("plan offload-layers finds the fewest layers that fit, checked one eit
   // Llama 3.1 70B on 64 GB200s, batch 2 x 8192, fp8 (the README's curve): keeping everything needs about
   // 289 GiB, each layer offloaded takes about 3 GiB off, so the answer is near 38; whatever it is, that many
   // fit and one fewer does not.
-  RunConfig c = llama70b_gb200("minimal_with_context");
+  RunConfig c = test::llama70b_gb200("minimal_with_context");
   const LayerCountSearch r = fewest_layers(c, LayerCount::offload);
   REQUIRE(r.layers > 0);
   CHECK(r.layers > 30);
@@ -370,7 +357,7 @@ TEST_CASE("plan offload-layers finds the fewest layers that fit, checked one eit
 TEST_CASE("plan recompute-layers finds the fewest layers per chunk recomputed for the run to fit", "[policy][layers][plan]") {
   // Llama 3.1 70B on 64 GB200s as above, no recompute: recomputing a layer in full keeps only its input, so
   // some count between 1 and 80 fits; that count fits and one fewer does not. Host memory is untouched.
-  RunConfig c = llama70b_gb200("no_recompute");
+  RunConfig c = test::llama70b_gb200("no_recompute");
   const LayerCountSearch r = fewest_layers(c, LayerCount::recompute);
   REQUIRE(r.layers > 0);
   c.recompute_layers = r.layers;
