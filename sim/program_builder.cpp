@@ -837,6 +837,9 @@ class StageBuilder {
     const auto& placement = plan(l).placement;
     return std::find(placement.begin(), placement.end(), Placement::offload) != placement.end();
   }
+  // XLA's latency-hiding scheduler places the offload copies (prefetches hoisted under a memory limit,
+  // pipelined transfers); on Transformer Engine's schedule (te_offload) it does not.
+  bool lhs_copies() const { return opt_.lhs && !opt_.te_offload; }
   TeWindow te_window(std::int64_t first, std::int64_t n) const {
     if (!opt_.te_offload) return {};
     std::int64_t offloading = 0;
@@ -974,7 +977,7 @@ class StageBuilder {
     const std::int64_t n = static_cast<std::int64_t>(bwd.size());
     const bool due = i + reduce_scatter_lag() < n;
     // The loop body's start matters only to prefetches LHS hoists there (offloaded tensors, not pipelined).
-    const bool hoists = opt_.lhs && !opt_.pipelined_transfers && !opt_.te_offload && offloads_any(first + i);
+    const bool hoists = lhs_copies() && !opt_.pipelined_transfers && offloads_any(first + i);
     const std::int64_t body = hoists ? static_cast<std::int64_t>(c_.bwd_body_first[at(first + i)]) - first : i;
     const BackwardLayer& me = bwd[at(i)];
     in.assign({grad_in, backward_start, w_.last_compute(), i >= 1, i + 1 < n, i + 1 < n ? bwd[at(i + 1)].last : -1,
@@ -1060,7 +1063,7 @@ class StageBuilder {
     const auto& t = g_.layer(l);
     const auto& p = plan(l);
     const auto nt = t.tensors.size();
-    const bool pipelined = opt_.lhs && opt_.pipelined_transfers && !opt_.te_offload;
+    const bool pipelined = lhs_copies() && opt_.pipelined_transfers;
     // Pipelined collectives gather one layer ahead (from when layer l-2 is done with its weights); without
     // them the gather sits at the top of its own iteration and the layer waits for it.
     const std::int64_t lag = opt_.pipelined_collectives ? 2 : 1;
@@ -1266,7 +1269,7 @@ class StageBuilder {
     // memory limit allows).
     // Issued in the order of first use: a copy queue starts its ops in order, so a prefetch held back by the
     // memory limit must not hold back one that is needed earlier.
-    if (opt_.lhs && !opt_.te_offload) {
+    if (lhs_copies()) {
       auto& prefetch = scratch_.prefetch;
       prefetch.clear();
       for (std::size_t k = 0; k < nt; ++k)
@@ -1326,7 +1329,7 @@ class StageBuilder {
         auto kk = static_cast<std::size_t>(k);
         if (p.placement[kk] != Placement::offload) continue;
         if (h2d[kk] < 0) make_h2d(kk, w_.last_compute());
-        else if (opt_.lhs && !opt_.te_offload && !lifted[kk] && w_.last_compute() >= 0) {
+        else if (lhs_copies() && !lifted[kk] && w_.last_compute() >= 0) {
           w_.gate_lift(h2d[kk], w_.last_compute());
           lifted[kk] = 1;
         }
