@@ -25,17 +25,14 @@ std::optional<std::int64_t> number_after(const std::string& s, std::size_t from)
 }
 
 // System column -> built-in system. GB200/GB300 rows ran on NVL72 racks (PUBLISHED_RUNS.md), DGX H100 and
-// "H100 SXM" on 8-GPU HGX H100 nodes. DGX B200/B300 are air-cooled 8-GPU HGX boards: hbmsim has no such system
-// (its Blackwell systems are the NVL72 racks, whose 72-GPU NVLink domain would be the wrong network).
+// "H100 SXM" on 8-GPU HGX H100 nodes, DGX B200/B300 on air-cooled 8-GPU HGX Blackwell nodes.
 std::optional<std::string> map_system(const std::string& s, std::string& why) {
   if (s == "DGX-GB200" || s == "GB200") return "gb200-nvl72";
   if (s == "DGX-GB300" || s == "GB300") return "gb300-nvl72";
+  if (s == "DGX-B200") return "b200-hgx";
+  if (s == "DGX-B300") return "b300-hgx";
   if (s == "DGX-H100" || s == "H100" || s.rfind("H100 SXM", 0) == 0) return "h100-hgx";
-  if (contains(s, "B200") || contains(s, "B300"))
-    why = "system " + s + ": no built-in system for air-cooled HGX B200/B300 (8-GPU NVLink nodes; the built-in Blackwell "
-          "systems are GB200/GB300 NVL72 racks)";
-  else
-    why = "system " + quote(s) + ": no built-in system maps to it";
+  why = "system " + quote(s) + ": no built-in system maps to it";
   return std::nullopt;
 }
 

@@ -50,7 +50,6 @@ std::string summary_md_row(const std::string& kind, const ErrorSummary& s) {
 std::string reason_kind(const std::string& reason) {
   auto has = [&](const char* w) { return reason.find(w) != std::string::npos; };
   if (reason.rfind("hbmsim refuses: ", 0) == 0) return reason;
-  if (has("HGX B200/B300")) return "no built-in system for air-cooled HGX B200/B300";
   if (has("MoE parallel folding")) return "expert tensor parallel (ETP) other than tp: Megatron's MoE parallel folding";
   return reason;
 }
@@ -86,8 +85,8 @@ const std::vector<std::string>& validation_rules() {
       "Only the row's columns decide its configuration: nothing is fitted, no row is special-cased, no model parameter "
       "was tuned for this corpus.",
       "**system**: DGX-GB200 / GB200 -> `gb200-nvl72`, DGX-GB300 -> `gb300-nvl72` (NVL72 racks, PUBLISHED_RUNS.md); "
-      "DGX-H100 / H100 / H100 SXM -> `h100-hgx` (8-GPU HGX nodes). DGX-B200 / DGX-B300 are air-cooled 8-GPU HGX "
-      "boards: not expressible, hbmsim has no such system (its Blackwell systems are the NVL72 racks).",
+      "DGX-H100 / H100 / H100 SXM -> `h100-hgx`, DGX-B200 -> `b200-hgx`, DGX-B300 -> `b300-hgx` (8-GPU HGX nodes; "
+      "the B200/B300 ones air-cooled, at 1000 W and 1100 W).",
       "**model**: Llama3-8B -> `llama3.1-8b`, Llama3-70B -> `llama3.1-70b` (Llama 3 and 3.1 share their shapes), "
       "Llama3-405B / Llama3.1-405B -> `llama3.1-405b`, DeepSeek-V3 with or without MTP -> `deepseek-v3-671b` (hbmsim "
       "models no MTP layer), Mixtral-8x7B -> `hf/mixtral-8x7b.config.json` (the HuggingFace config shipped in data/hf).",

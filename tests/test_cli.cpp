@@ -10,11 +10,11 @@
 #include "planner/run_config.hpp"
 #include "planner/sweep.hpp"
 
-TEST_CASE("systems --json lists the five systems with HBM, peak FLOP/s and host-link bandwidth", "[cli]") {
+TEST_CASE("systems --json lists the seven systems with HBM, peak FLOP/s and host-link bandwidth", "[cli]") {
   auto r = test::cli("systems --json");
   REQUIRE(r.status == 0);
   auto j = nlohmann::json::parse(r.out);
-  REQUIRE(j.size() == 5);
+  REQUIRE(j.size() == 7);
   std::map<std::string, nlohmann::json> by;
   for (auto& s : j) by[s["id"]] = s;
   CHECK(by["gb200-nvl72"]["hbm_bytes"] == 189471 * 1048576.0);  // nvidia-smi: 189,471 MiB
@@ -27,6 +27,8 @@ TEST_CASE("systems --json lists the five systems with HBM, peak FLOP/s and host-
   CHECK(by["h100-hgx"]["hbm_bytes"] == 81559 * 1048576.0);
   CHECK(by["h200-hgx"]["dense_peak_flops"]["bf16"] == 989e12);
   CHECK_FALSE(by["h200-hgx"]["dense_peak_flops"].contains("nvfp4"));
+  CHECK(by["b200-hgx"]["host_h2d_bytes_per_s_per_gpu"] == 55e9);  // PCIe Gen5 x16, as on the HGX H100/H200
+  CHECK(by["b300-hgx"]["hbm_bytes"] == 275040 * 1048576.0);       // nvidia-smi: 275,040 MiB
 }
 
 TEST_CASE("simulate --json prints the documented fields and a config file is overridden by flags", "[cli]") {

@@ -14,7 +14,7 @@ using namespace hbmsim;
 
 TEST_CASE("every built-in system file loads with the published key figures", "[hwmodels]") {
   auto ids = builtin_system_ids();
-  REQUIRE(ids == std::vector<std::string>{"gb200-nvl72", "gb300-nvl72", "h100-hgx", "h200-hgx", "vr-nvl144"});
+  REQUIRE(ids == std::vector<std::string>{"b200-hgx", "b300-hgx", "gb200-nvl72", "gb300-nvl72", "h100-hgx", "h200-hgx", "vr-nvl144"});
   // Figures from the datasheets named in issue 2 (per GPU; dense = sparse / 2). HBM is what the part reports
   // (nvidia-smi's memory total, in MiB): the datasheets' "GB" are binary on the part, less the driver's share.
   constexpr double MiB = 1048576;
@@ -45,6 +45,22 @@ TEST_CASE("every built-in system file loads with the published key figures", "[h
   CHECK(h200.gpu.hbm_bandwidth_bytes_per_s == 4.8e12);
   CHECK(h200.gpu.peak_flops(Dtype::bf16) == 989e12);
   CHECK(h200.host_link.per_direction_bytes_per_s == 64e9);  // PCIe Gen5 x16, 128 GB/s bidirectional
+  // The air-cooled HGX Blackwell boards: lower clocks than the NVL72 racks' parts (HGX B200 at 1000 W: FP8 72
+  // PFLOPS sparse per 8 GPUs), an 8-GPU NVLink 5 domain, and the host over PCIe instead of NVLink-C2C.
+  auto b200 = builtin_system("b200-hgx"), b300 = builtin_system("b300-hgx");
+  CHECK(b200.gpu.hbm_bytes == 183359 * MiB);
+  CHECK(b300.gpu.hbm_bytes == 275040 * MiB);
+  for (const auto* b : {&b200, &b300}) {
+    CHECK(b->gpu.peak_flops(Dtype::bf16) == 36e15 / 8 / 2);
+    CHECK(b->gpu.peak_flops(Dtype::fp8) == 72e15 / 8 / 2);
+    CHECK(b->scale_up.per_gpu_bytes_per_s_per_direction == 1.8e12 / 2);
+    CHECK(b->scale_up.domain_gpus == 8);
+    CHECK(b->host_link.per_direction_bytes_per_s == 64e9);
+  }
+  CHECK(b200.gpu.peak_flops(Dtype::nvfp4) == 72e15 / 8);   // dense FP4 per 8 GPUs
+  CHECK(b300.gpu.peak_flops(Dtype::nvfp4) == 108e15 / 8);
+  CHECK(b200.scale_out.per_gpu_bytes_per_s_per_direction == 400e9 / 8);  // ConnectX-7 400 Gb/s
+  CHECK(b300.scale_out.per_gpu_bytes_per_s_per_direction == 800e9 / 8);  // ConnectX-8 800 Gb/s
   // Hopper has no FP4: an nvfp4 GEMM runs at the FP8 rate.
   CHECK(h200.gpu.peak_flops(Dtype::nvfp4) == h200.gpu.peak_flops(Dtype::fp8));
 }

@@ -531,11 +531,11 @@ TEST_CASE("leave-one-source-out predicts each source from a fit to the others", 
 TEST_CASE("corpus rows become measured runs in hbmsim's FLOP count, with their source", "[planner][fit]") {
   const std::string csv =
       "src,container,system,gpus,model,prec,seq,mbs,gbs,tp,pp,vp,cp,ep,dp_fsdp,remat_offload,tok_s_gpu,tflops_gpu,step_s,mfu,mem,notes\n"
-      "MBA,26.04.01,DGX-B300,256,DeepSeek-V3,MXFP8,4096,2,4096,1,8,-,1,8,DDP,,3456,898,,,,\n"
+      "MBA,26.04.01,DGX-A100,64,Llama3-70B,BF16,8192,1,128,1,1,-,1,-,DDP,,1000,,,,,\n"
       "MBA,25.11,DGX-H100,8,Llama3-8B,FP8-CS,8192,1,128,1,1,-,1,-,FSDP8,recipe@HEAD full recompute block 5 layers,14451,744,,,,GA16\n";
   const auto runs = parse_published_runs(csv, "test.csv");
   const auto measured = measured_from_corpus(runs, "", 1);
-  REQUIRE(measured.size() == 1);  // the B300 row names no built-in system
+  REQUIRE(measured.size() == 1);  // the A100 row names no built-in system
   CHECK(measured[0].id == "corpus row 2 (MBA)");
   CHECK(measured[0].group == "MBA");
   // Its TFLOP/s stands to hbmsim's prediction as the measured tokens/s to the predicted ones.

@@ -171,6 +171,20 @@ TEST_CASE("Validation mapping: Llama 3.1 405B on 256 GB200s, tp 4 x pp 16 x vp 4
   CHECK(report.tokens_per_device_per_step == Approx(1536.0 * 8192 / 256));
 }
 
+TEST_CASE("Validation mapping: DeepSeek-V3 on 256 DGX B300s, pp 8 x ep 8, MXFP8, DDP (derived by hand)", "[validation]") {
+  auto c = mapped("MBA,26.04.01,DGX-B300,256,DeepSeek-V3,MXFP8,4096,2,4096,1,8,-,1,8,DDP,,3456,898,,,,");
+  CHECK(c.system == "b300-hgx");  // an air-cooled 8-GPU HGX node, not the NVL72 rack of the same GPU
+  CHECK(c.model == "deepseek-v3-671b");
+  CHECK(c.pp == 8);
+  CHECK(c.vp == 1);  // "-": no interleaving
+  CHECK(c.ep == 8);  // one node's NVLink domain
+  CHECK(c.tp == 1);
+  CHECK(c.dp == 4);  // 256 / (1 x 8 x 1): ep is carved out of data parallelism, as for Mixtral below
+  CHECK(c.micro_batch == 2);
+  CHECK(c.weights == "fp8");
+  CHECK(mapped("MBA,26.04,DGX-B200,256,DeepSeek-V3,MXFP8,4096,1,4096,1,16,-,1,8,DDP,,2815,732,,,,").system == "b200-hgx");
+}
+
 TEST_CASE("Validation mapping: Mixtral 8x7B, ep 8 carved out of the 64 data-parallel ranks (derived by hand)", "[validation]") {
   auto c = mapped("NDOC2504,NeMo 25.04,DGX-GB200,64,Mixtral-8x7B,FP8 CS,4096,2,256,1,1,1,1,8,DDP,,19275,1598,,,,GA2");
   CHECK(c.model == "hf/mixtral-8x7b.config.json");
@@ -237,8 +251,8 @@ TEST_CASE("Validation mapping: FlagPerf Llama 3 70B on H100, DP2, selective reco
 TEST_CASE("Validation mapping: what cannot be expressed says why", "[validation]") {
   CHECK_THAT(not_expressed("MBA,26.04.01,DGX-GB300,64,Llama3-70B,FP8,8192,2,256,1,1,-,1,-,FSDP64,recipe@HEAD CPU act-offload,5248,2348,,,,"),
              Catch::Contains("number of offloaded layers is not stated"));
-  CHECK_THAT(not_expressed("MBA,26.04.01,DGX-B300,256,DeepSeek-V3,MXFP8,4096,2,4096,1,8,-,1,8,DDP,,3456,898,,,,"),
-             Catch::Contains("HGX B200/B300"));
+  CHECK_THAT(not_expressed("MBA,26.04.01,DGX-A100,64,Llama3-70B,BF16,8192,1,128,1,1,-,1,-,DDP,,1000,,,,,"),
+             Catch::Contains("system \"DGX-A100\": no built-in system maps to it"));
   CHECK_THAT(not_expressed("DGXC-05,NeMo 25.04.01,GB200,128,DeepSeek-V3,BF16,4096,1,1024,2,4,1,1,32 (ETP1),DP16,,,249.3,34.168,10.18%,,"),
              Catch::Contains("ETP1") && Catch::Contains("tp = 2"));
   CHECK_THAT(not_expressed("X,1,DGX-H100,8,Llama3-8B LoRA,BF16,8192,1,128,1,1,-,1,-,DDP,,1000,,,,,SFT"), Catch::Contains("fine-tuning"));
@@ -287,7 +301,7 @@ TEST_CASE("Validation CLI: output order does not depend on --jobs, and every out
   auto dir = test::temp_dir();
   test::write(dir / "three_runs.csv",
               kHeader + "FLAG,megatron-core 0.6.0,H100 SXM,16,Llama3-8B,BF16,8192,1,512,2,1,-,1,-,DP8,recompute-activations,7914,,,38.4%,62/80 GiB,\n"
-                        "MBA,26.04,DGX-B200,256,DeepSeek-V3,MXFP8,4096,1,4096,1,16,-,1,8,DDP,,2815,732,,,,\n"
+                        "MBA,26.04,DGX-A100,64,Llama3-70B,BF16,8192,1,128,1,1,-,1,-,DDP,,1000,,,,,\n"
                         "FLAG,megatron-core 0.6.0,H100 SXM,8,Llama3-8B,BF16,8192,1,512,2,1,-,1,-,DP4,recompute-activations,8103,,,39.3%,71/80 GiB,\n");
   const std::string runs = " --runs " + (dir / "three_runs.csv").string();
   auto one = test::cli("validate --csv --jobs 1" + runs), three = test::cli("validate --csv --jobs 3" + runs);
@@ -296,7 +310,7 @@ TEST_CASE("Validation CLI: output order does not depend on --jobs, and every out
   auto human = test::cli("validate" + runs);
   REQUIRE(human.status == 0);
   CHECK_THAT(human.out, Catch::Contains("datasheet figures (no calibration)"));
-  CHECK_THAT(human.out, Catch::Contains("HGX B200/B300"));
+  CHECK_THAT(human.out, Catch::Contains("no built-in system maps to it"));
   auto fitted = test::cli("validate --markdown --calibration gb200-fitted" + runs);
   REQUIRE(fitted.status == 0);
   CHECK_THAT(fitted.out, Catch::Contains("calibration gb200-fitted"));

@@ -11,8 +11,8 @@ from conftest import SOURCE_DIR, cli_json
 
 
 # Python and the CLI are compared on 12 of the 53 corpus rows (every row's figures are held to the checked-in
-# documents by the C++ suite): Llama 3 70B and 8B, Mixtral from an HF config, an H100 FlagPerf row, a row
-# hbmsim cannot express (HGX B200) and one with no measured figure (DGX Cloud).
+# documents by the C++ suite): Llama 3 70B and 8B, Mixtral from an HF config, an H100 FlagPerf row, DeepSeek-V3
+# on HGX B200 nodes, and a row hbmsim cannot express that has no measured figure (DGX Cloud, MoE parallel folding).
 SUBSET_ROWS = [1, 2, 3, 4, 5, 6, 7, 35, 40, 45, 49, 52]
 
 
