@@ -151,6 +151,7 @@ TrainingSpec training_shape(const RunConfig& c) {
   else throw InputError("cp_exchange = " + quote(c.cp_exchange) + " (expected ring or all_gather)");
   p.sharded_optimizer = c.sharded_optimizer;
   p.cp_shards_weights = c.cp_shards_weights;
+  p.ep_shards_weights = c.ep_shards_weights;
   // Bytes of training state per parameter. MaxText keeps fp32 weights (weight_dtype float32) and fp32
   // gradients, Adam's two fp32 moments in the optimizer. Megatron-Core's mixed precision keeps bf16 weights,
   // fp32 main gradients (grad_reduce_in_fp32) and fp32 master weights beside the two moments in the optimizer
@@ -165,6 +166,10 @@ TrainingSpec training_shape(const RunConfig& c) {
   } else if (c.framework != "maxtext") {
     throw InputError("framework = " + quote(c.framework) + " (expected maxtext or megatron)");
   }
+  // Megatron's grad_reduce_in_fp32 off: the gradient buffer (main_grad) and its reduce-scatters in bf16.
+  if (c.grad_reduce_dtype == "bf16") t.gradient_bytes_per_param = 2;
+  else if (c.grad_reduce_dtype != "fp32")
+    throw InputError("grad_reduce_dtype = " + quote(c.grad_reduce_dtype) + " (expected fp32 or bf16)");
   return t;
 }
 

@@ -40,7 +40,9 @@ struct RunConfig {
   std::string cp_exchange = "all_gather";  // ring (Megatron p2p) or all_gather (MaxText)
   bool sharded_optimizer = false;
   std::string framework = "maxtext";    // whose training state layout: maxtext (fp32 weights) or megatron
+  std::string grad_reduce_dtype = "fp32";  // the gradient buffer and its reductions: fp32 or bf16
   bool cp_shards_weights = true;
+  bool ep_shards_weights = true;  // the expert axis shards the non-expert weights too (MaxText)
   bool tp_comm_overlap = false;
   bool dp_overlap = true;
   std::int64_t moe_batch_split = 1;     // MoE layers run as this many micro-batches (MaxText batch split)

@@ -69,9 +69,18 @@ const std::vector<RunField> kFields = {
      "The context axis shards the weights FSDP-style (MaxText); off: context ranks hold them whole and sum their "
      "gradients with dp (Megatron-Core)",
      &C::cp_shards_weights},
+    {"ep_shards_weights", "--ep-shards-weights",
+     "The expert axis shards the non-expert weights FSDP-style (MaxText); off: expert-parallel ranks hold them "
+     "whole and sum their gradients with dp, the experts' gradients only over expert data parallelism "
+     "(Megatron-Core)",
+     &C::ep_shards_weights},
+    {"grad_reduce_dtype", "--grad-reduce-dtype",
+     "The gradient buffer's dtype and its reductions' (Megatron's grad_reduce_in_fp32): fp32 (MaxText; Megatron-LM "
+     "with bf16) or bf16 (Megatron-Bridge's and NeMo's performance recipes set grad_reduce_in_fp32 off)",
+     &C::grad_reduce_dtype},
     {"framework", "--framework",
      "Training state per parameter: maxtext (fp32 weights and gradients, Adam moments 8 bytes) or megatron (bf16 "
-     "weights, fp32 main gradients, fp32 master weights with the moments in the optimizer: 12 bytes); the loss "
+     "weights, fp32 main gradients unless grad_reduce_dtype is bf16, fp32 master weights with the moments in the optimizer: 12 bytes); the loss "
      "keeps its fp32 exp and a bf16 gradient beside the bf16 logits (maxtext) or works in place in them "
      "(megatron: Transformer Engine's fused cross-entropy); offloaded activations are copied on XLA's schedule "
      "(maxtext: lhs and pipelined_transfers) or on Transformer Engine's CPU-offload schedule (megatron: each "
@@ -79,8 +88,9 @@ const std::vector<RunField> kFields = {
      "layers on and reloaded from the backward n - 1 - N layers ahead)",
      &C::framework},
     {"sharded_optimizer", "--sharded-optimizer",
-     "Optimizer state sharded over the gradient-sync axes, dp (x cp when cp does not shard weights) (Megatron "
-     "distributed optimizer): gradients reduce-scattered, parameters all-gathered",
+     "Optimizer state sharded over the gradient-sync axes, dp (x cp when cp does not shard weights, and for the "
+     "non-expert weights x ep when ep does not shard them) (Megatron distributed optimizer): gradients "
+     "reduce-scattered, parameters all-gathered",
      &C::sharded_optimizer},
     {"tp_comm_overlap", "--tp-comm-overlap",
      "TP all-gathers/reduce-scatters overlapped chunk by chunk with their GEMM (TE userbuffers, XLA collective matmul)",

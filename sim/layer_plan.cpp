@@ -292,10 +292,19 @@ void plan_template(const LayerTemplate& t, const Policy& policy, const Costs& c,
   p.reduce_scatter = c.net.cost(CommKind::reduce_scatter, t.grad_dense_bytes, g.dense_shard);
   p.reduce_scatter_experts = c.net.cost(CommKind::reduce_scatter, t.grad_expert_bytes, g.expert_shard);
   // What is left of the gradients after the reduce-scatters is one bucket per layer for the sync axes.
-  p.grad_sync_bytes = t.grad_dense_bytes / static_cast<double>(g.mesh.size(g.dense_shard)) +
-                      t.grad_expert_bytes / static_cast<double>(g.mesh.size(g.expert_shard));
-  p.grad_sync = c.net.cost(g.training.parallelism.sharded_optimizer ? CommKind::reduce_scatter : CommKind::all_reduce,
-                           p.grad_sync_bytes, g.grad_sync);
+  const double dense = t.grad_dense_bytes / static_cast<double>(g.mesh.size(g.dense_shard));
+  const double experts = t.grad_expert_bytes / static_cast<double>(g.mesh.size(g.expert_shard));
+  const CommKind sync = g.training.parallelism.sharded_optimizer ? CommKind::reduce_scatter : CommKind::all_reduce;
+  if (g.grad_sync == g.expert_grad_sync) {
+    p.grad_sync = c.net.cost(sync, dense + experts, g.grad_sync);
+    p.param_sync = c.net.cost(CommKind::all_gather, dense + experts, g.grad_sync);
+    p.grad_sync_experts = p.param_sync_experts = CommCost{};  // the plan is reused from the last run
+  } else {
+    p.grad_sync = c.net.cost(sync, dense, g.grad_sync);
+    p.grad_sync_experts = c.net.cost(sync, experts, g.expert_grad_sync);
+    p.param_sync = c.net.cost(CommKind::all_gather, dense, g.grad_sync);
+    p.param_sync_experts = c.net.cost(CommKind::all_gather, experts, g.expert_grad_sync);
+  }
   plan_kept_bytes(t, g, p);
   for (double bytes : p.kept_bytes) {
     p.d2h_s.push_back(c.copy_s(bytes, false));

@@ -26,8 +26,9 @@ struct TemplatePlan {
   double backward_working_set_bytes = 0;  // transient peak of one backward iteration (prefetch headroom)
   CommCost gather, reduce_scatter;        // this layer's weight all-gather and gradient reduce-scatter
   CommCost gather_experts, reduce_scatter_experts;
-  CommCost grad_sync;                     // its gradient shards summed over the gradient-sync axes
-  double grad_sync_bytes = 0;             // the shards' bytes
+  // Its gradient shards summed over the sync axes, and (sharded optimizer) the updated shards gathered back
+  // at the step's start: the dense and expert parts apart where their sync axes differ (else all in the first).
+  CommCost grad_sync, grad_sync_experts, param_sync, param_sync_experts;
   std::vector<double> kept_bytes;         // per tensor: its forward buffer and kept copy (fp8 where TE stores it so)
   std::vector<double> d2h_s, h2d_s;       // per tensor: copy time of its kept copy
   bool scheduled = false;  // LHS orders its ops by data dependencies (it has communication to hide)

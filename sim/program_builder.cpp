@@ -413,6 +413,8 @@ class StageBuilder {
   }
   std::size_t at(std::int64_t l) const { return static_cast<std::size_t>(l); }
   bool multi(AxisSet group) const { return g_.mesh.size(group) > 1; }
+  // Some gradients are summed over more than one device: the dense ones, or the experts'.
+  bool syncs() const { return multi(g_.grad_sync) || multi(g_.expert_grad_sync); }
   bool split_weights() const { return c_.plans.front().split_weight_grads; }
   // Layers of backward iterations a gradient reduce-scatter may run into: 1, or 2 with pipelined collectives.
   std::int64_t reduce_scatter_lag() const { return opt_.pipelined_collectives ? 2 : 1; }
@@ -471,14 +473,14 @@ class StageBuilder {
   ParameterSync parameter_sync() {
     ParameterSync ps;
     ps.layers.assign(at(g_.model.num_layers), -1);
-    if (!g_.training.parallelism.sharded_optimizer || !multi(g_.grad_sync)) return ps;
+    if (!g_.training.parallelism.sharded_optimizer || !syncs()) return ps;
     if (const double tables = table_grad_bytes(); tables > 0)
       ps.tables = w_.comm(Axis::dp, net_.cost(CommKind::all_gather, table_shard_bytes(tables), g_.grad_sync), 1.0, 'f', -1,
                           "all_gather parameters embedding");
     for (int k : info_.chunks)
       for (std::int64_t l = chunk(k).first_layer; l < chunk(k).end_layer; ++l) {
-        const auto cost = net_.cost(CommKind::all_gather, plan(l).grad_sync_bytes, g_.grad_sync);
-        ps.layers[at(l)] = w_.comm(Axis::dp, cost, 1.0, 'f', static_cast<int>(l), label("all_gather parameters", l));
+        ps.layers[at(l)] = w_.comm2(Axis::dp, plan(l).param_sync, plan(l).param_sync_experts, 1.0, 'f', static_cast<int>(l),
+                                    label("all_gather parameters", l));
       }
     return ps;
   }
@@ -693,7 +695,7 @@ class StageBuilder {
     if (split_weights()) rec.weights.resize(at(n));
     if (opt_.pipelined_collectives && n > 0) bwd[at(n - 1)].gather = gather_layer(last, previous_pass, 'b');
     std::vector<int> reduce_scatter(at(n), -1);
-    const bool sync_layers = sync && multi(g_.grad_sync) && !split_weights();
+    const bool sync_layers = sync && syncs() && !split_weights();
     // The last iterations' scatters are due at the end of the pass: its final op waits for them and frees
     // their gradients (the embedding's scatter, or the send).
     const std::int64_t due = std::min(n, reduce_scatter_lag());
@@ -724,7 +726,7 @@ class StageBuilder {
         reduce_scatter[at(i)] = rs;
         if (rs >= 0) {  // else its weight gradients come in a pass of their own
           done.push_back(rs);
-          if (sync_layers && opt_.dp_overlap) done.push_back(grad_sync(plan(first + i).grad_sync, rs, -1, first + i));
+          if (sync_layers && opt_.dp_overlap) done.push_back(grad_sync(plan(first + i), rs, -1, first + i));
         }
         backward_left(i, bwd, grad_carry, rs, done, had, rec, reloaded);
       }
@@ -739,7 +741,7 @@ class StageBuilder {
       }
       if (c.head) head_table_gradients(c, start, sync, done);
       if (sync_layers && !opt_.dp_overlap)
-        for (std::int64_t i = n - 1; i >= 0; --i) done.push_back(grad_sync(plan(first + i).grad_sync, reduce_scatter[at(i)], out.send, first + i));
+        for (std::int64_t i = n - 1; i >= 0; --i) done.push_back(grad_sync(plan(first + i), reduce_scatter[at(i)], out.send, first + i));
       return start;
     }
     const double act = dtype_bytes(g_.training.activation_dtype);
@@ -761,10 +763,10 @@ class StageBuilder {
       w_.op(scatter).releases.push_back(bwd[at(i)].grad_buf);
     }
     const int rs = table_reduce_scatter(bucket, scatter, embed_grad, "reduce_scatter embedding", done);
-    if (sync && multi(g_.grad_sync)) {
+    if (sync && syncs()) {
       // Without overlap every bucket is issued once the backward pass is done.
       if (sync_layers && !opt_.dp_overlap)
-        for (std::int64_t i = n - 1; i >= 0; --i) done.push_back(grad_sync(plan(first + i).grad_sync, reduce_scatter[at(i)], scatter, first + i));
+        for (std::int64_t i = n - 1; i >= 0; --i) done.push_back(grad_sync(plan(first + i), reduce_scatter[at(i)], scatter, first + i));
       table_sync(bucket, rs, done);
     }
     return start;
@@ -789,7 +791,7 @@ class StageBuilder {
   // Its shard summed over the gradient-sync axes (on the last micro-batch).
   void table_sync(double bucket, int rs, std::vector<int>& done) {
     const auto kind = g_.training.parallelism.sharded_optimizer ? CommKind::reduce_scatter : CommKind::all_reduce;
-    done.push_back(grad_sync(net_.cost(kind, table_shard_bytes(bucket), g_.grad_sync), rs, -1, -1));
+    done.push_back(grad_sync(net_.cost(kind, table_shard_bytes(bucket), g_.grad_sync), CommCost{}, rs, -1, -1));
   }
 
   // A zero-bubble schedule's weight-gradient pass over chunk k: each layer's weight-gradient dots as one op,
@@ -812,15 +814,19 @@ class StageBuilder {
       w_.op(rs).deps = {id};
       w_.op(rs).releases = {grad_buf};
       done.push_back(rs);
-      if (sync && multi(g_.grad_sync)) done.push_back(grad_sync(p.grad_sync, rs, -1, l));
+      if (sync && syncs()) done.push_back(grad_sync(p, rs, -1, l));
     }
     return first_op;
   }
 
   // One layer's gradient bucket summed over the data-parallel axes, after its reduce-scatter.
-  int grad_sync(const CommCost& cost, int after_rs, int after, std::int64_t l) {
+  int grad_sync(const TemplatePlan& p, int after_rs, int after, std::int64_t l) {
+    return grad_sync(p.grad_sync, p.grad_sync_experts, after_rs, after, l);
+  }
+  int grad_sync(const CommCost& dense, const CommCost& experts, int after_rs, int after, std::int64_t l) {
     const char* what = g_.training.parallelism.sharded_optimizer ? "reduce_scatter grads" : "all_reduce grads";
-    int id = w_.comm(Axis::dp, cost, 1.0, 'b', static_cast<int>(l), l >= 0 ? label(what, l) : std::string(what) + " embedding");
+    int id = w_.comm2(Axis::dp, dense, experts, 1.0, 'b', static_cast<int>(l),
+                      l >= 0 ? label(what, l) : std::string(what) + " embedding");
     w_.op(id).deps.push_back(after_rs);
     if (after >= 0) w_.op(id).deps.push_back(after);
     return id;

@@ -20,7 +20,7 @@ const T& pick(std::mt19937& rng, const std::vector<T>& xs) {
 inline RunConfig random_config(std::mt19937& rng) {
   RunConfig c;
   c.model = pick<std::string>(rng, {"llama3.1-8b", "llama3.1-8b", "llama3.1-70b", "llama3.1-405b", "deepseek-v3-671b"});
-  c.system = pick<std::string>(rng, {"gb200-nvl72", "gb300-nvl72", "vr-nvl144", "h100-hgx", "h200-hgx"});
+  c.system = pick<std::string>(rng, {"gb200-nvl72", "gb300-nvl72", "vr-nvl144", "h100-hgx", "h200-hgx", "b200-hgx", "b300-hgx"});
   const bool moe = c.model == "deepseek-v3-671b";
   c.gpus = pick<std::int64_t>(rng, moe ? std::vector<std::int64_t>{64, 128, 256} : std::vector<std::int64_t>{8, 16, 32, 64, 128});
   c.tp = pick<std::int64_t>(rng, {1, 1, 2, 4, 8});
@@ -45,6 +45,7 @@ inline RunConfig random_config(std::mt19937& rng) {
   c.cp_shards_weights = coin();
   c.mesh_order = coin() ? "maxtext" : "megatron";
   c.calibration = coin() ? "gb200-fitted" : "";
+  c.ep_shards_weights = coin();
   return c;
 }
 

@@ -69,17 +69,25 @@ TEST_CASE("physics holds over 500 random configurations", "[invariants]") {
     const double per_sequence = model.model_flops(1, c.seq, 1).total();
     CHECK(r.model_flops_per_device * static_cast<double>(c.gpus) ==
           Approx(static_cast<double>(r.global_batch) * per_sequence).epsilon(1e-9));
-    // Bytes per shard: parameters and gradients (fp32) and Adam's two fp32 moments, split over the weight
-    // shards fsdp x ep x tp (x cp when it shards weights); with a sharded optimizer the moments over the
-    // gradient-sync axes as well (dp, and cp when it does not shard weights).
+    // Bytes per shard: parameters and gradients (fp32) and Adam's two fp32 moments. The routed experts are
+    // split over fsdp x ep x tp (x cp when it shards weights), the other weights over fsdp x tp (x cp), and x ep
+    // when it shards them too; with a sharded optimizer the moments also over the gradient-sync axes: dp, cp
+    // when it does not shard weights, and for the non-expert weights ep when it does not shard them.
     const auto mesh = prepare_run(c).graph.mesh;
-    const double shards = static_cast<double>(mesh.size(Axis::fsdp) * mesh.size(Axis::ep) * mesh.size(Axis::tp) *
-                                              (c.cp_shards_weights ? mesh.size(Axis::cp) : 1));
+    auto size = [&](Axis a) { return static_cast<double>(mesh.size(a)); };
+    const double cp_w = c.cp_shards_weights ? size(Axis::cp) : 1, cp_s = c.cp_shards_weights ? 1 : size(Axis::cp);
+    const double ep_w = c.ep_shards_weights ? size(Axis::ep) : 1, ep_s = c.ep_shards_weights ? 1 : size(Axis::ep);
+    const double expert_shards = size(Axis::fsdp) * size(Axis::ep) * size(Axis::tp) * cp_w;
+    const double dense_shards = size(Axis::fsdp) * size(Axis::tp) * cp_w * ep_w;
     const double P = model.total_params();
-    CHECK(r.hbm_breakdown_bytes.at("parameters") == Approx(4 * P / shards).epsilon(1e-12));
-    CHECK(r.hbm_breakdown_bytes.at("gradients") == Approx(4 * P / shards).epsilon(1e-12));
-    const double opt_shards = c.sharded_optimizer ? static_cast<double>(c.dp * (c.cp_shards_weights ? 1 : c.cp)) : 1.0;
-    CHECK(r.hbm_breakdown_bytes.at("optimizer_state") == Approx(8 * P / shards / opt_shards).epsilon(1e-12));
+    const double P_expert = static_cast<double>(model.moe_layers()) * model.expert_params_per_layer(), P_dense = P - P_expert;
+    const double local = P_dense / dense_shards + P_expert / expert_shards;
+    CHECK(r.hbm_breakdown_bytes.at("parameters") == Approx(4 * local).epsilon(1e-12));
+    CHECK(r.hbm_breakdown_bytes.at("gradients") == Approx(4 * local).epsilon(1e-12));
+    const double dense_sync = c.sharded_optimizer ? static_cast<double>(c.dp) * cp_s * ep_s : 1.0;
+    const double expert_sync = c.sharded_optimizer ? static_cast<double>(c.dp) * cp_s : 1.0;
+    CHECK(r.hbm_breakdown_bytes.at("optimizer_state") ==
+          Approx(8 * (P_dense / dense_shards / dense_sync + P_expert / expert_shards / expert_sync)).epsilon(1e-12));
     // No queue sends faster than the fastest link it could use.
     const double link = std::max(sys.scale_up.per_gpu_bytes_per_s_per_direction, sys.scale_out.per_gpu_bytes_per_s_per_direction);
     for (const auto& [q, bytes] : r.comm_bytes) {

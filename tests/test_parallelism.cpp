@@ -127,6 +127,42 @@ TEST_CASE("FSDP inside data-parallel replicas syncs only each device's gradient 
   CHECK(r.hbm_breakdown_bytes.at("parameters") == Approx(4 * P / 4).epsilon(1e-12));
 }
 
+TEST_CASE("Megatron's expert parallelism keeps the non-expert weights whole and sums their gradients over ep", "[parallel][ep]") {
+  // DeepSeek-V3 on 64 GB200s, ep 64 (dp 1, fsdp 1), Megatron state with the distributed optimizer. Megatron-Core
+  // partitions only the experts over ep: every expert-parallel rank holds all the other weights (2 bytes each)
+  // and their fp32 gradients, and its DDP sums those over data parallelism, which contains the ep ranks; the
+  // experts' gradients stay within expert data parallelism (here 1 rank). MaxText's rules shard the other
+  // weights over ep as well, FSDP-style.
+  RunConfig c;
+  c.model = "deepseek-v3-671b";
+  c.system = "gb200-nvl72";
+  c.gpus = 64;
+  c.ep = 64;
+  c.seq = 1024;
+  c.batch = 1;
+  c.policy = "full";
+  c.framework = "megatron";
+  c.sharded_optimizer = true;
+  const ModelSpec m = builtin_model(c.model);
+  const double P = m.total_params(), P_expert = static_cast<double>(m.moe_layers()) * m.expert_params_per_layer();
+  const double P_dense = P - P_expert;
+  c.ep_shards_weights = false;
+  const auto megatron = run_simulation(c);
+  CHECK(megatron.hbm_breakdown_bytes.at("parameters") == Approx(2 * (P_dense + P_expert / 64)).epsilon(1e-12));
+  CHECK(megatron.hbm_breakdown_bytes.at("gradients") == Approx(4 * (P_dense + P_expert / 64)).epsilon(1e-12));
+  // 12 bytes of optimizer state per parameter, the dense ones' split over the 64 ranks that sum them.
+  CHECK(megatron.hbm_breakdown_bytes.at("optimizer_state") == Approx(12 * (P_dense / 64 + P_expert / 64)).epsilon(1e-12));
+  // Nothing is gathered before use; the dense gradients are reduce-scattered over the 64 ranks once per step and
+  // the updated shards all-gathered back: 2 x 63/64 x 4 P_dense bytes out of each device.
+  CHECK(megatron.comm_bytes.at("fsdp") == 0);
+  CHECK(megatron.comm_bytes.at("dp") == Approx(2 * 63.0 / 64 * 4 * P_dense).epsilon(1e-9));
+  c.ep_shards_weights = true;  // MaxText: everything over ep, nothing left to sum
+  const auto maxtext = run_simulation(c);
+  CHECK(maxtext.hbm_breakdown_bytes.at("parameters") == Approx(2 * P / 64).epsilon(1e-12));
+  CHECK(maxtext.hbm_breakdown_bytes.at("optimizer_state") == Approx(12 * P / 64).epsilon(1e-12));
+  CHECK(maxtext.comm_bytes.at("fsdp") > 0);
+}
+
 TEST_CASE("context parallelism divides activations by cp and exchanges keys and values by hand formula", "[parallel][cp]") {
   // Llama 3.1 70B (L = 80, d = 8192, 8 KV heads of 128) with tp 8, one sequence per replica (micro_batch 1).
   // Each context rank holds seq/cp tokens, so every activation of a layer is 1/cp of the cp = 1 one, and so

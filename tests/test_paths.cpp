@@ -455,3 +455,24 @@ TEST_CASE("framework megatron keeps bf16 weights, fp32 gradients and 12 optimize
   c.framework = "nemo";
   CHECK_THROWS_WITH(run_simulation(c), Catch::Contains("framework = \"nemo\" (expected maxtext or megatron)"));
 }
+
+TEST_CASE("grad_reduce_dtype bf16 halves the gradient buffer and every gradient collective", "[paths]") {
+  // Megatron's grad_reduce_in_fp32 off (Megatron-Bridge's performance configs): main_grad is bf16, 2 bytes per
+  // parameter instead of 4, and the data-parallel reduce-scatters send half the bytes. Llama 8B on 16 GPUs as dp
+  // 2 x fsdp 8 with the distributed optimizer, as above.
+  RunConfig c = test::llama8b_h200("full");
+  c.gpus = 16;
+  c.dp = 2;
+  c.sharded_optimizer = true;
+  c.framework = "megatron";
+  const double P = resolve_model(c.model).total_params();
+  const auto fp32 = run_simulation(c);
+  c.grad_reduce_dtype = "bf16";
+  const auto bf16 = run_simulation(c);
+  CHECK(bf16.hbm_breakdown_bytes.at("gradients") == Approx(2 * P / 8).epsilon(1e-12));
+  CHECK(fp32.hbm_breakdown_bytes.at("gradients") == Approx(4 * P / 8).epsilon(1e-12));
+  CHECK(bf16.hbm_breakdown_bytes.at("parameters") == fp32.hbm_breakdown_bytes.at("parameters"));
+  CHECK(bf16.comm_bytes.at("dp") == Approx(fp32.comm_bytes.at("dp") / 2).epsilon(1e-12));
+  c.grad_reduce_dtype = "fp16";
+  CHECK_THROWS_WITH(run_simulation(c), Catch::Contains("grad_reduce_dtype = \"fp16\" (expected fp32 or bf16)"));
+}

@@ -460,11 +460,18 @@ StepGraph build_step_graph(const ModelSpec& model, TrainingSpec training) {
   g.training = training;
   const auto& p = training.parallelism;
   g.mesh = p.mesh();
+  g.dense_shard = g.expert_shard = AxisSet{Axis::fsdp};
+  g.grad_sync = g.expert_grad_sync = AxisSet{Axis::dp};
+  const AxisSet cp{Axis::cp}, ep{Axis::ep};
   if (p.cp_shards_weights) {
-    g.dense_shard = AxisSet{Axis::fsdp, Axis::cp, Axis::ep};
-    g.expert_shard = AxisSet{Axis::fsdp, Axis::cp};
-    g.grad_sync = AxisSet{Axis::dp};
+    g.dense_shard = g.dense_shard | cp;
+    g.expert_shard = g.expert_shard | cp;
+  } else {
+    g.grad_sync = g.grad_sync | cp;
+    g.expert_grad_sync = g.expert_grad_sync | cp;
   }
+  if (p.ep_shards_weights) g.dense_shard = g.dense_shard | ep;
+  else g.grad_sync = g.grad_sync | ep;
   g.tokens = training.layer_tokens();
   const bool sp = p.sequence_parallel && p.tp > 1;
   g.sharded_tokens = sp ? g.tokens / static_cast<double>(p.tp) : g.tokens;
@@ -484,9 +491,11 @@ StepGraph build_step_graph(const ModelSpec& model, TrainingSpec training) {
   g.embedding_grad_bytes = V * d / tp * gb;
   g.head_grad_bytes = (V * d / tp + d) * gb;
   g.final_norm_grad_bytes = d * gb;
-  // Every weight is split over tp and sharded over fsdp (and ep: the routed experts by partition, the rest
-  // FSDP-style over the expert axis too, as MaxText does; and cp when it shards weights).
-  const double shards = static_cast<double>(p.fsdp * p.ep * p.tp * (p.cp_shards_weights ? p.cp : 1));
+  // Every weight is split over tp and sharded over its shard axes; the routed experts are also partitioned
+  // over ep. What a device stores of each, and of its optimizer state (sharded over the sync axes too).
+  const double tp_dense = tp * static_cast<double>(g.mesh.size(g.dense_shard));
+  const double tp_expert = tp * static_cast<double>(p.ep * g.mesh.size(g.expert_shard));
+  const double dense_sync = static_cast<double>(g.mesh.size(g.grad_sync)), expert_sync = static_cast<double>(g.mesh.size(g.expert_grad_sync));
   g.chunks = pipeline_chunks(model, p);
   g.stages.resize(static_cast<std::size_t>(p.pp));
   for (const auto& c : g.chunks)
@@ -497,17 +506,26 @@ StepGraph build_step_graph(const ModelSpec& model, TrainingSpec training) {
     st.chunks.push_back(static_cast<int>(k));
     // A tied head on the lookup's stage reads that table: only the final norm is its own.
     const bool shares_table = model.tied_embeddings && st.embedding;
-    double params = (c.embedding ? V * d : 0) + (c.head ? (shares_table ? 0 : V * d) + d : 0);
-    for (std::int64_t l = c.first_layer; l < c.end_layer; ++l) params += model.layer_params(l);
-    st.local_params += params / shards;
+    double params = (c.embedding ? V * d : 0) + (c.head ? (shares_table ? 0 : V * d) + d : 0), experts = 0;
+    for (std::int64_t l = c.first_layer; l < c.end_layer; ++l) {
+      params += model.layer_params(l);
+      if (model.is_moe_layer(l)) experts += model.expert_params_per_layer();
+    }
+    st.local_params += tp_dense == tp_expert ? params / tp_dense : (params - experts) / tp_dense + experts / tp_expert;
+    st.local_expert_params += experts / tp_expert;
   }
+  const bool one_sync = dense_sync == expert_sync;
   for (auto& st : g.stages) {
     st.parameter_bytes = st.local_params * wb;
     st.optimizer_bytes = st.local_params * training.optimizer_bytes_per_param;
-    if (p.sharded_optimizer) st.optimizer_bytes /= static_cast<double>(g.mesh.size(g.grad_sync));
+    // The distributed optimizer's shard: what the device stores, over the axes that sum its gradients.
+    const double owned = one_sync ? st.local_params / dense_sync
+                                  : (st.local_params - st.local_expert_params) / dense_sync + st.local_expert_params / expert_sync;
+    if (p.sharded_optimizer)
+      st.optimizer_bytes = one_sync ? st.optimizer_bytes / dense_sync : owned * training.optimizer_bytes_per_param;
     st.gradient_bytes = st.local_params * training.gradient_bytes_per_param;
     // Adam reads param, gradient and two moments and writes param and moments (its shard of them).
-    const double updated = p.sharded_optimizer ? st.local_params / static_cast<double>(g.mesh.size(g.grad_sync)) : st.local_params;
+    const double updated = p.sharded_optimizer ? owned : st.local_params;
     st.optimizer_update_bytes = updated * (2 * wb + training.gradient_bytes_per_param + 2 * training.optimizer_bytes_per_param);
   }
   g.logits_bytes = T * V / tp * a;

@@ -93,16 +93,20 @@ struct StepGraph {
   struct Stage {
     std::vector<int> chunks;  // indices into StepGraph::chunks, in the order the stage holds them
     bool embedding = false;   // holds the model's first chunk (the lookup table)
-    double local_params = 0;  // parameters each of its devices stores
+    double local_params = 0;         // parameters each of its devices stores
+    double local_expert_params = 0;  // of them, routed experts' (their optimizer shard has its own sync axes)
     double parameter_bytes = 0, optimizer_bytes = 0, gradient_bytes = 0;
     double optimizer_update_bytes = 0;  // HBM traffic of the Adam update
   };
   std::vector<Stage> stages;
   Mesh mesh;
   // Weights are sharded over these groups (gathered before use, gradients reduce-scattered back), and the
-  // gradient shards are then summed over grad_sync: the axes that see other data but hold the same weights.
-  // (cp joins the shards or the sync: Parallelism::cp_shards_weights.)
-  AxisSet dense_shard{Axis::fsdp, Axis::ep}, expert_shard{Axis::fsdp}, grad_sync{Axis::dp, Axis::cp};
+  // gradient shards are then summed over the sync groups: the axes that see other data but hold the same
+  // weights (grad_sync for the non-expert weights and the tables, expert_grad_sync for the routed experts).
+  // cp joins the shards or both syncs (Parallelism::cp_shards_weights), ep the dense shards or the dense
+  // sync (Parallelism::ep_shards_weights); the experts are partitioned over ep either way.
+  AxisSet dense_shard{Axis::fsdp, Axis::ep}, expert_shard{Axis::fsdp}, grad_sync{Axis::dp, Axis::cp},
+      expert_grad_sync{Axis::dp, Axis::cp};
   // Embedding and head with tensor parallelism (vocab-parallel tables): the lookup's partial sums leave
   // over tp, the head's input is gathered over tp, and the loss reduces its statistics over tp.
   CommDef embed_exit, head_enter, loss_stats;

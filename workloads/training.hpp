@@ -49,6 +49,10 @@ struct Parallelism {
   // The context axis shards the weights too, FSDP-style (MaxText's logical rules put "context" among the
   // embed sharding axes); off: context ranks hold the same weights and sum their gradients (Megatron-Core).
   bool cp_shards_weights = true;
+  // The expert axis shards the non-expert weights too, FSDP-style (MaxText's logical rules shard "embed" over
+  // it); off: expert-parallel ranks hold those weights whole and sum their gradients with dp, and only the
+  // experts' gradients stay within expert data parallelism (Megatron-Core's dense and expert DDP buffers).
+  bool ep_shards_weights = true;
 
   Mesh mesh() const;  // needs fsdp resolved
 };
