@@ -187,12 +187,20 @@ RunMapping map_published_run(const PublishedRun& r) {
   c.cp = r.cp;
   c.ep = r.ep;
   // Megatron-Core's rank order (tp innermost, then cp, ep, dp, pp), its ring (p2p) context-parallel exchange,
-  // context ranks holding whole weights and summing gradients with dp, and its default 1F1B schedule
-  // (interleaved when vp > 1).
+  // context and expert-parallel ranks holding whole non-expert weights and summing their gradients with dp
+  // (DDP's dense buffers sync over data parallelism with cp, which contains ep; the expert buffers over
+  // expert data parallelism), and its default 1F1B schedule (interleaved when vp > 1).
   c.mesh_order = "megatron";
-  c.framework = "megatron";  // bf16 weights, fp32 main gradients, master weights in the optimizer state
+  c.framework = "megatron";  // bf16 weights, main gradients, master weights in the optimizer state
   c.cp_exchange = "ring";
   c.cp_shards_weights = false;
+  c.ep_shards_weights = false;
+  // The gradient buffer's dtype. Megatron-LM's --bf16 reduces gradients in fp32 (bare Megatron-Core scripts);
+  // Megatron-Bridge's performance configs set grad_reduce_in_fp32 off for every model and precision (since
+  // its 25.09 scripts); NeMo's performance scripts (scripts/performance/helpers.py, set_precision_configs) set
+  // it off for FP8 recipes and keep it on for BF16.
+  const bool nemo = r.container.rfind("NeMo", 0) == 0, bare = r.container.rfind("megatron-core", 0) == 0;
+  c.grad_reduce_dtype = bare || (nemo && *dtype == "bf16") ? "fp32" : "bf16";
   // Megatron-Bridge's and NeMo's performance recipes overlap the tensor-parallel all-gathers and
   // reduce-scatters with their GEMMs (Transformer Engine userbuffers, comm_overlap.tp_comm_overlap_cfg, e.g.
   // userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192 for Llama 3.1 405B) wherever tp > 1. A run from bare
@@ -202,8 +210,7 @@ RunMapping map_published_run(const PublishedRun& r) {
 
   // Data parallelism. Megatron's data-parallel size is gpus / (tp x cp x pp), and expert parallelism is carved
   // out of those ranks; hbmsim's ep is a mesh axis of its own beside dp, which its replicas count too, so dp is
-  // gpus / (tp x cp x pp x ep). (hbmsim shards the non-expert weights over ep FSDP-style, as MaxText does,
-  // where Megatron keeps them whole on every expert rank: documented in docs/validation.md.)
+  // gpus / (tp x cp x pp x ep).
   const std::int64_t model_parallel = r.tp * r.cp * r.pp;
   if (r.gpus % model_parallel != 0)
     return no("gpus = " + str(r.gpus) + " is not divisible by tp x cp x pp = " + str(model_parallel));

@@ -96,10 +96,16 @@ const std::vector<std::string>& validation_rules() {
       "(delayed, current, MXFP8 block scaling) are one fp8 GEMM rate to hbmsim. With fp8, `fp8_saved_activations on`: "
       "each fp8 linear layer's input is kept quantized for its backward (1 byte per element and a scale byte per 32), "
       "as Transformer Engine does; NVFP4 rows keep bf16 inputs (not modelled).",
+      "**gradients**: `grad_reduce_dtype bf16` (Megatron's grad_reduce_in_fp32 off: the gradient buffer and its "
+      "reduce-scatters in bf16) for Megatron-Bridge rows, whose performance configs set it for every model and "
+      "precision, and for NeMo's FP8 rows (NeMo's scripts/performance/helpers.py); fp32 for NeMo's BF16 rows and bare "
+      "Megatron-Core scripts (Megatron-LM's --bf16 accumulates and reduces gradients in fp32).",
       "**batch** (Megatron): mbs -> `micro_batch`, gbs -> `global_batch`; the accumulation / micro-batch count is "
       "gbs / (mbs x gpus / (tp x cp x pp)). A `GAn` note that disagrees is shown as a remark.",
       "**layout**: tp, pp, vp, cp, ep as given ('-' = 1); `mesh_order megatron`; context parallelism as Megatron-Core's "
-      "ring (`cp_exchange ring`, `cp_shards_weights off`); pipeline schedule 1F1B, interleaved when vp > 1 "
+      "ring (`cp_exchange ring`, `cp_shards_weights off`); expert parallelism partitions only the experts: the other "
+      "weights are whole on every expert-parallel rank and their gradients summed with dp (`ep_shards_weights off`, "
+      "Megatron-Core's dense and expert DDP buffers); pipeline schedule 1F1B, interleaved when vp > 1 "
       "(Megatron's default). Sequence parallelism is on with tp > 1 (hbmsim's default; the sources' recipes set it), "
       "TP communication overlap off (Megatron-Core's default: no row states it), gradient and parameter collectives "
       "overlapped (hbmsim's defaults).",

@@ -163,6 +163,7 @@ TEST_CASE("Validation mapping: Llama 3.1 405B on 256 GB200s, tp 4 x pp 16 x vp 4
   CHECK(c.cp_exchange == "ring");
   CHECK_FALSE(c.cp_shards_weights);
   CHECK(c.tp_comm_overlap);  // Megatron-Bridge's recipes overlap tp communication (userbuffers) where tp > 1
+  CHECK(c.grad_reduce_dtype == "bf16");  // its performance configs set grad_reduce_in_fp32 off
   // 126 layers on 16 x 4 chunks: only with the embedding and the loss as a layer each (128 / 64 = 2).
   CHECK(c.embedding_as_layer);
   CHECK(c.loss_as_layer);
@@ -174,6 +175,7 @@ TEST_CASE("Validation mapping: Llama 3.1 405B on 256 GB200s, tp 4 x pp 16 x vp 4
 TEST_CASE("Validation mapping: DeepSeek-V3 on 256 DGX B300s, pp 8 x ep 8, MXFP8, DDP (derived by hand)", "[validation]") {
   auto c = mapped("MBA,26.04.01,DGX-B300,256,DeepSeek-V3,MXFP8,4096,2,4096,1,8,-,1,8,DDP,,3456,898,,,,");
   CHECK(c.system == "b300-hgx");  // an air-cooled 8-GPU HGX node, not the NVL72 rack of the same GPU
+  CHECK_FALSE(c.ep_shards_weights);  // Megatron-Core: ep partitions the experts only
   CHECK(c.model == "deepseek-v3-671b");
   CHECK(c.pp == 8);
   CHECK(c.vp == 1);  // "-": no interleaving
@@ -189,6 +191,10 @@ TEST_CASE("Validation mapping: Mixtral 8x7B, ep 8 carved out of the 64 data-para
   auto c = mapped("NDOC2504,NeMo 25.04,DGX-GB200,64,Mixtral-8x7B,FP8 CS,4096,2,256,1,1,1,1,8,DDP,,19275,1598,,,,GA2");
   CHECK(c.model == "hf/mixtral-8x7b.config.json");
   CHECK(c.ep == 8);
+  CHECK_FALSE(c.ep_shards_weights);
+  CHECK(c.grad_reduce_dtype == "bf16");  // NeMo's performance scripts: FP8 recipes reduce gradients in bf16
+  // ... and its BF16 recipes in fp32.
+  CHECK(mapped("DGXC-05,NeMo 25.04.01,GB200,128,Llama3.1-405B,BF16,8192,1,64,4,8,8,2,-,DP2,,,,9.347,47.4%,,total 56092; GA32").grad_reduce_dtype == "fp32");
   CHECK(c.dp == 8);  // 64 / (1 x 1 x 1 x 8): Megatron's data-parallel size 64 holds ep 8
   CHECK(c.fsdp == 1);
   CHECK(c.micro_batch == 2);
@@ -243,6 +249,7 @@ TEST_CASE("Validation mapping: FlagPerf Llama 3 70B on H100, DP2, selective reco
   CHECK(c.policy == "no_recompute");  // selective recompute: the core attention recomputed, its output not kept
   CHECK(c.tensors == std::map<std::string, std::string>{{"context", "remat"}});
   CHECK_FALSE(c.tp_comm_overlap);  // bare Megatron-Core scripts: Megatron's default, no tp overlap
+  CHECK(c.grad_reduce_dtype == "fp32");  // Megatron-LM's --bf16 accumulates and reduces gradients in fp32
   CHECK_FALSE(c.embedding_as_layer);  // 80 layers split evenly over 4 stages
   CHECK(mapped("FLAG,megatron-core 0.6.0,H100 SXM,8,Llama3-8B,BF16,8192,1,512,2,1,-,1,-,DP4,recompute-activations,8103,,,39.3%,71/80 GiB,")
             .tensors.at("context") == "remat");
