@@ -434,15 +434,23 @@ TEST_CASE("GPUs sharing a host link get its per-direction bandwidth split, and c
   CHECK(h2d_rate[1] == 2 * h2d_rate[2]);
 }
 
-TEST_CASE("framework megatron keeps bf16 weights, fp32 gradients and 12 optimizer bytes per parameter", "[paths]") {
-  // Megatron-Core mixed precision with the distributed optimizer: 2 + 4 + 12/d bytes per parameter
-  // (its distributed-optimizer docs). Llama 8B on 16 GPUs as dp 2 x fsdp 8: each device holds P/8 of the
-  // weights; the optimizer state is further split over dp 2.
+namespace {
+// Llama 8B on 16 H200s as dp 2 x fsdp 8, Megatron state with the distributed optimizer.
+RunConfig megatron_8b_dp2_fsdp8() {
   RunConfig c = test::llama8b_h200("full");
   c.gpus = 16;
   c.dp = 2;
   c.sharded_optimizer = true;
   c.framework = "megatron";
+  return c;
+}
+}  // namespace
+
+TEST_CASE("framework megatron keeps bf16 weights, fp32 gradients and 12 optimizer bytes per parameter", "[paths]") {
+  // Megatron-Core mixed precision with the distributed optimizer: 2 + 4 + 12/d bytes per parameter
+  // (its distributed-optimizer docs). Llama 8B on 16 GPUs as dp 2 x fsdp 8: each device holds P/8 of the
+  // weights; the optimizer state is further split over dp 2.
+  RunConfig c = megatron_8b_dp2_fsdp8();
   const double P = resolve_model(c.model).total_params();
   const auto r = run_simulation(c);
   CHECK(r.hbm_breakdown_bytes.at("parameters") == Approx(2 * P / 8).epsilon(1e-12));
@@ -460,11 +468,7 @@ TEST_CASE("grad_reduce_dtype bf16 halves the gradient buffer and every gradient 
   // Megatron's grad_reduce_in_fp32 off (Megatron-Bridge's performance configs): main_grad is bf16, 2 bytes per
   // parameter instead of 4, and the data-parallel reduce-scatters send half the bytes. Llama 8B on 16 GPUs as dp
   // 2 x fsdp 8 with the distributed optimizer, as above.
-  RunConfig c = test::llama8b_h200("full");
-  c.gpus = 16;
-  c.dp = 2;
-  c.sharded_optimizer = true;
-  c.framework = "megatron";
+  RunConfig c = megatron_8b_dp2_fsdp8();
   const double P = resolve_model(c.model).total_params();
   const auto fp32 = run_simulation(c);
   c.grad_reduce_dtype = "bf16";
