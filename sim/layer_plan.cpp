@@ -295,15 +295,17 @@ void plan_template(const LayerTemplate& t, const Policy& policy, const Costs& c,
   const double dense = t.grad_dense_bytes / static_cast<double>(g.mesh.size(g.dense_shard));
   const double experts = t.grad_expert_bytes / static_cast<double>(g.mesh.size(g.expert_shard));
   const CommKind sync = g.training.parallelism.sharded_optimizer ? CommKind::reduce_scatter : CommKind::all_reduce;
+  // The updated parameters come back in the weights' storage dtype, not the gradients'.
+  const double w = g.weight_bytes_per_gradient_byte();
   if (g.grad_sync == g.expert_grad_sync) {
     p.grad_sync = c.net.cost(sync, dense + experts, g.grad_sync);
-    p.param_sync = c.net.cost(CommKind::all_gather, dense + experts, g.grad_sync);
+    p.param_sync = c.net.cost(CommKind::all_gather, (dense + experts) * w, g.grad_sync);
     p.grad_sync_experts = p.param_sync_experts = CommCost{};  // the plan is reused from the last run
   } else {
     p.grad_sync = c.net.cost(sync, dense, g.grad_sync);
     p.grad_sync_experts = c.net.cost(sync, experts, g.expert_grad_sync);
-    p.param_sync = c.net.cost(CommKind::all_gather, dense, g.grad_sync);
-    p.param_sync_experts = c.net.cost(CommKind::all_gather, experts, g.expert_grad_sync);
+    p.param_sync = c.net.cost(CommKind::all_gather, dense * w, g.grad_sync);
+    p.param_sync_experts = c.net.cost(CommKind::all_gather, experts * w, g.expert_grad_sync);
   }
   plan_kept_bytes(t, g, p);
   for (double bytes : p.kept_bytes) {

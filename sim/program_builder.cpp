@@ -475,7 +475,7 @@ class StageBuilder {
     ps.layers.assign(at(g_.model.num_layers), -1);
     if (!g_.training.parallelism.sharded_optimizer || !syncs()) return ps;
     if (const double tables = table_grad_bytes(); tables > 0)
-      ps.tables = w_.comm(Axis::dp, net_.cost(CommKind::all_gather, table_shard_bytes(tables), g_.grad_sync), 1.0, 'f', -1,
+      ps.tables = w_.comm(Axis::dp, net_.cost(CommKind::all_gather, table_shard_bytes(tables) * g_.weight_bytes_per_gradient_byte(), g_.grad_sync), 1.0, 'f', -1,
                           "all_gather parameters embedding");
     for (int k : info_.chunks)
       for (std::int64_t l = chunk(k).first_layer; l < chunk(k).end_layer; ++l) {

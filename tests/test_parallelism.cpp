@@ -152,10 +152,10 @@ TEST_CASE("Megatron's expert parallelism keeps the non-expert weights whole and 
   CHECK(megatron.hbm_breakdown_bytes.at("gradients") == Approx(4 * (P_dense + P_expert / 64)).epsilon(1e-12));
   // 12 bytes of optimizer state per parameter, the dense ones' split over the 64 ranks that sum them.
   CHECK(megatron.hbm_breakdown_bytes.at("optimizer_state") == Approx(12 * (P_dense / 64 + P_expert / 64)).epsilon(1e-12));
-  // Nothing is gathered before use; the dense gradients are reduce-scattered over the 64 ranks once per step and
-  // the updated shards all-gathered back: 2 x 63/64 x 4 P_dense bytes out of each device.
+  // Nothing is gathered before use; the dense gradients (fp32) are reduce-scattered over the 64 ranks once per
+  // step and the updated weights (bf16) all-gathered back: 63/64 x (4 + 2) P_dense bytes out of each device.
   CHECK(megatron.comm_bytes.at("fsdp") == 0);
-  CHECK(megatron.comm_bytes.at("dp") == Approx(2 * 63.0 / 64 * 4 * P_dense).epsilon(1e-9));
+  CHECK(megatron.comm_bytes.at("dp") == Approx(63.0 / 64 * (4 + 2) * P_dense).epsilon(1e-9));
   c.ep_shards_weights = true;  // MaxText: everything over ep, nothing left to sum
   const auto maxtext = run_simulation(c);
   CHECK(maxtext.hbm_breakdown_bytes.at("parameters") == Approx(2 * P / 64).epsilon(1e-12));

@@ -100,6 +100,11 @@ struct StepGraph {
   };
   std::vector<Stage> stages;
   Mesh mesh;
+  // Bytes of a stored weight per byte of its gradient: the parameter all-gathers of a sharded optimizer send
+  // the weights back in their storage dtype, where the syncs before them summed gradients.
+  double weight_bytes_per_gradient_byte() const {
+    return dtype_bytes(training.weight_storage_dtype) / training.gradient_bytes_per_param;
+  }
   // Weights are sharded over these groups (gathered before use, gradients reduce-scattered back), and the
   // gradient shards are then summed over the sync groups: the axes that see other data but hold the same
   // weights (grad_sync for the non-expert weights and the tables, expert_grad_sync for the routed experts).
