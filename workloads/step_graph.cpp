@@ -511,22 +511,18 @@ StepGraph build_step_graph(const ModelSpec& model, TrainingSpec training) {
       params += model.layer_params(l);
       if (model.is_moe_layer(l)) experts += model.expert_params_per_layer();
     }
-    st.local_params += tp_dense == tp_expert ? params / tp_dense : (params - experts) / tp_dense + experts / tp_expert;
+    st.local_params += (params - experts) / tp_dense + experts / tp_expert;
     st.local_expert_params += experts / tp_expert;
   }
-  const bool one_sync = dense_sync == expert_sync;
   for (auto& st : g.stages) {
     st.parameter_bytes = st.local_params * wb;
-    st.optimizer_bytes = st.local_params * training.optimizer_bytes_per_param;
     // The distributed optimizer's shard: what the device stores, over the axes that sum its gradients.
-    const double owned = one_sync ? st.local_params / dense_sync
-                                  : (st.local_params - st.local_expert_params) / dense_sync + st.local_expert_params / expert_sync;
-    if (p.sharded_optimizer)
-      st.optimizer_bytes = one_sync ? st.optimizer_bytes / dense_sync : owned * training.optimizer_bytes_per_param;
+    const double owned = p.sharded_optimizer ? (st.local_params - st.local_expert_params) / dense_sync + st.local_expert_params / expert_sync
+                                             : st.local_params;
+    st.optimizer_bytes = owned * training.optimizer_bytes_per_param;
     st.gradient_bytes = st.local_params * training.gradient_bytes_per_param;
     // Adam reads param, gradient and two moments and writes param and moments (its shard of them).
-    const double updated = p.sharded_optimizer ? owned : st.local_params;
-    st.optimizer_update_bytes = updated * (2 * wb + training.gradient_bytes_per_param + 2 * training.optimizer_bytes_per_param);
+    st.optimizer_update_bytes = owned * (2 * wb + training.gradient_bytes_per_param + 2 * training.optimizer_bytes_per_param);
   }
   g.logits_bytes = T * V / tp * a;
   g.unembed_flops = 2 * T * d * V / tp;
