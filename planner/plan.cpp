@@ -457,6 +457,8 @@ std::string maxtext_settings(const RunConfig& c) {
   out += " scan_layers=true";
   if (c.moe_batch_split > 1)
     out += " use_batch_split_schedule=true batch_split_factor=" + std::to_string(c.moe_batch_split);
+  if (c.ep > 1 && c.moe_dispatcher == "flex")
+    out += " (moe_dispatcher flex: DeepEP/HybridEP deduplication, which MaxText's ragged all-to-all does not do)";
   return out;
 }
 
@@ -479,6 +481,10 @@ std::string megatron_settings(const RunConfig& c) {
   if (c.loss_as_layer) out += " --account-for-loss-in-pipeline-split";
   if (!c.pipeline_layout.empty()) out += " --pipeline-model-parallel-layout \"" + c.pipeline_layout + "\"";
   out += " --context-parallel-size " + std::to_string(c.cp) + " --expert-model-parallel-size " + std::to_string(c.ep);
+  // DeepEP and HybridEP move the same bytes in hbmsim; DeepEP runs on Hopper and the HGX Blackwells, HybridEP on NVL72 too.
+  if (c.ep > 1)
+    out += c.moe_dispatcher == "flex" ? " --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep (or hybridep)"
+                                      : " --moe-token-dispatcher-type alltoall";
   if (c.tp > 1 && c.sequence_parallel) out += " --sequence-parallel";
   if (c.micro_batch > 0) out += " --micro-batch-size " + std::to_string(c.micro_batch);
   if (c.global_batch > 0) out += " --global-batch-size " + std::to_string(c.global_batch);

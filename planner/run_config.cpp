@@ -152,6 +152,9 @@ TrainingSpec training_shape(const RunConfig& c) {
   p.sharded_optimizer = c.sharded_optimizer;
   p.cp_shards_weights = c.cp_shards_weights;
   p.ep_shards_weights = c.ep_shards_weights;
+  if (c.moe_dispatcher == "flex") p.moe_dispatcher = MoeDispatcher::flex;
+  else if (c.moe_dispatcher != "alltoall")
+    throw InputError("moe_dispatcher = " + quote(c.moe_dispatcher) + " (expected alltoall or flex)");
   // Bytes of training state per parameter. MaxText keeps fp32 weights (weight_dtype float32) and fp32
   // gradients, Adam's two fp32 moments in the optimizer. Megatron-Core's mixed precision keeps bf16 weights,
   // fp32 main gradients (grad_reduce_in_fp32) and fp32 master weights beside the two moments in the optimizer

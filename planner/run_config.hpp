@@ -43,6 +43,7 @@ struct RunConfig {
   std::string grad_reduce_dtype = "fp32";  // the gradient buffer and its reductions: fp32 or bf16
   bool cp_shards_weights = true;
   bool ep_shards_weights = true;  // the expert axis shards the non-expert weights too (MaxText)
+  std::string moe_dispatcher = "alltoall";  // alltoall (a copy per chosen expert) or flex (DeepEP, HybridEP)
   bool tp_comm_overlap = false;
   bool dp_overlap = true;
   std::int64_t moe_batch_split = 1;     // MoE layers run as this many micro-batches (MaxText batch split)

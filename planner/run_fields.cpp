@@ -74,6 +74,11 @@ const std::vector<RunField> kFields = {
      "whole and sum their gradients with dp, the experts' gradients only over expert data parallelism "
      "(Megatron-Core)",
      &C::ep_shards_weights},
+    {"moe_dispatcher", "--moe-dispatcher",
+     "How ep moves tokens to their experts (Megatron's moe_token_dispatcher_type): alltoall (one copy per chosen "
+     "expert; MaxText's ragged all-to-all too) or flex (DeepEP, HybridEP: one copy per destination GPU and one "
+     "per destination scale-up domain, forwarded inside it over the scale-up path)",
+     &C::moe_dispatcher},
     {"grad_reduce_dtype", "--grad-reduce-dtype",
      "The gradient buffer's dtype and its reductions' (Megatron's grad_reduce_in_fp32): fp32 (MaxText; Megatron-LM "
      "with bf16) or bf16 (Megatron-Bridge's and NeMo's performance recipes set grad_reduce_in_fp32 off)",

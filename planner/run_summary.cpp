@@ -60,6 +60,7 @@ nlohmann::json resolved_run(const RunConfig& c, const PreparedRun& run) {
       {"calibration_system", run.system.calibration_system},
       {"calibration_text", calibration_text(run.system)}};
   if (!run.policy.layer_rules.empty()) j["layer_policies"] = layer_rules_text(run.policy);
+  if (p.ep > 1) j["moe_dispatcher"] = c.moe_dispatcher;
   if (p.pp > 1) {
     j["pp_schedule"] = c.pp_schedule;
     j["stage_policies"] = c.stage_policies;
@@ -72,7 +73,7 @@ std::vector<std::string> resolved_run_lines(const nlohmann::json& j) {
   auto i = [&](const char* k) { return std::to_string(j.at(k).get<std::int64_t>()); };
   std::vector<std::string> lines;
   lines.push_back("run          " + s("model") + " on " + i("gpus") + " x " + s("system") + " GPUs");
-  lines.push_back("layout       " + s("layout"));
+  lines.push_back("layout       " + s("layout") + (j.contains("moe_dispatcher") ? ", MoE dispatcher " + s("moe_dispatcher") : ""));
   const auto& d = j.at("degrees");
   const bool replica_spans_devices = d.at("tp").get<std::int64_t>() * d.at("cp").get<std::int64_t>() * d.at("pp").get<std::int64_t>() > 1;
   const std::string per = s("batch_meaning") == "megatron"

@@ -206,6 +206,12 @@ RunMapping map_published_run(const PublishedRun& r) {
   // userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192 for Llama 3.1 405B) wherever tp > 1. A run from bare
   // Megatron-Core scripts (the container column names megatron-core) has Megatron's default: no overlap.
   c.tp_comm_overlap = r.tp > 1 && r.container.rfind("megatron-core", 0) != 0;
+  // The MoE token dispatcher. Megatron-Bridge's DeepSeek-V3 performance configs name a flex backend for every
+  // system (HybridEP; DeepEP for B200 MXFP8 at ep 32: configs/deepseek at 5776a6d and 2026-04). NeMo 25.04's
+  // DeepSeek-V3 script used DeepEP on H100 and the alltoall dispatcher on Blackwell. Others keep alltoall.
+  const bool deepseek = contains(r.model, "DeepSeek"), mba = r.src == "MBA";
+  const bool hopper = *system == "h100-hgx";
+  c.moe_dispatcher = deepseek && (mba || (nemo && hopper)) ? "flex" : "alltoall";
   c.pp_schedule = "1f1b";
 
   // Data parallelism. Megatron's data-parallel size is gpus / (tp x cp x pp), and expert parallelism is carved

@@ -107,8 +107,12 @@ const std::vector<std::string>& validation_rules() {
       "weights are whole on every expert-parallel rank and their gradients summed with dp (`ep_shards_weights off`, "
       "Megatron-Core's dense and expert DDP buffers); pipeline schedule 1F1B, interleaved when vp > 1 "
       "(Megatron's default). Sequence parallelism is on with tp > 1 (hbmsim's default; the sources' recipes set it), "
-      "TP communication overlap off (Megatron-Core's default: no row states it), gradient and parameter collectives "
-      "overlapped (hbmsim's defaults).",
+      "TP communication overlapped with the GEMMs wherever tp > 1 (`tp_comm_overlap on`: the NeMo and Megatron-Bridge "
+      "performance recipes' userbuffers; off for bare Megatron-Core scripts, Megatron's default), gradient and parameter "
+      "collectives overlapped (hbmsim's defaults). MoE tokens travel by Megatron's flex dispatcher "
+      "(`moe_dispatcher flex`: a copy per destination GPU and one per destination node, forwarded there over NVLink) "
+      "for DeepSeek-V3 rows whose recipes name a DeepEP or HybridEP backend (Megatron-Bridge's, every system; NeMo "
+      "25.04's on H100), by the alltoall dispatcher (a copy per chosen expert) otherwise.",
       "**pipeline split**: even; when pp x vp does not divide the layers but does divide them plus two, the embedding "
       "and the loss count as a layer each (Megatron's account_for_embedding/loss_in_pipeline_split, which the Llama 3.1 "
       "405B recipes set for its 126 layers; over pp 16 x vp 8 the first chunk is the embedding alone and the last the loss "
@@ -121,9 +125,7 @@ const std::vector<std::string>& validation_rules() {
       "distributed optimizer (`sharded_optimizer on`, `fsdp 1`); FSDP / FSDPn -> `fsdp` n (all of those ranks when n is "
       "not given; Megatron FSDP shards parameters, gradients and optimizer state, as ZeRO-3), `dp` the rest; DPn -> "
       "Megatron data-parallel size n (checked against the layout), with the distributed optimizer as DDP (the NeMo and "
-      "Megatron-Bridge recipes' default; the FlagPerf tables do not say). Deviation: hbmsim shards the non-expert "
-      "weights over `ep` FSDP-style (MaxText's way) where Megatron keeps them whole on every expert rank, so MoE rows "
-      "gather those weights per layer and hold less of them. `ep (ETPn)` with n other than tp is Megatron's MoE parallel "
+      "Megatron-Bridge recipes' default; the FlagPerf tables do not say). `ep (ETPn)` with n other than tp is Megatron's MoE parallel "
       "folding: not expressible (hbmsim splits experts over tp and places ep beside it).",
       "**remat_offload** (`recipe@REV` only says where the setting was read): nothing stated -> Megatron's default, no "
       "recompute: `no_recompute`, which keeps what every backward op reads, as autograd does (each linear layer's "

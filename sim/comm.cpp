@@ -33,7 +33,7 @@ CommCost Network::ring(double bytes, const GroupPlacement& g, double eff) const 
   return c;
 }
 
-CommCost Network::cost(CommKind kind, double bytes, AxisSet group) const {
+CommCost Network::cost(CommKind kind, double bytes, AxisSet group, const TokenRouting& routing) const {
   const auto& g = placement(group);
   if (g.size <= 1 || bytes <= 0 || kind == CommKind::none) return {};
   const double eff = sys_.efficiency.collective.at(std::max(bytes, 1.0));
@@ -46,29 +46,66 @@ CommCost Network::cost(CommKind kind, double bytes, AxisSet group) const {
       for (double& b : c.bytes) b *= 2;
       return c;
     }
-    case CommKind::all_to_all: {
-      // Each device sends (G-1)/G of its buffer, the part for peers outside its domain over the path
-      // between domains; the two paths run at once. The device with the fewest peers nearby sets the pace.
-      CommCost c;
-      const double leave = bytes * static_cast<double>(g.size - 1) / static_cast<double>(g.size);
-      const double out = bytes * static_cast<double>(g.size - g.local) / static_cast<double>(g.size);
-      double t_in = 0, t_out = 0;
-      if (leave - out > 0) {
-        c.bytes[kIntraDomain] = leave - out;
-        t_in = c.bytes[kIntraDomain] / rate(kIntraDomain, eff) + paths_.intra.latency_s;
-      }
-      if (out > 0) {
-        c.bytes[kInterDomain] = out;
-        t_out = c.bytes[kInterDomain] / rate(kInterDomain, eff) + paths_.inter.latency_s;
-      }
-      c.seconds = std::max(t_in, t_out);
-      return c;
-    }
+    case CommKind::all_to_all:
+      return routing.deduplicated() ? deduplicated_all_to_all(bytes, g, routing, eff) : all_to_all(bytes, g, eff);
     case CommKind::send_recv:  // to the next member of the group (a ring step; the slowest hop sets the pace)
       return hop(bytes, g.local == g.size ? kIntraDomain : kInterDomain, eff);
     case CommKind::none: break;
   }
   return {};
+}
+
+// Each device sends (G-1)/G of its buffer, the part for peers outside its domain over the path between
+// domains. The device with the fewest peers nearby sets the pace.
+CommCost Network::all_to_all(double bytes, const GroupPlacement& g, double eff) const {
+  const auto G = static_cast<double>(g.size), local = static_cast<double>(g.local);
+  const double leave = bytes * (G - 1) / G, out = bytes * (G - local) / G;
+  return both_paths(leave - out, out, eff);
+}
+
+namespace {
+
+// The chance that none of `per_token` experts, drawn without replacement from `experts`, is among `held`
+// given ones.
+double miss_probability(double experts, double per_token, double held) {
+  double q = 1;
+  for (double i = 0; i < per_token; ++i) q *= std::max(0.0, (experts - held - i) / (experts - i));
+  return q;
+}
+
+}  // namespace
+
+// `bytes` is one copy per chosen expert, k = r.per_token copies of each token. With the experts laid evenly,
+// E = X / G per member, a token reaches a given other member with p_gpu = 1 - miss(E) and a given domain of P
+// members with p_dom = 1 - miss(P E). A device sends one copy to each other member of its own domain that
+// holds a chosen expert, and one to each remote domain that does (to the GPU there with its own local index,
+// as DeepEP's and HybridEP's RDMA kernels do); it forwards what it receives the same way (as much as it sends,
+// by symmetry) to the other members of its domain that hold a chosen expert. Per copy of all its tokens:
+//   inter-domain  R p_dom                          R = (G - D) / P remote domains, D the device's own members
+//   intra-domain  (D - 1) p_gpu + R (P - 1) p_gpu  direct, then forwarded
+// One expert per member in one domain gives (G - 1) k / G, the plain all-to-all's.
+CommCost Network::deduplicated_all_to_all(double bytes, const GroupPlacement& g, const TokenRouting& r,
+                                          double eff) const {
+  const auto G = static_cast<double>(g.size), D = static_cast<double>(g.local), P = static_cast<double>(g.per_domain);
+  const double per_copy = bytes / r.per_token, E = r.experts / G, R = (G - D) / P;
+  const double p_gpu = 1 - miss_probability(r.experts, r.per_token, E);
+  const double p_dom = 1 - miss_probability(r.experts, r.per_token, P * E);
+  return both_paths(per_copy * ((D - 1) + R * (P - 1)) * p_gpu, per_copy * R * p_dom, eff);
+}
+
+CommCost Network::both_paths(double intra_bytes, double inter_bytes, double eff) const {
+  CommCost c;
+  double t_in = 0, t_out = 0;
+  if (intra_bytes > 0) {
+    c.bytes[kIntraDomain] = intra_bytes;
+    t_in = intra_bytes / rate(kIntraDomain, eff) + paths_.intra.latency_s;
+  }
+  if (inter_bytes > 0) {
+    c.bytes[kInterDomain] = inter_bytes;
+    t_out = inter_bytes / rate(kInterDomain, eff) + paths_.inter.latency_s;
+  }
+  c.seconds = std::max(t_in, t_out);
+  return c;
 }
 
 CommCost Network::hop(double bytes, int level, double eff) const {

@@ -30,14 +30,19 @@ class Network {
   const GroupPlacement& placement(AxisSet group) const;
   const PathCost& path(int level) const { return paths_.at(level); }
   // `bytes`: the whole (gathered) buffer for all-gather, reduce-scatter and all-reduce; what each device
-  // sends for all-to-all and send/recv. A group of one costs nothing.
-  CommCost cost(CommKind kind, double bytes, AxisSet group) const;
+  // sends for all-to-all (one copy per chosen expert; `routing`, when given, deduplicates them) and
+  // send/recv. A group of one costs nothing.
+  CommCost cost(CommKind kind, double bytes, AxisSet group, const TokenRouting& routing = {}) const;
   // `bytes` sent from the member at index `from` along `axis` to the one at `to` (a pipeline stage to its
   // neighbour), every other coordinate alike: over the path between domains if any instance crosses one.
   CommCost point_to_point(double bytes, Axis axis, std::int64_t from, std::int64_t to) const;
 
  private:
   CommCost ring(double bytes, const GroupPlacement& g, double eff) const;
+  CommCost all_to_all(double bytes, const GroupPlacement& g, double eff) const;
+  CommCost deduplicated_all_to_all(double bytes, const GroupPlacement& g, const TokenRouting& r, double eff) const;
+  // The two paths at once: `bytes` over each level, the slower setting the pace.
+  CommCost both_paths(double intra_bytes, double inter_bytes, double eff) const;
   // `bytes` to one peer over the path of `level`.
   CommCost hop(double bytes, int level, double eff) const;
   // What a collective moves over the path of `level` per second at efficiency `eff` (the NIC path between

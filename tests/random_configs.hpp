@@ -46,6 +46,7 @@ inline RunConfig random_config(std::mt19937& rng) {
   c.mesh_order = coin() ? "maxtext" : "megatron";
   c.calibration = coin() ? "gb200-fitted" : "";
   c.ep_shards_weights = coin();
+  if (moe) c.moe_dispatcher = coin() ? "flex" : "alltoall";
   return c;
 }
 

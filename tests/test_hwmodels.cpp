@@ -188,6 +188,42 @@ TEST_CASE("collective costs follow the hierarchical ring formula", "[hwmodels]")
   CHECK(ep.cost(CommKind::send_recv, 1e9, AxisSet{Axis::fsdp}).seconds == Approx(1e9 / 50e9 + 5e-6));
 }
 
+TEST_CASE("a deduplicated all-to-all sends a token once per destination GPU and once per remote domain", "[hwmodels]") {
+  auto s = builtin_system("gb200-nvl72");
+  s.efficiency.collective = PiecewiseTable::constant(1.0);
+  // ep 128 over two racks of 64; DeepSeek-V3's routing, 8 of 256 experts per token, 2 experts per GPU.
+  // 1 GB is 8 copies of every token: 125 MB per copy.
+  Mesh m;
+  m.sizes = {1, 1, 1, 128, 1, 1};
+  Network net(s, m);
+  const AxisSet ep{Axis::ep};
+  const TokenRouting deepseek{256, 8};
+  // A given GPU holds none of a token's experts with C(254, 8) / C(256, 8) = (248 x 247) / (256 x 255);
+  // the other rack none with C(128, 8) / C(256, 8) = prod_{i<8} (128 - i) / (256 - i).
+  const double p_gpu = 1 - 248.0 * 247 / (256.0 * 255);
+  double miss_rack = 1;
+  for (int i = 0; i < 8; ++i) miss_rack *= (128.0 - i) / (256.0 - i);
+  const double copy = 1e9 / 8;
+  // Off the rack: one copy per token that has an expert there (0.996 of them), against 8 x 64/128 = 4 copies
+  // sent per expert. On NVLink: to each of the 63 rack peers holding an expert, direct and forwarded.
+  auto flex = net.cost(CommKind::all_to_all, 1e9, ep, deepseek);
+  CHECK(flex.bytes[kInterDomain] == Approx(copy * (1 - miss_rack)));
+  CHECK(flex.bytes[kIntraDomain] == Approx(copy * 126 * p_gpu));
+  CHECK(flex.seconds == Approx(std::max(copy * 126 * p_gpu / 900e9 + 3e-6, copy * (1 - miss_rack) / 50e9 + 5e-6)));
+  auto plain = net.cost(CommKind::all_to_all, 1e9, ep);
+  CHECK(plain.bytes[kInterDomain] == Approx(1e9 * 64 / 128));
+  CHECK(plain.bytes[kIntraDomain] == Approx(1e9 * 63 / 128));
+  CHECK(flex.seconds < plain.seconds / 3);
+  // One expert per GPU in one rack: every chosen expert is on a GPU of its own, nothing to deduplicate.
+  Mesh one;
+  one.sizes = {1, 1, 1, 64, 1, 1};
+  Network rack(s, one);
+  auto a = rack.cost(CommKind::all_to_all, 1e9, ep, TokenRouting{64, 8});
+  auto b = rack.cost(CommKind::all_to_all, 1e9, ep);
+  CHECK(a.bytes[kIntraDomain] == Approx(b.bytes[kIntraDomain]));
+  CHECK(a.seconds == Approx(b.seconds));
+}
+
 TEST_CASE("scale_out_collective_scale slows only the part of a collective that crosses the NICs", "[hwmodels][profile]") {
   // The 1 GB all-gather over two racks of 64 above, with the NIC path at half the collective efficiency:
   // the NVLink term is unchanged, the NIC's bandwidth term doubles, its latency does not.

@@ -222,6 +222,13 @@ TEST_CASE("the Megatron arguments say what a config sets", "[layout][plan]") {
   c.offload_layers = 0;
   c.tensors = {{"context", "remat"}};  // the core attention recomputed: Megatron's selective recompute
   CHECK_THAT(megatron_settings(c), Catch::Contains("--recompute-granularity selective") && !Catch::Contains("no Megatron equivalent"));
+  // The token dispatcher, with expert parallelism only.
+  CHECK_THAT(megatron_settings(c), !Catch::Contains("dispatcher"));
+  c.ep = 8;
+  CHECK_THAT(megatron_settings(c), Catch::Contains("--moe-token-dispatcher-type alltoall"));
+  c.moe_dispatcher = "flex";
+  CHECK_THAT(megatron_settings(c), Catch::Contains("--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep"));
+  CHECK_THAT(maxtext_settings(c), Catch::Contains("which MaxText's ragged all-to-all does not do"));
 }
 
 TEST_CASE("best-policy over a batch list answers each batch as the single-batch search does", "[plan][cli]") {

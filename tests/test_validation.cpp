@@ -185,6 +185,11 @@ TEST_CASE("Validation mapping: DeepSeek-V3 on 256 DGX B300s, pp 8 x ep 8, MXFP8,
   CHECK(c.micro_batch == 2);
   CHECK(c.weights == "fp8");
   CHECK(mapped("MBA,26.04,DGX-B200,256,DeepSeek-V3,MXFP8,4096,1,4096,1,16,-,1,8,DDP,,2815,732,,,,").system == "b200-hgx");
+  // Megatron-Bridge's DeepSeek-V3 configs dispatch tokens with HybridEP or DeepEP (the flex dispatcher).
+  CHECK(c.moe_dispatcher == "flex");
+  // NeMo 25.04's DeepSeek-V3 script: DeepEP on H100, the alltoall dispatcher on Blackwell.
+  CHECK(mapped("DGXC-05,NeMo 25.04.01,H100,1024,DeepSeek-V3,BF16,4096,1,8192,1,16,1,1,64,DP64,,,163.7,52.04,16.55%,,").moe_dispatcher == "flex");
+  CHECK(mapped("DGXC-05,NeMo 25.04.01,GB200,128,DeepSeek-V3,BF16,4096,1,1024,1,4,1,1,32,DP32,,,249.3,34.168,10.18%,,").moe_dispatcher == "alltoall");
 }
 
 TEST_CASE("Validation mapping: Mixtral 8x7B, ep 8 carved out of the 64 data-parallel ranks (derived by hand)", "[validation]") {
@@ -192,6 +197,7 @@ TEST_CASE("Validation mapping: Mixtral 8x7B, ep 8 carved out of the 64 data-para
   CHECK(c.model == "hf/mixtral-8x7b.config.json");
   CHECK(c.ep == 8);
   CHECK_FALSE(c.ep_shards_weights);
+  CHECK(c.moe_dispatcher == "alltoall");
   CHECK(c.grad_reduce_dtype == "bf16");  // NeMo's performance scripts: FP8 recipes reduce gradients in bf16
   // ... and its BF16 recipes in fp32.
   CHECK(mapped("DGXC-05,NeMo 25.04.01,GB200,128,Llama3.1-405B,BF16,8192,1,64,4,8,8,2,-,DP2,,,,9.347,47.4%,,total 56092; GA32").grad_reduce_dtype == "fp32");

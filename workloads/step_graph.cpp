@@ -181,6 +181,7 @@ class BodyBuilder {
     sp_ = p.sequence_parallel && p.tp > 1;
     cp_exchange_ = p.cp_exchange;
     ep_ = p.ep;
+    dispatcher_ = p.moe_dispatcher;
     heads_ = static_cast<double>(m.num_query_heads) / tp_;
     seq_ = static_cast<double>(t.seq_len);
     attn_dt_ = t.attention_gemm_dtype;
@@ -197,7 +198,7 @@ class BodyBuilder {
 
  private:
   CommDef tp_comm(CommKind fwd, CommKind bwd, double bytes) const {
-    return CommDef{fwd, bwd, Axis::tp, AxisSet{Axis::tp}, bytes, Dtype::bf16, false};
+    return CommDef{fwd, bwd, Axis::tp, AxisSet{Axis::tp}, bytes, Dtype::bf16, false, {}};
   }
   // Into a tensor-parallel block: with sequence parallelism the sharded input is all-gathered (its
   // backward reduce-scatters the gradient); without, the input is already whole and the backward
@@ -232,7 +233,7 @@ class BodyBuilder {
       return ctx;
     }
     const double kv_bytes = b_.bytes(k) + b_.bytes(v);
-    const CommDef base{CommKind::none, CommKind::none, Axis::cp, AxisSet{Axis::cp}, 0, Dtype::bf16, false};
+    const CommDef base{CommKind::none, CommKind::none, Axis::cp, AxisSet{Axis::cp}, 0, Dtype::bf16, false, {}};
     if (cp_exchange_ == CpExchange::all_gather) {
       const double gathered = kv_bytes * static_cast<double>(cp_);
       int kvg = b_.tensor("kv_gathered", gathered);
@@ -368,7 +369,8 @@ class BodyBuilder {
     b_.gemm("router", mnorm, logits, Ts, d, X, Dtype::bf16, 4);
     int disp = b_.tensor("moe_permuted", Ts * k * d * a);
     b_.memory("route_permute", {logits, mnorm}, {disp}, {logits});
-    const CommDef a2a{CommKind::all_to_all, CommKind::all_to_all, Axis::ep, AxisSet{Axis::ep}, Ts * k * d * a, Dtype::bf16, false};
+    CommDef a2a{CommKind::all_to_all, CommKind::all_to_all, Axis::ep, AxisSet{Axis::ep}, Ts * k * d * a, Dtype::bf16, false, {}};
+    if (dispatcher_ == MoeDispatcher::flex) a2a.routing = {X, k};
     int moe_in = disp;
     if (ep_ > 1) {
       moe_in = b_.tensor("moe_dispatched", Ts * k * d * a);
@@ -410,6 +412,7 @@ class BodyBuilder {
   std::int64_t cp_ = 1, ep_ = 1;
   bool sp_ = false;
   CpExchange cp_exchange_ = CpExchange::all_gather;
+  MoeDispatcher dispatcher_ = MoeDispatcher::alltoall;
   Dtype attn_dt_ = Dtype::bf16, mlp_dt_ = Dtype::bf16;
 };
 
@@ -527,7 +530,7 @@ StepGraph build_step_graph(const ModelSpec& model, TrainingSpec training) {
   g.logits_bytes = T * V / tp * a;
   g.unembed_flops = 2 * T * d * V / tp;
   if (p.tp > 1) {
-    const CommDef tp_base{CommKind::none, CommKind::none, Axis::tp, AxisSet{Axis::tp}, T * d * a, Dtype::bf16, false};
+    const CommDef tp_base{CommKind::none, CommKind::none, Axis::tp, AxisSet{Axis::tp}, T * d * a, Dtype::bf16, false, {}};
     g.embed_exit = g.head_enter = tp_base;
     g.embed_exit.forward = sp ? CommKind::reduce_scatter : CommKind::all_reduce;
     g.embed_exit.backward = sp ? CommKind::all_gather : CommKind::none;

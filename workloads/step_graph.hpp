@@ -24,9 +24,20 @@ const char* to_string(OpKind k);
 enum class CommKind : std::uint8_t { none, all_gather, reduce_scatter, all_reduce, all_to_all, send_recv };
 const char* to_string(CommKind k);
 
+// How an expert all-to-all's copies of a token spread: `per_token` of `experts` experts, chosen alike and
+// laid evenly over the group. Empty (per_token 0): one copy per chosen expert, what Megatron's alltoall
+// dispatcher and MaxText's ragged all-to-all send. Given: one copy per destination GPU inside the sender's
+// domain and one per destination domain beyond it, forwarded there over the scale-up path (DeepEP, HybridEP:
+// Megatron's flex dispatcher).
+struct TokenRouting {
+  double experts = 0, per_token = 0;
+  bool deduplicated() const { return per_token > 0; }
+};
+
 // A communication op as data: what it does in each direction (none: an identity, free), the mesh axis whose
 // queue issues it, the axes its group spans, and its buffer (the whole gathered buffer for all-gather,
-// reduce-scatter and all-reduce; what each device sends for all-to-all and send/recv).
+// reduce-scatter and all-reduce; what each device sends for all-to-all and send/recv; for a deduplicated
+// all-to-all, one copy per chosen expert before deduplication).
 struct CommDef {
   CommKind forward = CommKind::none, backward = CommKind::none;
   Axis axis = Axis::tp;
@@ -34,6 +45,7 @@ struct CommDef {
   double bytes = 0;
   Dtype dtype = Dtype::bf16;
   bool async = false;  // issued asynchronously by its library even without LHS (the CP ring's send/recv)
+  TokenRouting routing;
   CommKind kind(bool backward_pass) const { return backward_pass ? backward : forward; }
 };
 

@@ -18,6 +18,11 @@ namespace hbmsim {
 enum class CpExchange { ring, all_gather };
 const char* to_string(CpExchange c);
 
+// How expert parallelism moves tokens to their experts (Megatron's moe_token_dispatcher_type): alltoall sends
+// one copy per chosen expert (also MaxText's ragged all-to-all); flex (DeepEP or HybridEP) one per destination
+// GPU, and one per destination scale-up domain, forwarded inside it over the scale-up path.
+enum class MoeDispatcher { alltoall, flex };
+
 // The order a pipeline stage runs its micro-batches' forward and backward passes in. gpipe: every forward,
 // then every backward; one_f_one_b: PipeDream-flush (Megatron's default; interleaved with vp > 1);
 // zero_bubble_h1: 1F1B with each backward split into its input-gradient and weight-gradient passes, the
@@ -53,6 +58,7 @@ struct Parallelism {
   // it); off: expert-parallel ranks hold those weights whole and sum their gradients with dp, and only the
   // experts' gradients stay within expert data parallelism (Megatron-Core's dense and expert DDP buffers).
   bool ep_shards_weights = true;
+  MoeDispatcher moe_dispatcher = MoeDispatcher::alltoall;
 
   Mesh mesh() const;  // needs fsdp resolved
 };
