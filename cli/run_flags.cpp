@@ -143,7 +143,8 @@ void check_run_config(const RunConfig& c, const Sources& s, const std::set<std::
   const std::initializer_list<std::string_view> shape = {
       "gpus", "batch", "micro_batch", "global_batch", "seq", "grad_accum", "microbatches", "fsdp", "tp", "ep", "dp", "cp",
       "pp", "vp", "pp_schedule", "first_stage_layers", "last_stage_layers", "embedding_as_layer", "loss_as_layer",
-      "mesh_order", "sequence_parallel", "cp_exchange", "moe_batch_split", "cp_shards_weights", "framework"};
+      "mesh_order", "sequence_parallel", "cp_exchange", "moe_batch_split", "mtp_layers", "pipeline_layout",
+      "cp_shards_weights", "framework"};
   bool shape_fixed = model.has_value();
   for (auto f : shape) shape_fixed = shape_fixed && fixed(f);
   if (shape_fixed) {

@@ -22,7 +22,7 @@ std::int64_t most_layers(const RunConfig& base, LayerCount what) {
   RunConfig c = base;
   c.offload_layers = c.recompute_layers = 0;
   const StepGraph g = prepare_run(c).graph;
-  if (what == LayerCount::offload) return g.model.num_layers;
+  if (what == LayerCount::offload) return g.model.stack_layers();
   std::int64_t most = 0;
   for (const PipelineChunk& chunk : g.chunks) most = std::max(most, chunk.layers());
   return most;

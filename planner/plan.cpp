@@ -459,6 +459,7 @@ std::string maxtext_settings(const RunConfig& c) {
     out += " use_batch_split_schedule=true batch_split_factor=" + std::to_string(c.moe_batch_split);
   if (c.ep > 1 && c.moe_dispatcher == "flex")
     out += " (moe_dispatcher flex: DeepEP/HybridEP deduplication, which MaxText's ragged all-to-all does not do)";
+  if (c.mtp_layers > 0) out += " mtp_num_layers=" + std::to_string(c.mtp_layers);
   return out;
 }
 
@@ -486,6 +487,7 @@ std::string megatron_settings(const RunConfig& c) {
     out += c.moe_dispatcher == "flex" ? " --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep (or hybridep)"
                                       : " --moe-token-dispatcher-type alltoall";
   if (c.tp > 1 && c.sequence_parallel) out += " --sequence-parallel";
+  if (c.mtp_layers > 0) out += " --mtp-num-layers " + std::to_string(c.mtp_layers);
   if (c.micro_batch > 0) out += " --micro-batch-size " + std::to_string(c.micro_batch);
   if (c.global_batch > 0) out += " --global-batch-size " + std::to_string(c.global_batch);
   if (c.fsdp > 1) out += " --use-megatron-fsdp" + std::string(c.dp > 1 ? " (sharded over " + std::to_string(c.fsdp) + " GPUs, replicated over " + std::to_string(c.dp) + ")" : "");

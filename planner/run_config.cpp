@@ -133,6 +133,7 @@ TrainingSpec training_shape(const RunConfig& c) {
   t.grad_accum = c.grad_accum;
   t.microbatches = c.microbatches;
   t.moe_batch_split = c.moe_batch_split;
+  t.mtp_layers = c.mtp_layers;
   t.fp8_saved_activations = c.fp8_saved_activations;
   auto& p = t.parallelism;
   p.fsdp = c.fsdp;
@@ -178,8 +179,8 @@ TrainingSpec training_shape(const RunConfig& c) {
 
 Policy resolve_policy(const RunConfig& c, const StepGraph& g) {
   Policy p = make_stage_policy(c.policy, c.stage_policies, c.tensors, g.training.parallelism.pp);
-  add_layer_policies(p, c.layer_policies, c.tensors, g.model.num_layers);
-  add_offload_layers(p, c.offload_layers, g.model.num_layers);
+  add_layer_policies(p, c.layer_policies, c.tensors, g.model.stack_layers());
+  add_offload_layers(p, c.offload_layers, g.model.stack_layers());
   add_recompute_layers(p, c.recompute_layers, g.chunks);
   return p;
 }

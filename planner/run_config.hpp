@@ -47,6 +47,7 @@ struct RunConfig {
   bool tp_comm_overlap = false;
   bool dp_overlap = true;
   std::int64_t moe_batch_split = 1;     // MoE layers run as this many micro-batches (MaxText batch split)
+  std::int64_t mtp_layers = 0;          // multi-token prediction modules after the decoder layers (DeepSeek-V3)
   std::string weights = "bf16";         // MLP GEMM dtype: bf16, fp8, nvfp4
   std::string attention_dtype = "bf16"; // projection/attention GEMM dtype
   std::string policy = "full";

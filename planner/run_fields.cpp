@@ -53,8 +53,8 @@ const std::vector<RunField> kFields = {
      "The head and loss count as a layer in the even pipeline split (Megatron account_for_loss_in_pipeline_split)",
      &C::loss_as_layer},
     {"pipeline_layout", "--pipeline-layout",
-     "Megatron pipeline_model_parallel_layout: chunks split by |, E embedding, t layer, m MTP (not simulated), L loss, "
-     "X*N repeats (e.g. Et*4|(t*4|)*14tmL); every chunk's layers outright",
+     "Megatron pipeline_model_parallel_layout: chunks split by |, E embedding, t layer, m an MTP module (as many "
+     "as mtp_layers, in the last chunk), L loss, X*N repeats (e.g. Et*4|(t*4|)*14tmL); every chunk's layers outright",
      &C::pipeline_layout},
     {"mesh_order", "--mesh-order",
      "Device mesh order, outermost first: maxtext (dp,pp,fsdp,cp,tp,ep), megatron (pp,dp,fsdp,ep,cp,tp) or a list",
@@ -109,6 +109,12 @@ const std::vector<RunField> kFields = {
     {"moe_batch_split", "--moe-batch-split",
      "MoE layers as this many micro-batches, so one's all-to-all overlaps another's compute under LHS",
      &C::moe_batch_split, FieldCheck::positive},
+    {"mtp_layers", "--mtp-layers",
+     "Multi-token prediction modules trained after the decoder layers, on the last pipeline stage (DeepSeek-V3's "
+     "MTP; Megatron and MaxText mtp_num_layers): each a decoder layer of the last layer's kind, two input norms, "
+     "eh_proj (2 d x d) and another pass through the shared head and loss; that stage also stores the input "
+     "embedding table (Megatron)",
+     &C::mtp_layers, FieldCheck::non_negative},
     {"weights", "--weights", "MLP GEMM dtype: bf16, fp8, nvfp4", &C::weights},
     {"attention_dtype", "--attention-dtype", "Attention/projection GEMM dtype", &C::attention_dtype},
     {"policy", "--policy",

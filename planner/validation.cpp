@@ -37,7 +37,7 @@ std::optional<std::string> map_system(const std::string& s, std::string& why) {
 }
 
 // Model column -> built-in model. Llama 3 and 3.1 share their shapes (8B, 70B; 405B is 3.1 only, the "Llama3-405B"
-// rows are it); DeepSeek-V3 with or without MTP is deepseek-v3-671b (hbmsim models no MTP layer); Mixtral
+// rows are it); DeepSeek-V3 with or without MTP is deepseek-v3-671b (with it, mtp_layers 1); Mixtral
 // 8x7B is its HuggingFace config shipped in data/hf.
 std::optional<std::string> map_model(const std::string& m, std::string& why) {
   std::string base = m;
@@ -268,17 +268,17 @@ RunMapping map_published_run(const PublishedRun& r) {
   const std::int64_t chunks = r.pp * r.vp;
   if (r.pp > 1 && spec.num_layers % chunks != 0 && (spec.num_layers + 2) % chunks == 0)
     c.embedding_as_layer = c.loss_as_layer = true;
+  // DeepSeek-V3 trains one MTP module (Megatron-Bridge's DeepSeek-V3 recipes: mtp_num_layers 1) unless the
+  // row says "no MTP".
+  if (m.model_id == "deepseek-v3-671b" && !contains(r.model, "no MTP")) c.mtp_layers = 1;
   // DeepSeek-V3's 61 layers: Megatron-Bridge's recipes give a layout per chunk count (its DeepSeek-V3 layout
   // map for 4, 8 and 16 chunks, and "Et*4|(t*4|)*14tmL" in the pp 2 x vp 8 performance recipes): each chunk
-  // ceil(61 / chunks) layers, the last one the rest with the MTP layer and the loss.
+  // ceil(61 / chunks) layers, the last one the rest with the MTP module and the loss.
   if (r.pp > 1 && spec.num_layers % chunks != 0 && !c.embedding_as_layer && m.model_id == "deepseek-v3-671b") {
     const std::int64_t per = (spec.num_layers + chunks - 1) / chunks, rest = spec.num_layers - per * (chunks - 1);
-    if (rest > 0) {
-      const bool mtp = !contains(r.model, "no MTP");
+    if (rest > 0)
       c.pipeline_layout = "Et*" + str(per) + "|" + (chunks > 2 ? "(t*" + str(per) + "|)*" + str(chunks - 2) : std::string()) +
-                          "t*" + str(rest) + (mtp ? "m" : "") + "L";
-      if (mtp) m.remarks.push_back("the MTP layer (mtp_num_layers 1) is not simulated");
-    }
+                          "t*" + str(rest) + std::string(static_cast<std::size_t>(c.mtp_layers), 'm') + "L";
   }
   const std::int64_t units = spec.num_layers + (c.embedding_as_layer ? 2 : 0);
   const std::int64_t layers_per_chunk = std::max<std::int64_t>(1, units / std::max<std::int64_t>(1, chunks));

@@ -88,8 +88,8 @@ const std::vector<std::string>& validation_rules() {
       "DGX-H100 / H100 / H100 SXM -> `h100-hgx`, DGX-B200 -> `b200-hgx`, DGX-B300 -> `b300-hgx` (8-GPU HGX nodes; "
       "the B200/B300 ones air-cooled, at 1000 W and 1100 W).",
       "**model**: Llama3-8B -> `llama3.1-8b`, Llama3-70B -> `llama3.1-70b` (Llama 3 and 3.1 share their shapes), "
-      "Llama3-405B / Llama3.1-405B -> `llama3.1-405b`, DeepSeek-V3 with or without MTP -> `deepseek-v3-671b` (hbmsim "
-      "models no MTP layer), Mixtral-8x7B -> `hf/mixtral-8x7b.config.json` (the HuggingFace config shipped in data/hf).",
+      "Llama3-405B / Llama3.1-405B -> `llama3.1-405b`, DeepSeek-V3 -> `deepseek-v3-671b` with one MTP module "
+      "(`mtp_layers 1`, Megatron-Bridge's recipes' mtp_num_layers) unless the row says no MTP, Mixtral-8x7B -> `hf/mixtral-8x7b.config.json` (the HuggingFace config shipped in data/hf).",
       "**prec**: BF16 -> bf16; FP8, FP8-CS, FP8 CS, MXFP8 -> fp8; NVFP4 -> nvfp4, for both `weights` (MLP and expert "
       "GEMMs) and `attention_dtype` (QKV and output projections): Transformer Engine runs every linear layer in the "
       "recipe's precision and the core attention in bf16, as hbmsim's attention always is. The FP8 scaling recipes "
@@ -118,8 +118,7 @@ const std::vector<std::string>& validation_rules() {
       "405B recipes set for its 126 layers; over pp 16 x vp 8 the first chunk is the embedding alone and the last the loss "
       "alone). DeepSeek-V3's 61 layers over c chunks take Megatron-Bridge's layout (its DeepSeek-V3 layout map for 4, 8 "
       "and 16 chunks; `Et*4|(t*4|)*14tmL` in the pp 2 x vp 8 performance recipes): ceil(61 / c) layers per chunk, the "
-      "rest in the last with the MTP layer and the loss, as `pipeline_layout`. hbmsim does not simulate the MTP layer "
-      "(a remark on those rows). Other splits are left to hbmsim, which refuses them naming the field.",
+      "rest in the last with the MTP module and the loss, as `pipeline_layout`. Other splits are left to hbmsim, which refuses them naming the field.",
       "**dp_fsdp**: Megatron's data-parallel size is gpus / (tp x cp x pp), and expert parallelism is carved out of it; "
       "hbmsim's replicas count its `ep` axis too, so `dp` = gpus / (tp x cp x pp x ep). DDP -> that dp with the "
       "distributed optimizer (`sharded_optimizer on`, `fsdp 1`); FSDP / FSDPn -> `fsdp` n (all of those ranks when n is "

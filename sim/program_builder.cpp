@@ -472,7 +472,7 @@ class StageBuilder {
   };
   ParameterSync parameter_sync() {
     ParameterSync ps;
-    ps.layers.assign(at(g_.model.num_layers), -1);
+    ps.layers.assign(at(g_.model.stack_layers()), -1);
     if (!g_.training.parallelism.sharded_optimizer || !syncs()) return ps;
     if (const double tables = table_grad_bytes(); tables > 0)
       ps.tables = w_.comm(Axis::dp, net_.cost(CommKind::all_gather, table_shard_bytes(tables) * g_.weight_bytes_per_gradient_byte(), g_.grad_sync), 1.0, 'f', -1,
@@ -487,7 +487,7 @@ class StageBuilder {
 
   // A layer's weights, gathered over the weight shards; without resharding once per step (kept_weights_).
   Gather gather_layer(std::int64_t l, int after, char phase) {
-    if (!opt_.reshard_weights && kept_weights_.empty()) kept_weights_.assign(at(g_.model.num_layers), Gather{});
+    if (!opt_.reshard_weights && kept_weights_.empty()) kept_weights_.assign(at(g_.model.stack_layers()), Gather{});
     if (!opt_.reshard_weights && kept_weights_[at(l)].op >= 0) return kept_weights_[at(l)];
     const auto& t = g_.layer(l);
     const auto& p = plan(l);
@@ -1206,7 +1206,7 @@ class StageBuilder {
     c.releases = {f.host_buf[k]};
     if (after >= 0) c.deps.push_back(after);
     c.deps.push_back(f.d2h[k]);
-    c.priority = static_cast<int>(g_.model.num_layers - l);
+    c.priority = static_cast<int>(g_.model.stack_layers() - l);
     return {copy, dst};
   }
 
@@ -1499,14 +1499,14 @@ class ProgramBuilder {
   // is reserved at an upper bound so that a thread's first step does not relocate it halfway.
   void reserve() {
     std::size_t ops_estimate = 0, ops_bound = 0;
-    for (std::int64_t l = 0; l < g_.model.num_layers; ++l) {
+    for (std::int64_t l = 0; l < g_.model.stack_layers(); ++l) {
       ops_estimate += 3 * g_.layer(l).ops.size() + 8;
       ops_bound += 5 * g_.layer(l).ops.size() + 3 * g_.layer(l).tensors.size() + 10;
     }
     constexpr std::size_t kMaxOps = 4'000'000;
     const double total_ops = static_cast<double>(ops_estimate) * static_cast<double>(g_.training.grad_accum);
     if (total_ops > kMaxOps)
-      throw InputError("layers x grad_accum = " + std::to_string(g_.model.num_layers) + " x " +
+      throw InputError("layers x grad_accum = " + std::to_string(g_.model.stack_layers()) + " x " +
                        std::to_string(g_.training.grad_accum) + " (the step would need about " +
                        std::to_string(static_cast<long long>(total_ops)) + " simulated ops; the budget is 4000000)");
     const std::size_t stages = g_.stages.size();
@@ -1521,7 +1521,7 @@ class ProgramBuilder {
   // (the backward runs the layers in reverse). A scan is a run of layers with one plan (template and
   // policy) in one chunk.
   void plan_loop_bodies() {
-    const auto L = static_cast<std::size_t>(g_.model.num_layers);
+    const auto L = static_cast<std::size_t>(g_.model.stack_layers());
     fwd_body_end_.resize(L);
     bwd_body_first_.resize(L);
     const std::size_t len = opt_.double_buffering && opt_.lhs ? 2 : 1;

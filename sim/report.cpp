@@ -1,5 +1,7 @@
 #include "sim/report.hpp"
 
+#include <algorithm>
+
 namespace hbmsim {
 
 using sim::MemCategory;
@@ -15,7 +17,7 @@ namespace {
 // by the FLOPs each does (so an fp8 projection raises the denominator as it raises the speed).
 double weighted_peak_flops(const StepGraph& g, const System& sys) {
   double flops = 0, seconds = 0;
-  for (std::int64_t l = 0; l < g.model.num_layers; ++l)
+  for (std::int64_t l = 0; l < g.model.stack_layers(); ++l)
     for (const auto& op : g.layer(l).ops) {
       if (op.kind != OpKind::gemm && op.kind != OpKind::attention) continue;
       flops += op.flops;
@@ -36,9 +38,12 @@ std::string layer_ranges(const StepGraph& g, const StepGraph::Stage& st) {
     const auto& c = g.chunks[static_cast<std::size_t>(k)];
     if (!out.empty()) out += ",";
     // A chunk without layers holds the embedding (E) or the loss (L), as Megatron's layouts write them.
+    // MTP modules follow the decoder layers as "m", one per module.
+    const std::int64_t end = std::min(c.end_layer, g.model.num_layers), decoder = end - c.first_layer;
     if (c.layers() == 0) out += c.embedding ? "E" : c.head ? "L" : "none";
-    else if (c.layers() == 1) out += std::to_string(c.first_layer);
-    else out += std::to_string(c.first_layer) + "-" + std::to_string(c.end_layer - 1);
+    else if (decoder == 1) out += std::to_string(c.first_layer);
+    else if (decoder > 1) out += std::to_string(c.first_layer) + "-" + std::to_string(end - 1);
+    for (std::int64_t l = std::max(c.first_layer, g.model.num_layers); l < c.end_layer; ++l) out += decoder > 0 || l > c.first_layer ? "+m" : "m";
   }
   return out;
 }

@@ -46,7 +46,10 @@ inline RunConfig random_config(std::mt19937& rng) {
   c.mesh_order = coin() ? "maxtext" : "megatron";
   c.calibration = coin() ? "gb200-fitted" : "";
   c.ep_shards_weights = coin();
-  if (moe) c.moe_dispatcher = coin() ? "flex" : "alltoall";
+  if (moe) {
+    c.moe_dispatcher = coin() ? "flex" : "alltoall";
+    c.mtp_layers = coin() ? 1 : 0;
+  }
   return c;
 }
 

@@ -52,7 +52,8 @@ TEST_CASE("physics holds over 500 random configurations", "[invariants]") {
   for (const auto& [c, r] : runs) {
     INFO(describe(c));
     const System sys = prepare_run(c).system;
-    const ModelSpec model = resolve_model(c.model);
+    ModelSpec model = resolve_model(c.model);
+    model.mtp_layers = c.mtp_layers;  // the MTP modules' work and weights are the model's
     fits += r.fits;
     tp_runs += c.tp > 1;
     cp_runs += c.cp > 1;
@@ -80,7 +81,8 @@ TEST_CASE("physics holds over 500 random configurations", "[invariants]") {
     const double expert_shards = size(Axis::fsdp) * size(Axis::ep) * size(Axis::tp) * cp_w;
     const double dense_shards = size(Axis::fsdp) * size(Axis::tp) * cp_w * ep_w;
     const double P = model.total_params();
-    const double P_expert = static_cast<double>(model.moe_layers()) * model.expert_params_per_layer(), P_dense = P - P_expert;
+    const double moe_layers = static_cast<double>(model.moe_layers() + (model.is_moe_layer(model.num_layers) ? model.mtp_layers : 0));
+    const double P_expert = moe_layers * model.expert_params_per_layer(), P_dense = P - P_expert;
     const double local = P_dense / dense_shards + P_expert / expert_shards;
     CHECK(r.hbm_breakdown_bytes.at("parameters") == Approx(4 * local).epsilon(1e-12));
     CHECK(r.hbm_breakdown_bytes.at("gradients") == Approx(4 * local).epsilon(1e-12));
@@ -213,7 +215,8 @@ TEST_CASE("pipelined steps keep the physics stage by stage", "[invariants][pipel
     INFO(describe(c));
     CHECK(r.mfu <= 1.0);
     CHECK(r.executed_flops_per_device >= r.model_flops_per_device * (1 - 1e-12));
-    const ModelSpec model = resolve_model(c.model);
+    ModelSpec model = resolve_model(c.model);
+    model.mtp_layers = c.mtp_layers;  // the modules' work is the model's
     CHECK(r.model_flops_per_device * static_cast<double>(c.gpus) ==
           Approx(static_cast<double>(r.global_batch) * model.model_flops(1, c.seq, 1).total()).epsilon(1e-9));
     const auto prepared = prepare_run(c);

@@ -229,6 +229,10 @@ TEST_CASE("the Megatron arguments say what a config sets", "[layout][plan]") {
   c.moe_dispatcher = "flex";
   CHECK_THAT(megatron_settings(c), Catch::Contains("--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep"));
   CHECK_THAT(maxtext_settings(c), Catch::Contains("which MaxText's ragged all-to-all does not do"));
+  CHECK_THAT(megatron_settings(c), !Catch::Contains("mtp"));
+  c.mtp_layers = 1;
+  CHECK_THAT(megatron_settings(c), Catch::Contains("--mtp-num-layers 1"));
+  CHECK_THAT(maxtext_settings(c), Catch::Contains("mtp_num_layers=1"));
 }
 
 TEST_CASE("best-policy over a batch list answers each batch as the single-batch search does", "[plan][cli]") {

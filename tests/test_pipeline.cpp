@@ -364,7 +364,7 @@ TEST_CASE("a stage prefetches weights at most one pass ahead, however many micro
 
 TEST_CASE("a Megatron pipeline layout gives each chunk's layers; bad layouts name the layout", "[pipeline][errors]") {
   // Megatron-Bridge's DeepSeek-V3 layout for pp 2 x vp 8: 15 chunks of 4 layers and a last one of 1 with the
-  // MTP layer and the loss: 15 x 4 + 1 = 61.
+  // MTP module and the loss: 15 x 4 + 1 = 61.
   std::int64_t mtp = -1;
   auto counts = parse_pipeline_layout("Et*4|(t*4|)*14tmL", mtp);
   REQUIRE(counts.size() == 16);
@@ -378,7 +378,8 @@ TEST_CASE("a Megatron pipeline layout gives each chunk's layers; bad layouts nam
   for (auto [layout, why] : std::vector<std::pair<std::string, std::string>>{
            {"Et*4|t*4", "must end with L"}, {"t*4|EtL", "E, the embedding, must open the first chunk"},
            {"Et*0L", "'*' needs a count of at least 1"}, {"E(t|L", "unclosed '('"}, {"Et)L", "unmatched ')'"},
-           {"EtxL", "unexpected 'x'"}, {"Et*99999999L", "more than 100000 symbols"}, {"ELt", "L, the loss, must close"}}) {
+           {"EtxL", "unexpected 'x'"}, {"Et*99999999L", "more than 100000 symbols"}, {"ELt", "L, the loss, must close"},
+           {"Etm|tL", "m, an MTP layer, belongs in the last chunk"}}) {
     INFO(layout);
     CHECK_THROWS_WITH(parse_pipeline_layout(layout, mtp), Catch::Contains("layout = \"" + layout + "\"") && Catch::Contains(why));
   }
@@ -388,10 +389,23 @@ TEST_CASE("a Megatron pipeline layout gives each chunk's layers; bad layouts nam
   p.pp = 2;
   p.vp = 8;
   p.split.layout = "Et*4|(t*4|)*14tmL";
+  // The layout's one "m" must be a module the run trains.
+  CHECK_THROWS_WITH(pipeline_chunks(m, p), Catch::Contains("(1 MTP layers, m; the run trains mtp_layers = 0)"));
+  m.mtp_layers = 1;
   auto chunks = pipeline_chunks(m, p);
   CHECK(chunks.size() == 16);
   CHECK(chunks[15].first_layer == 60);
+  CHECK(chunks[15].end_layer == 62);  // layer 60 and the MTP module, layer 61
   CHECK(chunks[15].stage == 1);
+  CHECK(chunks[14].end_layer == 60);
+  // Without a layout the module joins the last chunk of the even split: 64 layers over pp 2 x vp 8, plus one.
+  m.num_layers = 64;
+  p.split.layout.clear();
+  chunks = pipeline_chunks(m, p);
+  CHECK(chunks[15].first_layer == 60);
+  CHECK(chunks[15].end_layer == 65);
+  m.num_layers = 61;
+  p.split.layout = "Et*4|(t*4|)*14tmL";
   p.vp = 4;
   CHECK_THROWS_WITH(pipeline_chunks(m, p), Catch::Contains("(16 chunks; pp x vp = 8)"));
   p.vp = 8;

@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "helpers.hpp"
 #include "hwmodels/builtin.hpp"
 #include "workloads/step_graph.hpp"
@@ -82,6 +84,58 @@ TEST_CASE("parameter counts match the published model sizes", "[workloads]") {
   CHECK(builtin_model("llama3.1-405b").total_params() == Approx(405.9e9).epsilon(0.001));
   CHECK(builtin_model("llama3.1-70b").total_params() == Approx(70.6e9).epsilon(0.005));
   CHECK(builtin_model("llama3.1-8b").total_params() == Approx(8.03e9).epsilon(0.005));
+}
+
+TEST_CASE("DeepSeek-V3's MTP module: its parameters and model FLOPs by hand", "[workloads]") {
+  // One MoE layer: attention 2*7168 + 7168*1536 + 1536 + 1536*128*192 + 7168*576 + 512 + 512*128*256 +
+  // 128*128*7168 = 187,121,664; routed experts 3*7168*2048*256 = 11,274,289,152; router, its bias and the
+  // shared expert 7168*256 + 256 + 3*7168*2048 = 45,875,456; eh_proj and three norms 2*7168^2 + 3*7168 =
+  // 102,781,952. In all 11,610,068,224.
+  auto m = builtin_model("deepseek-v3-671b");
+  const double params = m.total_params(), activated = m.activated_params();
+  const double flops = m.model_flops(1, 4096).total();
+  m.mtp_layers = 1;
+  CHECK(m.stack_layers() == 62);
+  CHECK(m.is_moe_layer(61));
+  CHECK(m.layer_params(61) == Approx(11610068224.0).epsilon(1e-12));
+  CHECK(m.total_params() - params == Approx(11610068224.0).epsilon(1e-12));
+  // The model card's 685B counts the module with its own copies of the embedding and the head (2 x
+  // 129280 x 7168): 671.0B + 11.61B + 1.85B = 684.5B.
+  CHECK(m.total_params() + 2.0 * 129280 * 7168 == Approx(685e9).epsilon(0.001));
+  CHECK(activated - m.activated_params() + (m.total_params() - params) == Approx(248.0 * 3 * 7168 * 2048));
+  // Per token, forward: q 97,517,568 + kv 41,811,968 + out 234,881,024 (as above), router and 9 experts
+  // 3,670,016 + 792,723,456, eh_proj 2*14336*7168 = 205,520,896, the head again 2*7168*129280 =
+  // 1,853,358,080: 3,229,483,008 x 3 = 9,688,449,024; attention 167,772,160 x 3 = 503,316,480.
+  CHECK((m.model_flops(1, 4096).total() - flops) / 4096 == Approx(10191765504.0).epsilon(1e-9));
+}
+
+TEST_CASE("an MTP module runs on the last stage, which also stores the input table", "[workloads][pipeline]") {
+  // Llama 3.1 8B over pp 2 (16 + 16 layers), one MTP module: the last stage gains a layer (218,112,000
+  // parameters plus eh_proj and norms, 2*4096^2 + 3*4096) and a copy of the 128256 x 4096 input table.
+  // The first stage is unchanged.
+  ModelSpec m = builtin_model("llama3.1-8b");
+  TrainingSpec t = training(8, 1, 4096);
+  t.parallelism.pp = 2;
+  t.parallelism.fsdp = 4;
+  t.microbatches = 2;
+  const StepGraph plain = build_step_graph(m, t);
+  t.mtp_layers = 1;
+  const StepGraph mtp = build_step_graph(m, t);
+  REQUIRE(mtp.chunks.size() == 2);
+  CHECK(mtp.chunks[1].end_layer == 33);
+  CHECK(mtp.layer(32).kind == "mtp");
+  CHECK(mtp.stages[0].local_params == plain.stages[0].local_params);
+  const double layer = 218112000.0 + 2.0 * 4096 * 4096 + 3 * 4096, table = 128256.0 * 4096;
+  CHECK(mtp.stages[1].local_params - plain.stages[1].local_params == Approx((layer + table) / 4));  // over fsdp 4
+  // The module's template holds a decoder layer's ops and eh_proj, the head and the loss again.
+  const auto& tpl = mtp.layer(32);
+  const auto has = [&](const std::string& name) {
+    return std::any_of(tpl.ops.begin(), tpl.ops.end(), [&](const OpDef& op) { return op.name == name; });
+  };
+  CHECK(has("eh_proj"));
+  CHECK(has("mtp_unembed"));
+  CHECK(has("mtp_cross_entropy"));
+  CHECK(tpl.ops.size() > plain.layer(31).ops.size() + 5);
 }
 
 TEST_CASE("HuggingFace config.json files give the same specs as the built-ins", "[workloads]") {

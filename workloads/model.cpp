@@ -13,6 +13,7 @@ namespace hbmsim {
 const char* to_string(Architecture a) { return a == Architecture::llama ? "llama" : "deepseek_v3"; }
 
 bool ModelSpec::is_moe_layer(std::int64_t layer) const {
+  if (is_mtp_layer(layer)) return is_moe_layer(num_layers - 1);
   return num_experts > 0 && layer >= first_dense_layers &&
          !std::binary_search(dense_layer_ids.begin(), dense_layer_ids.end(), layer);
 }
@@ -53,23 +54,25 @@ double ModelSpec::moe_nonexpert_params_per_layer() const {
 
 double ModelSpec::layer_params(std::int64_t layer) const {
   return attention_params_per_layer() + (is_moe_layer(layer) ? expert_params_per_layer() + moe_nonexpert_params_per_layer()
-                                                             : dense_mlp_params_per_layer());
+                                                             : dense_mlp_params_per_layer()) +
+         (is_mtp_layer(layer) ? mtp_extra_params() : 0.0);
 }
 
 double ModelSpec::total_params() const {
-  // Embedding and unembedding tables (one when tied) and the final norm.
+  // Embedding and unembedding tables (one when tied) and the final norm; MTP modules share them.
   double p = (tied_embeddings ? 1.0 : 2.0) * vocab_size * d_model + d_model;
   p += num_layers * attention_params_per_layer();
   p += dense_layers() * dense_mlp_params_per_layer();
   p += moe_layers() * (expert_params_per_layer() + moe_nonexpert_params_per_layer());
+  for (std::int64_t l = num_layers; l < stack_layers(); ++l) p += layer_params(l);
   return p;
 }
 
 // Every parameter except the routed experts a token does not pick.
 double ModelSpec::activated_params() const {
   double p = total_params();
-  if (num_experts > 0)
-    p -= moe_layers() * 3.0 * d_model * moe_mlp_dim * (num_experts - experts_per_token);
+  const double moe = static_cast<double>(moe_layers() + (is_moe_layer(num_layers) ? mtp_layers : 0));
+  if (num_experts > 0) p -= moe * 3.0 * d_model * moe_mlp_dim * (num_experts - experts_per_token);
   return p;
 }
 
@@ -78,14 +81,15 @@ ModelSpec::Flops ModelSpec::model_flops(double B, std::int64_t S, std::int64_t g
   const double L = static_cast<double>(num_layers);
   auto ffn = [&](double m) { return 6.0 * BS * m * E; };  // gated SwiGLU: wi_0, wi_1, wo
   double ffn_total = 0, qkv = 0, proj = 0, attn = 0;
+  const double dense_ffn = ffn(static_cast<double>(mlp_dim));
   if (num_experts > 0) {
     double gate = 2.0 * BS * E * (static_cast<double>(num_experts) + (shared_expert_gate ? 1 : 0));
-    ffn_total = ffn(static_cast<double>(mlp_dim)) * static_cast<double>(dense_layers()) +
-                (gate + ffn(static_cast<double>(moe_mlp_dim)) * static_cast<double>(experts_per_token) +
-                 ffn(static_cast<double>(shared_mlp_dim()))) *
-                    static_cast<double>(moe_layers());
+    const double moe_ffn = gate + ffn(static_cast<double>(moe_mlp_dim)) * static_cast<double>(experts_per_token) +
+                           ffn(static_cast<double>(shared_mlp_dim()));
+    ffn_total = dense_ffn * static_cast<double>(dense_layers()) + moe_ffn * static_cast<double>(moe_layers());
+    ffn_total += (is_moe_layer(num_layers) ? moe_ffn : dense_ffn) * static_cast<double>(mtp_layers);
   } else {
-    ffn_total = ffn(static_cast<double>(mlp_dim)) * L;
+    ffn_total = dense_ffn * static_cast<double>(stack_layers());
   }
   if (is_mla()) {
     const double qk = static_cast<double>(qk_nope_head_dim + qk_rope_head_dim);
@@ -100,9 +104,11 @@ ModelSpec::Flops ModelSpec::model_flops(double B, std::int64_t S, std::int64_t g
     proj = 2.0 * BS * E * H * head_dim;
   }
   double embedding = 2.0 * BS * E * vocab_size;  // the unembedding matmul (tied or not); the lookup is free
+  // An MTP module adds a layer, its eh_proj (2 E -> E) and another pass through the head.
+  const double M = static_cast<double>(mtp_layers), mtp = M * (2.0 * BS * 2 * E * E + embedding);
   Flops f;
-  f.weights_flops = (ffn_total + (qkv + proj) * L + embedding) * 3 * grad_accum;
-  f.attention_flops = attn * L * 3 * grad_accum;
+  f.weights_flops = (ffn_total + (qkv + proj) * (L + M) + embedding + mtp) * 3 * grad_accum;
+  f.attention_flops = attn * (L + M) * 3 * grad_accum;
   return f;
 }
 

@@ -35,10 +35,18 @@ struct ModelSpec {
   std::int64_t shared_expert_mlp_dim = 0;    // one shared expert's width; 0: moe_mlp_dim (DeepSeek-V3)
   bool shared_expert_gate = false;           // a d_model -> 1 sigmoid gate scales the shared output (Qwen2-MoE)
   std::vector<std::int64_t> dense_layer_ids;  // sorted, each >= first_dense_layers (Qwen-MoE mlp_only_layers)
+  // Multi-token prediction modules trained after the decoder layers (DeepSeek-V3's MTP, Megatron's and MaxText's
+  // mtp_num_layers): each is a decoder layer of the last layer's kind with RMSNorms of its two inputs (the
+  // previous hidden state and the next token's embedding), their projection back to d_model (eh_proj, 2 d x d)
+  // and a final norm, and its loss goes through the shared head. Layers [num_layers, stack_layers()) are
+  // they. Set from the run (TrainingSpec::mtp_layers): model files do not carry it.
+  std::int64_t mtp_layers = 0;
 
   bool is_mla() const { return architecture == Architecture::deepseek_v3; }
-  bool is_moe_layer(std::int64_t layer) const;
-  std::int64_t moe_layers() const;
+  std::int64_t stack_layers() const { return num_layers + mtp_layers; }  // what a step runs, MTP modules last
+  bool is_mtp_layer(std::int64_t layer) const { return layer >= num_layers; }
+  bool is_moe_layer(std::int64_t layer) const;  // an MTP module's layer is of the last decoder layer's kind
+  std::int64_t moe_layers() const;               // decoder layers only
   std::int64_t dense_layers() const { return num_layers - moe_layers(); }
   std::int64_t shared_mlp_dim() const {  // all shared experts' width together
     return shared_experts * (shared_expert_mlp_dim > 0 ? shared_expert_mlp_dim : moe_mlp_dim);
@@ -49,7 +57,8 @@ struct ModelSpec {
   double dense_mlp_params_per_layer() const;
   double expert_params_per_layer() const;       // routed experts only
   double moe_nonexpert_params_per_layer() const;  // router + shared experts (and their gate)
-  double layer_params(std::int64_t layer) const;  // one decoder layer's (every expert included)
+  double layer_params(std::int64_t layer) const;  // one decoder layer's or MTP module's (every expert included)
+  double mtp_extra_params() const { return 2.0 * d_model * d_model + 3.0 * d_model; }  // eh_proj and three norms
   double total_params() const;
   double activated_params() const;  // all but the routed experts a token does not pick
 

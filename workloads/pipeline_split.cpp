@@ -47,7 +47,7 @@ class LayoutExpander {
 
  private:
   [[noreturn]] void fail(const std::string& why) const {
-    throw InputError("layout = \"" + text_ + "\" (" + why + " at character " + str(static_cast<std::int64_t>(pos_) + 1) + ")");
+    throw InputError("pipeline_layout = \"" + text_ + "\" (" + why + " at character " + str(static_cast<std::int64_t>(pos_) + 1) + ")");
   }
   void skip() {
     while (pos_ < text_.size() && (text_[pos_] == ',' || text_[pos_] == ' ')) ++pos_;
@@ -109,13 +109,15 @@ std::vector<std::int64_t> even_counts(std::int64_t L, const Parallelism& p) {
 }
 
 // Layer counts per chunk from a layout, checked against the model and the pipeline.
-std::vector<std::int64_t> layout_counts(std::int64_t L, const Parallelism& p) {
+std::vector<std::int64_t> layout_counts(std::int64_t L, std::int64_t mtp_layers, const Parallelism& p) {
   const auto& s = p.split;
-  const std::string field = "layout = \"" + s.layout + "\"";
+  const std::string field = "pipeline_layout = \"" + s.layout + "\"";
   if (s.first_stage_layers != 0 || s.last_stage_layers != 0 || s.embedding_as_layer || s.loss_as_layer)
     throw InputError(field + " (a layout gives every chunk's layers; drop first/last_stage_layers and embedding/loss_as_layer)");
   std::int64_t mtp = 0;
   auto counts = parse_pipeline_layout(s.layout, mtp);
+  if (mtp != mtp_layers)
+    throw InputError(field + " (" + str(mtp) + " MTP layers, m; the run trains mtp_layers = " + str(mtp_layers) + ")");
   const std::int64_t chunks = p.pp * p.vp;
   if (static_cast<std::int64_t>(counts.size()) != chunks)
     throw InputError(field + " (" + str(static_cast<std::int64_t>(counts.size())) + " chunks; pp x vp = " + str(chunks) + ")");
@@ -129,13 +131,14 @@ std::vector<std::int64_t> layout_counts(std::int64_t L, const Parallelism& p) {
 
 std::vector<std::int64_t> parse_pipeline_layout(const std::string& layout, std::int64_t& mtp_layers) {
   const std::string symbols = LayoutExpander(layout).run();
-  auto fail = [&](const std::string& why) { throw InputError("layout = \"" + layout + "\" (" + why + ")"); };
+  auto fail = [&](const std::string& why) { throw InputError("pipeline_layout = \"" + layout + "\" (" + why + ")"); };
   std::vector<std::int64_t> counts(1, 0);
   mtp_layers = 0;
   for (std::size_t i = 0; i < symbols.size(); ++i) {
     const char c = symbols[i];
     if (c == '|') counts.push_back(0);
     else if (c == 't') ++counts.back();
+    else if (c == 'm' && symbols.find('|', i) != std::string::npos) fail("m, an MTP layer, belongs in the last chunk");
     else if (c == 'm') ++mtp_layers;
     else if (c == 'E' && i != 0) fail("E, the embedding, must open the first chunk");
     else if (c == 'L' && i + 1 != symbols.size()) fail("L, the loss, must close the last chunk");
@@ -152,7 +155,7 @@ std::vector<PipelineChunk> pipeline_chunks(const ModelSpec& model, const Paralle
     throw InputError((p.vp > 1 ? "vp = " + str(p.vp) : "pp = " + str(p.pp)) + " (pp x vp = " + str(p.pp * p.vp) +
                      " chunks exceed num_layers = " + str(L) + (units != L ? " plus the embedding/loss counted as layers" : "") + ")");
   const bool uneven = p.split.first_stage_layers != 0 || p.split.last_stage_layers != 0;
-  const auto counts = !p.split.layout.empty() ? layout_counts(L, p) : uneven ? uneven_counts(L, p) : even_counts(L, p);
+  const auto counts = !p.split.layout.empty() ? layout_counts(L, model.mtp_layers, p) : uneven ? uneven_counts(L, p) : even_counts(L, p);
   std::vector<PipelineChunk> chunks(counts.size());
   std::int64_t first = 0;
   for (std::size_t k = 0; k < counts.size(); ++k) {
@@ -162,6 +165,7 @@ std::vector<PipelineChunk> pipeline_chunks(const ModelSpec& model, const Paralle
   }
   chunks.front().embedding = true;
   chunks.back().head = true;
+  chunks.back().end_layer += model.mtp_layers;  // the MTP modules run before the head, on the last stage
   return chunks;
 }
 

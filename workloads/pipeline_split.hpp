@@ -17,12 +17,13 @@ struct PipelineChunk {
 };
 
 // Megatron's pipeline_model_parallel_layout: chunks separated by "|", in each "E" (the embedding, first chunk
-// only), "t" (a decoder layer), "m" (a multi-token-prediction layer, which hbmsim does not simulate) and "L"
-// (the loss, last chunk only); "X*N" repeats a symbol or a parenthesised group, commas and spaces are ignored.
+// only), "t" (a decoder layer), "m" (a multi-token-prediction module, last chunk only) and "L" (the loss, last
+// chunk only); "X*N" repeats a symbol or a parenthesised group, commas and spaces are ignored.
 // Returns the decoder layers per chunk; `mtp_layers` receives the count of "m". Errors name the layout.
 std::vector<std::int64_t> parse_pipeline_layout(const std::string& layout, std::int64_t& mtp_layers);
 
-// The chunks in model order; errors name the field that makes the split impossible.
+// The chunks in model order, the model's MTP modules (ModelSpec::mtp_layers) at the end of the last one; a
+// layout must name as many ("m"). Errors name the field that makes the split impossible.
 std::vector<PipelineChunk> pipeline_chunks(const ModelSpec& model, const Parallelism& p);
 
 }  // namespace hbmsim

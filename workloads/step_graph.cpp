@@ -196,6 +196,45 @@ class BodyBuilder {
     return moe ? moe_block(res, T) : dense_mlp_block(res, T);
   }
 
+  // A multi-token prediction module on hidden state `h` (DeepSeek-V3, Megatron's MultiTokenPredictionLayer):
+  // the next tokens' embeddings looked up (vocab-parallel: partial sums that leave over tp), both inputs
+  // normed and projected back to d_model (eh_proj, column-parallel on the gathered pair, its output gathered
+  // over tp), one decoder layer, then its final norm, the shared head and the loss. The layer's output goes
+  // on to the next module; the logits stay for the loss's backward.
+  int mtp_module(int h, bool moe, double T, double vocab) {
+    const double a = a_, d = d_, Ts = sharded(T);
+    int looked_up = b_.tensor("mtp_embedding", T * d * a);
+    b_.memory("mtp_embedding_lookup", {}, {looked_up}, {});
+    const int e = tp_exit("mtp_embedding", looked_up, Ts * d * a);
+    int both = b_.tensor("mtp_norms", 2 * Ts * d * a);
+    b_.memory("mtp_norms", {h, e}, {both}, {h, e});
+    const int x = tp_enter("mtp_norms", both, 2 * T * d * a);
+    int columns = b_.tensor("eh_proj", T * d / tp_ * a);
+    b_.gemm("eh_proj", x, columns, T, 2 * d, d / tp_, attn_dt_, a);
+    int projected = columns;
+    if (tp_ > 1) {
+      projected = b_.tensor("eh_proj_gathered", Ts * d * a);  // gathered over tp, this rank's tokens kept
+      b_.comm("eh_proj_all_gather", {columns}, projected, tp_comm(CommKind::all_gather, CommKind::reduce_scatter, T * d * a));
+    }
+    const int out = layer(projected, moe, T);
+    int normed = b_.tensor("mtp_final_norm", Ts * d * a);
+    b_.memory("mtp_final_norm", {out}, {normed}, {out});
+    const int y = tp_enter("mtp_head", normed, T * d * a);
+    int logits = b_.tensor("mtp_logits", T * vocab / tp_ * a);
+    b_.gemm("mtp_unembed", y, logits, T, d, vocab / tp_, Dtype::bf16, a);
+    std::vector<int> ce_in = {logits};
+    if (tp_ > 1) {  // the vocab-parallel loss sums its per-token statistics (max, sum of exponentials) over tp
+      int local = b_.tensor("mtp_loss_stats", T * 4 * 2);
+      b_.memory("mtp_loss_stats", {logits}, {local}, {});
+      int stats = b_.tensor("mtp_loss_stats_reduced", T * 4 * 2);
+      b_.comm("mtp_loss_all_reduce", {local}, stats, tp_comm(CommKind::all_reduce, CommKind::none, T * 4 * 2));
+      ce_in.push_back(stats);
+    }
+    int loss = b_.tensor("mtp_loss", T * 4);
+    b_.memory("mtp_cross_entropy", ce_in, {loss}, {logits});
+    return out;
+  }
+
  private:
   CommDef tp_comm(CommKind fwd, CommKind bwd, double bytes) const {
     return CommDef{fwd, bwd, Axis::tp, AxisSet{Axis::tp}, bytes, Dtype::bf16, false, {}};
@@ -416,15 +455,17 @@ class BodyBuilder {
   Dtype attn_dt_ = Dtype::bf16, mlp_dt_ = Dtype::bf16;
 };
 
-LayerTemplate build_template(const ModelSpec& model, const TrainingSpec& training, bool moe) {
-  TemplateBuilder b(moe ? "moe" : "dense");
+LayerTemplate build_template(const ModelSpec& model, const TrainingSpec& training, bool moe, bool mtp = false) {
+  TemplateBuilder b(mtp ? "mtp" : moe ? "moe" : "dense");
   BodyBuilder body(b, model, training);
   const double T = training.layer_tokens();
   const double a = dtype_bytes(training.activation_dtype), d = static_cast<double>(model.d_model);
   int dli = b.tensor("decoder_layer_input", body.sharded(T) * d * a);
-  const std::int64_t split = moe ? training.moe_batch_split : 1;
+  const std::int64_t split = moe && !mtp ? training.moe_batch_split : 1;
   int out;
-  if (split == 1) {
+  if (mtp) {
+    out = body.mtp_module(dli, moe, T, static_cast<double>(model.vocab_size));
+  } else if (split == 1) {
     out = body.layer(dli, moe, T);
   } else {
     const double n = static_cast<double>(split);
@@ -442,7 +483,7 @@ LayerTemplate build_template(const ModelSpec& model, const TrainingSpec& trainin
   // reduce-scattered in the weight storage dtype.
   const auto& p = training.parallelism;
   const double tp = static_cast<double>(p.tp);
-  double attn_params = model.attention_params_per_layer() / tp;
+  double attn_params = (model.attention_params_per_layer() + (mtp ? model.mtp_extra_params() : 0)) / tp;
   double mlp_params = moe ? model.moe_nonexpert_params_per_layer() / tp : model.dense_mlp_params_per_layer() / tp;
   double expert_params = moe ? model.expert_params_per_layer() / (tp * static_cast<double>(p.ep)) : 0;
   t.gathered_dense_bytes = attn_params * dtype_bytes(training.attention_gemm_dtype) + mlp_params * dtype_bytes(training.mlp_gemm_dtype);
@@ -456,8 +497,10 @@ LayerTemplate build_template(const ModelSpec& model, const TrainingSpec& trainin
 
 }  // namespace
 
-StepGraph build_step_graph(const ModelSpec& model, TrainingSpec training) {
-  validate_training(training, model);
+StepGraph build_step_graph(const ModelSpec& decoder, TrainingSpec training) {
+  validate_training(training, decoder);
+  ModelSpec model = decoder;
+  model.mtp_layers = training.mtp_layers;
   StepGraph g;
   g.model = model;
   g.training = training;
@@ -482,6 +525,10 @@ StepGraph build_step_graph(const ModelSpec& model, TrainingSpec training) {
   g.templates.push_back(build_template(model, training, false));
   if (model.num_experts > 0) g.templates.push_back(build_template(model, training, true));
   for (std::int64_t i = 0; i < model.num_layers; ++i) g.layer_template.push_back(model.is_moe_layer(i) ? 1 : 0);
+  if (model.mtp_layers > 0) {
+    g.templates.push_back(build_template(model, training, model.is_moe_layer(model.num_layers), true));
+    g.layer_template.insert(g.layer_template.end(), static_cast<std::size_t>(model.mtp_layers), static_cast<int>(g.templates.size()) - 1);
+  }
 
   g.model_flops = model.model_flops(training.device_batch(), training.seq_len, training.grad_accum);
   const double T = g.tokens;
@@ -507,9 +554,11 @@ StepGraph build_step_graph(const ModelSpec& model, TrainingSpec training) {
     const auto& c = g.chunks[k];
     auto& st = g.stages[static_cast<std::size_t>(c.stage)];
     st.chunks.push_back(static_cast<int>(k));
-    // A tied head on the lookup's stage reads that table: only the final norm is its own.
-    const bool shares_table = model.tied_embeddings && st.embedding;
-    double params = (c.embedding ? V * d : 0) + (c.head ? (shares_table ? 0 : V * d) + d : 0), experts = 0;
+    // The MTP modules' stage keeps its own copy of the input table when it lacks the lookup (Megatron builds
+    // the embedding where they run); a tied head reads the stage's input table: only the final norm is its own.
+    const bool table_copy = c.head && g.mtp_table_copy(st);
+    const bool shares_table = model.tied_embeddings && (st.embedding || table_copy);
+    double params = (c.embedding || table_copy ? V * d : 0) + (c.head ? (shares_table ? 0 : V * d) + d : 0), experts = 0;
     for (std::int64_t l = c.first_layer; l < c.end_layer; ++l) {
       params += model.layer_params(l);
       if (model.is_moe_layer(l)) experts += model.expert_params_per_layer();

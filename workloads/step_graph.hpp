@@ -130,9 +130,14 @@ struct StepGraph {
   double tokens = 0;          // layer_tokens: what the column-parallel GEMMs see per micro-step
   double sharded_tokens = 0;  // tokens of the sequence-parallel (norm/residual) activations
 
-  // The head's table bucket on `stage` (see final_norm_grad_bytes).
+  // Whether the head's `stage` stores a copy of the input table for the MTP modules' lookups (it lacks the
+  // embedding's own; the copies' gradient sum is not modelled, as for tied tables).
+  bool mtp_table_copy(const Stage& stage) const { return model.mtp_layers > 0 && !stage.embedding; }
+  // The head's table bucket on `stage` (see final_norm_grad_bytes), with the MTP's copy of the input table.
   double head_grad_bytes_on(const Stage& stage) const {
-    return model.tied_embeddings && stage.embedding ? final_norm_grad_bytes : head_grad_bytes;
+    const bool copy = mtp_table_copy(stage);
+    return (model.tied_embeddings && (stage.embedding || copy) ? final_norm_grad_bytes : head_grad_bytes) +
+           (copy ? embedding_grad_bytes : 0);
   }
   const LayerTemplate& layer(std::int64_t i) const { return templates[static_cast<std::size_t>(layer_template[static_cast<std::size_t>(i)])]; }
   // Bytes of one checkpoint-named tensor in one layer of the given kind (0 when absent).

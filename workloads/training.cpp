@@ -190,7 +190,10 @@ void validate_training(TrainingSpec& t, const ModelSpec& m) {
   check_model_split(t, m);
   resolve_batch(t);
   check_pipeline(t);
-  pipeline_chunks(m, t.parallelism);  // the layer split's errors
+  if (t.mtp_layers < 0 || t.mtp_layers > 16) throw InputError("mtp_layers = " + str(t.mtp_layers) + " (must be between 0 and 16)");
+  ModelSpec trained = m;
+  trained.mtp_layers = t.mtp_layers;
+  pipeline_chunks(trained, t.parallelism);  // the layer split's errors
   if (t.moe_batch_split <= 0) throw InputError("moe_batch_split = " + str(t.moe_batch_split) + " (must be > 0)");
   if (t.moe_batch_split > 1 && m.num_experts == 0)
     throw InputError("moe_batch_split = " + str(t.moe_batch_split) + " (the model has no MoE layers to split)");

@@ -80,6 +80,9 @@ struct TrainingSpec {
   // MaxText use_batch_split_schedule/batch_split_factor (DeepSeek): each MoE layer runs as this many
   // micro-batches so that one micro-batch's all-to-all can overlap another's compute.
   std::int64_t moe_batch_split = 1;
+  // Multi-token prediction modules trained after the decoder layers (ModelSpec::mtp_layers), on the last
+  // pipeline stage (Megatron mtp_num_layers, MaxText mtp_num_layers).
+  std::int64_t mtp_layers = 0;
   // Transformer Engine keeps an FP8 linear layer's input quantized for its backward: a GEMM input kept for the
   // backward (or the sharded tensor all-gathered into one) is stored at 1 byte per element plus one scale byte
   // per 32 (MXFP8 blocks) where that GEMM runs in fp8. Off: kept in the activation dtype (XLA, bf16 recipes).
