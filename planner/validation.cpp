@@ -209,7 +209,7 @@ RunMapping map_published_run(const PublishedRun& r) {
   // The MoE token dispatcher. Megatron-Bridge's DeepSeek-V3 performance configs name a flex backend for every
   // system (HybridEP; DeepEP for B200 MXFP8 at ep 32: configs/deepseek at 5776a6d and 2026-04). NeMo 25.04's
   // DeepSeek-V3 script used DeepEP on H100 and the alltoall dispatcher on Blackwell. Others keep alltoall.
-  const bool deepseek = contains(r.model, "DeepSeek"), mba = r.src == "MBA";
+  const bool deepseek = m.model_id == "deepseek-v3-671b", mba = r.src == "MBA";
   const bool hopper = *system == "h100-hgx";
   c.moe_dispatcher = deepseek && (mba || (nemo && hopper)) ? "flex" : "alltoall";
   c.pp_schedule = "1f1b";
@@ -270,11 +270,11 @@ RunMapping map_published_run(const PublishedRun& r) {
     c.embedding_as_layer = c.loss_as_layer = true;
   // DeepSeek-V3 trains one MTP module (Megatron-Bridge's DeepSeek-V3 recipes: mtp_num_layers 1) unless the
   // row says "no MTP".
-  if (m.model_id == "deepseek-v3-671b" && !contains(r.model, "no MTP")) c.mtp_layers = 1;
+  if (deepseek && !contains(r.model, "no MTP")) c.mtp_layers = 1;
   // DeepSeek-V3's 61 layers: Megatron-Bridge's recipes give a layout per chunk count (its DeepSeek-V3 layout
   // map for 4, 8 and 16 chunks, and "Et*4|(t*4|)*14tmL" in the pp 2 x vp 8 performance recipes): each chunk
   // ceil(61 / chunks) layers, the last one the rest with the MTP module and the loss.
-  if (r.pp > 1 && spec.num_layers % chunks != 0 && !c.embedding_as_layer && m.model_id == "deepseek-v3-671b") {
+  if (r.pp > 1 && spec.num_layers % chunks != 0 && !c.embedding_as_layer && deepseek) {
     const std::int64_t per = (spec.num_layers + chunks - 1) / chunks, rest = spec.num_layers - per * (chunks - 1);
     if (rest > 0)
       c.pipeline_layout = "Et*" + str(per) + "|" + (chunks > 2 ? "(t*" + str(per) + "|)*" + str(chunks - 2) : std::string()) +

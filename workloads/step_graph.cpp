@@ -499,10 +499,10 @@ LayerTemplate build_template(const ModelSpec& model, const TrainingSpec& trainin
 
 StepGraph build_step_graph(const ModelSpec& decoder, TrainingSpec training) {
   validate_training(training, decoder);
-  ModelSpec model = decoder;
-  model.mtp_layers = training.mtp_layers;
   StepGraph g;
-  g.model = model;
+  g.model = decoder;
+  g.model.mtp_layers = training.mtp_layers;
+  const ModelSpec& model = g.model;  // the trained stack: the decoder and its MTP modules
   g.training = training;
   const auto& p = training.parallelism;
   g.mesh = p.mesh();
