@@ -460,6 +460,8 @@ std::string maxtext_settings(const RunConfig& c) {
   if (c.ep > 1 && c.moe_dispatcher == "flex")
     out += " (moe_dispatcher flex: DeepEP/HybridEP deduplication, which MaxText's ragged all-to-all does not do)";
   if (c.mtp_layers > 0) out += " mtp_num_layers=" + std::to_string(c.mtp_layers);
+  if (c.optimizer_moments_dtype == "bf16")
+    out += " mu_dtype=bfloat16 (optimizer_moments_dtype bf16: MaxText's mu_dtype stores only the first moment in bf16)";
   return out;
 }
 
@@ -492,6 +494,8 @@ std::string megatron_settings(const RunConfig& c) {
   if (c.global_batch > 0) out += " --global-batch-size " + std::to_string(c.global_batch);
   if (c.fsdp > 1) out += " --use-megatron-fsdp" + std::string(c.dp > 1 ? " (sharded over " + std::to_string(c.fsdp) + " GPUs, replicated over " + std::to_string(c.dp) + ")" : "");
   else if (c.sharded_optimizer) out += " --use-distributed-optimizer";
+  if (c.optimizer_moments_dtype == "bf16")
+    out += " --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16";
   if (c.weights == "fp8" || c.attention_dtype == "fp8") out += " --fp8-format hybrid";
   // no_recompute is Megatron's default; with the attention output recomputed, its selective recompute.
   const auto context = c.tensors.find("context");

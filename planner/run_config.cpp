@@ -174,6 +174,11 @@ TrainingSpec training_shape(const RunConfig& c) {
   if (c.grad_reduce_dtype == "bf16") t.gradient_bytes_per_param = 2;
   else if (c.grad_reduce_dtype != "fp32")
     throw InputError("grad_reduce_dtype = " + quote(c.grad_reduce_dtype) + " (expected fp32 or bf16)");
+  // Megatron's precision-aware optimizer with exp_avg_dtype and exp_avg_sq_dtype bf16 (Megatron-Bridge's DeepSeek-V3
+  // recipes): each moment 2 bytes instead of 4; the fp32 master weights stay.
+  if (c.optimizer_moments_dtype == "bf16") t.optimizer_bytes_per_param -= 2 * 2;
+  else if (c.optimizer_moments_dtype != "fp32")
+    throw InputError("optimizer_moments_dtype = " + quote(c.optimizer_moments_dtype) + " (expected fp32 or bf16)");
   return t;
 }
 

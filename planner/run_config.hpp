@@ -41,6 +41,7 @@ struct RunConfig {
   bool sharded_optimizer = false;
   std::string framework = "maxtext";    // whose training state layout: maxtext (fp32 weights) or megatron
   std::string grad_reduce_dtype = "fp32";  // the gradient buffer and its reductions: fp32 or bf16
+  std::string optimizer_moments_dtype = "fp32";  // Adam's two moments: fp32 or bf16 (precision-aware optimizer)
   bool cp_shards_weights = true;
   bool ep_shards_weights = true;  // the expert axis shards the non-expert weights too (MaxText)
   std::string moe_dispatcher = "alltoall";  // alltoall (a copy per chosen expert) or flex (DeepEP, HybridEP)

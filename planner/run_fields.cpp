@@ -83,6 +83,11 @@ const std::vector<RunField> kFields = {
      "The gradient buffer's dtype and its reductions' (Megatron's grad_reduce_in_fp32): fp32 (MaxText; Megatron-LM "
      "with bf16) or bf16 (Megatron-Bridge's and NeMo's performance recipes set grad_reduce_in_fp32 off)",
      &C::grad_reduce_dtype},
+    {"optimizer_moments_dtype", "--optimizer-moments-dtype",
+     "Adam's two moments' dtype: fp32, or bf16 (Megatron's precision-aware optimizer with exp_avg_dtype and "
+     "exp_avg_sq_dtype bf16, as Megatron-Bridge's DeepSeek-V3 recipes set: 4 bytes per parameter less optimizer "
+     "state; the fp32 master weights stay)",
+     &C::optimizer_moments_dtype},
     {"framework", "--framework",
      "Training state per parameter: maxtext (fp32 weights and gradients, Adam moments 8 bytes) or megatron (bf16 "
      "weights, fp32 main gradients unless grad_reduce_dtype is bf16, fp32 master weights with the moments in the optimizer: 12 bytes); the loss "

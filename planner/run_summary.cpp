@@ -49,6 +49,7 @@ nlohmann::json resolved_run(const RunConfig& c, const PreparedRun& run) {
       {"policy", c.policy},
       {"framework", c.framework},
       {"grad_reduce_dtype", c.grad_reduce_dtype},
+      {"optimizer_moments_dtype", c.optimizer_moments_dtype},
       {"weights", c.weights},
       {"attention_dtype", c.attention_dtype},
       {"lhs", c.lhs},
@@ -88,9 +89,12 @@ std::vector<std::string> resolved_run_lines(const nlohmann::json& j) {
     policy += ", pipeline " + s("pp_schedule");
   }
   if (j.contains("layer_policies")) policy += "; layers " + s("layer_policies");
-  const std::string grads = s("grad_reduce_dtype");
-  if (s("framework") == "megatron") policy += "; Megatron state (bf16 weights, " + grads + " gradients, fp32 master and moments)";
-  else if (grads != "fp32") policy += "; " + grads + " gradients";
+  const std::string grads = s("grad_reduce_dtype"), moments = s("optimizer_moments_dtype");
+  if (s("framework") == "megatron")
+    policy += "; Megatron state (bf16 weights, " + grads + " gradients, fp32 master" +
+              (moments == "fp32" ? " and moments)" : ", " + moments + " moments)");
+  else if (grads != "fp32" || moments != "fp32")
+    policy += "; " + grads + " gradients, " + moments + " moments";
   lines.push_back(policy + "; weights " + s("weights") + ", attention " + s("attention_dtype"));
   lines.push_back("schedule     LHS " + on_off(j.at("lhs")) + ", pipelined collectives " + on_off(j.at("pipelined_collectives")) +
                   ", pipelined transfers " + on_off(j.at("pipelined_transfers")) + ", double buffering " +

@@ -212,6 +212,10 @@ RunMapping map_published_run(const PublishedRun& r) {
   const bool deepseek = m.model_id == "deepseek-v3-671b", mba = r.src == "MBA";
   const bool hopper = *system == "h100-hgx";
   c.moe_dispatcher = deepseek && (mba || (nemo && hopper)) ? "flex" : "alltoall";
+  // Megatron-Bridge's DeepSeek-V3 recipe (recipes/deepseek at 5776a6d and 2026-04, which every performance
+  // config starts from) sets the precision-aware optimizer with bf16 moments (exp_avg_dtype, exp_avg_sq_dtype).
+  // NeMo 25.04's scripts set the optimizer for BF16 without changing the moments' dtype (fp32).
+  c.optimizer_moments_dtype = deepseek && mba ? "bf16" : "fp32";
   c.pp_schedule = "1f1b";
 
   // Data parallelism. Megatron's data-parallel size is gpus / (tp x cp x pp), and expert parallelism is carved

@@ -99,7 +99,9 @@ const std::vector<std::string>& validation_rules() {
       "**gradients**: `grad_reduce_dtype bf16` (Megatron's grad_reduce_in_fp32 off: the gradient buffer and its "
       "reduce-scatters in bf16) for Megatron-Bridge rows, whose performance configs set it for every model and "
       "precision, and for NeMo's FP8 rows (NeMo's scripts/performance/helpers.py); fp32 for NeMo's BF16 rows and bare "
-      "Megatron-Core scripts (Megatron-LM's --bf16 accumulates and reduces gradients in fp32).",
+      "Megatron-Core scripts (Megatron-LM's --bf16 accumulates and reduces gradients in fp32). "
+      "Megatron-Bridge's DeepSeek-V3 rows: `optimizer_moments_dtype bf16` (the recipe's precision-aware optimizer "
+      "with bf16 exp_avg and exp_avg_sq: 8 bytes of optimizer state per parameter, not 12).",
       "**batch** (Megatron): mbs -> `micro_batch`, gbs -> `global_batch`; the accumulation / micro-batch count is "
       "gbs / (mbs x gpus / (tp x cp x pp)). A `GAn` note that disagrees is shown as a remark.",
       "**layout**: tp, pp, vp, cp, ep as given ('-' = 1); `mesh_order megatron`; context parallelism as Megatron-Core's "

@@ -50,6 +50,7 @@ inline RunConfig random_config(std::mt19937& rng) {
     c.moe_dispatcher = coin() ? "flex" : "alltoall";
     c.mtp_layers = coin() ? 1 : 0;
   }
+  c.optimizer_moments_dtype = coin() ? "bf16" : "fp32";
   return c;
 }
 

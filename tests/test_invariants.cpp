@@ -70,7 +70,7 @@ TEST_CASE("physics holds over 500 random configurations", "[invariants]") {
     const double per_sequence = model.model_flops(1, c.seq, 1).total();
     CHECK(r.model_flops_per_device * static_cast<double>(c.gpus) ==
           Approx(static_cast<double>(r.global_batch) * per_sequence).epsilon(1e-9));
-    // Bytes per shard: parameters and gradients (fp32) and Adam's two fp32 moments. The routed experts are
+    // Bytes per shard: parameters and gradients (fp32) and Adam's two moments (fp32 or bf16). The routed experts are
     // split over fsdp x ep x tp (x cp when it shards weights), the other weights over fsdp x tp (x cp), and x ep
     // when it shards them too; with a sharded optimizer the moments also over the gradient-sync axes: dp, cp
     // when it does not shard weights, and for the non-expert weights ep when it does not shard them.
@@ -88,8 +88,9 @@ TEST_CASE("physics holds over 500 random configurations", "[invariants]") {
     CHECK(r.hbm_breakdown_bytes.at("gradients") == Approx(4 * local).epsilon(1e-12));
     const double dense_sync = c.sharded_optimizer ? static_cast<double>(c.dp) * cp_s * ep_s : 1.0;
     const double expert_sync = c.sharded_optimizer ? static_cast<double>(c.dp) * cp_s : 1.0;
+    const double moments = c.optimizer_moments_dtype == "bf16" ? 2 * 2 : 2 * 4;  // Adam's two moments
     CHECK(r.hbm_breakdown_bytes.at("optimizer_state") ==
-          Approx(8 * (P_dense / dense_shards / dense_sync + P_expert / expert_shards / expert_sync)).epsilon(1e-12));
+          Approx(moments * (P_dense / dense_shards / dense_sync + P_expert / expert_shards / expert_sync)).epsilon(1e-12));
     // No queue sends faster than the fastest link it could use.
     const double link = std::max(sys.scale_up.per_gpu_bytes_per_s_per_direction, sys.scale_out.per_gpu_bytes_per_s_per_direction);
     for (const auto& [q, bytes] : r.comm_bytes) {

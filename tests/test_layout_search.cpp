@@ -233,6 +233,11 @@ TEST_CASE("the Megatron arguments say what a config sets", "[layout][plan]") {
   c.mtp_layers = 1;
   CHECK_THAT(megatron_settings(c), Catch::Contains("--mtp-num-layers 1"));
   CHECK_THAT(maxtext_settings(c), Catch::Contains("mtp_num_layers=1"));
+  // bf16 Adam moments: Megatron's precision-aware optimizer; MaxText's mu_dtype covers the first moment only.
+  CHECK_THAT(megatron_settings(c), !Catch::Contains("precision-aware"));
+  c.optimizer_moments_dtype = "bf16";
+  CHECK_THAT(megatron_settings(c), Catch::Contains("--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16"));
+  CHECK_THAT(maxtext_settings(c), Catch::Contains("mu_dtype=bfloat16") && Catch::Contains("only the first moment"));
 }
 
 TEST_CASE("best-policy over a batch list answers each batch as the single-batch search does", "[plan][cli]") {

@@ -464,6 +464,25 @@ TEST_CASE("framework megatron keeps bf16 weights, fp32 gradients and 12 optimize
   CHECK_THROWS_WITH(run_simulation(c), Catch::Contains("framework = \"nemo\" (expected maxtext or megatron)"));
 }
 
+TEST_CASE("optimizer_moments_dtype bf16 stores Adam's two moments in 2 bytes each", "[paths]") {
+  // Megatron's precision-aware optimizer with bf16 exp_avg and exp_avg_sq: the optimizer state per parameter is
+  // the fp32 master weight plus two bf16 moments, 4 + 2 + 2 = 8 bytes instead of 12; MaxText's (no master copy)
+  // 2 + 2 = 4 instead of 8. Llama 8B on 16 GPUs as dp 2 x fsdp 8: P / 8 per device, the state split over dp 2.
+  RunConfig c = megatron_8b_dp2_fsdp8();
+  const double P = resolve_model(c.model).total_params();
+  const auto fp32 = run_simulation(c);
+  c.optimizer_moments_dtype = "bf16";
+  const auto bf16 = run_simulation(c);
+  CHECK(bf16.hbm_breakdown_bytes.at("optimizer_state") == Approx(8 * P / 8 / 2).epsilon(1e-12));
+  CHECK(bf16.hbm_breakdown_bytes.at("parameters") == fp32.hbm_breakdown_bytes.at("parameters"));
+  CHECK(bf16.hbm_breakdown_bytes.at("gradients") == fp32.hbm_breakdown_bytes.at("gradients"));
+  CHECK(bf16.step_time_s <= fp32.step_time_s);  // Adam reads and writes fewer bytes
+  c.framework = "maxtext";
+  CHECK(run_simulation(c).hbm_breakdown_bytes.at("optimizer_state") == Approx(4 * P / 8 / 2).epsilon(1e-12));
+  c.optimizer_moments_dtype = "fp8";
+  CHECK_THROWS_WITH(run_simulation(c), Catch::Contains("optimizer_moments_dtype = \"fp8\" (expected fp32 or bf16)"));
+}
+
 TEST_CASE("grad_reduce_dtype bf16 halves the gradient buffer and every gradient collective", "[paths]") {
   // Megatron's grad_reduce_in_fp32 off (Megatron-Bridge's performance configs): main_grad is bf16, 2 bytes per
   // parameter instead of 4, and the data-parallel reduce-scatters send half the bytes; the parameter

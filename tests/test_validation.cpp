@@ -190,6 +190,10 @@ TEST_CASE("Validation mapping: DeepSeek-V3 on 256 DGX B300s, pp 8 x ep 8, MXFP8,
   // NeMo 25.04's DeepSeek-V3 script: DeepEP on H100, the alltoall dispatcher on Blackwell.
   CHECK(mapped("DGXC-05,NeMo 25.04.01,H100,1024,DeepSeek-V3,BF16,4096,1,8192,1,16,1,1,64,DP64,,,163.7,52.04,16.55%,,").moe_dispatcher == "flex");
   CHECK(mapped("DGXC-05,NeMo 25.04.01,GB200,128,DeepSeek-V3,BF16,4096,1,1024,1,4,1,1,32,DP32,,,249.3,34.168,10.18%,,").moe_dispatcher == "alltoall");
+  // Megatron-Bridge's DeepSeek-V3 recipe: the precision-aware optimizer with bf16 moments; NeMo's keeps fp32.
+  CHECK(c.optimizer_moments_dtype == "bf16");
+  CHECK(mapped("DGXC-05,NeMo 25.04.01,H100,1024,DeepSeek-V3,BF16,4096,1,8192,1,16,1,1,64,DP64,,,163.7,52.04,16.55%,,").optimizer_moments_dtype == "fp32");
+  CHECK(mapped("MBA,26.04.01,DGX-GB300,64,Llama3-70B,MXFP8,8192,1,256,1,4,5,1,-,DDP,,4864,2186,,,,").optimizer_moments_dtype == "fp32");
 }
 
 TEST_CASE("Validation mapping: Mixtral 8x7B, ep 8 carved out of the 64 data-parallel ranks (derived by hand)", "[validation]") {

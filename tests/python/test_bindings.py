@@ -318,7 +318,7 @@ FLAG_TEXTS = {  # a valid flag text per number / integer field (the default conf
 TEXT_VALUES = {"policy": "save_qkv_proj", "weights": "fp8", "attention_dtype": "fp8", "cp_exchange": "ring",
                "mesh_order": "megatron", "pp_schedule": "gpipe", "system": "h200-hgx", "model": "llama3.1-70b",
                "layer_policies": "0-3:minimal", "optimizer_offload": "device",
-               "moe_dispatcher": "flex"}
+               "moe_dispatcher": "flex", "optimizer_moments_dtype": "bf16"}
 
 
 def _cli_or_error(cli, *args):
