@@ -134,14 +134,15 @@ MeasuredRun measured_from_maxtext_log(const std::string& log_path, const std::st
 std::vector<MeasuredRun> measured_from_corpus(const std::vector<PublishedRun>& runs, const std::string& calibration, int jobs) {
   std::vector<MeasuredRun> out;
   for (const ValidationRow& row : validate_runs(runs, calibration, jobs)) {
-    if (!row.predicted || !row.run.tok_s_gpu || !row.mapping.config) continue;
+    const auto measured = measured_tok_s_gpu(row.run);
+    if (!row.predicted || !measured || !row.mapping.config) continue;
     const StepReport& p = *row.predicted;
     MeasuredRun m;
     m.id = "corpus row " + std::to_string(row.run.row) + " (" + row.run.src + ")";
     m.group = row.run.src;
     m.config = *row.mapping.config;
     m.config.calibration.clear();  // the fit sets the profile it tries
-    m.tflops_per_device = *row.run.tok_s_gpu * p.model_flops_per_device / p.tokens_per_device_per_step / 1e12;
+    m.tflops_per_device = *measured * p.model_flops_per_device / p.tokens_per_device_per_step / 1e12;
     out.push_back(std::move(m));
   }
   return out;

@@ -165,6 +165,14 @@ std::vector<PublishedRun> parse_published_runs(const std::string& text, const st
   return out;
 }
 
+bool tok_s_from_step_time(const PublishedRun& r) { return !r.tok_s_gpu && r.step_s && *r.step_s > 0; }
+
+std::optional<double> measured_tok_s_gpu(const PublishedRun& r) {
+  if (r.tok_s_gpu) return r.tok_s_gpu;
+  if (!tok_s_from_step_time(r)) return std::nullopt;
+  return static_cast<double>(r.gbs) * static_cast<double>(r.seq) / (*r.step_s * static_cast<double>(r.gpus));
+}
+
 std::vector<PublishedRun> load_published_runs(const std::string& path) {
   if (path.empty()) {
     auto text = builtin_file(kBuiltin);

@@ -19,6 +19,13 @@ struct PublishedRun {
   std::optional<double> tok_s_gpu, tflops_gpu, step_s;
 };
 
+// Tokens per second per GPU as measured: tok_s_gpu where the source prints it, else from its step time,
+// gbs x seq / (step_s x gpus) (the dgxc-benchmarking READMEs print step time and total tokens/s, not tokens/s
+// per GPU). Empty when the source gives neither.
+std::optional<double> measured_tok_s_gpu(const PublishedRun& r);
+// True when measured_tok_s_gpu comes from step_s.
+bool tok_s_from_step_time(const PublishedRun& r);
+
 // Parses the CSV text; `origin` names the file in errors. A missing column, or a cell that is not a number
 // where one is expected, is bad input naming the file, the row, the column and the value.
 std::vector<PublishedRun> parse_published_runs(const std::string& text, const std::string& origin);

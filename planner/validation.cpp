@@ -359,7 +359,8 @@ std::vector<ValidationRow> validate_runs(const std::vector<PublishedRun>& runs, 
   });
   fit_unstated_recompute(rows, calibration, jobs);
   for (auto& row : rows)
-    if (row.predicted && row.run.tok_s_gpu) row.error = row.predicted->tokens_per_s_per_device / *row.run.tok_s_gpu - 1;
+    if (auto measured = measured_tok_s_gpu(row.run); row.predicted && measured)
+      row.error = row.predicted->tokens_per_s_per_device / *measured - 1;
   return rows;
 }
 

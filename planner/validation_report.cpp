@@ -75,7 +75,8 @@ std::string validation_layout(const ValidationRow& row) {
 
 std::string validation_note(const ValidationRow& row) {
   std::string note = row.reason;
-  if (note.empty() && !row.run.tok_s_gpu) note = "no measured tokens/s";
+  if (note.empty() && !measured_tok_s_gpu(row.run)) note = "no measured tokens/s";
+  if (tok_s_from_step_time(row.run)) note += std::string(note.empty() ? "" : "; ") + "measured tokens/s from step_s";
   for (const auto& r : row.mapping.remarks) note += (note.empty() ? "" : "; ") + r;
   return note;
 }
@@ -144,8 +145,9 @@ const std::vector<std::string>& validation_rules() {
       "megatron`: each copy direction one stream; a layer's D2H waited for n - N layers on, its reload issued "
       "n - 1 - N layers ahead; TE 2.10's cpu_offload.py). "
       "flash-attn2 and TE name the kernels hbmsim's costs already assume.",
-      "**SFT / LoRA** rows: not expressible (hbmsim simulates pre-training steps). A row without a measured tok_s_gpu "
-      "is simulated when expressible but is in no error statistic. A configuration hbmsim refuses is listed with its "
+      "**SFT / LoRA** rows: not expressible (hbmsim simulates pre-training steps). A row without tok_s_gpu takes its "
+      "measured tokens/s from its step time, gbs x seq / (step_s x GPUs) (the dgxc-benchmarking READMEs print the "
+      "step time and the total tokens/s); a row with neither is simulated when expressible but is in no error statistic. A configuration hbmsim refuses is listed with its "
       "error text.",
       "**error** = predicted / measured tokens/s per GPU - 1; MAPE is the mean of |error| over the expressed, measured "
       "rows, the median is of |error|. Rows predicted not to fit are kept in the statistics and marked in `fits`.",
@@ -172,7 +174,7 @@ nlohmann::json validation_json(const std::vector<ValidationRow>& rows, const Val
                    {"expressed", r.expressed()},
                    {"reason", r.reason},
                    {"note", validation_note(r)},
-                   {"measured_tokens_per_s_per_gpu", opt(r.run.tok_s_gpu)},
+                   {"measured_tokens_per_s_per_gpu", opt(measured_tok_s_gpu(r.run))},
                    {"measured_tflops_per_gpu", opt(r.run.tflops_gpu)},
                    {"predicted_tokens_per_s_per_gpu", p ? nlohmann::json(p->tokens_per_s_per_device) : nlohmann::json(nullptr)},
                    {"error", opt(r.error)},
@@ -209,7 +211,7 @@ std::string validation_csv(const std::vector<ValidationRow>& rows) {
   for (const auto& r : rows) {
     const auto& p = r.predicted;
     out += std::to_string(r.run.row) + "," + q(r.run.src) + "," + q(r.run.system) + "," + std::to_string(r.run.gpus) + "," +
-           q(r.run.model) + "," + q(r.run.prec) + "," + q(validation_layout(r)) + "," + (r.run.tok_s_gpu ? fmt(*r.run.tok_s_gpu, 1) : "") +
+           q(r.run.model) + "," + q(r.run.prec) + "," + q(validation_layout(r)) + "," + (measured_tok_s_gpu(r.run) ? fmt(*measured_tok_s_gpu(r.run), 1) : "") +
            "," + (p ? fmt(p->tokens_per_s_per_device, 1) : "") + "," + (r.error ? fmt(*r.error, 4) : "") + "," +
            (p ? fmt(p->tflops_per_device, 1) : "") + "," + (p ? fmt(p->hbm_peak_bytes / 1073741824.0, 1) : "") + "," +
            (p ? (p->fits ? "yes" : "no") : "") + "," + q(validation_note(r)) + "\n";
@@ -248,7 +250,7 @@ std::string validation_markdown(const std::vector<ValidationRow>& rows, const Va
     const auto& p = r.predicted;
     out += "| " + std::to_string(r.run.row) + " | " + md_cell(r.run.src) + " | " + md_cell(r.run.system) + " | " +
            std::to_string(r.run.gpus) + " | " + md_cell(r.run.model) + " | " + md_cell(r.run.prec) + " | " + md_cell(validation_layout(r)) +
-           " | " + (r.mapping.config ? policy_text(*r.mapping.config) : "-") + " | " + (r.run.tok_s_gpu ? fmt(*r.run.tok_s_gpu, 0) : "-") +
+           " | " + (r.mapping.config ? policy_text(*r.mapping.config) : "-") + " | " + (measured_tok_s_gpu(r.run) ? fmt(*measured_tok_s_gpu(r.run), 0) : "-") +
            " | " + (p ? fmt(p->tokens_per_s_per_device, 0) : "-") + " | " + (r.error ? pct(*r.error) : "-") + " | " +
            (p ? fmt(p->tflops_per_device, 1) : "-") + " | " + (p ? fmt(p->hbm_peak_bytes / 1073741824.0, 1) : "-") + " | " +
            (p ? (p->fits ? "yes" : "**no**") : "-") + " | " + md_cell(validation_note(r)) + " |\n";

@@ -292,6 +292,21 @@ TEST_CASE("Validation mapping: what cannot be expressed says why", "[validation]
   CHECK_THAT(m.remarks[0], Catch::Contains("GA32") && Catch::Contains("64"));
 }
 
+TEST_CASE("Validation: a row without tokens/s takes it from its step time (derived by hand)", "[validation]") {
+  // dgxc-benchmarking's Llama 3.1 405B BF16 row: gbs 64 x seq 8192 tokens per 9.347 s step on 128 GPUs
+  // = 438.2 tokens/s per GPU, which its README prints as 56,092 tokens/s in total (56092 / 128 = 438.2).
+  auto r = one_row("DGXC-05,NeMo 25.04.01,GB200,128,Llama3.1-405B,BF16,8192,1,64,4,8,8,2,-,DP2,,,,9.347,47.4%,,total 56092");
+  REQUIRE(measured_tok_s_gpu(r));
+  CHECK(*measured_tok_s_gpu(r) == Approx(64.0 * 8192 / (9.347 * 128)).epsilon(1e-12));
+  CHECK(*measured_tok_s_gpu(r) == Approx(56092.0 / 128).epsilon(1e-4));
+  CHECK(tok_s_from_step_time(r));
+  // A printed tok_s_gpu wins over the step time; neither: no measurement.
+  r = one_row("MBA,26.04.01,DGX-GB300,64,Llama3-70B,MXFP8,8192,1,256,1,4,5,1,-,DDP,,4864,2186,1.5,,,");
+  CHECK(*measured_tok_s_gpu(r) == 4864);
+  CHECK_FALSE(tok_s_from_step_time(r));
+  CHECK_FALSE(measured_tok_s_gpu(one_row("MBA,26.04.01,DGX-GB300,64,Llama3-70B,MXFP8,8192,1,256,1,4,5,1,-,DDP,,,,,,,")));
+}
+
 TEST_CASE("Validation: a bad runs file names the file, row, column and value", "[validation]") {
   CHECK_THROWS_WITH(parse_published_runs("src,system\nMBA,DGX-H100\n", "runs.csv"),
                     Catch::Contains("runs.csv") && Catch::Contains("missing column \"container\""));
