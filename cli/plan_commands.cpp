@@ -132,8 +132,10 @@ void register_calibrate(CLI::App& app) {
       if (*max_evals < 1) throw InputError("--max-evaluations = " + std::to_string(*max_evals) + " (must be >= 1)");
       if (with_corpus) {
         // The corpus rows' unstated recompute is resolved once, on datasheet figures (it depends on memory).
-        auto rows = measured_from_corpus(load_published_runs(*corpus_runs), "", *jobs);
-        measured.insert(measured.end(), rows.begin(), rows.end());
+        auto corpus_rows = measured_from_corpus(load_published_runs(*corpus_runs), "", *jobs);
+        for (const auto& why : corpus_rows.outliers)
+          std::fprintf(stderr, "calibrate fit: left out, more than %gx off on datasheet figures: %s\n", kCorpusOutlierRatio, why.c_str());
+        measured.insert(measured.end(), corpus_rows.runs.begin(), corpus_rows.runs.end());
       }
       if (measured.empty()) throw InputError("calibrate fit: no measured runs (--no-seed-runs without --maxtext or --corpus)");
       FitOptions o;

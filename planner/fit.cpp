@@ -131,8 +131,8 @@ MeasuredRun measured_from_maxtext_log(const std::string& log_path, const std::st
   return m;
 }
 
-std::vector<MeasuredRun> measured_from_corpus(const std::vector<PublishedRun>& runs, const std::string& calibration, int jobs) {
-  std::vector<MeasuredRun> out;
+CorpusRuns measured_from_corpus(const std::vector<PublishedRun>& runs, const std::string& calibration, int jobs) {
+  CorpusRuns out;
   for (const ValidationRow& row : validate_runs(runs, calibration, jobs)) {
     const auto measured = measured_tok_s_gpu(row.run);
     if (!row.predicted || !measured || !row.mapping.config) continue;
@@ -143,7 +143,12 @@ std::vector<MeasuredRun> measured_from_corpus(const std::vector<PublishedRun>& r
     m.config = *row.mapping.config;
     m.config.calibration.clear();  // the fit sets the profile it tries
     m.tflops_per_device = *measured * p.model_flops_per_device / p.tokens_per_device_per_step / 1e12;
-    out.push_back(std::move(m));
+    const double ratio = p.tokens_per_s_per_device / *measured;
+    if (ratio > kCorpusOutlierRatio || ratio < 1 / kCorpusOutlierRatio) {
+      out.outliers.push_back(m.id + ": predicted " + format_number(ratio) + "x the measurement");
+      continue;
+    }
+    out.runs.push_back(std::move(m));
   }
   return out;
 }

@@ -36,8 +36,17 @@ std::vector<MeasuredRun> measured_from_reference(const std::vector<ReferenceRun>
 MeasuredRun measured_from_maxtext_log(const std::string& log_path, const std::string& config_path, int skip_steps = 2);
 // The validation corpus's measured rows (planner/validation.hpp), as validate expresses them under `calibration`
 // (an unstated recompute resolved there, then fixed): tokens/s per GPU as TFLOP/s per device in hbmsim's
-// FLOP count (the ratio to a prediction is the same), grouped by source. Rows not expressed are skipped.
-std::vector<MeasuredRun> measured_from_corpus(const std::vector<PublishedRun>& runs, const std::string& calibration, int jobs);
+// FLOP count (the ratio to a prediction is the same), grouped by source. Rows not expressed are skipped, and
+// so are outliers: rows whose prediction under `calibration` is more than kCorpusOutlierRatio times off the
+// measurement either way, which no efficiency scale explains (NeMo 25.04's DeepSeek-V3 on GB200 ran at a third
+// of what the same model later ran on the same racks); a least-squares fit in log space would bend every
+// scale toward one such row. They stay in validate's statistics.
+constexpr double kCorpusOutlierRatio = 2;
+struct CorpusRuns {
+  std::vector<MeasuredRun> runs;
+  std::vector<std::string> outliers;  // "corpus row 50 (DGXC-05): predicted 4.44x the measurement"
+};
+CorpusRuns measured_from_corpus(const std::vector<PublishedRun>& runs, const std::string& calibration, int jobs);
 
 struct Residual {
   std::string id, group;  // the run's, and its MeasuredRun::group

@@ -532,10 +532,16 @@ TEST_CASE("corpus rows become measured runs in hbmsim's FLOP count, with their s
   const std::string csv =
       "src,container,system,gpus,model,prec,seq,mbs,gbs,tp,pp,vp,cp,ep,dp_fsdp,remat_offload,tok_s_gpu,tflops_gpu,step_s,mfu,mem,notes\n"
       "MBA,26.04.01,DGX-A100,64,Llama3-70B,BF16,8192,1,128,1,1,-,1,-,DDP,,1000,,,,,\n"
-      "MBA,25.11,DGX-H100,8,Llama3-8B,FP8-CS,8192,1,128,1,1,-,1,-,FSDP8,recipe@HEAD full recompute block 5 layers,14451,744,,,,GA16\n";
+      "MBA,25.11,DGX-H100,8,Llama3-8B,FP8-CS,8192,1,128,1,1,-,1,-,FSDP8,recipe@HEAD full recompute block 5 layers,14451,744,,,,GA16\n"
+      "MBA,25.11,DGX-H100,8,Llama3-8B,FP8-CS,8192,1,128,1,1,-,1,-,FSDP8,recipe@HEAD full recompute block 5 layers,1445,74,,,,GA16\n";
   const auto runs = parse_published_runs(csv, "test.csv");
-  const auto measured = measured_from_corpus(runs, "", 1);
+  const auto corpus = measured_from_corpus(runs, "", 1);
+  const auto& measured = corpus.runs;
   REQUIRE(measured.size() == 1);  // the A100 row names no built-in system
+  // The third row claims a tenth of the second's tokens/s on the same configuration: more than 2x off any
+  // prediction that is within 2x of the second, so it is an outlier the fit leaves out.
+  REQUIRE(corpus.outliers.size() == 1);
+  CHECK_THAT(corpus.outliers[0], Catch::StartsWith("corpus row 3 (MBA): predicted "));
   CHECK(measured[0].id == "corpus row 2 (MBA)");
   CHECK(measured[0].group == "MBA");
   // Its TFLOP/s stands to hbmsim's prediction as the measured tokens/s to the predicted ones.
