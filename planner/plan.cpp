@@ -457,6 +457,8 @@ std::string maxtext_settings(const RunConfig& c) {
   out += " scan_layers=true";
   if (c.moe_batch_split > 1)
     out += " use_batch_split_schedule=true batch_split_factor=" + std::to_string(c.moe_batch_split);
+  if (c.expert_tp == 1 && c.tp > 1)
+    out += " (expert_tp 1: MaxText shards every expert over tensor parallelism; folding them over it is a Megatron setting)";
   if (c.ep > 1 && c.moe_dispatcher == "flex")
     out += " (moe_dispatcher flex: DeepEP/HybridEP deduplication, which MaxText's ragged all-to-all does not do)";
   if (c.mtp_layers > 0) out += " mtp_num_layers=" + std::to_string(c.mtp_layers);
@@ -488,6 +490,7 @@ std::string megatron_settings(const RunConfig& c) {
   if (c.ep > 1)
     out += c.moe_dispatcher == "flex" ? " --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep (or hybridep)"
                                       : " --moe-token-dispatcher-type alltoall";
+  if (c.expert_tp == 1 && c.tp > 1) out += " --expert-tensor-parallel-size 1";
   if (c.tp > 1 && c.sequence_parallel) out += " --sequence-parallel";
   if (c.mtp_layers > 0) out += " --mtp-num-layers " + std::to_string(c.mtp_layers);
   if (c.micro_batch > 0) out += " --micro-batch-size " + std::to_string(c.micro_batch);

@@ -153,6 +153,18 @@ TrainingSpec training_shape(const RunConfig& c) {
   p.sharded_optimizer = c.sharded_optimizer;
   p.cp_shards_weights = c.cp_shards_weights;
   p.ep_shards_weights = c.ep_shards_weights;
+  // Folding: the user's ep is Megatron's expert group (expert_model_parallel_size), which spans tp; the mesh's
+  // ep axis is the part of it carved out of data parallelism.
+  if (c.expert_tp == 1 && c.tp > 1) {
+    if (c.ep % c.tp != 0)
+      throw InputError("ep = " + std::to_string(c.ep) + " (with expert_tp = 1 the expert group spans tp = " + std::to_string(c.tp) +
+                       ": ep must be a multiple of it)");
+    p.ep = c.ep / c.tp;
+    p.experts_fold_tp = true;
+  } else if (c.expert_tp != 0 && c.expert_tp != c.tp) {
+    throw InputError("expert_tp = " + std::to_string(c.expert_tp) + " (expected 0 or tp = " + std::to_string(c.tp) +
+                     ", or 1: experts folded over tp)");
+  }
   if (c.moe_dispatcher == "flex") p.moe_dispatcher = MoeDispatcher::flex;
   else if (c.moe_dispatcher != "alltoall")
     throw InputError("moe_dispatcher = " + quote(c.moe_dispatcher) + " (expected alltoall or flex)");

@@ -45,6 +45,7 @@ struct RunConfig {
   bool cp_shards_weights = true;
   bool ep_shards_weights = true;  // the expert axis shards the non-expert weights too (MaxText)
   std::string moe_dispatcher = "alltoall";  // alltoall (a copy per chosen expert) or flex (DeepEP, HybridEP)
+  std::int64_t expert_tp = 0;  // Megatron expert_tensor_parallel_size: 0 (= tp) or 1 (experts folded over tp)
   bool tp_comm_overlap = false;
   bool dp_overlap = true;
   std::int64_t moe_batch_split = 1;     // MoE layers run as this many micro-batches (MaxText batch split)

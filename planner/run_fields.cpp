@@ -79,6 +79,11 @@ const std::vector<RunField> kFields = {
      "expert; MaxText's ragged all-to-all too) or flex (DeepEP, HybridEP: one copy per destination GPU and one "
      "per destination scale-up domain, forwarded inside it over the scale-up path)",
      &C::moe_dispatcher},
+    {"expert_tp", "--expert-tp",
+     "Expert tensor parallelism (Megatron expert_tensor_parallel_size): 0 (as tp: each tp rank holds a slice of "
+     "every local expert) or 1 with tp > 1 (MoE parallel folding: experts whole, partitioned over an expert group "
+     "of ep GPUs that spans tp, ep a multiple of tp; each rank routes its own sequence shard)",
+     &C::expert_tp, FieldCheck::non_negative},
     {"grad_reduce_dtype", "--grad-reduce-dtype",
      "The gradient buffer's dtype and its reductions' (Megatron's grad_reduce_in_fp32): fp32 (MaxText; Megatron-LM "
      "with bf16) or bf16 (Megatron-Bridge's and NeMo's performance recipes set grad_reduce_in_fp32 off)",

@@ -61,7 +61,8 @@ nlohmann::json resolved_run(const RunConfig& c, const PreparedRun& run) {
       {"calibration_system", run.system.calibration_system},
       {"calibration_text", calibration_text(run.system)}};
   if (!run.policy.layer_rules.empty()) j["layer_policies"] = layer_rules_text(run.policy);
-  if (p.ep > 1) j["moe_dispatcher"] = c.moe_dispatcher;
+  if (p.expert_group() > 1) j["moe_dispatcher"] = c.moe_dispatcher;
+  if (p.experts_fold_tp) j["expert_group"] = p.expert_group();
   if (p.pp > 1) {
     j["pp_schedule"] = c.pp_schedule;
     j["stage_policies"] = c.stage_policies;
@@ -74,7 +75,9 @@ std::vector<std::string> resolved_run_lines(const nlohmann::json& j) {
   auto i = [&](const char* k) { return std::to_string(j.at(k).get<std::int64_t>()); };
   std::vector<std::string> lines;
   lines.push_back("run          " + s("model") + " on " + i("gpus") + " x " + s("system") + " GPUs");
-  lines.push_back("layout       " + s("layout") + (j.contains("moe_dispatcher") ? ", MoE dispatcher " + s("moe_dispatcher") : ""));
+  lines.push_back("layout       " + s("layout") +
+                  (j.contains("expert_group") ? ", experts whole over ep x tp = " + i("expert_group") + " GPUs (expert_tp 1)" : "") +
+                  (j.contains("moe_dispatcher") ? ", MoE dispatcher " + s("moe_dispatcher") : ""));
   const auto& d = j.at("degrees");
   const bool replica_spans_devices = d.at("tp").get<std::int64_t>() * d.at("cp").get<std::int64_t>() * d.at("pp").get<std::int64_t>() > 1;
   const std::string per = s("batch_meaning") == "megatron"
@@ -107,7 +110,7 @@ std::vector<std::string> run_warnings(const RunConfig& c, const PreparedRun& run
   std::vector<std::string> w;
   const TrainingSpec& t = run.graph.training;
   const ModelSpec& m = run.graph.model;
-  if (m.num_experts > 0 && t.parallelism.ep == 1 && t.gpus > 1)
+  if (m.num_experts > 0 && t.parallelism.expert_group() == 1 && t.gpus > 1)
     w.push_back(m.id + " is a mixture of experts run with ep 1 on " + std::to_string(t.gpus) +
                 " GPUs: every GPU runs all " + std::to_string(m.num_experts) + " experts; set ep (up to " +
                 std::to_string(std::gcd(m.num_experts, t.gpus)) + ", which divides both the experts and the GPUs)");

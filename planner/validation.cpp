@@ -225,14 +225,22 @@ RunMapping map_published_run(const PublishedRun& r) {
   if (r.gpus % model_parallel != 0)
     return no("gpus = " + str(r.gpus) + " is not divisible by tp x cp x pp = " + str(model_parallel));
   const std::int64_t replicas = r.gpus / model_parallel;
-  // Expert tensor parallelism other than tp (Megatron's MoE parallel folding, "ep (ETPn)") lays the experts over
-  // tp x dp ranks; hbmsim splits the experts over tp and takes ep beside it.
-  if (r.etp > 0 && r.etp != r.tp)
-    return no("expert tensor parallel ETP" + str(r.etp) + " differs from tp = " + str(r.tp) +
-              " (Megatron's MoE parallel folding); hbmsim splits experts over tp and places ep beside it");
-  if (replicas % r.ep != 0)
-    return no("ep = " + str(r.ep) + " does not divide the data-parallel size gpus / (tp x cp x pp) = " + str(replicas));
-  const std::int64_t left = replicas / r.ep;
+  // Expert tensor parallelism 1 under tp > 1 (Megatron's MoE parallel folding, "ep (ETP1)"): whole experts over
+  // an expert group of ep GPUs that spans tp, so ep / tp of it is carved out of data parallelism. Other ETPs
+  // (neither 1 nor tp) are not modelled.
+  const bool fold = r.etp == 1 && r.tp > 1;
+  if (r.etp > 0 && r.etp != r.tp && !fold)
+    return no("expert tensor parallel ETP" + str(r.etp) + " is neither 1 nor tp = " + str(r.tp) +
+              " (Megatron's MoE parallel folding with expert tensor parallelism: not modelled)");
+  if (fold && r.ep % r.tp != 0)
+    return no("ep = " + str(r.ep) + " with ETP1 is not a multiple of tp = " + str(r.tp));
+  if (fold && r.cp > 1) return no("ETP1 with cp = " + str(r.cp) + " (experts folded over tp and cp: not modelled)");
+  const std::int64_t carved = fold ? r.ep / r.tp : r.ep;  // the part of the expert group outside tp
+  if (fold) c.expert_tp = 1;
+  if (replicas % carved != 0)
+    return no("ep = " + str(r.ep) + " does not divide the data-parallel size gpus / (tp x cp x pp) = " + str(replicas) +
+              (fold ? " x tp" : ""));
+  const std::int64_t left = replicas / carved;
   const std::string& d = r.dp_fsdp;
   if (d == "DDP") {
     // DDP: data parallel with the distributed optimizer (PUBLISHED_RUNS.md), optimizer state sharded over dp x cp.

@@ -50,7 +50,7 @@ std::string summary_md_row(const std::string& kind, const ErrorSummary& s) {
 std::string reason_kind(const std::string& reason) {
   auto has = [&](const char* w) { return reason.find(w) != std::string::npos; };
   if (reason.rfind("hbmsim refuses: ", 0) == 0) return reason;
-  if (has("MoE parallel folding")) return "expert tensor parallel (ETP) other than tp: Megatron's MoE parallel folding";
+  if (has("MoE parallel folding")) return "expert tensor parallel (ETP) neither 1 nor tp: Megatron's MoE parallel folding with ETP > 1";
   return reason;
 }
 
@@ -127,8 +127,10 @@ const std::vector<std::string>& validation_rules() {
       "distributed optimizer (`sharded_optimizer on`, `fsdp 1`); FSDP / FSDPn -> `fsdp` n (all of those ranks when n is "
       "not given; Megatron FSDP shards parameters, gradients and optimizer state, as ZeRO-3), `dp` the rest; DPn -> "
       "Megatron data-parallel size n (checked against the layout), with the distributed optimizer as DDP (the NeMo and "
-      "Megatron-Bridge recipes' default; the FlagPerf tables do not say). `ep (ETPn)` with n other than tp is Megatron's MoE parallel "
-      "folding: not expressible (hbmsim splits experts over tp and places ep beside it).",
+      "Megatron-Bridge recipes' default; the FlagPerf tables do not say). `ep (ETP1)` with tp > 1 is Megatron's MoE parallel "
+      "folding: `expert_tp 1`, whole experts over an expert group of ep GPUs that spans tp, so that ep / tp of it is "
+      "carved out of the replicas (`dp` = gpus x tp / (tp x cp x pp x ep)); `ep (ETPn)` with n neither 1 nor tp is "
+      "not expressible.",
       "**remat_offload** (`recipe@REV` only says where the setting was read): nothing stated -> Megatron's default, no "
       "recompute: `no_recompute`, which keeps what every backward op reads, as autograd does (each linear layer's "
       "input, sharded where sequence parallelism gathers it again in the backward; q, k, v and the attention output; "
@@ -241,7 +243,9 @@ std::string validation_markdown(const std::vector<ValidationRow>& rows, const Va
       if (!kinds.count(k)) order.push_back(k);
       ++kinds[k];
     }
-  out += "\n## Not expressed\n\n| rows | reason |\n|---|---|\n";
+  out += "\n## Not expressed\n\n";
+  if (order.empty()) out += "Every row is expressed.\n";
+  else out += "| rows | reason |\n|---|---|\n";
   for (const auto& k : order) out += "| " + std::to_string(kinds[k]) + " | " + md_cell(k) + " |\n";
   out += "\n## Runs\n\n";
   out += "| # | src | system | GPUs | model | prec | layout | policy | measured tok/s/GPU | predicted | error | TFLOP/s pred | HBM GiB | "

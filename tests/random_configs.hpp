@@ -49,6 +49,7 @@ inline RunConfig random_config(std::mt19937& rng) {
   if (moe) {
     c.moe_dispatcher = coin() ? "flex" : "alltoall";
     c.mtp_layers = coin() ? 1 : 0;
+    if (c.tp > 1 && c.cp == 1 && c.ep % c.tp == 0 && coin()) c.expert_tp = 1;  // experts folded over tp
   }
   c.optimizer_moments_dtype = coin() ? "bf16" : "fp32";
   return c;

@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include "hwmodels/builtin.hpp"
+#include "planner/plan.hpp"
 #include "planner/run_config.hpp"
 #include "workloads/model.hpp"
 
@@ -161,6 +162,66 @@ TEST_CASE("Megatron's expert parallelism keeps the non-expert weights whole and 
   CHECK(maxtext.hbm_breakdown_bytes.at("parameters") == Approx(2 * P / 64).epsilon(1e-12));
   CHECK(maxtext.hbm_breakdown_bytes.at("optimizer_state") == Approx(12 * P / 64).epsilon(1e-12));
   CHECK(maxtext.comm_bytes.at("fsdp") > 0);
+}
+
+TEST_CASE("expert_tp 1 folds the experts over tp: whole experts, one all-to-all over ep x tp, no tp gather", "[parallel][ep]") {
+  // DeepSeek-V3 on 64 GB200s at tp 2, Megatron state, distributed optimizer, every GPU holding 1/64 of the
+  // experts' weights in one of two ways:
+  // - as today (expert tensor parallelism = tp): ep 32 beside tp 2; each GPU has 8 experts, each split over tp;
+  //   the dispatched tokens are all-gathered over tp before the experts and reduce-scattered after them;
+  // - folded (expert_tp 1, Megatron's MoE parallel folding): an expert group of 64 that spans tp (ep axis 32
+  //   x tp 2); each GPU has 4 whole experts and runs its own sequence shard's tokens through them.
+  // Worked out by hand:
+  // - the same bytes per GPU: 2 x (P_dense / 2 + P_expert / 64);
+  // - the same expert GEMM FLOPs per GPU: (T / 2) k tokens x the whole width = T k tokens x half of it;
+  // - the same T / 2 x k tokens per GPU into the all-to-all, of which (G - 1) / G leave: G = 64 against 32;
+  // - the same gradient sums (expert data parallelism 1, the dense weights over dp x ep = 32 in both);
+  // - less tp traffic: the tokens' gathers and scatters are gone.
+  RunConfig c;
+  c.model = "deepseek-v3-671b";
+  c.system = "gb200-nvl72";
+  c.gpus = 64;
+  c.tp = 2;
+  c.ep = 32;
+  c.seq = 1024;
+  c.micro_batch = 1;
+  c.policy = "full";
+  c.framework = "megatron";
+  c.mesh_order = "megatron";
+  c.sharded_optimizer = true;
+  c.ep_shards_weights = false;
+  c.hbm_bytes = 1e13;  // only the accounting matters here
+  const ModelSpec m = builtin_model(c.model);
+  const double P = m.total_params(), P_expert = static_cast<double>(m.moe_layers()) * m.expert_params_per_layer();
+  const auto split = run_simulation(c);
+  c.expert_tp = 1;
+  c.ep = 64;
+  const auto folded = run_simulation(c);
+  const auto graph = prepare_run(c).graph;
+  CHECK(graph.mesh.size(Axis::ep) == 32);
+  CHECK(graph.mesh.size(Axis::dp) == 1);
+  CHECK(folded.hbm_breakdown_bytes.at("parameters") == Approx(2 * ((P - P_expert) / 2 + P_expert / 64)).epsilon(1e-12));
+  CHECK(folded.hbm_breakdown_bytes.at("parameters") == Approx(split.hbm_breakdown_bytes.at("parameters")).epsilon(1e-12));
+  CHECK(folded.executed_flops_per_device == Approx(split.executed_flops_per_device).epsilon(1e-12));
+  CHECK(folded.comm_bytes.at("ep") == Approx(split.comm_bytes.at("ep") * (63.0 / 64) / (31.0 / 32)).epsilon(1e-12));
+  CHECK(folded.comm_bytes.at("dp") == Approx(split.comm_bytes.at("dp")).epsilon(1e-12));
+  CHECK(folded.comm_bytes.at("tp") < split.comm_bytes.at("tp"));
+  const LayerTemplate& moe = graph.templates[static_cast<std::size_t>(graph.layer_template.back())];
+  REQUIRE(moe.kind == "moe");
+  for (const OpDef& op : moe.ops) {
+    CHECK(op.name != "moe_all_gather");
+    if (op.name == "dispatch_a2a") CHECK(op.comm.group == (AxisSet{Axis::ep, Axis::tp}));
+  }
+  CHECK(megatron_settings(c).find("--expert-tensor-parallel-size 1") != std::string::npos);
+  // The expert group must be a multiple of tp, and only 1 or tp are expert tensor parallel degrees hbmsim runs.
+  c.ep = 8;
+  c.tp = 4;
+  c.gpus = 32;
+  c.expert_tp = 2;
+  CHECK_THROWS_WITH(run_simulation(c), Catch::Contains("expert_tp = 2 (expected 0 or tp = 4, or 1"));
+  c.expert_tp = 1;
+  c.ep = 6;
+  CHECK_THROWS_WITH(run_simulation(c), Catch::Contains("ep = 6 (with expert_tp = 1 the expert group spans tp = 4"));
 }
 
 TEST_CASE("context parallelism divides activations by cp and exchanges keys and values by hand formula", "[parallel][cp]") {

@@ -265,13 +265,28 @@ TEST_CASE("Validation mapping: FlagPerf Llama 3 70B on H100, DP2, selective reco
             .tensors.at("context") == "remat");
 }
 
+TEST_CASE("Validation mapping: ETP1 under tp 2 folds the experts over tp (derived by hand)", "[validation]") {
+  // dgxc-benchmarking's DeepSeek-V3 on 128 GB200s: tp 2, pp 4, ep 32 with ETP1. Megatron's data-parallel size is
+  // 128 / (2 x 4) = 16; the expert group of 32 spans tp 2, so 32 / 2 = 16 of it is carved out of those 16
+  // replicas, leaving dp 1.
+  auto c = mapped("DGXC-05,NeMo 25.04.01,GB200,128,DeepSeek-V3,BF16,4096,1,1024,2,4,1,1,32 (ETP1),DP16,,,249.3,34.168,10.18%,,");
+  CHECK(c.expert_tp == 1);
+  CHECK(c.ep == 32);
+  CHECK(c.tp == 2);
+  CHECK(c.dp == 1);
+  CHECK(prepare_run(c).graph.mesh.size(Axis::ep) == 16);
+  // ETP equal to tp is today's split: nothing folded.
+  CHECK(mapped("X,1,GB200,128,DeepSeek-V3,BF16,4096,1,1024,2,4,1,1,16 (ETP2),DP16,,,,10,,,").expert_tp == 0);
+}
+
 TEST_CASE("Validation mapping: what cannot be expressed says why", "[validation]") {
   CHECK_THAT(not_expressed("MBA,26.04.01,DGX-GB300,64,Llama3-70B,FP8,8192,2,256,1,1,-,1,-,FSDP64,recipe@HEAD CPU act-offload,5248,2348,,,,"),
              Catch::Contains("number of offloaded layers is not stated"));
   CHECK_THAT(not_expressed("MBA,26.04.01,DGX-A100,64,Llama3-70B,BF16,8192,1,128,1,1,-,1,-,DDP,,1000,,,,,"),
              Catch::Contains("system \"DGX-A100\": no built-in system maps to it"));
-  CHECK_THAT(not_expressed("DGXC-05,NeMo 25.04.01,GB200,128,DeepSeek-V3,BF16,4096,1,1024,2,4,1,1,32 (ETP1),DP16,,,249.3,34.168,10.18%,,"),
-             Catch::Contains("ETP1") && Catch::Contains("tp = 2"));
+  // Expert tensor parallelism other than 1 or tp (folding with ETP > 1) is not modelled.
+  CHECK_THAT(not_expressed("X,1,GB200,128,DeepSeek-V3,BF16,4096,1,1024,4,4,1,1,32 (ETP2),DP8,,,,,,,"),
+             Catch::Contains("ETP2") && Catch::Contains("tp = 4"));
   CHECK_THAT(not_expressed("X,1,DGX-H100,8,Llama3-8B LoRA,BF16,8192,1,128,1,1,-,1,-,DDP,,1000,,,,,SFT"), Catch::Contains("fine-tuning"));
   CHECK_THAT(not_expressed("X,1,DGX-H100,8,Llama3-8B,FP16,8192,1,128,1,1,-,1,-,DDP,,1000,,,,,"), Catch::Contains("precision \"FP16\""));
   CHECK_THAT(not_expressed("X,1,DGX-H100,8,Llama3-8B,BF16,8192,1,128,1,1,-,1,-,DP3,,1000,,,,,"), Catch::Contains("DP3 disagrees"));

@@ -181,6 +181,7 @@ class BodyBuilder {
     sp_ = p.sequence_parallel && p.tp > 1;
     cp_exchange_ = p.cp_exchange;
     ep_ = p.ep;
+    fold_ = p.experts_fold_tp && p.tp > 1;
     dispatcher_ = p.moe_dispatcher;
     heads_ = static_cast<double>(m.num_query_heads) / tp_;
     seq_ = static_cast<double>(t.seq_len);
@@ -397,36 +398,40 @@ class BodyBuilder {
 
   // Routed experts as Megatron-Core runs them under tp: each rank routes its sequence shard, the tokens
   // travel to their experts' ranks (all-to-all over ep), are all-gathered over tp (each tp rank holds a
-  // slice of every local expert's width), and return the same way.
+  // slice of every local expert's width), and return the same way. Folded (expert tensor parallelism 1):
+  // the experts are whole and the all-to-all spans ep x tp, so each rank computes its own shard's tokens.
   int moe_block(int res, double T) {
     const double a = a_, d = d_;
     const double X = static_cast<double>(m_.num_experts), k = static_cast<double>(m_.experts_per_token);
-    const double Fm = static_cast<double>(m_.moe_mlp_dim) / tp_;
+    const double Fm = static_cast<double>(m_.moe_mlp_dim) / (fold_ ? 1 : tp_);
     const double Ts = sharded(T);
+    const bool tp_gather = tp_ > 1 && !fold_;
     int mnorm = mlp_norm(res, T);
     int logits = b_.tensor("router_logits", Ts * X * 4);
     b_.gemm("router", mnorm, logits, Ts, d, X, Dtype::bf16, 4);
     int disp = b_.tensor("moe_permuted", Ts * k * d * a);
     b_.memory("route_permute", {logits, mnorm}, {disp}, {logits});
-    CommDef a2a{CommKind::all_to_all, CommKind::all_to_all, Axis::ep, AxisSet{Axis::ep}, Ts * k * d * a, Dtype::bf16, false, {}};
+    const AxisSet group = fold_ ? AxisSet{Axis::ep, Axis::tp} : AxisSet{Axis::ep};
+    CommDef a2a{CommKind::all_to_all, CommKind::all_to_all, Axis::ep, group, Ts * k * d * a, Dtype::bf16, false, {}};
     if (dispatcher_ == MoeDispatcher::flex) a2a.routing = {X, k};
+    const bool exchange = ep_ > 1 || fold_;
     int moe_in = disp;
-    if (ep_ > 1) {
+    if (exchange) {
       moe_in = b_.tensor("moe_dispatched", Ts * k * d * a);
       b_.comm("dispatch_a2a", {disp}, moe_in, a2a);
     }
-    if (tp_ > 1) {
+    if (tp_gather) {
       int g = b_.tensor("moe_dispatched_gathered", T * k * d * a);
       b_.comm("moe_all_gather", {moe_in}, g, tp_comm(CommKind::all_gather, CommKind::reduce_scatter, T * k * d * a));
       moe_in = g;
     }
-    int back = mlp("moe_", moe_in, T * k, Fm);
-    if (tp_ > 1) {
+    int back = mlp("moe_", moe_in, (tp_gather ? T : Ts) * k, Fm);
+    if (tp_gather) {
       int s = b_.tensor("moe_returned_scattered", Ts * k * d * a);
       b_.comm("moe_reduce_scatter", {back}, s, tp_comm(CommKind::reduce_scatter, CommKind::all_gather, T * k * d * a));
       back = s;
     }
-    if (ep_ > 1) {
+    if (exchange) {
       int ret = b_.tensor("moe_returned", Ts * k * d * a);
       b_.comm("combine_a2a", {back}, ret, a2a);
       back = ret;
@@ -449,7 +454,7 @@ class BodyBuilder {
   const ModelSpec& m_;
   double a_ = 2, d_ = 0, tp_ = 1, heads_ = 0, seq_ = 0;
   std::int64_t cp_ = 1, ep_ = 1;
-  bool sp_ = false;
+  bool sp_ = false, fold_ = false;
   CpExchange cp_exchange_ = CpExchange::all_gather;
   MoeDispatcher dispatcher_ = MoeDispatcher::alltoall;
   Dtype attn_dt_ = Dtype::bf16, mlp_dt_ = Dtype::bf16;

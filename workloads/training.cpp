@@ -95,9 +95,11 @@ void check_model_split(const TrainingSpec& t, const ModelSpec& m) {
     throw InputError("tp = " + str(p.tp) + " (the shared experts' width " + str(m.shared_mlp_dim()) + " is not divisible by it)");
   if (m.num_experts > 0 && p.tp > 1 && !p.sequence_parallel)
     throw InputError("sequence_parallel = off (MoE layers with tp > 1 need sequence parallelism, as Megatron-Core requires)");
-  if (p.ep > 1 && m.num_experts == 0) throw InputError("ep = " + str(p.ep) + " (the model has no experts)");
-  if (m.num_experts > 0 && m.num_experts % p.ep != 0)
-    throw InputError("ep = " + str(p.ep) + " (num_experts = " + str(m.num_experts) + " is not divisible by it)");
+  if (p.expert_group() > 1 && m.num_experts == 0) throw InputError("ep = " + str(p.expert_group()) + " (the model has no experts)");
+  if (m.num_experts > 0 && m.num_experts % p.expert_group() != 0)
+    throw InputError("ep = " + str(p.expert_group()) + " (num_experts = " + str(m.num_experts) + " is not divisible by it)");
+  if (p.experts_fold_tp && p.cp > 1)
+    throw InputError("expert_tp = 1 (experts folded over tp with cp = " + str(p.cp) + ": not modelled; use cp = 1)");
   // Causal load balancing gives each context rank two chunks of the sequence, one from each end.
   if (p.cp > 1 && t.seq_len % (2 * p.cp) != 0)
     throw InputError("cp = " + str(p.cp) + " (seq = " + str(t.seq_len) + " is not divisible by 2 x cp = " + str(2 * p.cp) +

@@ -59,6 +59,12 @@ struct Parallelism {
   // experts' gradients stay within expert data parallelism (Megatron-Core's dense and expert DDP buffers).
   bool ep_shards_weights = true;
   MoeDispatcher moe_dispatcher = MoeDispatcher::alltoall;
+  // Megatron's MoE parallel folding with expert_tensor_parallel_size 1 under tp > 1: the routed experts are
+  // whole on each GPU and partitioned over ep x tp (the ep axis is the expert group divided by tp); each tp
+  // rank routes its own sequence shard over that group, with no tp gather of the dispatched tokens.
+  bool experts_fold_tp = false;
+  // The GPUs the routed experts are partitioned over: the ep axis, times tp when folded.
+  std::int64_t expert_group() const { return experts_fold_tp ? ep * tp : ep; }
 
   Mesh mesh() const;  // needs fsdp resolved
 };
