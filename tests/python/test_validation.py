@@ -1,4 +1,6 @@
 """hbmsim.validate against `hbmsim validate --json`, and hbmsim.plots.validation by what it draws."""
+import csv
+import io
 import math
 
 import numpy as np
@@ -12,15 +14,32 @@ from conftest import SOURCE_DIR, cli_json
 
 # Python and the CLI are compared on 12 of the 53 corpus rows (every row's figures are held to the checked-in
 # documents by the C++ suite): Llama 3 70B and 8B, Mixtral from an HF config, an H100 FlagPerf row, DeepSeek-V3
-# on HGX B200 nodes, and a row hbmsim cannot express that has no measured figure (DGX Cloud, MoE parallel folding).
+# on HGX B200 nodes and with expert tensor parallelism 1 (DGX Cloud). Every corpus row is expressed and measured,
+# so a thirteenth row, row 49 with its figures removed and an offload whose layer count is not stated, is one
+# hbmsim cannot express that has no measured figure: its NaNs and reason must cross the binding too.
 SUBSET_ROWS = [1, 2, 3, 4, 5, 6, 7, 35, 40, 45, 49, 52]
+
+
+def unexpressed_unmeasured(line):
+    cells = next(csv.reader([line]))
+    header = CORPUS_HEADER.split(",")
+    for column in ("tok_s_gpu", "tflops_gpu", "step_s", "mfu", "mem"):
+        cells[header.index(column)] = ""
+    cells[header.index("remat_offload")] = "CPU act-offload"
+    out = io.StringIO()
+    csv.writer(out, lineterminator="").writerow(cells)
+    return out.getvalue()
+
+
+CORPUS_LINES = (SOURCE_DIR / "data" / "reference" / "published_runs.csv").read_text().splitlines()
+CORPUS_HEADER = CORPUS_LINES[0]
+SUBSET_LINES = [CORPUS_LINES[i] for i in SUBSET_ROWS] + [unexpressed_unmeasured(CORPUS_LINES[49])]
 
 
 @pytest.fixture(scope="module")
 def runs_subset(tmp_path_factory):
-    corpus = (SOURCE_DIR / "data" / "reference" / "published_runs.csv").read_text().splitlines()
     path = tmp_path_factory.mktemp("runs") / "runs.csv"
-    path.write_text("\n".join([corpus[0]] + [corpus[i] for i in SUBSET_ROWS]) + "\n")
+    path.write_text("\n".join([CORPUS_HEADER] + SUBSET_LINES) + "\n")
     return path
 
 
@@ -40,8 +59,11 @@ def same(a, b):
 def test_frame_equals_cli_json(frame, cli, runs_subset):
     raw = cli_json(cli, "validate", "--json", "--runs", str(runs_subset))
     assert list(frame.columns) == hbmsim.api.VALIDATION_COLUMNS
-    assert len(frame) == len(raw["rows"]) == len(SUBSET_ROWS)
-    assert not frame["expressed"].all() and frame["measured_tokens_per_s_per_gpu"].isna().any()
+    assert len(frame) == len(raw["rows"]) == len(SUBSET_LINES)
+    last = frame.iloc[-1]
+    assert not last["expressed"] and math.isnan(last["measured_tokens_per_s_per_gpu"])
+    assert "offloaded layers is not stated" in last["reason"]
+    assert frame["expressed"].iloc[:-1].all() and frame["measured_tokens_per_s_per_gpu"].iloc[:-1].notna().all()
     for rec, row in zip(frame.to_dict("records"), raw["rows"]):
         assert set(row) == set(rec)
         for key, value in row.items():
@@ -54,7 +76,7 @@ def test_frame_equals_cli_json(frame, cli, runs_subset):
 def test_fitted_calibration_is_passed_through(cli, runs_subset):
     df = hbmsim.validate("gb200-fitted", runs_path=str(runs_subset))
     raw = cli_json(cli, "validate", "--json", "--calibration", "gb200-fitted", "--runs", str(runs_subset))
-    assert len(df) == len(raw["rows"]) == len(SUBSET_ROWS)
+    assert len(df) == len(raw["rows"]) == len(SUBSET_LINES)
     assert df.attrs["calibration_label"] == "calibration gb200-fitted"
     got = df["predicted_tokens_per_s_per_gpu"].to_numpy()
     want = np.array([np.nan if r["predicted_tokens_per_s_per_gpu"] is None else r["predicted_tokens_per_s_per_gpu"]
@@ -91,6 +113,6 @@ def test_plot_draws_one_point_per_expressed_measured_row_with_band(frame):
     # Unexpressed and unmeasured rows are counted in the title, with the calibration.
     unexpressed = int((~frame["expressed"]).sum())
     title = ax.get_title()
-    assert f"{len(drawn)} of {len(SUBSET_ROWS)} runs drawn" in title
-    assert f"{unexpressed} not expressed" in title
+    assert f"{len(drawn)} of {len(SUBSET_LINES)} runs drawn" in title
+    assert unexpressed == 1 and f"{unexpressed} not expressed" in title
     assert "datasheet figures" in title
