@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -145,7 +146,9 @@ CorpusRuns measured_from_corpus(const std::vector<PublishedRun>& runs, const std
     m.tflops_per_device = *measured * p.model_flops_per_device / p.tokens_per_device_per_step / 1e12;
     const double ratio = p.tokens_per_s_per_device / *measured;
     if (ratio > kCorpusOutlierRatio || ratio < 1 / kCorpusOutlierRatio) {
-      out.outliers.push_back(m.id + ": predicted " + format_number(ratio) + "x the measurement");
+      char x[32];
+      std::snprintf(x, sizeof x, "%.2f", ratio);
+      out.outliers.push_back(m.id + ": predicted " + std::string(x) + "x the measurement");
       continue;
     }
     out.runs.push_back(std::move(m));
