@@ -61,6 +61,15 @@ double kept_bytes(const LayerTemplate& t, const Policy& policy, const StepGraph&
   return bytes;
 }
 
+// Expert tensor parallelism to try: as tp (0) always; also 1, Megatron's MoE parallel folding (experts whole
+// over an expert group that spans tp), for an MoE model under Megatron's state or when the base asks for it.
+// With expert_tp 1 given, every layout with tp > 1 folds.
+std::vector<std::int64_t> expert_tp_choices(const RunConfig& base, const ModelSpec& model) {
+  if (model.num_experts == 0) return {0};
+  if (base.expert_tp == 1) return {1};
+  return base.framework == "megatron" ? std::vector<std::int64_t>{0, 1} : std::vector<std::int64_t>{0};
+}
+
 bool is_offload_queue(const std::string& q) { return q == "d2h" || q == "h2d"; }
 
 }  // namespace
@@ -69,38 +78,46 @@ std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSear
   const ModelSpec model = resolve_model(base.model);
   const System sys = resolve_run_system(base);
   const std::int64_t G = search_global_batch(base), L = model.num_layers;
-  std::vector<std::int64_t> eps = {1};
+  std::vector<std::int64_t> eps = {1};  // the mesh's expert axis: GPUs carved out of data parallelism
   if (model.num_experts > 0)
     for (std::int64_t e : {8, 16, 32, 64})
       if (model.num_experts % e == 0) eps.push_back(e);
+  const std::vector<std::int64_t> etps = expert_tp_choices(base, model);
   std::vector<RunConfig> out;
   for (std::int64_t tp : {1, 2, 4, 8})
     for (std::int64_t cp : {1, 2, 4})
       for (std::int64_t pp : {1, 2, 4, 8, 16})
         for (std::int64_t vp : {1, 2, 4})
-          for (std::int64_t ep : eps) {
-            if ((pp == 1 && vp > 1) || (cp > 1 && base.seq / cp < 2048)) continue;
-            const std::int64_t group = tp * cp * pp * ep;
-            if (base.gpus % group != 0) continue;
-            for (const DataAxes& d : data_axes(base.gpus / group, tp * cp, sys.scale_up.domain_gpus))
-              for (std::int64_t mbs : o.micro_batches)
-                for (const std::string& policy : o.policies) {
-                  RunConfig c = base;
-                  c.tp = tp, c.cp = cp, c.pp = pp, c.vp = vp, c.ep = ep;
-                  c.fsdp = d.fsdp, c.dp = d.dp, c.sharded_optimizer = d.sharded_optimizer;
-                  c.batch.reset();
-                  c.grad_accum = 1;
-                  c.micro_batch = mbs;
-                  c.global_batch = G;
-                  c.microbatches = 0;
-                  c.first_stage_layers = c.last_stage_layers = 0;
-                  c.pipeline_layout.clear();
-                  c.stage_policies.clear();
-                  c.policy = policy;
-                  if (!set_split(c, L)) continue;
-                  out.push_back(std::move(c));
-                }
-          }
+          for (std::int64_t ep_axis : eps)
+            for (std::int64_t etp : etps) {
+              if ((pp == 1 && vp > 1) || (cp > 1 && base.seq / cp < 2048)) continue;
+              // Folding puts whole experts over an expert group of ep_axis x tp GPUs (needs tp > 1, cp 1).
+              const bool fold = etp == 1 && tp > 1;
+              if (etp == 1 && !fold && etps.size() > 1) continue;  // at tp 1 the folded layout is the plain one
+              if (fold && (cp > 1 || model.num_experts % (ep_axis * tp) != 0)) continue;
+              const std::int64_t group = tp * cp * pp * ep_axis;
+              if (base.gpus % group != 0) continue;
+              for (const DataAxes& d : data_axes(base.gpus / group, tp * cp, sys.scale_up.domain_gpus))
+                for (std::int64_t mbs : o.micro_batches)
+                  for (const std::string& policy : o.policies) {
+                    RunConfig c = base;
+                    c.tp = tp, c.cp = cp, c.pp = pp, c.vp = vp;
+                    c.ep = fold ? ep_axis * tp : ep_axis;
+                    c.expert_tp = fold ? 1 : 0;
+                    c.fsdp = d.fsdp, c.dp = d.dp, c.sharded_optimizer = d.sharded_optimizer;
+                    c.batch.reset();
+                    c.grad_accum = 1;
+                    c.micro_batch = mbs;
+                    c.global_batch = G;
+                    c.microbatches = 0;
+                    c.first_stage_layers = c.last_stage_layers = 0;
+                    c.pipeline_layout.clear();
+                    c.stage_policies.clear();
+                    c.policy = policy;
+                    if (!set_split(c, L)) continue;
+                    out.push_back(std::move(c));
+                  }
+            }
   return out;
 }
 

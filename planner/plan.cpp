@@ -432,8 +432,10 @@ std::string maxtext_settings(const RunConfig& c) {
                                     : c.micro_batch > 0 ? static_cast<double>(c.micro_batch) / static_cast<double>(c.tp * c.cp)
                                                         : 1.0;
   std::string out = "per_device_batch_size=" + format_number(per_device) + " max_target_length=" + std::to_string(c.seq);
+  // The mesh's expert axis: under folding the expert group spans tp, and only ep / tp of it is an axis of its own.
+  const std::int64_t ep_axis = folds_experts(c) ? c.ep / c.tp : c.ep;
   for (auto [key, v] : {std::pair{"dcn_data_parallelism", c.dp}, {"ici_fsdp_parallelism", c.fsdp},
-                        {"ici_context_parallelism", c.cp}, {"ici_tensor_parallelism", c.tp}, {"ici_expert_parallelism", c.ep}})
+                        {"ici_context_parallelism", c.cp}, {"ici_tensor_parallelism", c.tp}, {"ici_expert_parallelism", ep_axis}})
     if (v > 1) out += std::string(" ") + key + "=" + std::to_string(v);
   if (c.cp > 1) out += std::string(" context_parallel_load_balance=true");
   if (c.pp > 1)
@@ -457,8 +459,9 @@ std::string maxtext_settings(const RunConfig& c) {
   out += " scan_layers=true";
   if (c.moe_batch_split > 1)
     out += " use_batch_split_schedule=true batch_split_factor=" + std::to_string(c.moe_batch_split);
-  if (c.expert_tp == 1 && c.tp > 1)
-    out += " (expert_tp 1: MaxText shards every expert over tensor parallelism; folding them over it is a Megatron setting)";
+  if (folds_experts(c))
+    out += " (expert_tp 1: MaxText shards every expert over tensor parallelism; folding them over it is a Megatron setting, so "
+           "MaxText runs this mesh with its experts split over tp)";
   if (c.ep > 1 && c.moe_dispatcher == "flex")
     out += " (moe_dispatcher flex: DeepEP/HybridEP deduplication, which MaxText's ragged all-to-all does not do)";
   if (c.mtp_layers > 0) out += " mtp_num_layers=" + std::to_string(c.mtp_layers);
@@ -490,7 +493,7 @@ std::string megatron_settings(const RunConfig& c) {
   if (c.ep > 1)
     out += c.moe_dispatcher == "flex" ? " --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep (or hybridep)"
                                       : " --moe-token-dispatcher-type alltoall";
-  if (c.expert_tp == 1 && c.tp > 1) out += " --expert-tensor-parallel-size 1";
+  if (folds_experts(c)) out += " --expert-tensor-parallel-size 1";
   if (c.tp > 1 && c.sequence_parallel) out += " --sequence-parallel";
   if (c.mtp_layers > 0) out += " --mtp-num-layers " + std::to_string(c.mtp_layers);
   if (c.micro_batch > 0) out += " --micro-batch-size " + std::to_string(c.micro_batch);

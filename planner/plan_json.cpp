@@ -54,7 +54,7 @@ nlohmann::json layout_search_json(const LayoutSearch& r) {
   for (std::size_t i = 0; i < r.top.size(); ++i) {
     const RunConfig& c = r.top[i].config;
     top.push_back({{"rank", i + 1},
-                   {"degrees", {{"tp", c.tp}, {"cp", c.cp}, {"pp", c.pp}, {"vp", c.vp}, {"ep", c.ep}, {"fsdp", c.fsdp}, {"dp", c.dp}}},
+                   {"degrees", {{"tp", c.tp}, {"cp", c.cp}, {"pp", c.pp}, {"vp", c.vp}, {"ep", c.ep}, {"expert_tp", c.expert_tp}, {"fsdp", c.fsdp}, {"dp", c.dp}}},
                    {"sharded_optimizer", c.sharded_optimizer},
                    {"optimizer_offload", c.optimizer_offload},
                    {"parameter_offload", c.parameter_offload},

@@ -155,7 +155,7 @@ TrainingSpec training_shape(const RunConfig& c) {
   p.ep_shards_weights = c.ep_shards_weights;
   // Folding: the user's ep is Megatron's expert group (expert_model_parallel_size), which spans tp; the mesh's
   // ep axis is the part of it carved out of data parallelism.
-  if (c.expert_tp == 1 && c.tp > 1) {
+  if (folds_experts(c)) {
     if (c.ep % c.tp != 0)
       throw InputError("ep = " + std::to_string(c.ep) + " (with expert_tp = 1 the expert group spans tp = " + std::to_string(c.tp) +
                        ": ep must be a multiple of it)");

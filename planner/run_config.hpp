@@ -98,6 +98,9 @@ PreparedRun prepare_run(const RunConfig& config, const Profile* extra = nullptr)
 void check_gpu_dtype(const System& system, const std::string& field, Dtype dtype);
 // The config's policy for that step: its preset, stage policies and layer rules (errors name the field).
 Policy resolve_policy(const RunConfig& config, const StepGraph& graph);
+// Megatron's MoE parallel folding: experts whole over an expert group of ep GPUs that spans tp (expert_tp 1
+// under tp > 1); the mesh's expert axis is then ep / tp.
+inline bool folds_experts(const RunConfig& c) { return c.expert_tp == 1 && c.tp > 1; }
 // The training shape (GPUs, batch, sequence, accumulation, parallel degrees) of a config, unchecked.
 TrainingSpec training_shape(const RunConfig& config);
 StepReport run_simulation(const RunConfig& config, bool trace = false, const Profile* extra = nullptr);

@@ -1,5 +1,6 @@
 // plan layout (issue #19): the bounds it prunes with, the search, and what it prints.
 #include <random>
+#include <set>
 
 #include <catch2/catch.hpp>
 
@@ -12,12 +13,12 @@
 using namespace hbmsim;
 
 TEST_CASE("the step-time and HBM lower bounds never exceed what the simulation gives", "[layout][invariants]") {
-  // Over random layouts, pipelines (GPipe, 1F1B, interleaved, ZB-H1), policies and schedule switches: the
-  // compute-only step bound is at most the simulated step and each stage's compute bound at most its busy
-  // compute; the memory bound at most the simulated HBM peak.
+  // Over random layouts (experts folded over tp or not), pipelines (GPipe, 1F1B, interleaved, ZB-H1), policies
+  // and schedule switches: the compute-only step bound is at most the simulated step and each stage's compute
+  // bound at most its busy compute; the memory bound at most the simulated HBM peak.
   std::mt19937 rng(23);
   auto pick = [&](auto xs) { return xs[std::uniform_int_distribution<std::size_t>(0, xs.size() - 1)(rng)]; };
-  int ran = 0, pipelined = 0;
+  int ran = 0, pipelined = 0, folded = 0;
   for (int i = 0; i < 600 && ran < 120; ++i) {
     RunConfig c;
     c.model = pick(std::vector<std::string>{"llama3.1-8b", "llama3.1-70b", "deepseek-v3-671b"});
@@ -28,6 +29,7 @@ TEST_CASE("the step-time and HBM lower bounds never exceed what the simulation g
     c.pp = pick(std::vector<std::int64_t>{1, 2, 4});
     c.vp = c.pp > 1 ? pick(std::vector<std::int64_t>{1, 2}) : 1;
     if (c.model == "deepseek-v3-671b") c.ep = 8;
+    if (c.model == "deepseek-v3-671b" && c.tp > 1 && c.cp == 1) c.expert_tp = pick(std::vector<std::int64_t>{0, 1});
     c.pp_schedule = pick(std::vector<std::string>{"1f1b", "1f1b", "gpipe", "zb-h1"});
     c.micro_batch = pick(std::vector<std::int64_t>{1, 2});
     c.global_batch = c.gpus * pick(std::vector<std::int64_t>{1, 2});
@@ -46,6 +48,7 @@ TEST_CASE("the step-time and HBM lower bounds never exceed what the simulation g
     }
     ++ran;
     pipelined += c.pp > 1;
+    folded += folds_experts(c);
     INFO(c.to_json().dump());
     const StepBound b = step_lower_bound(run.graph, run.system, run.policy, run.options);
     CHECK(b.step_s > 0);
@@ -55,6 +58,7 @@ TEST_CASE("the step-time and HBM lower bounds never exceed what the simulation g
   }
   CHECK(ran == 120);
   CHECK(pipelined > 40);
+  CHECK(folded > 0);
 }
 
 TEST_CASE("the pruned layout search lists the same layouts as the exhaustive one", "[layout]") {
@@ -143,6 +147,96 @@ TEST_CASE("candidates keep the global batch and every field the search does not 
     CHECK(!c.lhs);
     CHECK(c.tp * c.cp * c.pp * c.ep * c.fsdp * c.dp == 16);
   }
+}
+
+TEST_CASE("under Megatron's state the layout search also folds an MoE model's experts over tp", "[layout][parallel]") {
+  // DeepSeek-V3 (256 routed experts) on 64 GB200s. Folding (expert_tp 1) is a second reading of a mesh with
+  // tp > 1 and cp 1: the same tp x cp x pp x ep-axis x data axes, the experts whole over an expert group of
+  // ep-axis x tp GPUs, which must divide the 256 experts. So the folded candidates are exactly the unfolded
+  // ones with tp > 1, cp 1 and 256 % (ep x tp) == 0, each with ep multiplied by tp; MaxText's state has none.
+  RunConfig base;
+  base.model = "deepseek-v3-671b";
+  base.system = "gb200-nvl72";
+  base.gpus = 64;
+  base.seq = 4096;
+  LayoutSearchOptions o;
+  o.policies = {"full"};
+  o.micro_batches = {1};
+  auto key = [](RunConfig c) {
+    if (folds_experts(c)) c.ep /= c.tp;  // the folded layout's mesh
+    c.expert_tp = 0;
+    c.framework = "maxtext";  // the layout, whichever training state it keeps
+    return config_id(c);
+  };
+  const auto maxtext = layout_candidates(base, o);
+  REQUIRE(!maxtext.empty());
+  std::set<std::string> expected_folds;
+  for (const RunConfig& c : maxtext) {
+    CHECK(c.expert_tp == 0);
+    if (c.tp > 1 && c.cp == 1 && 256 % (c.ep * c.tp) == 0) expected_folds.insert(key(c));
+  }
+  REQUIRE(expected_folds.size() > 10);
+  base.framework = "megatron";
+  const auto megatron = layout_candidates(base, o);
+  std::set<std::string> plain, folds;
+  for (const RunConfig& c : megatron) {
+    INFO(config_id(c));
+    if (!folds_experts(c)) {
+      CHECK(c.expert_tp == 0);
+      plain.insert(key(c));
+      continue;
+    }
+    CHECK(c.cp == 1);
+    CHECK(c.ep % c.tp == 0);
+    CHECK(256 % c.ep == 0);
+    CHECK(c.tp * c.cp * c.pp * (c.ep / c.tp) * c.fsdp * c.dp == 64);
+    CHECK(folds.insert(key(c)).second);  // one fold per mesh
+  }
+  CHECK(folds == expected_folds);
+  CHECK(plain.size() + folds.size() == megatron.size());
+  CHECK(plain.size() == maxtext.size());  // every unfolded layout is still tried
+  // expert_tp 1 asked for: every layout with tp > 1 folds (those that cannot, cp > 1, are not tried).
+  base.framework = "maxtext";
+  base.expert_tp = 1;
+  const auto asked = layout_candidates(base, o);
+  std::size_t tp1 = 0;
+  for (const RunConfig& c : asked) {
+    INFO(config_id(c));
+    CHECK((c.tp == 1 ? c.expert_tp == 0 : folds_experts(c)));
+    tp1 += c.tp == 1;
+  }
+  CHECK(asked.size() == tp1 + expected_folds.size());
+  // A dense model has no experts to fold.
+  base.model = "llama3.1-8b";
+  base.framework = "megatron";
+  base.expert_tp = 0;
+  for (const RunConfig& c : layout_candidates(base, o)) CHECK(c.expert_tp == 0);
+}
+
+TEST_CASE("plan layout marks a folded layout and prints the settings that fold it", "[layout][cli]") {
+  // DeepSeek-V3 on 64 GB200s with full recompute at micro-batch 1. At tp 4 a GPU holds as many expert bytes
+  // either way (quarter slices of 16 experts, or 4 whole ones over ep 64), but folded the dispatched tokens
+  // skip tp's gather and scatter, so folded layouts reach the top list. The table marks them "ep Nf", and a
+  // row's Megatron line sets expert tensor parallelism 1 exactly when it folds.
+  auto r = test::cli("plan layout --model deepseek-v3-671b --gpus 64 --system gb200-nvl72 --framework megatron --seq 4096 "
+                     "--policies full --micro-batches 1 --top 10 --json");
+  REQUIRE(r.status == 0);
+  auto doc = nlohmann::json::parse(r.out);
+  REQUIRE(!doc["top"].empty());
+  bool any_folded = false;
+  for (const auto& t : doc["top"]) {
+    const bool folded = t["degrees"]["expert_tp"] == 1 && t["degrees"]["tp"].get<int>() > 1;
+    any_folded |= folded;
+    const std::string megatron = t["settings"]["megatron"].get<std::string>();
+    CHECK((megatron.find("--expert-tensor-parallel-size 1") != std::string::npos) == folded);
+    RunConfig c = RunConfig::from_json(t["settings"]["simulate_config"], "plan layout --json");
+    CHECK(run_simulation(c).tokens_per_s_per_device == t["report"]["tokens_per_s_per_device"].get<double>());
+  }
+  CHECK(any_folded);
+  auto text = test::cli("plan layout --model deepseek-v3-671b --gpus 64 --system gb200-nvl72 --framework megatron --seq 4096 "
+                        "--policies full --micro-batches 1 --top 10 --progress off");
+  REQUIRE(text.status == 0);
+  CHECK_THAT(text.out, Catch::Contains("f  ") && Catch::Contains("ep Nf: expert tensor parallelism 1"));
 }
 
 TEST_CASE("what limits a run is said in words", "[layout]") {

@@ -510,7 +510,8 @@ def plan_layout(config: Mapping[str, Any] | str | os.PathLike | None = None, *, 
                 policies: Sequence[str] = (), micro_batches: Sequence[int] = (), prune: bool = True, jobs: int = 1,
                 state_offload: bool = True, client: Any = None, **fields: Any) -> pd.DataFrame:
     """Fastest parallel layouts for the config's model, GPUs, system and global batch (default: one sequence per
-    GPU), as ``hbmsim plan layout --json``: one row per layout, fastest first, with tp, cp, pp, vp, ep, fsdp, dp,
+    GPU), as ``hbmsim plan layout --json``: one row per layout, fastest first, with tp, cp, pp, vp, ep, expert_tp
+    (1: experts folded over tp, which the search tries for MoE models under framework megatron), fsdp, dp,
     sharded_optimizer, micro_batch, grad_accum, policy, optimizer_offload, parameter_offload (a layout that
     cannot fit otherwise is tried with its optimizer state, then its parameters, in host memory;
     ``state_offload=False``: not), tokens_per_s_per_device, tflops_per_device, hbm_peak_bytes, host_peak_bytes,
