@@ -150,6 +150,7 @@ void check_run_config(const RunConfig& c, const Sources& s, const std::set<std::
   if (shape_fixed) {
     attributed(s, shape,
                [&] {
+                 check_expert_tp(c, *model);
                  TrainingSpec t = training_shape(c);
                  validate_training(t, *model);
                  return 0;

@@ -123,6 +123,10 @@ void check_gpu_dtype(const System& sys, const std::string& field, Dtype dtype) {
                    " tensor cores; it has " + has + ")");
 }
 
+void check_expert_tp(const RunConfig& c, const ModelSpec& model) {
+  if (folds_experts(c) && model.num_experts == 0) throw InputError("expert_tp = 1 (the model has no experts to fold over tp)");
+}
+
 TrainingSpec training_shape(const RunConfig& c) {
   TrainingSpec t;
   t.gpus = c.gpus;
@@ -205,6 +209,7 @@ Policy resolve_policy(const RunConfig& c, const StepGraph& g) {
 PreparedRun prepare_run(const RunConfig& c, const Profile* extra) {
   System sys = resolve_run_system(c, extra);
   ModelSpec model = resolve_model(c.model);
+  check_expert_tp(c, model);
   TrainingSpec t = training_shape(c);
   // The field named in the message: these come from sweep axes and Python as well as from flags.
   auto dtype = [](const std::string& value, const char* field) {

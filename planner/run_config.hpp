@@ -101,6 +101,8 @@ Policy resolve_policy(const RunConfig& config, const StepGraph& graph);
 // Megatron's MoE parallel folding: experts whole over an expert group of ep GPUs that spans tp (expert_tp 1
 // under tp > 1); the mesh's expert axis is then ep / tp.
 inline bool folds_experts(const RunConfig& c) { return c.expert_tp == 1 && c.tp > 1; }
+// expert_tp 1 needs experts (checked before training_shape, whose expert group it would otherwise question).
+void check_expert_tp(const RunConfig& config, const ModelSpec& model);
 // The training shape (GPUs, batch, sequence, accumulation, parallel degrees) of a config, unchecked.
 TrainingSpec training_shape(const RunConfig& config);
 StepReport run_simulation(const RunConfig& config, bool trace = false, const Profile* extra = nullptr);

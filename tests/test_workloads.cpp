@@ -158,7 +158,7 @@ TEST_CASE("bad training specs exit with status 2 naming the field", "[workloads]
   struct Case { std::string args, expect; };
   std::vector<Case> cases = {
       {"--model llama3.1-8b --gpus 8 --fsdp 3", "gpus = 8 (must equal fsdp*tp*ep*dp"},
-      {"--model llama3.1-8b --gpus 8 --tp 3", "gpus = 8 (not divisible by tp*ep*dp*cp*pp = 3)"},
+      {"--model llama3.1-8b --gpus 8 --tp 3", "gpus = 8 (not divisible by tp*ep*dp*cp*pp = 3*1*1*1*1 = 3)"},
       {"--model llama3.1-405b --gpus 12 --tp 12", "tp = 12 (num_query_heads = 128 is not divisible by it)"},
       {"--model deepseek-v3-671b --gpus 96 --ep 96", "ep = 96 (num_experts = 256 is not divisible by it)"},
       {"--model llama3.1-8b --gpus 8 --ep 2", "ep = 2 (the model has no experts)"},

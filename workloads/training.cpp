@@ -61,24 +61,27 @@ void check_degrees(TrainingSpec& t) {
   for (auto [name, v] : {std::pair{"tp", p.tp}, {"ep", p.ep}, {"dp", p.dp}, {"cp", p.cp}, {"pp", p.pp}})
     if (v <= 0) throw InputError(std::string(name) + " = " + str(v) + " (must be > 0)");
   if (p.fsdp < 0) throw InputError("fsdp = " + str(p.fsdp) + " (must be > 0)");
-  // Each degree divides the GPU count, so none may exceed it (and the products below cannot overflow).
-  for (auto [name, v] : {std::pair{"fsdp", p.fsdp}, {"tp", p.tp}, {"ep", p.ep}, {"dp", p.dp}, {"cp", p.cp}, {"pp", p.pp}})
+  // Each degree divides the GPU count, so none may exceed it (and the products below cannot overflow). The
+  // expert group is named as given: with experts folded over tp it spans tp, and the mesh's axis is ep / tp.
+  for (auto [name, v] : {std::pair{"fsdp", p.fsdp}, {"tp", p.tp}, {"ep", p.expert_group()}, {"dp", p.dp}, {"cp", p.cp}, {"pp", p.pp}})
     if (v > t.gpus) throw InputError(std::string(name) + " = " + str(v) + " (exceeds gpus = " + str(t.gpus) + ")");
+  const std::string ep_term = p.experts_fold_tp ? "(ep/tp)" : "ep";
+  const std::string ep_value = p.experts_fold_tp ? "(" + str(p.expert_group()) + "/" + str(p.tp) + ")" : str(p.ep);
+  const std::string degrees = "tp*" + ep_term + "*dp*cp*pp";
+  const std::string values = str(p.tp) + "*" + ep_value + "*" + str(p.dp) + "*" + str(p.cp) + "*" + str(p.pp);
   std::int64_t other = 1;
   for (std::int64_t v : {p.tp, p.ep, p.dp, p.cp, p.pp}) {
     other *= v;
-    if (other > t.gpus)
-      throw InputError("gpus = " + str(t.gpus) + " (fewer than tp*ep*dp*cp*pp = " + str(p.tp) + "*" + str(p.ep) + "*" +
-                       str(p.dp) + "*" + str(p.cp) + "*" + str(p.pp) + ")");
+    if (other > t.gpus) throw InputError("gpus = " + str(t.gpus) + " (fewer than " + degrees + " = " + values + ")");
   }
   if (p.fsdp == 0) {
     if (t.gpus % other != 0)
-      throw InputError("gpus = " + str(t.gpus) + " (not divisible by tp*ep*dp*cp*pp = " + str(other) + ")");
+      throw InputError("gpus = " + str(t.gpus) + " (not divisible by " + degrees + " = " + values + " = " + str(other) + ")");
     p.fsdp = t.gpus / other;
   }
   if (p.fsdp * other != t.gpus)
-    throw InputError("gpus = " + str(t.gpus) + " (must equal fsdp*tp*ep*dp*cp*pp = " + str(p.fsdp) + "*" + str(p.tp) +
-                     "*" + str(p.ep) + "*" + str(p.dp) + "*" + str(p.cp) + "*" + str(p.pp) + " = " + str(p.fsdp * other) + ")");
+    throw InputError("gpus = " + str(t.gpus) + " (must equal fsdp*" + degrees + " = " + str(p.fsdp) + "*" + values + " = " +
+                     str(p.fsdp * other) + ")");
 }
 
 void check_model_split(const TrainingSpec& t, const ModelSpec& m) {
