@@ -459,6 +459,8 @@ std::string maxtext_settings(const RunConfig& c) {
   out += " scan_layers=true";
   if (c.moe_batch_split > 1)
     out += " use_batch_split_schedule=true batch_split_factor=" + std::to_string(c.moe_batch_split);
+  if (c.ep_overlap)
+    out += " (ep_overlap: Megatron's combined 1F1B, which MaxText does not have; its nearest is use_batch_split_schedule)";
   if (folds_experts(c))
     out += " (expert_tp 1: MaxText shards every expert over tensor parallelism; folding them over it is a Megatron setting, so "
            "MaxText runs this mesh with its experts split over tp)";
@@ -494,6 +496,7 @@ std::string megatron_settings(const RunConfig& c) {
     out += c.moe_dispatcher == "flex" ? " --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep (or hybridep)"
                                       : " --moe-token-dispatcher-type alltoall";
   if (folds_experts(c)) out += " --expert-tensor-parallel-size 1";
+  if (c.ep_overlap) out += " --overlap-moe-expert-parallel-comm";
   if (c.tp > 1 && c.sequence_parallel) out += " --sequence-parallel";
   if (c.mtp_layers > 0) out += " --mtp-num-layers " + std::to_string(c.mtp_layers);
   if (c.micro_batch > 0) out += " --micro-batch-size " + std::to_string(c.micro_batch);

@@ -206,6 +206,29 @@ Policy resolve_policy(const RunConfig& c, const StepGraph& g) {
   return p;
 }
 
+namespace {
+
+// Megatron-Core's rules for overlap_moe_expert_parallel_comm (TransformerConfig: expert parallelism, the
+// alltoall or flex dispatcher, no full recompute and no recompute method, a virtual pipeline with pp > 1), and
+// what hbmsim does not model with it (host offload, schedules other than 1F1B).
+void check_ep_overlap(const RunConfig& c, const PreparedRun& r) {
+  const auto& p = r.graph.training.parallelism;
+  auto no = [](const std::string& why) { throw InputError("ep_overlap = on (" + why + ")"); };
+  if (p.expert_group() <= 1) no("needs expert parallelism: ep > 1");
+  if (p.schedule != PipelineSchedule::one_f_one_b) no("combined 1F1B needs pp_schedule 1f1b, not " + c.pp_schedule);
+  if (p.pp > 1 && p.vp <= 1) no("with pp = " + std::to_string(p.pp) + " Megatron needs a virtual pipeline: vp > 1");
+  if (c.recompute_layers > 0)
+    no("recompute_layers = " + std::to_string(c.recompute_layers) + ": Megatron refuses a recompute method with it");
+  const auto full = [](const Policy& q) { return q.preset == "full"; };
+  bool any_full = r.policy.stages.empty() && full(r.policy);
+  for (const Policy& s : r.policy.stages) any_full = any_full || full(s);
+  for (const Policy& s : r.policy.layer_rules) any_full = any_full || full(s);
+  if (any_full) no("full recompute: Megatron refuses it with the overlap; use a selective policy");
+  if (r.policy.offloads_any() || c.offload_layers > 0) no("with host offload: not modelled");
+}
+
+}  // namespace
+
 PreparedRun prepare_run(const RunConfig& c, const Profile* extra) {
   System sys = resolve_run_system(c, extra);
   ModelSpec model = resolve_model(c.model);
@@ -234,6 +257,8 @@ PreparedRun prepare_run(const RunConfig& c, const Profile* extra) {
   r.options.memory_limit_slop = c.memory_limit_slop;
   r.options.tp_comm_overlap = c.tp_comm_overlap;
   r.options.dp_overlap = c.dp_overlap;
+  r.options.ep_overlap = c.ep_overlap;
+  if (c.ep_overlap) check_ep_overlap(c, r);
   r.options.reshard_weights = c.reshard_weights;
   if (c.optimizer_offload == "device") r.options.optimizer_offload = OptimizerOffload::device;
   else if (c.optimizer_offload == "host") r.options.optimizer_offload = OptimizerOffload::host;

@@ -48,6 +48,7 @@ struct RunConfig {
   std::int64_t expert_tp = 0;  // Megatron expert_tensor_parallel_size: 0 (= tp) or 1 (experts folded over tp)
   bool tp_comm_overlap = false;
   bool dp_overlap = true;
+  bool ep_overlap = false;  // Megatron overlap_moe_expert_parallel_comm: combined 1F1B
   std::int64_t moe_batch_split = 1;     // MoE layers run as this many micro-batches (MaxText batch split)
   std::int64_t mtp_layers = 0;          // multi-token prediction modules after the decoder layers (DeepSeek-V3)
   std::string weights = "bf16";         // MLP GEMM dtype: bf16, fp8, nvfp4

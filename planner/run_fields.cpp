@@ -112,6 +112,11 @@ const std::vector<RunField> kFields = {
      &C::tp_comm_overlap},
     {"dp_overlap", "--dp-overlap", "Gradient sync over dp x cp bucketed per layer during the backward (off: after it)",
      &C::dp_overlap},
+    {"ep_overlap", "--ep-overlap",
+     "Megatron's expert-parallel all-to-all overlap (overlap_moe_expert_parallel_comm, combined 1F1B): a forward and "
+     "a backward of different micro-batches run layer by layer together, each one's all-to-alls beside the other's "
+     "compute (MoE with ep > 1; 1f1b, interleaved when pp > 1; no full recompute, no offload)",
+     &C::ep_overlap},
     {"reshard_weights", "--reshard-weights",
      "FSDP gathers a layer's weights for every micro-batch's forward and backward and frees them after use (off: once "
      "per step, kept until the layer's last backward, as PyTorch FSDP reshard_after_forward=False)",

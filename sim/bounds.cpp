@@ -58,7 +58,7 @@ StepBound step_lower_bound(const StepGraph& g, const System& sys, const Policy& 
   }
   const auto& par = g.training.parallelism;
   const auto tables = pipeline_schedule(par.schedule, static_cast<int>(par.pp), static_cast<int>(par.vp),
-                                        static_cast<int>(g.training.grad_accum));
+                                        static_cast<int>(g.training.grad_accum), opt.ep_overlap);
   // Stage s first runs its first chunk (model chunk s) on micro-batch 0, which needs chunks 0..s-1 done with it.
   double before = 0, after = 0;
   for (std::size_t s = 0; s < g.stages.size(); ++s) {

@@ -24,11 +24,15 @@ inline Engine::Engine(const Program& p, bool timeline, bool fast_forward) : p_(p
   if (fast_forward) alloc_op_.assign(p.buffers.size(), -1);
   if (order_.size() < nq) order_.resize(nq);
   for (std::size_t q = 0; q < nq; ++q) order_[q].clear();
+  if (!p.issue_order.empty()) {
+    if (p.issue_order.size() != n) throw std::logic_error("a program's issue order does not name every op once");
+    for (int i : p.issue_order) order_[static_cast<std::size_t>(p.ops[static_cast<std::size_t>(i)].queue)].push_back(i);
+  }
   // One pass over the ops for what each needs (they are large: every pass reads them all from memory).
   for (std::size_t i = 0; i < n; ++i) {
     const auto& op = p.ops[i];
     if (static_cast<std::size_t>(op.queue) >= nq) throw std::logic_error("program op " + std::to_string(i) + " is on no queue");
-    order_[static_cast<std::size_t>(op.queue)].push_back(static_cast<int>(i));
+    if (p.issue_order.empty()) order_[static_cast<std::size_t>(op.queue)].push_back(static_cast<int>(i));
     op_queue_[i] = op.queue;
     unmet_[i] = static_cast<int>(op.deps.size());
     for (int d : op.deps) {
@@ -407,7 +411,9 @@ inline void Engine::update_rates() {
 }  // namespace detail
 
 EngineResult run_program(const Program& program, bool record_timeline, bool fast_forward) {
-  return detail::Engine(program, record_timeline, fast_forward).run();
+  // The repeat checks compare queue positions in program order: a program issued in another order runs
+  // event by event.
+  return detail::Engine(program, record_timeline, fast_forward && program.issue_order.empty()).run();
 }
 
 }  // namespace hbmsim::sim

@@ -116,6 +116,11 @@ struct Program {
     int buffers_first = 0, buffers_end = 0;  // the buffers created with it (a copy's repeat its model's)
   };
   std::vector<Iteration> iterations;
+  // The order in which ops are issued to their queues, a permutation of the ops; empty: program order. A
+  // builder that interleaves two passes (combined 1F1B) sets it; it must keep each pass's own order on every
+  // queue (a queue's order stands in for dependencies between its ops) and be free of cycles with the
+  // dependencies (check_issue_order). Iterations are not marked then: no fast-forward.
+  std::vector<int> issue_order;
   std::vector<int> resident;            // buffers alive for the whole step (allocated at t = 0, never freed)
   std::vector<double> hbm_limit_bytes;  // per device: the LHS memory limit for gated prefetches
   double copy_interference = 0;         // memory-bound slowdown while a host copy is active on the device
@@ -173,6 +178,11 @@ struct EngineResult {
   std::uint64_t events = 0;      // completions, replayed ones included
   int replayed_iterations = 0;   // loop iterations fast-forwarded rather than simulated
 };
+
+// Throws std::logic_error when the program's issue order, with its dependencies, can never run to the end: a
+// serial queue's next op waits (through dependencies and other queues) for an op behind it. Kahn's algorithm
+// over the dependencies and each queue's order, O(ops + dependencies).
+void check_issue_order(const Program& program);
 
 // Runs the program to completion. Throws std::logic_error on a deadlock (a builder bug, never input).
 // fast_forward: once the state at the start of a loop iteration repeats the previous one's (shifted by an

@@ -34,6 +34,11 @@ struct SimOptions {
   // layer n - 1 - N on, with no memory gate, and each reader waits for its own tensor. lhs and
   // pipelined_transfers do not apply to these copies.
   bool te_offload = false;
+  // Megatron's expert-parallel all-to-all overlap (overlap_moe_expert_parallel_comm, "combined 1F1B"): a
+  // forward and a backward of different micro-batches that follow each other on a device run merged layer by
+  // layer, each pass's expert all-to-alls issued beside the other pass's compute (the build's issue order,
+  // sim/program_builder.cpp).
+  bool ep_overlap = false;
   bool record_trace = false;
   // Copy repeating layer iterations instead of building them (sim/instances.hpp) and replay their events
   // instead of simulating them (sim/engine.hpp); same program, same results. Off: the plain run.

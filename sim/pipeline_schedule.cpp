@@ -24,8 +24,10 @@ Table gpipe(int p, int m) {
 // Megatron's interleaved 1F1B (plain 1F1B at v = 1): virtual micro-batch k runs micro-batch
 // (k / (p v)) p + k % p on chunk (k / p) % v going forward, chunk v - 1 - (k / p) % v going backward. Stage s
 // warms up with (p - s - 1) x 2 + (v - 1) x p forwards (p - s - 1 at v = 1), alternates one forward and one
-// backward, and drains the backwards left.
-Table interleaved_1f1b(int p, int v, int m) {
+// backward, and drains the backwards left. Combined 1F1B (Megatron's EP all-to-all overlap) warms up with one
+// forward more at p > 1 (schedules.py: num_warmup_microbatches += 1), so that each steady forward and the
+// backward after it belong to different micro-batches and can run merged.
+Table interleaved_1f1b(int p, int v, int m, bool combined) {
   Table t(static_cast<std::size_t>(p));
   const int total = m * v;
   auto task = [&](int k, bool forward) {
@@ -35,11 +37,15 @@ Table interleaved_1f1b(int p, int v, int m) {
   };
   for (int s = 0; s < p; ++s) {
     auto& stage = t[static_cast<std::size_t>(s)];
-    const int warmup = std::min(total, v == 1 ? p - s - 1 : (p - s - 1) * 2 + (v - 1) * p);
+    const int warmup = std::min(total, (v == 1 ? p - s - 1 : (p - s - 1) * 2 + (v - 1) * p) + (combined && p > 1 ? 1 : 0));
     for (int k = 0; k < warmup; ++k) stage.push_back(task(k, true));
     for (int k = 0; k < total - warmup; ++k) {
       stage.push_back(task(warmup + k, true));
+      stage.back().merged_with_next = combined && p > 1;
       stage.push_back(task(k, false));
+      // Without pipelining Megatron merges each backward with the next micro-batch's forward
+      // (combined_1f1b_schedule_for_no_pipelining).
+      stage.back().merged_with_next = combined && p == 1 && k + 1 < total - warmup;
     }
     for (int k = total - warmup; k < total; ++k) stage.push_back(task(k, false));
   }
@@ -72,14 +78,14 @@ Table zero_bubble_h1(int p, int m) {
 
 }  // namespace
 
-std::vector<std::vector<PipelineTask>> pipeline_schedule(PipelineSchedule s, int stages, int virtual_stages, int microbatches) {
+std::vector<std::vector<PipelineTask>> pipeline_schedule(PipelineSchedule s, int stages, int virtual_stages, int microbatches, bool combined) {
   if (stages <= 0 || virtual_stages <= 0 || microbatches <= 0) throw std::logic_error("pipeline_schedule: empty pipeline");
   // One stage is no pipeline: each micro-batch's forward then its backward (gradient accumulation), whatever
   // the schedule named; the builder splits weight gradients off only with pp > 1 (TemplatePlan).
   if (stages == 1) s = PipelineSchedule::one_f_one_b;
   switch (s) {
     case PipelineSchedule::gpipe: return gpipe(stages, microbatches);
-    case PipelineSchedule::one_f_one_b: return interleaved_1f1b(stages, virtual_stages, microbatches);
+    case PipelineSchedule::one_f_one_b: return interleaved_1f1b(stages, virtual_stages, microbatches, combined);
     case PipelineSchedule::zero_bubble_h1: return zero_bubble_h1(stages, microbatches);
   }
   throw std::logic_error("pipeline_schedule: unknown schedule");

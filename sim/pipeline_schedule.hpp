@@ -17,6 +17,9 @@ struct PipelineTask {
   int microbatch = 0;
   int chunk = 0;  // the stage's own chunk index: it holds model chunk chunk x stages + stage
   Pass pass = Pass::forward;
+  // Combined 1F1B: this pass runs merged with the next one on the stage (a steady-state forward with its
+  // backward; without pipelining a backward with the next micro-batch's forward).
+  bool merged_with_next = false;
   bool operator==(const PipelineTask&) const = default;
 };
 
@@ -24,7 +27,9 @@ struct PipelineTask {
 bool splits_backward(PipelineSchedule s);
 
 // Per stage, its passes in order. `virtual_stages` > 1 interleaves (1f1b only); the counts are validated
-// (validate_training) before they get here.
-std::vector<std::vector<PipelineTask>> pipeline_schedule(PipelineSchedule s, int stages, int virtual_stages, int microbatches);
+// (validate_training) before they get here. `combined`: 1F1B with one more warm-up forward per stage, as
+// Megatron's combined 1F1B (EP all-to-all overlap) runs it.
+std::vector<std::vector<PipelineTask>> pipeline_schedule(PipelineSchedule s, int stages, int virtual_stages, int microbatches,
+                                                         bool combined = false);
 
 }  // namespace hbmsim

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "hwmodels/json_view.hpp"
+#include "sim/combined_1f1b.hpp"
 #include "sim/comm.hpp"
 #include "sim/costs.hpp"
 #include "sim/instances.hpp"
@@ -298,7 +299,8 @@ class StageBuilder {
         info_(ctx.g.stages[static_cast<std::size_t>(stage)]),
         w_(prog, ctx.sys, ctx.net, ctx.names, stage, ctx.opt.te_offload) {}
 
-  void build(const std::vector<PipelineTask>& tasks) {
+  // Returns, with ep_overlap, the forward and backward passes as emitted (for the combined 1F1B issue order).
+  std::vector<sim::PassSpan> build(const std::vector<PipelineTask>& tasks) {
     for (auto [bytes, cat] : {std::pair{info_.parameter_bytes, MemCategory::parameters},
                               {info_.optimizer_bytes, MemCategory::optimizer_state},
                               {info_.gradient_bytes, MemCategory::gradients},
@@ -315,14 +317,22 @@ class StageBuilder {
     // all be in memory at the step's start).
     int previous_pass = -1;
     start_across();
+    std::vector<sim::PassSpan> passes;
     for (const PipelineTask& t : tasks) {
       const int k = info_.chunks[static_cast<std::size_t>(t.chunk)];
+      const sim::PassSpan begin{t.pass == Pass::forward, t.merged_with_next, t.microbatch, w_.ops(), 0,
+                                static_cast<int>(prog_.iterations.size()), 0};
       ChunkRecord& rec = records[static_cast<std::size_t>(t.microbatch) * info_.chunks.size() + static_cast<std::size_t>(t.chunk)];
       const bool sync = t.microbatch + 1 == g_.training.grad_accum;
       switch (t.pass) {
         case Pass::forward: previous_pass = forward_pass(t.microbatch, k, t.chunk, param_sync, rec, previous_pass); break;
         case Pass::backward: previous_pass = backward_pass(t.microbatch, k, t.chunk, sync, rec, done, previous_pass); break;
         case Pass::weight_grad: previous_pass = weight_pass(k, sync, rec, done); break;
+      }
+      if (opt_.ep_overlap && t.pass != Pass::weight_grad) {
+        passes.push_back(begin);
+        passes.back().end_op = w_.ops();
+        passes.back().end_iteration = static_cast<int>(prog_.iterations.size());
       }
     }
     switch (opt_.optimizer_offload) {
@@ -338,6 +348,7 @@ class StageBuilder {
       case OptimizerOffload::device: streamed_update(done); break;
       case OptimizerOffload::host: host_update(done); break;
     }
+    return passes;
   }
 
  private:
@@ -1485,16 +1496,28 @@ class ProgramBuilder {
       }
     const auto& par = g_.training.parallelism;
     const auto tables = pipeline_schedule(par.schedule, static_cast<int>(par.pp), static_cast<int>(par.vp),
-                                          static_cast<int>(g_.training.grad_accum));
+                                          static_cast<int>(g_.training.grad_accum), opt_.ep_overlap);
     BuildContext ctx{g_, sys_, opt_, net_, costs_, plans_, layer_plan_, fwd_body_end_, bwd_body_first_, forward_in_, backward_in_, names_};
-    for (std::size_t s = 0; s < g_.stages.size(); ++s) StageBuilder(ctx, prog_, static_cast<int>(s)).build(tables[s]);
+    std::vector<std::vector<sim::PassSpan>> passes(g_.stages.size());
+    for (std::size_t s = 0; s < g_.stages.size(); ++s) passes[s] = StageBuilder(ctx, prog_, static_cast<int>(s)).build(tables[s]);
     // Each stage's passes were written without the others: join every receive to its send.
     for (auto* crossings : {&forward_in_, &backward_in_})
       for (const Crossing& c : *crossings)
         if (c.recv >= 0) prog_.ops[static_cast<std::size_t>(c.recv)].deps.push_back(c.send);
+    if (opt_.ep_overlap) combine_passes(passes);
   }
 
  private:
+  // Combined 1F1B: each device's adjacent forward and backward passes issued layer by layer together. The
+  // layer iterations' marks are dropped (the fast-forward compares queue positions in program order).
+  void combine_passes(const std::vector<std::vector<sim::PassSpan>>& passes) {
+    prog_.issue_order.resize(prog_.ops.size());
+    for (std::size_t i = 0; i < prog_.ops.size(); ++i) prog_.issue_order[i] = static_cast<int>(i);
+    for (std::size_t s = 0; s < passes.size(); ++s) sim::merge_passes(prog_, static_cast<int>(s), passes[s], prog_.issue_order);
+    prog_.iterations.clear();
+    sim::check_issue_order(prog_);
+  }
+
   // Event budget: a step larger than this would take seconds and gigabytes; refuse it up front. The op list
   // is reserved at an upper bound so that a thread's first step does not relocate it halfway.
   void reserve() {

@@ -299,3 +299,32 @@ TEST_CASE("a program op packs into 96 bytes and a program refuses more queues th
   CHECK_THROWS_AS(p.queue("one too many"), std::logic_error);
   CHECK_THROWS_AS(p.add_device(), std::logic_error);
 }
+
+TEST_CASE("an issue order other than the program's runs each queue in that order; a cyclic one is refused", "[engine]") {
+  // Compute stream: A (1 s), D (1 s, needs X), C (1 s, independent). ep stream: X (2 s, needs A). In program
+  // order A, X, D, C the stream runs A 0-1, waits for X (1-3), runs D 3-4 and C 4-5. Issued A, X, C, D, C
+  // fills the wait: A 0-1, C 1-2, X 1-3, D 3-4, so the step ends at 4 (the order combined 1F1B relies on).
+  Program p;
+  const int ep = p.queue("ep");
+  const int a = p.add(compute(1.0));
+  ProgramOp x(ep, 2.0);
+  x.deps = {a};
+  const int xi = p.add(x);
+  const int d = p.add(compute(1.0, {xi}));
+  const int c = p.add(compute(1.0));
+  CHECK(run_program(p, false).end_time_s == Approx(5.0));
+  p.issue_order = {a, xi, c, d};
+  check_issue_order(p);
+  auto r = run_program(p, true);
+  CHECK(r.end_time_s == Approx(4.0));
+  CHECK(r.start_s[static_cast<std::size_t>(c)] == Approx(1.0));
+  CHECK(r.start_s[static_cast<std::size_t>(d)] == Approx(3.0));
+  // D ahead of A on the stream: D waits for X, X for A, A for D's place in the queue.
+  p.issue_order = {d, a, xi, c};
+  CHECK_THROWS_WITH(check_issue_order(p), Catch::Contains("cannot run to the end: 3 of 4 ops"));
+  // Not a permutation of the ops.
+  p.issue_order = {a, a, xi, c};
+  CHECK_THROWS_WITH(check_issue_order(p), Catch::Contains("does not name every op once"));
+  p.issue_order = {a, xi, c};
+  CHECK_THROWS_AS(run_program(p, false), std::logic_error);
+}

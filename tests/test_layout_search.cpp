@@ -332,6 +332,11 @@ TEST_CASE("the Megatron arguments say what a config sets", "[layout][plan]") {
   c.optimizer_moments_dtype = "bf16";
   CHECK_THAT(megatron_settings(c), Catch::Contains("--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16"));
   CHECK_THAT(maxtext_settings(c), Catch::Contains("mu_dtype=bfloat16") && Catch::Contains("only the first moment"));
+  // The expert all-to-all overlap: a Megatron switch, which MaxText has no equivalent of.
+  CHECK_THAT(megatron_settings(c), !Catch::Contains("overlap-moe"));
+  c.ep_overlap = true;
+  CHECK_THAT(megatron_settings(c), Catch::Contains("--overlap-moe-expert-parallel-comm"));
+  CHECK_THAT(maxtext_settings(c), Catch::Contains("combined 1F1B, which MaxText does not have"));
 }
 
 TEST_CASE("best-policy over a batch list answers each batch as the single-batch search does", "[plan][cli]") {
