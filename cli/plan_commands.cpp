@@ -405,7 +405,8 @@ void register_plan(CLI::App& app) {
         "The global batch is --global-batch (default: one sequence per GPU); the search sets tp, cp, pp, vp, ep, fsdp, dp,\n"
         "the sharded optimizer, the micro-batch and the policy, and keeps every other field given. For an MoE model under\n"
         "--framework megatron it also tries expert tensor parallelism 1 wherever tp > 1 (experts whole over an expert\n"
-        "group spanning tp, listed as ep Nf); --expert-tp 1 folds every such layout.\n"
+        "group spanning tp, listed as ep Nf) and combined 1F1B where Megatron allows it (ep No); --expert-tp 1 folds\n"
+        "every such layout, --ep-overlap on overlaps every one it can.\n"
         "Examples:\n"
         "  hbmsim plan layout --model llama3.1-405b --gpus 1024 --system gb200-nvl72 --seq 8192\n"
         "  hbmsim plan layout --model llama3.1-70b --gpus 64 --global-batch 256 --seq 8192 --weights fp8 --top 5");
@@ -453,19 +454,25 @@ void register_plan(CLI::App& app) {
       for (std::size_t i = 0; i < r.top.size(); ++i) {
         const auto& [c, rep, limit] = r.top[i];
         t.rows.push_back({std::to_string(i + 1), std::to_string(c.tp), std::to_string(c.cp), std::to_string(c.pp), std::to_string(c.vp),
-                          std::to_string(c.ep) + (folds_experts(c) ? "f" : ""), std::to_string(c.fsdp), std::to_string(c.dp) + (c.sharded_optimizer ? "*" : ""),
+                          std::to_string(c.ep) + (folds_experts(c) ? "f" : "") + (c.ep_overlap ? "o" : ""), std::to_string(c.fsdp), std::to_string(c.dp) + (c.sharded_optimizer ? "*" : ""),
                           std::to_string(c.micro_batch), std::to_string(rep.grad_accum), c.policy, in_host(c), fixed(rep.tokens_per_s_per_device, 0),
                           fixed(rep.tflops_per_device, 1), gib(rep.hbm_peak_bytes), gib(rep.host_peak_bytes), limit});
       }
       std::cout << t.render();
       const auto folded = [](const LayoutResult& x) { return folds_experts(x.config); };
+      const auto overlapped = [](const LayoutResult& x) { return x.config.ep_overlap; };
       const RunConfig& best = r.top[0].config;
-      std::printf("(dp*: optimizer state sharded over dp%s)\n\nfastest: %s%s, policy %s, micro-batch %lld\n",
+      std::printf("(dp*: optimizer state sharded over dp%s%s)\n\nfastest: %s%s, policy %s, micro-batch %lld\n",
                   std::any_of(r.top.begin(), r.top.end(), folded)
                       ? "; ep Nf: expert tensor parallelism 1, experts whole over an expert group of N GPUs spanning tp"
                       : "",
+                  std::any_of(r.top.begin(), r.top.end(), overlapped)
+                      ? "; ep No: expert all-to-alls overlapped with another micro-batch's compute (combined 1F1B, ep_overlap)"
+                      : "",
                   r.top[0].report.mesh.c_str(),
-                  folds_experts(best) ? (", experts whole over ep x tp = " + std::to_string(best.ep) + " GPUs").c_str() : "",
+                  (std::string(folds_experts(best) ? ", experts whole over ep x tp = " + std::to_string(best.ep) + " GPUs" : "") +
+                   (best.ep_overlap ? ", combined 1F1B" : ""))
+                      .c_str(),
                   best.policy.c_str(), static_cast<long long>(best.micro_batch));
       print_settings(r.top[0].config);
     });

@@ -70,6 +70,14 @@ std::vector<std::int64_t> expert_tp_choices(const RunConfig& base, const ModelSp
   return base.framework == "megatron" ? std::vector<std::int64_t>{0, 1} : std::vector<std::int64_t>{0};
 }
 
+// Combined 1F1B to try: off always; also on for an MoE model under Megatron's state; only on when the base
+// sets it. Tried only where Megatron allows it (layout_candidates).
+std::vector<bool> ep_overlap_choices(const RunConfig& base, const ModelSpec& model) {
+  if (model.num_experts == 0) return {false};
+  if (base.ep_overlap) return {true};
+  return base.framework == "megatron" ? std::vector<bool>{false, true} : std::vector<bool>{false};
+}
+
 bool is_offload_queue(const std::string& q) { return q == "d2h" || q == "h2d"; }
 
 }  // namespace
@@ -83,7 +91,27 @@ std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSear
     for (std::int64_t e : {8, 16, 32, 64})
       if (model.num_experts % e == 0) eps.push_back(e);
   const std::vector<std::int64_t> etps = expert_tp_choices(base, model);
+  const std::vector<bool> overlaps = ep_overlap_choices(base, model);
+  // Megatron's combined 1F1B takes no full recompute and no activation offload.
+  std::vector<char> overlappable;
+  for (const std::string& policy : o.policies)
+    overlappable.push_back(policy != "full" && !make_policy(policy, base.tensors).offloads_any() && base.offload_layers == 0 &&
+                           base.recompute_layers == 0);
   std::vector<RunConfig> out;
+  // The base with the search's fields set, kept when its layers split over its pipeline chunks.
+  auto add = [&](RunConfig c, const DataAxes& d, std::int64_t mbs, const std::string& policy) {
+    c.fsdp = d.fsdp, c.dp = d.dp, c.sharded_optimizer = d.sharded_optimizer;
+    c.batch.reset();
+    c.grad_accum = 1;
+    c.micro_batch = mbs;
+    c.global_batch = G;
+    c.microbatches = 0;
+    c.first_stage_layers = c.last_stage_layers = 0;
+    c.pipeline_layout.clear();
+    c.stage_policies.clear();
+    c.policy = policy;
+    if (set_split(c, L)) out.push_back(std::move(c));
+  };
   for (std::int64_t tp : {1, 2, 4, 8})
     for (std::int64_t cp : {1, 2, 4})
       for (std::int64_t pp : {1, 2, 4, 8, 16})
@@ -95,28 +123,22 @@ std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSear
               const bool fold = etp == 1 && tp > 1;
               if (etp == 1 && !fold && etps.size() > 1) continue;  // at tp 1 the folded layout is the plain one
               if (fold && (cp > 1 || model.num_experts % (ep_axis * tp) != 0)) continue;
-              const std::int64_t group = tp * cp * pp * ep_axis;
-              if (base.gpus % group != 0) continue;
-              for (const DataAxes& d : data_axes(base.gpus / group, tp * cp, sys.scale_up.domain_gpus))
+              if (base.gpus % (tp * cp * pp * ep_axis) != 0) continue;
+              RunConfig layout = base;
+              layout.tp = tp, layout.cp = cp, layout.pp = pp, layout.vp = vp;
+              layout.ep = fold ? ep_axis * tp : ep_axis;
+              layout.expert_tp = fold ? 1 : 0;
+              for (const DataAxes& d : data_axes(base.gpus / (tp * cp * pp * ep_axis), tp * cp, sys.scale_up.domain_gpus))
                 for (std::int64_t mbs : o.micro_batches)
-                  for (const std::string& policy : o.policies) {
-                    RunConfig c = base;
-                    c.tp = tp, c.cp = cp, c.pp = pp, c.vp = vp;
-                    c.ep = fold ? ep_axis * tp : ep_axis;
-                    c.expert_tp = fold ? 1 : 0;
-                    c.fsdp = d.fsdp, c.dp = d.dp, c.sharded_optimizer = d.sharded_optimizer;
-                    c.batch.reset();
-                    c.grad_accum = 1;
-                    c.micro_batch = mbs;
-                    c.global_batch = G;
-                    c.microbatches = 0;
-                    c.first_stage_layers = c.last_stage_layers = 0;
-                    c.pipeline_layout.clear();
-                    c.stage_policies.clear();
-                    c.policy = policy;
-                    if (!set_split(c, L)) continue;
-                    out.push_back(std::move(c));
-                  }
+                  for (std::size_t k = 0; k < o.policies.size(); ++k)
+                    for (bool overlap : overlaps) {
+                      // Without pipelining it merges a micro-batch's backward with the next one's forward: none
+                      // with one micro-batch per step.
+                      const bool one_pass = pp == 1 && G <= mbs * (base.gpus / (tp * cp * pp));
+                      if (overlap && (layout.ep <= 1 || !overlappable[k] || (pp > 1 && vp == 1) || one_pass)) continue;
+                      layout.ep_overlap = overlap;
+                      add(layout, d, mbs, o.policies[k]);
+                    }
             }
   return out;
 }

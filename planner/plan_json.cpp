@@ -56,6 +56,7 @@ nlohmann::json layout_search_json(const LayoutSearch& r) {
     top.push_back({{"rank", i + 1},
                    {"degrees", {{"tp", c.tp}, {"cp", c.cp}, {"pp", c.pp}, {"vp", c.vp}, {"ep", c.ep}, {"expert_tp", c.expert_tp}, {"fsdp", c.fsdp}, {"dp", c.dp}}},
                    {"sharded_optimizer", c.sharded_optimizer},
+                   {"ep_overlap", c.ep_overlap},
                    {"optimizer_offload", c.optimizer_offload},
                    {"parameter_offload", c.parameter_offload},
                    {"policy", c.policy},

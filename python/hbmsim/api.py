@@ -512,7 +512,7 @@ def plan_layout(config: Mapping[str, Any] | str | os.PathLike | None = None, *, 
     """Fastest parallel layouts for the config's model, GPUs, system and global batch (default: one sequence per
     GPU), as ``hbmsim plan layout --json``: one row per layout, fastest first, with tp, cp, pp, vp, ep, expert_tp
     (1: experts folded over tp, which the search tries for MoE models under framework megatron), fsdp, dp,
-    sharded_optimizer, micro_batch, grad_accum, policy, optimizer_offload, parameter_offload (a layout that
+    sharded_optimizer, ep_overlap (Megatron's combined 1F1B, tried likewise), micro_batch, grad_accum, policy, optimizer_offload, parameter_offload (a layout that
     cannot fit otherwise is tried with its optimizer state, then its parameters, in host memory;
     ``state_offload=False``: not), tokens_per_s_per_device, tflops_per_device, hbm_peak_bytes, host_peak_bytes,
     limit (what limits it) and settings (simulate config, MaxText, XLA flags, Megatron arguments). The search's
@@ -530,7 +530,8 @@ def plan_layout(config: Mapping[str, Any] | str | os.PathLike | None = None, *, 
     rows = []
     for t in r["top"]:
         rep = t["report"]
-        rows.append({**t["degrees"], "sharded_optimizer": t["sharded_optimizer"], "micro_batch": t["micro_batch"],
+        rows.append({**t["degrees"], "sharded_optimizer": t["sharded_optimizer"], "ep_overlap": t["ep_overlap"],
+                     "micro_batch": t["micro_batch"],
                      "grad_accum": t["grad_accum"], "policy": t["policy"], "optimizer_offload": t["optimizer_offload"],
                      "parameter_offload": t["parameter_offload"],
                      "tokens_per_s_per_device": rep["tokens_per_s_per_device"],
