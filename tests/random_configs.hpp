@@ -50,6 +50,8 @@ inline RunConfig random_config(std::mt19937& rng) {
     c.moe_dispatcher = coin() ? "flex" : "alltoall";
     c.mtp_layers = coin() ? 1 : 0;
     if (c.tp > 1 && c.cp == 1 && c.ep % c.tp == 0 && coin()) c.expert_tp = 1;  // experts folded over tp
+    // Megatron's combined 1F1B, where it allows it (selective policies on device).
+    c.ep_overlap = c.ep > 1 && c.policy != "full" && c.policy.find("offloaded") == std::string::npos && coin();
   }
   c.optimizer_moments_dtype = coin() ? "bf16" : "fp32";
   return c;
@@ -71,6 +73,7 @@ inline RunConfig random_pipeline(std::mt19937& rng) {
     c.first_stage_layers = 61 - 15 * (c.pp - 1);
   }
   c.stage_policies.clear();
+  c.ep_overlap = c.ep_overlap && c.pp_schedule == "1f1b" && c.vp > 1;  // Megatron: interleaved with pp > 1
   return c;
 }
 
