@@ -12,6 +12,33 @@
 
 using namespace hbmsim;
 
+namespace {
+
+struct PrunedAndExhaustive {
+  LayoutSearch pruned, exhaustive;
+};
+// The search with and without its bounds: the same top list (configs and step times), every candidate
+// accounted for once, fewer simulated when pruned.
+PrunedAndExhaustive search_both_ways(const RunConfig& base, LayoutSearchOptions o) {
+  o.prune = true;
+  PrunedAndExhaustive r{search_layouts(base, o), {}};
+  o.prune = false;
+  r.exhaustive = search_layouts(base, o);
+  REQUIRE(r.exhaustive.top.size() == o.top);
+  REQUIRE(r.pruned.top.size() == o.top);
+  for (std::size_t i = 0; i < o.top; ++i) {
+    INFO("rank " << i + 1);
+    CHECK(config_id(r.pruned.top[i].config) == config_id(r.exhaustive.top[i].config));
+    CHECK(r.pruned.top[i].report.step_time_s == r.exhaustive.top[i].report.step_time_s);
+  }
+  CHECK(r.pruned.simulated < r.exhaustive.simulated);
+  CHECK(r.exhaustive.pruned + r.exhaustive.skipped == 0);
+  CHECK(r.pruned.candidates == r.pruned.refused + r.pruned.pruned + r.pruned.skipped + r.pruned.simulated);
+  return r;
+}
+
+}  // namespace
+
 TEST_CASE("the step-time and HBM lower bounds never exceed what the simulation gives", "[layout][invariants]") {
   // Over random layouts (experts folded over tp or not), pipelines (GPipe, 1F1B, interleaved, ZB-H1), policies
   // and schedule switches: the compute-only step bound is at most the simulated step and each stage's compute
@@ -82,22 +109,9 @@ TEST_CASE("the pruned layout search lists the same layouts as the exhaustive one
   o.top = 5;
   o.jobs = 2;
   o.policies = {"full", "minimal", "minimal_with_context"};
-  const LayoutSearch pruned = search_layouts(base, o);
-  o.prune = false;
-  const LayoutSearch exhaustive = search_layouts(base, o);
-  REQUIRE(exhaustive.top.size() == 5);
-  REQUIRE(pruned.top.size() == 5);
-  for (std::size_t i = 0; i < 5; ++i) {
-    INFO("rank " << i + 1);
-    CHECK(config_id(pruned.top[i].config) == config_id(exhaustive.top[i].config));
-    CHECK(pruned.top[i].report.step_time_s == exhaustive.top[i].report.step_time_s);
-  }
+  const auto [pruned, exhaustive] = search_both_ways(base, o);
   CHECK(pruned.pruned > 0);
   CHECK(pruned.skipped > 0);
-  CHECK(pruned.simulated < exhaustive.simulated);
-  CHECK(exhaustive.pruned + exhaustive.skipped == 0);
-  // Every candidate is accounted for once.
-  CHECK(pruned.candidates == pruned.refused + pruned.pruned + pruned.skipped + pruned.simulated);
   // The winner is the fastest fitting candidate of all those the exhaustive search simulated, and fits.
   CHECK(exhaustive.top[0].report.fits);
   for (std::size_t i = 1; i < exhaustive.top.size(); ++i)
@@ -237,16 +251,7 @@ TEST_CASE("an MoE search under Megatron's state prunes to the exhaustive answer,
   o.jobs = 2;
   o.policies = {"minimal", "full"};
   o.micro_batches = {1};
-  const LayoutSearch pruned = search_layouts(base, o);
-  o.prune = false;
-  const LayoutSearch exhaustive = search_layouts(base, o);
-  REQUIRE(pruned.top.size() == 5);
-  REQUIRE(exhaustive.top.size() == 5);
-  for (std::size_t i = 0; i < 5; ++i) {
-    INFO("rank " << i + 1);
-    CHECK(config_id(pruned.top[i].config) == config_id(exhaustive.top[i].config));
-  }
-  CHECK(pruned.simulated < exhaustive.simulated);
+  const LayoutSearch exhaustive = search_both_ways(base, o).exhaustive;
   CHECK(exhaustive.top[0].config.ep_overlap);
   // Its twin without the overlap is slower.
   RunConfig twin = exhaustive.top[0].config;
