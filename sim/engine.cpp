@@ -25,7 +25,7 @@ inline Engine::Engine(const Program& p, bool timeline, bool fast_forward) : p_(p
   if (order_.size() < nq) order_.resize(nq);
   for (std::size_t q = 0; q < nq; ++q) order_[q].clear();
   if (!p.issue_order.empty()) {
-    if (p.issue_order.size() != n) throw std::logic_error("a program's issue order does not name every op once");
+    check_issue_order(p);  // a permutation that can run to the end, or a logic_error naming the stuck ops
     for (int i : p.issue_order) order_[static_cast<std::size_t>(p.ops[static_cast<std::size_t>(i)].queue)].push_back(i);
   }
   // One pass over the ops for what each needs (they are large: every pass reads them all from memory).

@@ -119,7 +119,7 @@ struct Program {
   // The order in which ops are issued to their queues, a permutation of the ops; empty: program order. A
   // builder that interleaves two passes (combined 1F1B) sets it; it must keep each pass's own order on every
   // queue (a queue's order stands in for dependencies between its ops) and be free of cycles with the
-  // dependencies (check_issue_order). Iterations are not marked then: no fast-forward.
+  // dependencies (check_issue_order, which run_program applies). Such a program runs without fast-forward.
   std::vector<int> issue_order;
   std::vector<int> resident;            // buffers alive for the whole step (allocated at t = 0, never freed)
   std::vector<double> hbm_limit_bytes;  // per device: the LHS memory limit for gated prefetches

@@ -96,7 +96,9 @@ void check_issue_order(const Program& p) {
     if (i < 0 || static_cast<std::size_t>(i) >= n || seen[static_cast<std::size_t>(i)])
       throw std::logic_error("a program's issue order does not name every op once");
     seen[static_cast<std::size_t>(i)] = 1;
-    int& prev = last[p.ops[static_cast<std::size_t>(i)].queue];
+    const std::size_t q = p.ops[static_cast<std::size_t>(i)].queue;
+    if (q >= p.queues.size()) throw std::logic_error("program op " + std::to_string(i) + " is on no queue");
+    int& prev = last[q];
     if (prev >= 0) {
       behind[static_cast<std::size_t>(prev)] = i;
       ++waits[static_cast<std::size_t>(i)];
