@@ -459,21 +459,17 @@ void register_plan(CLI::App& app) {
                           fixed(rep.tflops_per_device, 1), gib(rep.hbm_peak_bytes), gib(rep.host_peak_bytes), limit});
       }
       std::cout << t.render();
-      const auto folded = [](const LayoutResult& x) { return folds_experts(x.config); };
-      const auto overlapped = [](const LayoutResult& x) { return x.config.ep_overlap; };
+      // The legend names the ep marks the list uses; the winner's line its own.
+      std::string legend = "dp*: optimizer state sharded over dp", best_extra;
+      if (std::any_of(r.top.begin(), r.top.end(), [](const LayoutResult& x) { return folds_experts(x.config); }))
+        legend += "; ep Nf: expert tensor parallelism 1, experts whole over an expert group of N GPUs spanning tp";
+      if (std::any_of(r.top.begin(), r.top.end(), [](const LayoutResult& x) { return x.config.ep_overlap; }))
+        legend += "; ep No: expert all-to-alls overlapped with another micro-batch's compute (combined 1F1B, ep_overlap)";
       const RunConfig& best = r.top[0].config;
-      std::printf("(dp*: optimizer state sharded over dp%s%s)\n\nfastest: %s%s, policy %s, micro-batch %lld\n",
-                  std::any_of(r.top.begin(), r.top.end(), folded)
-                      ? "; ep Nf: expert tensor parallelism 1, experts whole over an expert group of N GPUs spanning tp"
-                      : "",
-                  std::any_of(r.top.begin(), r.top.end(), overlapped)
-                      ? "; ep No: expert all-to-alls overlapped with another micro-batch's compute (combined 1F1B, ep_overlap)"
-                      : "",
-                  r.top[0].report.mesh.c_str(),
-                  (std::string(folds_experts(best) ? ", experts whole over ep x tp = " + std::to_string(best.ep) + " GPUs" : "") +
-                   (best.ep_overlap ? ", combined 1F1B" : ""))
-                      .c_str(),
-                  best.policy.c_str(), static_cast<long long>(best.micro_batch));
+      if (folds_experts(best)) best_extra += ", experts whole over ep x tp = " + std::to_string(best.ep) + " GPUs";
+      if (best.ep_overlap) best_extra += ", combined 1F1B";
+      std::printf("(%s)\n\nfastest: %s%s, policy %s, micro-batch %lld\n", legend.c_str(), r.top[0].report.mesh.c_str(),
+                  best_extra.c_str(), best.policy.c_str(), static_cast<long long>(best.micro_batch));
       print_settings(r.top[0].config);
     });
   }

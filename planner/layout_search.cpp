@@ -129,16 +129,17 @@ std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSear
               layout.ep = fold ? ep_axis * tp : ep_axis;
               layout.expert_tp = fold ? 1 : 0;
               for (const DataAxes& d : data_axes(base.gpus / (tp * cp * pp * ep_axis), tp * cp, sys.scale_up.domain_gpus))
-                for (std::int64_t mbs : o.micro_batches)
+                for (std::int64_t mbs : o.micro_batches) {
+                  // Megatron merges passes with experts over ep > 1 and, pipelined, interleaved; without
+                  // pipelining a micro-batch's backward with the next one's forward, so it needs two of them.
+                  const bool mergeable = layout.ep > 1 && (pp > 1 ? vp > 1 : G > mbs * (base.gpus / (tp * cp)));
                   for (std::size_t k = 0; k < o.policies.size(); ++k)
                     for (bool overlap : overlaps) {
-                      // Without pipelining it merges a micro-batch's backward with the next one's forward: none
-                      // with one micro-batch per step.
-                      const bool one_pass = pp == 1 && G <= mbs * (base.gpus / (tp * cp * pp));
-                      if (overlap && (layout.ep <= 1 || !overlappable[k] || (pp > 1 && vp == 1) || one_pass)) continue;
+                      if (overlap && !(mergeable && overlappable[k])) continue;
                       layout.ep_overlap = overlap;
                       add(layout, d, mbs, o.policies[k]);
                     }
+                }
             }
   return out;
 }
