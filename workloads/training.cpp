@@ -65,22 +65,28 @@ void check_degrees(TrainingSpec& t) {
   // expert group is named as given: with experts folded over tp it spans tp, and the mesh's axis is ep / tp.
   for (auto [name, v] : {std::pair{"fsdp", p.fsdp}, {"tp", p.tp}, {"ep", p.expert_group()}, {"dp", p.dp}, {"cp", p.cp}, {"pp", p.pp}})
     if (v > t.gpus) throw InputError(std::string(name) + " = " + str(v) + " (exceeds gpus = " + str(t.gpus) + ")");
-  const std::string ep_term = p.experts_fold_tp ? "(ep/tp)" : "ep";
-  const std::string ep_value = p.experts_fold_tp ? "(" + str(p.expert_group()) + "/" + str(p.tp) + ")" : str(p.ep);
-  const std::string degrees = "tp*" + ep_term + "*dp*cp*pp";
-  const std::string values = str(p.tp) + "*" + ep_value + "*" + str(p.dp) + "*" + str(p.cp) + "*" + str(p.pp);
+  // The degrees' product as errors spell it: "tp*ep*dp*cp*pp = 2*4*1*1*1" (only when one is thrown).
+  auto product = [&](const std::string& lead, const std::string& lead_value) {
+    std::string out = lead;
+    out += p.experts_fold_tp ? "tp*(ep/tp)*dp*cp*pp = " : "tp*ep*dp*cp*pp = ";
+    out += lead_value;
+    out += str(p.tp) + "*";
+    out += p.experts_fold_tp ? "(" + str(p.expert_group()) + "/" + str(p.tp) + ")" : str(p.ep);
+    out += "*" + str(p.dp) + "*" + str(p.cp) + "*" + str(p.pp);
+    return out;
+  };
   std::int64_t other = 1;
   for (std::int64_t v : {p.tp, p.ep, p.dp, p.cp, p.pp}) {
     other *= v;
-    if (other > t.gpus) throw InputError("gpus = " + str(t.gpus) + " (fewer than " + degrees + " = " + values + ")");
+    if (other > t.gpus) throw InputError("gpus = " + str(t.gpus) + " (fewer than " + product("", "") + ")");
   }
   if (p.fsdp == 0) {
     if (t.gpus % other != 0)
-      throw InputError("gpus = " + str(t.gpus) + " (not divisible by " + degrees + " = " + values + " = " + str(other) + ")");
+      throw InputError("gpus = " + str(t.gpus) + " (not divisible by " + product("", "") + " = " + str(other) + ")");
     p.fsdp = t.gpus / other;
   }
   if (p.fsdp * other != t.gpus)
-    throw InputError("gpus = " + str(t.gpus) + " (must equal fsdp*" + degrees + " = " + str(p.fsdp) + "*" + values + " = " +
+    throw InputError("gpus = " + str(t.gpus) + " (must equal " + product("fsdp*", str(p.fsdp) + "*") + " = " +
                      str(p.fsdp * other) + ")");
 }
 
