@@ -180,6 +180,7 @@ std::map<std::string, double> to_params(const std::vector<FitParameter>& ps, con
 struct Objective {
   const std::vector<MeasuredRun>& runs;
   const std::vector<FitParameter>& ps;
+  const std::map<std::string, double>& fixed;  // held at these values while `ps` move
   std::vector<double> u0;
   std::string label;
   const FitOptions& options;
@@ -187,7 +188,9 @@ struct Objective {
 
   double operator()(const std::vector<double>& u) {
     ++evaluations;
-    auto preds = predict_with(runs, to_params(ps, u), options.jobs);
+    auto params = fixed;
+    for (const auto& [name, value] : to_params(ps, u)) params[name] = value;
+    auto preds = predict_with(runs, params, options.jobs);
     double sum = 0;
     int n = 0;
     for (std::size_t i = 0; i < runs.size(); ++i) {
@@ -260,10 +263,11 @@ std::vector<double> nelder_mead(Objective& f, std::vector<double> x0, int max_ev
 }
 
 std::map<std::string, double> fit_simplex(const std::vector<MeasuredRun>& runs, const std::vector<FitParameter>& ps,
-                                          const FitOptions& o, int max_evaluations, int& evaluations, const std::string& label) {
+                                          const std::map<std::string, double>& fixed, const FitOptions& o, int max_evaluations,
+                                          int& evaluations, const std::string& label) {
   std::vector<double> u0;
   for (auto& p : ps) u0.push_back(logit((p.initial - p.lo) / (p.hi - p.lo)));
-  Objective f{runs, ps, u0, label, o};
+  Objective f{runs, ps, fixed, u0, label, o};
   auto u = nelder_mead(f, u0, max_evaluations);
   evaluations += f.evaluations;
   return to_params(ps, u);
@@ -272,7 +276,9 @@ std::map<std::string, double> fit_simplex(const std::vector<MeasuredRun>& runs, 
 // Parameters qualified with a system (NAME@SYSTEM) are fitted in two stages, so that a system none of `runs`
 // is on takes a value these runs support rather than its starting value: first one NAME for every system
 // (the pooled fit, a third of the evaluations), then each system's own from there; a system without runs
-// keeps the pooled value. Without qualified parameters, one stage.
+// keeps the pooled value. The pooled value also stays in the result under the bare NAME (unless NAME itself
+// is fitted): a system with runs but no parameter of its own (B200 beside GB200) is fitted and predicted at
+// it, not at the datasheet figures. Without qualified parameters, one stage.
 std::map<std::string, double> fit_once(const std::vector<MeasuredRun>& runs, const std::vector<FitParameter>& ps,
                                        const FitOptions& o, int& evaluations, const std::string& label) {
   std::vector<FitParameter> pooled;
@@ -287,11 +293,14 @@ std::map<std::string, double> fit_once(const std::vector<MeasuredRun>& runs, con
       same->hi = std::max(same->hi, q.hi);
     }
   }
-  if (pooled.size() == ps.size()) return fit_simplex(runs, ps, o, o.max_evaluations, evaluations, label);
+  const bool qualified = std::any_of(ps.begin(), ps.end(), [](const FitParameter& p) { return p.name.find('@') != std::string::npos; });
+  if (!qualified) return fit_simplex(runs, ps, {}, o, o.max_evaluations, evaluations, label);
   const int first = std::max(1, o.max_evaluations / 3);
-  const auto pooled_values = fit_simplex(runs, pooled, o, first, evaluations, label + ", pooled");
+  const auto pooled_values = fit_simplex(runs, pooled, {}, o, first, evaluations, label + ", pooled");
+  std::map<std::string, double> out;  // held through the second stage, then the result
+  for (const auto& [name, value] : pooled_values)
+    if (std::none_of(ps.begin(), ps.end(), [&](const FitParameter& p) { return p.name == name; })) out[name] = value;
   std::vector<FitParameter> own;
-  std::map<std::string, double> out;
   for (const FitParameter& p : ps) {
     const ParameterKey key = parse_parameter_key(p.name);
     const double start = std::clamp(pooled_values.at(key.name), p.lo + 1e-6 * (p.hi - p.lo), p.hi - 1e-6 * (p.hi - p.lo));
@@ -306,7 +315,7 @@ std::map<std::string, double> fit_once(const std::vector<MeasuredRun>& runs, con
     }
   }
   if (!own.empty())
-    for (const auto& [name, value] : fit_simplex(runs, own, o, std::max(1, o.max_evaluations - first), evaluations, label))
+    for (const auto& [name, value] : fit_simplex(runs, own, out, o, std::max(1, o.max_evaluations - first), evaluations, label))
       out[name] = value;
   return out;
 }

@@ -567,3 +567,29 @@ TEST_CASE("a per-system parameter of a system no run is on takes the pooled fit'
   CHECK(res.parameters.at("gemm_scale@h200-hgx") == Approx(0.8).epsilon(0.01));
   CHECK(res.parameters.at("gemm_scale@h100-hgx") == Approx(0.8).epsilon(0.01));
 }
+
+TEST_CASE("a system with runs but no parameter of its own is fitted and predicted at the pooled value", "[planner][fit]") {
+  // Runs on H200 and on H100, made by hbmsim at GEMM scale 0.8 on both. Only gemm_scale@h200-hgx is fitted:
+  // the pooled stage finds 0.8 for every system, and it stays in the result as the bare gemm_scale, so the H100
+  // runs are predicted at 0.8 (their TFLOP/s exactly), not at the datasheet figures (0.8 / 1.0 = 25% below
+  // what the GEMMs alone would make them).
+  std::vector<MeasuredRun> runs;
+  for (const char* system : {"h200-hgx", "h100-hgx"})
+    for (std::int64_t batch : {1, 2}) {
+      RunConfig c = h200_8b(batch, "full");
+      c.system = system;
+      runs.push_back({std::string(system) + "-" + std::to_string(batch), "A", c, 1.0, std::nullopt});
+    }
+  const auto truth = predict_with(runs, {{"gemm_scale", 0.8}}, 2);
+  for (std::size_t i = 0; i < runs.size(); ++i) runs[i].tflops_per_device = truth[i].tflops_per_device;
+  const auto datasheet = predict_with(runs, {}, 2);
+  REQUIRE(datasheet[2].tflops_per_device > 1.1 * truth[2].tflops_per_device);  // the scale matters on H100
+  auto res = fit_parameters(runs, {{"gemm_scale@h200-hgx", 0.5, 1.3, 1.1, ""}}, FitOptions{});
+  CHECK(res.parameters.at("gemm_scale@h200-hgx") == Approx(0.8).epsilon(0.01));
+  CHECK(res.parameters.at("gemm_scale") == Approx(0.8).epsilon(0.01));
+  REQUIRE(res.tflops.size() == 4);
+  for (const auto& r : res.tflops) {
+    INFO(r.id);
+    CHECK(std::abs(r.error()) < 0.01);
+  }
+}
