@@ -77,5 +77,28 @@ inline RunConfig random_pipeline(std::mt19937& rng) {
   return c;
 }
 
+// The levers and settings the draws above leave at their defaults, on top of one: Megatron's state layout and
+// bf16 gradients, weights kept gathered, FP8 attention, one memory lever at a time (activation offload of the
+// first layers, recomputed layers, optimizer or parameter offload, FP8-saved activations, a layer range with a
+// policy of its own, the MoE batch split), and a model from a HuggingFace config (Qwen3-235B-A22B) for half
+// of the MoE draws. Some combinations are bad input; the caller skips those.
+inline void add_levers(std::mt19937& rng, RunConfig& c) {
+  auto coin = [&] { return std::uniform_int_distribution<int>(0, 1)(rng) == 1; };
+  if (coin()) c.framework = "megatron";
+  if (coin()) c.grad_reduce_dtype = "bf16";
+  if (coin()) c.reshard_weights = false;
+  if (coin()) c.attention_dtype = "fp8";
+  switch (std::uniform_int_distribution<int>(0, 7)(rng)) {
+    case 0: c.offload_layers = pick<std::int64_t>(rng, {1, 4, 10}); break;
+    case 1: if (c.policy != "full") c.recompute_layers = pick<std::int64_t>(rng, {1, 2, 4}); break;
+    case 2: c.optimizer_offload = pick<std::string>(rng, {"device", "host"}); break;
+    case 3: c.parameter_offload = true; break;
+    case 4: c.fp8_saved_activations = true; break;
+    case 5: c.layer_policies = "0-3:minimal_offloaded"; break;
+    case 6: if (c.model == "deepseek-v3-671b") c.moe_batch_split = 2; break;
+    default: break;
+  }
+  if (c.model == "deepseek-v3-671b" && coin()) c.model = "hf/qwen3-235b-a22b.config.json";
+}
 
 }  // namespace test

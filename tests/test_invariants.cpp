@@ -250,6 +250,65 @@ TEST_CASE("pipelined steps keep the physics stage by stage", "[invariants][pipel
   CHECK(runs == 80);
 }
 
+TEST_CASE("physics holds with Megatron's settings and the memory levers drawn too", "[invariants]") {
+  // The laws that hold for any layout (those with a layout's own byte counts are above), over draws that also
+  // set the fields random_config leaves at their defaults (test::add_levers), a quarter of them pipelined.
+  std::mt19937 rng(20261203);
+  int runs = 0, offloading = 0, megatron = 0, levers = 0, hf = 0;
+  for (int tries = 0; runs < 300 && tries < 3000; ++tries) {
+    RunConfig c = tries % 4 == 3 ? random_pipeline(rng) : random_config(rng);
+    test::add_levers(rng, c);
+    StepReport r;
+    try {
+      r = run_simulation(c);
+    } catch (const InputError&) {
+      continue;
+    }
+    ++runs;
+    INFO(describe(c));
+    megatron += c.framework == "megatron";
+    hf += c.model.rfind("hf/", 0) == 0;
+    levers += c.offload_layers > 0 || c.recompute_layers > 0 || c.optimizer_offload != "off" || c.parameter_offload ||
+              c.fp8_saved_activations || !c.layer_policies.empty() || c.moe_batch_split > 1;
+    CHECK(std::isfinite(r.step_time_s));
+    CHECK(r.step_time_s > 0);
+    CHECK(r.mfu <= 1.0);
+    CHECK(r.executed_flops_per_device >= r.model_flops_per_device * (1 - 1e-12));
+    ModelSpec model = resolve_model(c.model);
+    model.mtp_layers = c.mtp_layers;
+    CHECK(r.model_flops_per_device * static_cast<double>(c.gpus) ==
+          Approx(static_cast<double>(r.global_batch) * model.model_flops(1, c.seq, 1).total()).epsilon(1e-9));
+    // More HBM or a faster host link: never slower, never a fit turned into OOM (slack as above).
+    const bool offloads = r.host_peak_bytes > 0;
+    offloading += offloads;
+    const double slack = !offloads ? 1e-9 : r.fits ? 1e-2 : 5e-2;
+    const System sys = prepare_run(c).system;
+    RunConfig more_hbm = c;
+    more_hbm.hbm_bytes = 1.5 * sys.gpu.hbm_bytes;
+    const auto h = run_simulation(more_hbm);
+    CHECK(h.step_time_s <= r.step_time_s * (1 + slack));
+    if (r.fits) CHECK(h.fits);
+    RunConfig faster_link = c;
+    faster_link.host_link_bytes_per_s = 2 * std::max(sys.host_h2d_bytes_per_s(), sys.host_d2h_bytes_per_s());
+    CHECK(run_simulation(faster_link).step_time_s <= r.step_time_s * (1 + slack));
+    // Twice the batch on one stage: more work, never a shorter step, never a lower peak (but where LHS fills
+    // HBM up to its limit: the test above).
+    if (c.pp == 1) {
+      RunConfig twice = c;
+      twice.batch = 2 * *c.batch;
+      const auto t = run_simulation(twice);
+      CHECK(t.step_time_s >= r.step_time_s * (1 - slack));
+      const bool fills_to_limit = c.lhs && c.pipelined_transfers;
+      CHECK(t.hbm_peak_bytes >= (fills_to_limit ? std::min(r.hbm_peak_bytes, t.prefetch_limit_bytes) : r.hbm_peak_bytes) * (1 - 1e-12));
+    }
+  }
+  CHECK(runs == 300);
+  CHECK(megatron > 100);
+  CHECK(levers > 100);
+  CHECK(offloading > 30);
+  CHECK(hf > 10);
+}
+
 TEST_CASE("issue 18's counterexamples: LHS on Llama 405B near capacity, HBM of Llama 70B by batch and precision", "[invariants]") {
   // Llama 405B on 64 GB200s, QKV offload: LHS was 15.37 s against 13.73 s without it.
   RunConfig c;
