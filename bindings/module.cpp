@@ -207,7 +207,7 @@ py::dict simulate(const py::object& config, bool trace, const std::string& origi
         names.push_back(hbmsim::sim::to_string(static_cast<hbmsim::sim::MemCategory>(c)));
       j["timeline_categories"] = std::move(names);
       j["timeline_hbm_by_category"] = std::move(by_category);
-      j["trace"] = std::move(report.trace);
+      j["trace"] = json::parse(report.trace);
     }
   }
   return to_py(j);

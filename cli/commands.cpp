@@ -201,7 +201,7 @@ void register_commands(CLI::App& app) {
     cmd->callback([flags, json, trace, every_event] {
       auto res = simulate_resolved(resolve_run_flags(*flags), !trace->empty(), !*every_event);
       print_warnings(res.warnings);
-      if (!trace->empty()) write_file_atomically(*trace, dump_json(res.report.trace) + "\n");
+      if (!trace->empty()) write_file_atomically(*trace, res.report.trace);
       if (*json) {
         std::cout << dump_json(res.to_json(), 2) << "\n";
       } else {

@@ -132,34 +132,6 @@ StepReport make_report(const StepGraph& g, const System& sys, const std::string&
   return rep;
 }
 
-nlohmann::json chrome_trace(const sim::Program& program, const sim::EngineResult& r, const std::vector<std::string>& names) {
-  auto events = nlohmann::json::array();
-  // A process per device (pipeline stage), a track per queue.
-  for (int d = 0; d < program.devices(); ++d) {
-    const std::string name = program.devices() > 1 ? "hbmsim stage " + std::to_string(d) : "hbmsim device 0";
-    events.push_back({{"ph", "M"}, {"pid", d}, {"name", "process_name"}, {"args", {{"name", name}}}});
-  }
-  for (std::size_t q = 0; q < program.queues.size(); ++q)
-    events.push_back({{"ph", "M"}, {"pid", program.queues[q].device}, {"tid", q}, {"name", "thread_name"},
-                      {"args", {{"name", program.queues[q].name}}}});
-  for (std::size_t i = 0; i < program.ops.size(); ++i) {
-    const auto& o = program.ops[i];
-    nlohmann::json args = {{"layer", o.layer}, {"phase", std::string(1, o.phase)}};
-    if (o.bytes_sent > 0) args["bytes_sent"] = o.bytes_sent;
-    events.push_back({{"ph", "X"}, {"pid", program.queues[static_cast<std::size_t>(o.queue)].device}, {"tid", o.queue},
-                      {"name", names[i]}, {"ts", r.start_s[i] * 1e6}, {"dur", (r.end_s[i] - r.start_s[i]) * 1e6}, {"args", args}});
-  }
-  for (const auto& m : r.timeline) {
-    events.push_back({{"ph", "C"}, {"pid", m.device}, {"name", "memory GiB"}, {"ts", m.time_s * 1e6},
-                      {"args", {{"hbm", m.hbm_bytes / 1073741824.0}, {"host", m.host_bytes / 1073741824.0}}}});
-    nlohmann::json cats = nlohmann::json::object();
-    for (int c = 0; c < sim::kMemCategories; ++c)
-      cats[sim::to_string(static_cast<MemCategory>(c))] = m.hbm_by_category[static_cast<std::size_t>(c)] / 1073741824.0;
-    events.push_back({{"ph", "C"}, {"pid", m.device}, {"name", "HBM by category GiB"}, {"ts", m.time_s * 1e6}, {"args", cats}});
-  }
-  return {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
-}
-
 nlohmann::json StepReport::to_json() const {
   nlohmann::json j = {{"system", system_id},
           {"model", model_id},

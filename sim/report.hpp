@@ -57,7 +57,7 @@ struct StepReport {
   int replayed_iterations = 0;  // layer-loop iterations fast-forwarded (their events are in `events`)
   std::size_t ops = 0;
   std::vector<sim::MemorySample> timeline;
-  nlohmann::json trace;  // Chrome trace (only with a recorded timeline)
+  std::string trace;  // Chrome trace JSON text (only with a recorded timeline; sim/chrome_trace.hpp)
 
   nlohmann::json to_json() const;  // the `simulate --json` object
 };
@@ -67,7 +67,5 @@ const std::vector<std::string>& report_queues();
 
 StepReport make_report(const StepGraph& g, const System& sys, const std::string& policy, const sim::Program& program,
                        const sim::EngineResult& r);
-// The Chrome trace of a step run with a recorded timeline: a track per queue, counters for memory.
-nlohmann::json chrome_trace(const sim::Program& program, const sim::EngineResult& r, const std::vector<std::string>& names);
 
 }  // namespace hbmsim

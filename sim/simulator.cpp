@@ -1,5 +1,7 @@
 #include "sim/simulator.hpp"
 
+#include "sim/chrome_trace.hpp"
+
 namespace hbmsim {
 
 StepReport simulate(const StepGraph& g, const System& sys, const Policy& policy, const SimOptions& opt) {
