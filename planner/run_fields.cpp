@@ -151,8 +151,9 @@ const std::vector<RunField> kFields = {
      "recompute_num_layers, method block)",
      &C::recompute_layers, FieldCheck::non_negative},
     {"fp8_saved_activations", "--fp8-saved-activations",
-     "An fp8 GEMM's input kept for the backward is stored in fp8, 1 byte per element and an MXFP8 scale byte per 32 "
-     "(Transformer Engine's FP8 recipes; off: the activation dtype)",
+     "A low-precision GEMM's input kept for the backward is stored in the GEMM's format: fp8, 1 byte per element "
+     "and an MXFP8 scale byte per 32; nvfp4, half a byte and an FP8 scale byte per 16 (Transformer Engine's FP8 "
+     "and NVFP4 recipes; off: the activation dtype)",
      &C::fp8_saved_activations},
     {"optimizer_offload", "--optimizer-offload",
      "Optimizer state in pinned host memory: off; device (streamed through HBM and updated on the GPU, MaxText "

@@ -176,8 +176,8 @@ RunMapping map_published_run(const PublishedRun& r) {
   c.gpus = r.gpus;
   c.seq = r.seq;
   c.weights = c.attention_dtype = *dtype;
-  // Transformer Engine's FP8 recipes keep each FP8 linear layer's input quantized for its backward.
-  c.fp8_saved_activations = *dtype == "fp8";
+  // Transformer Engine's FP8 and NVFP4 recipes keep each linear layer's input quantized for its backward.
+  c.fp8_saved_activations = *dtype == "fp8" || *dtype == "nvfp4";
   // Megatron's batch: mbs sequences per model replica per micro-step, gbs per step.
   c.micro_batch = r.mbs;
   c.global_batch = r.gbs;

@@ -94,9 +94,10 @@ const std::vector<std::string>& validation_rules() {
       "**prec**: BF16 -> bf16; FP8, FP8-CS, FP8 CS, MXFP8 -> fp8; NVFP4 -> nvfp4, for both `weights` (MLP and expert "
       "GEMMs) and `attention_dtype` (QKV and output projections): Transformer Engine runs every linear layer in the "
       "recipe's precision and the core attention in bf16, as hbmsim's attention always is. The FP8 scaling recipes "
-      "(delayed, current, MXFP8 block scaling) are one fp8 GEMM rate to hbmsim. With fp8, `fp8_saved_activations on`: "
-      "each fp8 linear layer's input is kept quantized for its backward (1 byte per element and a scale byte per 32), "
-      "as Transformer Engine does; NVFP4 rows keep bf16 inputs (not modelled).",
+      "(delayed, current, MXFP8 block scaling) are one fp8 GEMM rate to hbmsim. With fp8 or nvfp4, "
+      "`fp8_saved_activations on`: each linear layer's input is kept quantized for its backward, as Transformer "
+      "Engine's recipes save it (fp8: 1 byte per element and a scale byte per 32; nvfp4: half a byte and a scale "
+      "byte per 16).",
       "**gradients**: `grad_reduce_dtype bf16` (Megatron's grad_reduce_in_fp32 off: the gradient buffer and its "
       "reduce-scatters in bf16) for Megatron-Bridge rows, whose performance configs set it for every model and "
       "precision, and for NeMo's FP8 rows (NeMo's scripts/performance/helpers.py); fp32 for NeMo's BF16 rows and bare "

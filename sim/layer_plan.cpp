@@ -143,23 +143,40 @@ double backward_working_set(const LayerTemplate& t, const TemplatePlan& p) {
 
 }  // namespace
 
-// Bytes of each tensor's kept copy: its size, or with fp8_saved_activations, for a kept input of an fp8 GEMM
-// (or the kept tensor all-gathered into one), one byte per element plus an MXFP8 scale byte per 32.
+// Bytes of each tensor's kept copy: its size, or with fp8_saved_activations, for a kept input of a
+// low-precision GEMM (or the kept tensor all-gathered into one), the GEMM's own format, as Transformer Engine
+// saves the quantized input for the backward whatever the recipe: fp8 one byte per element plus an MXFP8
+// scale byte per 32, nvfp4 half a byte plus an FP8 scale byte per 16. An input of GEMMs of both kinds keeps
+// the larger.
+namespace {
+double quantized_bytes_per_element(Dtype d) {
+  switch (d) {
+    case Dtype::fp8: return 1 + 1.0 / 32;
+    case Dtype::nvfp4: return 0.5 + 1.0 / 16;
+    default: return 0;  // not quantized
+  }
+}
+}  // namespace
+
 void plan_kept_bytes(const LayerTemplate& t, const StepGraph& g, TemplatePlan& p) {
   p.kept_bytes.clear();
   for (const auto& tensor : t.tensors) p.kept_bytes.push_back(tensor.bytes);
   if (!g.training.fp8_saved_activations) return;
   const double per_element = dtype_bytes(g.training.activation_dtype);
-  auto quantize = [&](int k) {
+  std::vector<double> quantized(t.tensors.size(), 0);  // bytes per element kept, 0: not an input of one
+  auto quantize = [&](int k, double bytes_per_element) {
     const auto kk = static_cast<std::size_t>(k);
-    if (p.placement[kk] != Placement::remat) p.kept_bytes[kk] = t.tensors[kk].bytes / per_element * (1 + 1.0 / 32);
+    if (p.placement[kk] == Placement::remat) return;
+    quantized[kk] = std::max(quantized[kk], bytes_per_element);
+    p.kept_bytes[kk] = t.tensors[kk].bytes / per_element * quantized[kk];
   };
   for (const OpDef& op : t.ops) {
-    if (op.kind != OpKind::gemm || op.dtype != Dtype::fp8) continue;
+    const double bytes = op.kind == OpKind::gemm ? quantized_bytes_per_element(op.dtype) : 0;
+    if (bytes == 0) continue;
     for (int in : op.inputs) {
-      quantize(in);
+      quantize(in, bytes);
       if (const OpDef* gather = forward_gather(t, p.producer[static_cast<std::size_t>(in)]))
-        for (int src : gather->inputs) quantize(src);
+        for (int src : gather->inputs) quantize(src, bytes);
     }
   }
 }

@@ -327,6 +327,28 @@ TEST_CASE("fp8_saved_activations keeps an fp8 GEMM's input in fp8 for the backwa
   CHECK(run_simulation(c).hbm_peak_bytes == plain.hbm_peak_bytes);
 }
 
+TEST_CASE("fp8_saved_activations keeps an nvfp4 GEMM's input in nvfp4, and an input of both kinds in the larger", "[policy][fp8]") {
+  // As above with the MLP's GEMMs in nvfp4 and the projections in fp8: the MLP's inputs (mlp_norm, mlp_act)
+  // are kept at half a byte per element plus an FP8 scale byte per 16 (TE's NVFP4 recipe saves its quantized
+  // input), the projections' inputs (attn_norm, context) at 1 byte plus a scale byte per 32.
+  RunConfig c = test::llama8b_h200("no_recompute");
+  c.system = "b200-hgx";  // NVFP4 tensor cores
+  c.gpus = 1;
+  c.batch = 1;
+  c.weights = "nvfp4";
+  c.attention_dtype = "fp8";
+  const auto bf16 = run_simulation(c);
+  c.fp8_saved_activations = true;
+  const auto quantized = run_simulation(c);
+  const StepGraph g = prepare_run(c).graph;
+  const double fp8_inputs = g.tensor_bytes("attn_norm") + g.tensor_bytes("context");
+  const double nvfp4_inputs = g.tensor_bytes("mlp_norm") + g.tensor_bytes("mlp_act");
+  REQUIRE(fp8_inputs > 0);
+  REQUIRE(nvfp4_inputs > 0);
+  const double saved_per_layer = fp8_inputs * (1 - (1 + 1.0 / 32) / 2) + nvfp4_inputs * (1 - (0.5 + 1.0 / 16) / 2);
+  CHECK(bf16.hbm_peak_bytes - quantized.hbm_peak_bytes == Approx(32 * saved_per_layer).epsilon(1e-9));
+}
+
 TEST_CASE("plan offload-layers finds the fewest layers that fit, checked one either side", "[policy][layers][plan]") {
   // Llama 3.1 70B on 64 GB200s, batch 2 x 8192, fp8 (the README's curve): keeping everything needs about
   // 289 GiB, each layer offloaded takes about 3 GiB off, so the answer is near 38; whatever it is, that many
