@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <map>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -42,6 +43,15 @@ std::vector<Drawn> draw(std::size_t n, unsigned seed) {
 }
 
 std::string describe(const RunConfig& c) { return c.to_json().dump(); }
+
+// The step's report, or nothing where the draw is bad input.
+std::optional<StepReport> simulated(const RunConfig& c) {
+  try {
+    return run_simulation(c);
+  } catch (const InputError&) {
+    return std::nullopt;
+  }
+}
 
 }  // namespace
 
@@ -207,12 +217,9 @@ TEST_CASE("pipelined steps keep the physics stage by stage", "[invariants][pipel
   int runs = 0, tries = 0;
   while (runs < 80 && tries++ < 4000) {
     RunConfig c = random_pipeline(rng);
-    StepReport r;
-    try {
-      r = run_simulation(c);
-    } catch (const InputError&) {
-      continue;
-    }
+    const auto run = simulated(c);
+    if (!run) continue;
+    const StepReport& r = *run;
     ++runs;
     INFO(describe(c));
     CHECK(r.mfu <= 1.0);
@@ -258,12 +265,9 @@ TEST_CASE("physics holds with Megatron's settings and the memory levers drawn to
   for (int tries = 0; runs < 300 && tries < 3000; ++tries) {
     RunConfig c = tries % 4 == 3 ? random_pipeline(rng) : random_config(rng);
     test::add_levers(rng, c);
-    StepReport r;
-    try {
-      r = run_simulation(c);
-    } catch (const InputError&) {
-      continue;
-    }
+    const auto run = simulated(c);
+    if (!run) continue;
+    const StepReport& r = *run;
     ++runs;
     INFO(describe(c));
     megatron += c.framework == "megatron";
