@@ -161,9 +161,11 @@ void register_calibrate(CLI::App& app) {
       Table p{{"parameter", "fitted", "lo", "hi"}, {}};
       for (auto& f : ps) p.rows.push_back({f.name, fixed(res.parameters.at(f.name), 3), fixed(f.lo, 2), fixed(f.hi, 2)});
       // The pooled values the fit keeps for systems without a parameter of their own (planner/fit.cpp).
-      for (auto& [name, value] : res.parameters)
+      for (const auto& parameter : res.parameters) {
+        const std::string& name = parameter.first;
         if (std::none_of(ps.begin(), ps.end(), [&](const FitParameter& f) { return f.name == name; }))
-          p.rows.push_back({name + " (pooled)", fixed(value, 3), "-", "-"});
+          p.rows.push_back({name + " (pooled)", fixed(parameter.second, 3), "-", "-"});
+      }
       std::cout << p.render() << "\n";
       Table r{{"run", "TFLOP/s measured", "fitted", "error", "leave-one-out", "error", "source left out", "error"}, {}};
       auto held_out = [](const std::vector<Residual>& rs, const std::string& id, std::vector<std::string>& row) {

@@ -298,8 +298,10 @@ std::map<std::string, double> fit_once(const std::vector<MeasuredRun>& runs, con
   const int first = std::max(1, o.max_evaluations / 3);
   const auto pooled_values = fit_simplex(runs, pooled, {}, o, first, evaluations, label + ", pooled");
   std::map<std::string, double> out;  // held through the second stage, then the result
-  for (const auto& [name, value] : pooled_values)
-    if (std::none_of(ps.begin(), ps.end(), [&](const FitParameter& p) { return p.name == name; })) out[name] = value;
+  for (const auto& pooled_value : pooled_values) {
+    const std::string& name = pooled_value.first;
+    if (std::none_of(ps.begin(), ps.end(), [&](const FitParameter& p) { return p.name == name; })) out[name] = pooled_value.second;
+  }
   std::vector<FitParameter> own;
   for (const FitParameter& p : ps) {
     const ParameterKey key = parse_parameter_key(p.name);
