@@ -123,12 +123,13 @@ std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSear
               const bool fold = etp == 1 && tp > 1;
               if (etp == 1 && !fold && etps.size() > 1) continue;  // at tp 1 the folded layout is the plain one
               if (fold && (cp > 1 || model.num_experts % (ep_axis * tp) != 0)) continue;
-              if (base.gpus % (tp * cp * pp * ep_axis) != 0) continue;
+              const std::int64_t group = tp * cp * pp * ep_axis;
+              if (base.gpus % group != 0) continue;
               RunConfig layout = base;
               layout.tp = tp, layout.cp = cp, layout.pp = pp, layout.vp = vp;
               layout.ep = fold ? ep_axis * tp : ep_axis;
               layout.expert_tp = fold ? 1 : 0;
-              for (const DataAxes& d : data_axes(base.gpus / (tp * cp * pp * ep_axis), tp * cp, sys.scale_up.domain_gpus))
+              for (const DataAxes& d : data_axes(base.gpus / group, tp * cp, sys.scale_up.domain_gpus))
                 for (std::int64_t mbs : o.micro_batches) {
                   // Megatron merges passes with experts over ep > 1 and, pipelined, interleaved; without
                   // pipelining a micro-batch's backward with the next one's forward, so it needs two of them.

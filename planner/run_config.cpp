@@ -219,11 +219,7 @@ void check_ep_overlap(const RunConfig& c, const PreparedRun& r) {
   if (p.pp > 1 && p.vp <= 1) no("with pp = " + std::to_string(p.pp) + " Megatron needs a virtual pipeline: vp > 1");
   if (c.recompute_layers > 0)
     no("recompute_layers = " + std::to_string(c.recompute_layers) + ": Megatron refuses a recompute method with it");
-  const auto full = [](const Policy& q) { return q.preset == "full"; };
-  bool any_full = r.policy.stages.empty() && full(r.policy);
-  for (const Policy& s : r.policy.stages) any_full = any_full || full(s);
-  for (const Policy& s : r.policy.layer_rules) any_full = any_full || full(s);
-  if (any_full) no("full recompute: Megatron refuses it with the overlap; use a selective policy");
+  if (r.policy.any_applied([](const Policy& q) { return q.preset == "full"; })) no("full recompute: Megatron refuses it with the overlap; use a selective policy");
   if (r.policy.offloads_any() || c.offload_layers > 0) no("with host offload: not modelled");
 }
 

@@ -69,14 +69,12 @@ std::string layer_rules_text(const Policy& p) {
 }
 
 bool Policy::offloads_any() const {
-  auto offloads = [](const Policy& p) {
+  return any_applied([](const Policy& p) {
     if (p.offload_kept) return true;
     for (const auto& [name, where] : p.placements)
       if (where == Placement::offload) return true;
     return false;
-  };
-  if (stages.empty() ? offloads(*this) : std::any_of(stages.begin(), stages.end(), offloads)) return true;
-  return std::any_of(layer_rules.begin(), layer_rules.end(), offloads);
+  });
 }
 
 namespace {

@@ -1,6 +1,7 @@
 // Activation policy: for every MaxText checkpoint name, keep it on the device, rematerialize it in the
 // backward pass, or offload it to pinned host memory. Presets follow MaxText's remat_policy values.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -37,6 +38,13 @@ struct Policy {
     for (const Policy& r : layer_rules)
       if (layer >= r.first_layer && layer <= r.last_layer) return r;
     return for_stage(stage);
+  }
+  // Whether `f` holds for a policy some layer runs under: this one or, when they are given, a stage's, or a
+  // layer rule's.
+  template <class F>
+  bool any_applied(F f) const {
+    if (stages.empty() ? f(*this) : std::any_of(stages.begin(), stages.end(), f)) return true;
+    return std::any_of(layer_rules.begin(), layer_rules.end(), f);
   }
   // Whether any stage or layer sends a checkpoint name to host memory.
   bool offloads_any() const;
