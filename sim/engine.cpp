@@ -1,5 +1,6 @@
 // The event loop: starts, completions, link sharing and memory (the fast-forward is fast_forward.cpp).
 #include "sim/engine_impl.hpp"
+#include "sim/issue_order.hpp"
 
 namespace hbmsim::sim {
 
@@ -25,7 +26,7 @@ inline Engine::Engine(const Program& p, bool timeline, bool fast_forward) : p_(p
   if (order_.size() < nq) order_.resize(nq);
   for (std::size_t q = 0; q < nq; ++q) order_[q].clear();
   if (!p.issue_order.empty()) {
-    check_issue_order(p);  // a permutation that can run to the end, or a logic_error naming the stuck ops
+    check_issue_permutation(p);  // whether it can run to the end is checked once the successors are known
     for (int i : p.issue_order) order_[static_cast<std::size_t>(p.ops[static_cast<std::size_t>(i)].queue)].push_back(i);
   }
   // One pass over the ops for what each needs (they are large: every pass reads them all from memory).
@@ -61,6 +62,7 @@ inline Engine::Engine(const Program& p, bool timeline, bool fast_forward) : p_(p
   fill.assign(succ_start_.begin(), succ_start_.end() - 1);
   for (std::size_t i = 0; i < n; ++i)
     for (int d : p.ops[i].deps) succ_[static_cast<std::size_t>(fill[static_cast<std::size_t>(d)]++)] = static_cast<int>(i);
+  if (!p.issue_order.empty()) check_issue_order(p, succ_start_, succ_);  // or a logic_error naming the stuck ops
   qs_.resize(nq);
   for (std::size_t q = 0; q < nq; ++q)
     qs_[q] = QueueState{order_[q].data(), order_[q].size(), 0, 0, 0.0, p.queues[q].device,

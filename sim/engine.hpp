@@ -119,7 +119,7 @@ struct Program {
   // The order in which ops are issued to their queues, a permutation of the ops; empty: program order. A
   // builder that interleaves two passes (combined 1F1B) sets it; it must keep each pass's own order on every
   // queue (a queue's order stands in for dependencies between its ops) and be free of cycles with the
-  // dependencies (check_issue_order, which run_program applies). Such a program runs without fast-forward.
+  // dependencies (run_program checks both: sim/issue_order.hpp). Such a program runs without fast-forward.
   std::vector<int> issue_order;
   std::vector<int> resident;            // buffers alive for the whole step (allocated at t = 0, never freed)
   std::vector<double> hbm_limit_bytes;  // per device: the LHS memory limit for gated prefetches
@@ -179,12 +179,8 @@ struct EngineResult {
   int replayed_iterations = 0;   // loop iterations fast-forwarded rather than simulated
 };
 
-// Throws std::logic_error when the program's issue order, with its dependencies, can never run to the end: a
-// serial queue's next op waits (through dependencies and other queues) for an op behind it. Kahn's algorithm
-// over the dependencies and each queue's order, O(ops + dependencies).
-void check_issue_order(const Program& program);
-
-// Runs the program to completion. Throws std::logic_error on a deadlock (a builder bug, never input).
+// Runs the program to completion. Throws std::logic_error on a deadlock or an issue order that cannot run to
+// the end (a builder bug, never input).
 // fast_forward: once the state at the start of a loop iteration repeats the previous one's (shifted by an
 // iteration), the engine replays that iteration's events instead of simulating them (same results within
 // 1e-9 relative; off: every event simulated).
