@@ -1,0 +1,279 @@
+// A stage's frame: its resident state and passes in schedule order, the optimizer, parameter sync and weight
+// gathers, pipeline crossings, the embedding and vocab tables, gradient syncs (sim/stage_builder.hpp).
+#include "sim/stage_builder.hpp"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace hbmsim::build {
+
+Scratch& thread_scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+double boundary_bytes(const StepGraph& g) {
+  return g.sharded_tokens * static_cast<double>(g.model.d_model) * dtype_bytes(g.training.activation_dtype);
+}
+
+std::vector<sim::PassSpan> StageBuilder::build(const std::vector<PipelineTask>& tasks) {
+  for (auto [bytes, cat] : {std::pair{info_.parameter_bytes, MemCategory::parameters},
+                            {info_.optimizer_bytes, MemCategory::optimizer_state},
+                            {info_.gradient_bytes, MemCategory::gradients},
+                            {c_.sys.runtime.reserve_bytes, MemCategory::runtime_reserve}})
+    prog_.resident.push_back(w_.add_buffer(bytes, cat, (cat == MemCategory::optimizer_state && offloaded_optimizer()) ||
+                                                           (cat == MemCategory::parameters && opt_.parameter_offload)));
+  const ParameterSync param_sync = parameter_sync();
+  auto& records = scratch_.records;
+  const std::size_t slots = static_cast<std::size_t>(g_.training.grad_accum) * info_.chunks.size();
+  if (records.size() < slots) records.resize(slots);
+  std::vector<int> done;  // what the optimizer waits for
+  // Weight gathers a pass issues before it has anything to wait for wait for the previous pass to start:
+  // prefetching runs at most one pass ahead (else a stage's zero-wait gathers for every micro-batch would
+  // all be in memory at the step's start).
+  int previous_pass = -1;
+  start_across();
+  std::vector<sim::PassSpan> passes;
+  for (const PipelineTask& t : tasks) {
+    const int k = info_.chunks[static_cast<std::size_t>(t.chunk)];
+    const sim::PassSpan begin{t.pass == Pass::forward, t.merged_with_next, t.microbatch, w_.ops(), 0,
+                              static_cast<int>(prog_.iterations.size()), 0};
+    ChunkRecord& rec = records[static_cast<std::size_t>(t.microbatch) * info_.chunks.size() + static_cast<std::size_t>(t.chunk)];
+    const bool sync = t.microbatch + 1 == g_.training.grad_accum;
+    switch (t.pass) {
+      case Pass::forward: previous_pass = forward_pass(t.microbatch, k, t.chunk, param_sync, rec, previous_pass); break;
+      case Pass::backward: previous_pass = backward_pass(t.microbatch, k, t.chunk, sync, rec, done, previous_pass); break;
+      case Pass::weight_grad: previous_pass = weight_pass(k, sync, rec, done); break;
+    }
+    if (opt_.ep_overlap && t.pass != Pass::weight_grad) {
+      passes.push_back(begin);
+      passes.back().end_op = w_.ops();
+      passes.back().end_iteration = static_cast<int>(prog_.iterations.size());
+    }
+  }
+  switch (opt_.optimizer_offload) {
+    case OptimizerOffload::off: {
+      if (opt_.parameter_offload) {
+        streamed_update(done);
+        break;
+      }
+      int opt = w_.compute(costs_.memory_s(info_.optimizer_update_bytes), true, 0, 'o', -1, "optimizer_update");
+      for (int r : done) w_.op(opt).deps.push_back(r);
+      break;
+    }
+    case OptimizerOffload::device: streamed_update(done); break;
+    case OptimizerOffload::host: host_update(done); break;
+  }
+  return passes;
+}
+
+double StageBuilder::optimizer_chunks() const {
+  std::int64_t layers = 0;
+  for (int k : info_.chunks) layers += chunk(k).layers();
+  return static_cast<double>(std::max<std::int64_t>(1, layers));
+}
+
+void StageBuilder::streamed_update(const std::vector<int>& done) {
+  const double n = optimizer_chunks(), update = info_.optimizer_update_bytes / n;
+  const double state = offloaded_optimizer() ? info_.optimizer_bytes / n : 0;
+  const double params = opt_.parameter_offload ? info_.parameter_bytes / n : 0;
+  const char* what = state > 0 && params > 0 ? "optimizer state and parameters" : state > 0 ? "optimizer state" : "parameters";
+  std::vector<int> out;
+  for (int k = 0; k < static_cast<int>(n); ++k) {
+    const int in = w_.copy(true, state + params, costs_.copy_s(state + params, true), -1, label_chunk((std::string(what) + " in").c_str(), k));
+    w_.op(in).deps = done;
+    if (k >= 2) w_.op(in).deps.push_back(out[static_cast<std::size_t>(k - 2)]);
+    for (auto [bytes, cat] : {std::pair{state, MemCategory::optimizer_state}, {params, MemCategory::parameters}})
+      if (bytes > 0) w_.op(in).allocs.push_back(w_.add_buffer(bytes, cat));
+    const int up = w_.compute(costs_.memory_s(update), true, 0, 'o', -1, label_chunk("optimizer_update", k));
+    w_.op(up).deps.push_back(in);
+    out.push_back(w_.copy(false, state + params, costs_.copy_s(state + params, false), -1, label_chunk((std::string(what) + " out").c_str(), k)));
+    w_.op(out.back()).deps = {up};
+    for (int b : w_.op(in).allocs) w_.op(out.back()).releases.push_back(b);
+  }
+}
+
+void StageBuilder::host_update(const std::vector<int>& done) {
+  const double n = optimizer_chunks();
+  const double cpu_bytes_per_s = c_.sys.host_cpu.memory_bandwidth_bytes_per_s / std::max(1, c_.sys.host_cpu.gpus_per_cpu);
+  const double grads = info_.gradient_bytes / n, params = info_.parameter_bytes / n;
+  for (int k = 0; k < static_cast<int>(n); ++k) {
+    const int staged = w_.add_buffer(grads, MemCategory::offload_buffers, true);
+    const int out = w_.copy(false, grads, costs_.copy_s(grads, false), -1, label_chunk("gradients out", k));
+    w_.op(out).deps = done;
+    w_.op(out).allocs = {staged};
+    const int up = w_.host(info_.optimizer_update_bytes / n / cpu_bytes_per_s, 'o', label_chunk("host optimizer_update", k));
+    w_.op(up).deps.push_back(out);
+    w_.op(up).releases.push_back(staged);
+    if (opt_.parameter_offload) continue;  // updated where they live
+    const int in = w_.copy(true, params, costs_.copy_s(params, true), -1, label_chunk("parameters in", k));
+    w_.op(in).deps = {up};
+  }
+}
+
+Emitted StageBuilder::emit_comm(const CommDef& c, const CommCost& cost, char phase, std::int64_t layer, std::string name) {
+  const CommKind kind = c.kind(phase == 'b');
+  const bool overlap = opt_.tp_comm_overlap && c.axis == Axis::tp &&
+                       (kind == CommKind::all_gather || kind == CommKind::reduce_scatter);
+  const double head = overlap ? 1.0 / static_cast<double>(g_.mesh.size(Axis::tp)) : 1.0;
+  Emitted e;
+  e.head = w_.comm(c.axis, cost, head, phase, static_cast<int>(layer), name);
+  if (overlap) e.rest = w_.comm(c.axis, cost, 1 - head, phase, static_cast<int>(layer), name + (w_.naming() ? " (overlapped)" : ""));
+  return e;
+}
+
+int StageBuilder::transform(const CommDef& c, bool backward, int from, int to, int after, char phase, const std::string& name) {
+  int id;
+  if (c.kind(backward) == CommKind::none) {
+    id = w_.compute(0, false, 0, phase, -1, name);
+  } else {
+    id = w_.comm(c.axis, costs_.comm(c, backward), 1.0, phase, -1, name);
+    if (after >= 0) w_.op(id).deps.push_back(after);
+  }
+  w_.op(id).allocs.push_back(to);
+  w_.op(id).releases.push_back(from);
+  return id;
+}
+
+StageBuilder::ParameterSync StageBuilder::parameter_sync() {
+  ParameterSync ps;
+  ps.layers.assign(at(g_.model.stack_layers()), -1);
+  if (!g_.training.parallelism.sharded_optimizer || !syncs()) return ps;
+  if (const double tables = table_grad_bytes(); tables > 0)
+    ps.tables = w_.comm(Axis::dp, net_.cost(CommKind::all_gather, table_shard_bytes(tables) * g_.weight_bytes_per_gradient_byte(), g_.grad_sync), 1.0, 'f', -1,
+                        "all_gather parameters embedding");
+  for (int k : info_.chunks)
+    for (std::int64_t l = chunk(k).first_layer; l < chunk(k).end_layer; ++l) {
+      ps.layers[at(l)] = w_.comm2(Axis::dp, plan(l).param_sync, plan(l).param_sync_experts, 1.0, 'f', static_cast<int>(l),
+                                  label("all_gather parameters", l));
+    }
+  return ps;
+}
+
+Gather StageBuilder::gather_layer(std::int64_t l, int after, char phase) {
+  if (!opt_.reshard_weights && kept_weights_.empty()) kept_weights_.assign(at(g_.model.stack_layers()), Gather{});
+  if (!opt_.reshard_weights && kept_weights_[at(l)].op >= 0) return kept_weights_[at(l)];
+  const auto& t = g_.layer(l);
+  const auto& p = plan(l);
+  Gather ag;
+  ag.buf = w_.add_buffer(t.gathered_dense_bytes + t.gathered_expert_bytes, MemCategory::gathered_weights);
+  const double shard = t.gathered_dense_bytes / static_cast<double>(g_.mesh.size(g_.dense_shard)) +
+                       t.gathered_expert_bytes / static_cast<double>(g_.mesh.size(g_.expert_shard));
+  const int in = parameters_in(shard, after, static_cast<int>(l), label("parameters in", l));
+  ag.op = w_.comm2(Axis::fsdp, p.gather, p.gather_experts, 1.0, phase, static_cast<int>(l),
+                   label(phase == 'f' ? "all_gather" : "all_gather bwd", l));
+  w_.op(ag.op).allocs = {ag.buf};
+  gather_after(ag.op, in, after);
+  if (!opt_.reshard_weights) kept_weights_[at(l)] = ag;
+  return ag;
+}
+
+Gather StageBuilder::gather_table(const char* name, int after) {
+  const CommCost cost = net_.cost(CommKind::all_gather, g_.table_gathered_bytes, g_.dense_shard);
+  const int in = parameters_in(table_shard_bytes(g_.table_gathered_bytes), after, -1, std::string("parameters in ") + name);
+  Gather ag{w_.comm(Axis::fsdp, cost, 1.0, 'f', -1, name), w_.add_buffer(g_.table_gathered_bytes, MemCategory::gathered_weights)};
+  w_.op(ag.op).allocs = {ag.buf};
+  gather_after(ag.op, in, after);
+  return ag;
+}
+
+int StageBuilder::parameters_in(double shard_bytes, int after, int layer, const std::string& name) {
+  if (!opt_.parameter_offload || shard_bytes <= 0) return -1;
+  const int in = w_.copy(true, shard_bytes, costs_.copy_s(shard_bytes, true), layer, w_.naming() ? name : std::string());
+  if (after >= 0) w_.op(in).deps.push_back(after);
+  w_.op(in).allocs = {w_.add_buffer(shard_bytes, MemCategory::parameters)};
+  return in;
+}
+
+void StageBuilder::gather_after(int gather, int shard_in, int after) {
+  if (shard_in >= 0) {
+    w_.op(gather).deps.push_back(shard_in);
+    w_.op(gather).releases = w_.op(shard_in).allocs;
+  } else if (after >= 0) {
+    w_.op(gather).deps.push_back(after);
+  }
+}
+
+void StageBuilder::send(Crossing& in, int from, int to_chunk, int after, char phase, const char* what, int mb) {
+  const int to = chunk(to_chunk).stage;
+  in.send = w_.send(net_, net_.point_to_point(boundary_bytes(g_), Axis::pp, stage_, to), to, phase, label_mb(what, mb));
+  w_.op(in.send).deps.push_back(after);
+  w_.op(in.send).allocs.push_back(in.buf);
+  w_.op(in.send).releases.push_back(from);
+}
+
+int StageBuilder::embedding(ChunkRecord& rec, int after_sync) {
+  const double act = dtype_bytes(g_.training.activation_dtype);
+  const double T = g_.tokens, d = static_cast<double>(g_.model.d_model);
+  const bool tp = multi(AxisSet{Axis::tp});
+  const Gather embed = gather_table("all_gather embedding", after_sync);
+  rec.input_buf = w_.add_buffer(g_.sharded_tokens * d * act, MemCategory::saved_activations);
+  const int lookup_buf = tp ? w_.add_buffer(T * d * act, MemCategory::workspace) : rec.input_buf;
+  int lookup = w_.compute(costs_.memory_s(2 * T * d * act), true, 0, 'f', -1, "embedding_lookup");
+  w_.op(lookup).deps.push_back(embed.op);
+  w_.op(lookup).allocs.push_back(lookup_buf);
+  w_.op(lookup).releases.push_back(embed.buf);
+  if (tp) return transform(g_.embed_exit, false, lookup_buf, rec.input_buf, lookup, 'f', "embedding_exit");
+  return lookup;
+}
+
+void StageBuilder::head_table_gradients(const PipelineChunk& c, int head_bwd, bool sync, std::vector<int>& done) {
+  const double bucket = table_grad_bytes(c);
+  int grad = w_.add_buffer(bucket, MemCategory::collective_buffers);
+  w_.op(head_bwd).allocs.push_back(grad);
+  const int rs = table_reduce_scatter(bucket, head_bwd, grad, "reduce_scatter unembedding", done);
+  if (sync && multi(g_.grad_sync)) table_sync(bucket, rs, done);
+}
+
+int StageBuilder::table_reduce_scatter(double bucket, int after, int buffer, const char* name, std::vector<int>& done) {
+  int rs = w_.comm(Axis::fsdp, net_.cost(CommKind::reduce_scatter, bucket, g_.dense_shard), 1.0, 'b', -1, name);
+  w_.op(rs).deps = {after};
+  w_.op(rs).releases = {buffer};
+  done.push_back(rs);
+  return rs;
+}
+
+void StageBuilder::table_sync(double bucket, int rs, std::vector<int>& done) {
+  const auto kind = g_.training.parallelism.sharded_optimizer ? CommKind::reduce_scatter : CommKind::all_reduce;
+  done.push_back(grad_sync(net_.cost(kind, table_shard_bytes(bucket), g_.grad_sync), CommCost{}, rs, -1, -1));
+}
+
+int StageBuilder::weight_pass(int k, bool sync, ChunkRecord& rec, std::vector<int>& done) {
+  const PipelineChunk& c = chunk(k);
+  int first_op = -1;
+  for (std::int64_t i = c.layers() - 1; i >= 0; --i) {
+    const std::int64_t l = c.first_layer + i;
+    const auto& t = g_.layer(l);
+    WeightPass& wp = rec.weights[at(i)];
+    int grad_buf = w_.add_buffer(t.grad_dense_bytes + t.grad_expert_bytes, MemCategory::collective_buffers);
+    int id = w_.compute(wp.seconds, false, wp.flops, 'w', static_cast<int>(l), label("weight_grads", l));
+    if (first_op < 0) first_op = id;
+    for (int d : wp.deps) w_.op(id).deps.push_back(d);
+    w_.op(id).allocs.push_back(grad_buf);
+    for (int b : wp.releases) w_.op(id).releases.push_back(b);
+    const auto& p = plan(l);
+    int rs = w_.comm2(Axis::fsdp, p.reduce_scatter, p.reduce_scatter_experts, 1.0, 'b', static_cast<int>(l), label("reduce_scatter", l));
+    w_.op(rs).deps = {id};
+    w_.op(rs).releases = {grad_buf};
+    done.push_back(rs);
+    if (sync && syncs()) done.push_back(grad_sync(p, rs, -1, l));
+  }
+  return first_op;
+}
+
+int StageBuilder::grad_sync(const TemplatePlan& p, int after_rs, int after, std::int64_t l) {
+  return grad_sync(p.grad_sync, p.grad_sync_experts, after_rs, after, l);
+}
+
+int StageBuilder::grad_sync(const CommCost& dense, const CommCost& experts, int after_rs, int after, std::int64_t l) {
+  const char* what = g_.training.parallelism.sharded_optimizer ? "reduce_scatter grads" : "all_reduce grads";
+  int id = w_.comm2(Axis::dp, dense, experts, 1.0, 'b', static_cast<int>(l),
+                    l >= 0 ? label(what, l) : std::string(what) + " embedding");
+  w_.op(id).deps.push_back(after_rs);
+  if (after >= 0) w_.op(id).deps.push_back(after);
+  return id;
+}
+
+}  // namespace hbmsim::build
