@@ -68,7 +68,7 @@ void check_dtype(const Sources& s, const std::string& field, const std::string& 
   if (!d || (*d == Dtype::fp32 && !fp32_allowed))
     throw InputError(s.name(field) + " = " + quote(value) + " (" +
                      (d ? std::string("fp32 is not an MLP GEMM dtype") : std::string("unknown dtype")) +
-                     (fp32_allowed ? "; expected bf16, fp8, nvfp4 or fp32)" : "; expected bf16, fp8 or nvfp4)"));
+                     (fp32_allowed ? "; expected bf16, fp8, mxfp8, nvfp4 or fp32)" : "; expected bf16, fp8, mxfp8 or nvfp4)"));
 }
 
 void check_calibration(const Sources& s, const std::string& calibration) {

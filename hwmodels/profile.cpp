@@ -14,6 +14,7 @@ const std::vector<std::string>& fitted_parameter_names() {
   static const std::vector<std::string> names = {
       "gemm_scale",              // multiplies every GEMM efficiency table (all dtypes)
       "nvfp4_gemm_scale",        // multiplies the nvfp4 GEMM table on top (block-scaled GEMMs, less mature)
+      "mxfp8_gemm_scale",        // multiplies the mxfp8 GEMM table (the fp8 one) on top (block-scaled FP8 GEMMs)
       "attention_scale",         // multiplies the attention table
       "collective_scale",        // multiplies the collective table
       "scale_out_collective_scale",  // multiplies it again on the path between scale-up domains (NICs)
@@ -169,6 +170,7 @@ System apply_profile(System s, const Profile& p) {
   if (p.compute_slowdown_during_copy) e.compute_slowdown_during_copy = *p.compute_slowdown_during_copy;
   if (p.gemm_bf16) e.gemm_bf16 = *p.gemm_bf16;
   if (p.gemm_fp8) e.gemm_fp8 = *p.gemm_fp8;
+  e.gemm_mxfp8 = e.gemm_fp8;  // a measured fp8 table carries over to the block-scaled kernels too
   if (p.gemm_nvfp4) e.gemm_nvfp4 = *p.gemm_nvfp4;
   if (p.attention) e.attention = *p.attention;
   if (p.memory_bound) e.memory_bound = *p.memory_bound;
@@ -180,8 +182,10 @@ System apply_profile(System s, const Profile& p) {
     if (it == p.parameters.end()) it = p.parameters.find(k);
     return it == p.parameters.end() ? -1.0 : it->second;
   };
-  if (double f = param("gemm_scale"); f > 0) { e.gemm_bf16.scale(f); e.gemm_fp8.scale(f); e.gemm_nvfp4.scale(f); }
+  if (double f = param("gemm_scale"); f > 0)
+    for (auto* t : {&e.gemm_bf16, &e.gemm_fp8, &e.gemm_mxfp8, &e.gemm_nvfp4}) t->scale(f);
   if (double f = param("nvfp4_gemm_scale"); f > 0) e.gemm_nvfp4.scale(f);
+  if (double f = param("mxfp8_gemm_scale"); f > 0) e.gemm_mxfp8.scale(f);
   if (double f = param("attention_scale"); f > 0) e.attention.scale(f);
   if (double f = param("collective_scale"); f > 0) e.collective.scale(f);
   if (double f = param("scale_out_collective_scale"); f > 0) e.scale_out_collective_factor = f;

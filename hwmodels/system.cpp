@@ -11,6 +11,7 @@ const char* to_string(Dtype d) {
   switch (d) {
     case Dtype::bf16: return "bf16";
     case Dtype::fp8: return "fp8";
+    case Dtype::mxfp8: return "mxfp8";
     case Dtype::nvfp4: return "nvfp4";
     case Dtype::fp32: return "fp32";
   }
@@ -20,16 +21,19 @@ const char* to_string(Dtype d) {
 Dtype parse_dtype(const std::string& s, const JsonView* where) {
   if (s == "bf16" || s == "bfloat16") return Dtype::bf16;
   if (s == "fp8") return Dtype::fp8;
+  if (s == "mxfp8") return Dtype::mxfp8;
   if (s == "nvfp4" || s == "fp4") return Dtype::nvfp4;
   if (s == "fp32" || s == "float32") return Dtype::fp32;
-  if (where) where->fail("unknown dtype; expected bf16, fp8, nvfp4 or fp32");
-  throw InputError("unknown dtype '" + s + "' (expected bf16, fp8, nvfp4 or fp32)");
+  if (where) where->fail("unknown dtype; expected bf16, fp8, mxfp8, nvfp4 or fp32");
+  throw InputError("unknown dtype '" + s + "' (expected bf16, fp8, mxfp8, nvfp4 or fp32)");
 }
 
 double dtype_bytes(Dtype d) {
   switch (d) {
     case Dtype::bf16: return 2;
     case Dtype::fp8: return 1;
+    // MXFP8: 8-bit values plus one E8M0 scale byte per 32-element block (OCP Microscaling spec v1.0).
+    case Dtype::mxfp8: return 1 + 1.0 / 32;
     // NVFP4: 4-bit values plus one fp8 scale per 16-element block (NVIDIA's NVFP4 format).
     case Dtype::nvfp4: return 0.5 + 1.0 / 16;
     case Dtype::fp32: return 4;
@@ -75,6 +79,7 @@ void PiecewiseTable::scale(double factor) {
 const PiecewiseTable& Efficiency::gemm(Dtype d) const {
   switch (d) {
     case Dtype::fp8: return gemm_fp8;
+    case Dtype::mxfp8: return gemm_mxfp8;
     case Dtype::nvfp4: return gemm_nvfp4;
     default: return gemm_bf16;
   }
@@ -90,7 +95,7 @@ const char* to_string(LinkSharing s) {
 }
 
 double GpuSpec::peak_flops(Dtype d) const {
-  // A part without native support runs the op at the next wider format it has (nvfp4 -> fp8 -> bf16).
+  // A part without native support runs the op at the next wider format it has (nvfp4 or mxfp8 -> fp8 -> bf16).
   for (Dtype t : {d, Dtype::fp8, Dtype::bf16}) {
     if (t == Dtype::fp8 && d == Dtype::bf16) continue;
     auto it = dense_peak_flops.find(t);
@@ -156,6 +161,7 @@ Efficiency load_efficiency(const nlohmann::json& doc, const std::string& origin)
   e.gemm_bf16 = PiecewiseTable::from_json(g.at("bf16"));
   e.gemm_fp8 = PiecewiseTable::from_json(g.at("fp8"));
   e.gemm_nvfp4 = PiecewiseTable::from_json(g.at("nvfp4"));
+  e.gemm_mxfp8 = e.gemm_fp8;
   e.attention = PiecewiseTable::from_json(v.at("attention"));
   e.memory_bound = PiecewiseTable::from_json(v.at("memory_bound"));
   e.copy = PiecewiseTable::from_json(v.at("copy"));
@@ -189,8 +195,8 @@ System load_system(const nlohmann::json& doc, const std::string& origin) {
   s.gpu.hbm_bandwidth_bytes_per_s = g.at("hbm_bandwidth_bytes_per_s").sourced_positive(kMaxHardwareBytesPerSecond, "bytes/s");
   s.gpu.launch_overhead_s = g.at("launch_overhead_s").sourced_positive(kMaxHardwareSeconds, "s");
   auto peaks = g.at("dense_peak_flops");
-  peaks.allow_only({"bf16", "fp8", "nvfp4"});
-  for (Dtype d : {Dtype::bf16, Dtype::fp8, Dtype::nvfp4})
+  peaks.allow_only({"bf16", "fp8", "mxfp8", "nvfp4"});
+  for (Dtype d : {Dtype::bf16, Dtype::fp8, Dtype::mxfp8, Dtype::nvfp4})
     if (auto p = peaks.find(to_string(d))) s.gpu.dense_peak_flops[d] = p->sourced_positive(kMaxHardwareFlopsPerSecond, "FLOP/s");
   if (!s.gpu.dense_peak_flops.count(Dtype::bf16)) peaks.fail("bf16 is required");
 

@@ -14,10 +14,12 @@
 
 namespace hbmsim {
 
-enum class Dtype { bf16, fp8, nvfp4, fp32 };
+// fp8: per-tensor scaled FP8 (delayed or current scaling); mxfp8: FP8 with an E8M0 scale per 32 elements
+// (OCP microscaling, Blackwell's block-scaled tensor cores); nvfp4: 4-bit with an FP8 scale per 16.
+enum class Dtype { bf16, fp8, mxfp8, nvfp4, fp32 };
 const char* to_string(Dtype d);
 Dtype parse_dtype(const std::string& s, const JsonView* where = nullptr);
-double dtype_bytes(Dtype d);  // storage bytes per element (nvfp4: 0.5 plus scales, see .cpp)
+double dtype_bytes(Dtype d);  // storage bytes per element (block-scaled ones with their scales, see .cpp)
 
 // Piecewise-linear in log(x), clamped at both ends. x: FLOPs of one op or bytes moved by one op.
 struct PiecewiseTable {
@@ -31,6 +33,9 @@ struct PiecewiseTable {
 
 struct Efficiency {
   PiecewiseTable gemm_bf16, gemm_fp8, gemm_nvfp4;
+  // Block-scaled MXFP8 GEMMs: the fp8 table (the same tensor-core rate on the datasheet; no public figures by
+  // size for the block-scaled kernels), times a calibration profile's mxfp8_gemm_scale where it sets one.
+  PiecewiseTable gemm_mxfp8;
   PiecewiseTable attention;     // flash attention forward/backward, fraction of bf16 peak
   PiecewiseTable memory_bound;  // elementwise/norm/softmax kernels, fraction of HBM bandwidth
   PiecewiseTable copy;          // host copies, fraction of the link's per-GPU share

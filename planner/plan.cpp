@@ -505,7 +505,10 @@ std::string megatron_settings(const RunConfig& c) {
   else if (c.sharded_optimizer) out += " --use-distributed-optimizer";
   if (c.optimizer_moments_dtype == "bf16")
     out += " --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16";
+  // Megatron-Core's FP8 recipes: per-tensor (delayed by default) with E4M3 forward and E5M2 gradients; MXFP8
+  // keeps E4M3 throughout (its block scales carry the range).
   if (c.weights == "fp8" || c.attention_dtype == "fp8") out += " --fp8-format hybrid";
+  if (c.weights == "mxfp8" || c.attention_dtype == "mxfp8") out += " --fp8-format e4m3 --fp8-recipe mxfp8";
   // no_recompute is Megatron's default; with the attention output recomputed, its selective recompute.
   const auto context = c.tensors.find("context");
   const bool selective = c.policy == "no_recompute" && c.tensors.size() == 1 && context != c.tensors.end() && context->second == "remat";

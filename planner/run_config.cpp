@@ -240,7 +240,7 @@ PreparedRun prepare_run(const RunConfig& c, const Profile* extra) {
   };
   t.mlp_gemm_dtype = dtype(c.weights, "weights");
   t.attention_gemm_dtype = dtype(c.attention_dtype, "attention_dtype");
-  if (t.mlp_gemm_dtype == Dtype::fp32) throw InputError("weights = fp32 (expected bf16, fp8 or nvfp4)");
+  if (t.mlp_gemm_dtype == Dtype::fp32) throw InputError("weights = fp32 (expected bf16, fp8, mxfp8 or nvfp4)");
   check_gpu_dtype(sys, "weights", t.mlp_gemm_dtype);
   check_gpu_dtype(sys, "attention_dtype", t.attention_gemm_dtype);
   PreparedRun r{sys, build_step_graph(model, t), Policy{}, SimOptions{}};

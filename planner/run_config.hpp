@@ -51,7 +51,7 @@ struct RunConfig {
   bool ep_overlap = false;  // Megatron overlap_moe_expert_parallel_comm: combined 1F1B
   std::int64_t moe_batch_split = 1;     // MoE layers run as this many micro-batches (MaxText batch split)
   std::int64_t mtp_layers = 0;          // multi-token prediction modules after the decoder layers (DeepSeek-V3)
-  std::string weights = "bf16";         // MLP GEMM dtype: bf16, fp8, nvfp4
+  std::string weights = "bf16";         // MLP GEMM dtype: bf16, fp8, mxfp8, nvfp4
   std::string attention_dtype = "bf16"; // projection/attention GEMM dtype
   std::string policy = "full";
   std::string stage_policies;           // per pipeline stage, comma-separated presets ("": policy on all)

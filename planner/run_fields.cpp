@@ -130,7 +130,10 @@ const std::vector<RunField> kFields = {
      "eh_proj (2 d x d) and another pass through the shared head and loss; that stage also stores the input "
      "embedding table (Megatron)",
      &C::mtp_layers, FieldCheck::non_negative},
-    {"weights", "--weights", "MLP GEMM dtype: bf16, fp8, nvfp4", &C::weights},
+    {"weights", "--weights",
+     "MLP GEMM dtype: bf16, fp8 (per-tensor scaling: delayed or current), mxfp8 (a scale per 32 elements; "
+     "Blackwell), nvfp4",
+     &C::weights},
     {"attention_dtype", "--attention-dtype", "Attention/projection GEMM dtype", &C::attention_dtype},
     {"policy", "--policy",
      "full, minimal, minimal_with_context, save_qkv_proj, qkv_proj_offloaded, minimal_offloaded (MaxText's), "
@@ -152,8 +155,8 @@ const std::vector<RunField> kFields = {
      &C::recompute_layers, FieldCheck::non_negative},
     {"fp8_saved_activations", "--fp8-saved-activations",
      "A low-precision GEMM's input kept for the backward is stored in the GEMM's format: fp8, 1 byte per element "
-     "and an MXFP8 scale byte per 32; nvfp4, half a byte and an FP8 scale byte per 16 (Transformer Engine's FP8 "
-     "and NVFP4 recipes; off: the activation dtype)",
+     "(one scale per tensor); mxfp8, 1 byte and a scale byte per 32; nvfp4, half a byte and an FP8 scale byte per "
+     "16 (Transformer Engine's FP8, MXFP8 and NVFP4 recipes; off: the activation dtype)",
      &C::fp8_saved_activations},
     {"optimizer_offload", "--optimizer-offload",
      "Optimizer state in pinned host memory: off; device (streamed through HBM and updated on the GPU, MaxText "

@@ -53,13 +53,14 @@ std::optional<std::string> map_model(const std::string& m, std::string& why) {
 
 // prec -> GEMM dtypes. Transformer Engine runs every linear layer (QKV, output projection, MLP, experts) in
 // the recipe's precision, the core attention (softmax(QK^T)V) in bf16: hbmsim's weights (MLP) and
-// attention_dtype (the projections; its core attention is always bf16) both get it. The FP8 scaling recipes
-// (delayed, current "CS", block-scaled MXFP8) are one fp8 GEMM rate to hbmsim.
+// attention_dtype (the projections; its core attention is always bf16) both get it. The per-tensor FP8 recipes
+// (delayed, current "CS") are fp8; block-scaled MXFP8 is mxfp8.
 std::optional<std::string> map_precision(const std::string& p, std::string& why) {
   if (p == "BF16") return "bf16";
-  if (p == "FP8" || p == "FP8-CS" || p == "FP8 CS" || p == "MXFP8") return "fp8";
+  if (p == "FP8" || p == "FP8-CS" || p == "FP8 CS") return "fp8";
+  if (p == "MXFP8") return "mxfp8";
   if (p == "NVFP4") return "nvfp4";
-  why = "precision " + quote(p) + ": not a GEMM dtype hbmsim models (bf16, fp8, nvfp4)";
+  why = "precision " + quote(p) + ": not a GEMM dtype hbmsim models (bf16, fp8, mxfp8, nvfp4)";
   return std::nullopt;
 }
 
@@ -176,8 +177,8 @@ RunMapping map_published_run(const PublishedRun& r) {
   c.gpus = r.gpus;
   c.seq = r.seq;
   c.weights = c.attention_dtype = *dtype;
-  // Transformer Engine's FP8 and NVFP4 recipes keep each linear layer's input quantized for its backward.
-  c.fp8_saved_activations = *dtype == "fp8" || *dtype == "nvfp4";
+  // Transformer Engine's FP8, MXFP8 and NVFP4 recipes keep each linear layer's input quantized for its backward.
+  c.fp8_saved_activations = *dtype != "bf16";
   // Megatron's batch: mbs sequences per model replica per micro-step, gbs per step.
   c.micro_batch = r.mbs;
   c.global_batch = r.gbs;

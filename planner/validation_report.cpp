@@ -91,13 +91,13 @@ const std::vector<std::string>& validation_rules() {
       "**model**: Llama3-8B -> `llama3.1-8b`, Llama3-70B -> `llama3.1-70b` (Llama 3 and 3.1 share their shapes), "
       "Llama3-405B / Llama3.1-405B -> `llama3.1-405b`, DeepSeek-V3 -> `deepseek-v3-671b` with one MTP module "
       "(`mtp_layers 1`, Megatron-Bridge's recipes' mtp_num_layers) unless the row says no MTP, Mixtral-8x7B -> `hf/mixtral-8x7b.config.json` (the HuggingFace config shipped in data/hf).",
-      "**prec**: BF16 -> bf16; FP8, FP8-CS, FP8 CS, MXFP8 -> fp8; NVFP4 -> nvfp4, for both `weights` (MLP and expert "
-      "GEMMs) and `attention_dtype` (QKV and output projections): Transformer Engine runs every linear layer in the "
-      "recipe's precision and the core attention in bf16, as hbmsim's attention always is. The FP8 scaling recipes "
-      "(delayed, current, MXFP8 block scaling) are one fp8 GEMM rate to hbmsim. With fp8 or nvfp4, "
-      "`fp8_saved_activations on`: each linear layer's input is kept quantized for its backward, as Transformer "
-      "Engine's recipes save it (fp8: 1 byte per element and a scale byte per 32; nvfp4: half a byte and a scale "
-      "byte per 16).",
+      "**prec**: BF16 -> bf16; FP8, FP8-CS, FP8 CS -> fp8 (per-tensor scaling); MXFP8 -> mxfp8 (a scale per 32 "
+      "elements, the fp8 GEMM table times the profile's `mxfp8_gemm_scale`); NVFP4 -> nvfp4, for both `weights` (MLP "
+      "and expert GEMMs) and `attention_dtype` (QKV and output projections): Transformer Engine runs every linear "
+      "layer in the recipe's precision and the core attention in bf16, as hbmsim's attention always is. With fp8, "
+      "mxfp8 or nvfp4, `fp8_saved_activations on`: each linear layer's input is kept quantized for its backward, as "
+      "Transformer Engine's recipes save it (fp8: 1 byte per element; mxfp8: 1 byte and a scale byte per 32; nvfp4: "
+      "half a byte and a scale byte per 16).",
       "**gradients**: `grad_reduce_dtype bf16` (Megatron's grad_reduce_in_fp32 off: the gradient buffer and its "
       "reduce-scatters in bf16) for Megatron-Bridge rows, whose performance configs set it for every model and "
       "precision, and for NeMo's FP8 rows (NeMo's scripts/performance/helpers.py); fp32 for NeMo's BF16 rows and bare "

@@ -145,16 +145,12 @@ double backward_working_set(const LayerTemplate& t, const TemplatePlan& p) {
 
 // Bytes of each tensor's kept copy: its size, or with fp8_saved_activations, for a kept input of a
 // low-precision GEMM (or the kept tensor all-gathered into one), the GEMM's own format, as Transformer Engine
-// saves the quantized input for the backward whatever the recipe: fp8 one byte per element plus an MXFP8
-// scale byte per 32, nvfp4 half a byte plus an FP8 scale byte per 16. An input of GEMMs of both kinds keeps
-// the larger.
+// saves the quantized input for the backward whatever the recipe (dtype_bytes: fp8 one byte per element with
+// one scale per tensor, mxfp8 one byte plus a scale byte per 32, nvfp4 half a byte plus a scale byte per 16).
+// An input of GEMMs of both kinds keeps the larger.
 namespace {
 double quantized_bytes_per_element(Dtype d) {
-  switch (d) {
-    case Dtype::fp8: return 1 + 1.0 / 32;
-    case Dtype::nvfp4: return 0.5 + 1.0 / 16;
-    default: return 0;  // not quantized
-  }
+  return d == Dtype::fp8 || d == Dtype::mxfp8 || d == Dtype::nvfp4 ? dtype_bytes(d) : 0;  // 0: not quantized
 }
 }  // namespace
 

@@ -63,6 +63,17 @@ TEST_CASE("every built-in system file loads with the published key figures", "[h
   CHECK(b300.scale_out.per_gpu_bytes_per_s_per_direction == 800e9 / 8);  // ConnectX-8 800 Gb/s
   // Hopper has no FP4: an nvfp4 GEMM runs at the FP8 rate.
   CHECK(h200.gpu.peak_flops(Dtype::nvfp4) == h200.gpu.peak_flops(Dtype::fp8));
+  // Blackwell's block-scaled MXFP8 runs on the FP8 tensor-core rate; Hopper has no MXFP8 tensor cores.
+  for (const auto* b : {&gb200, &gb300, &b200, &b300, &vr}) CHECK(b->gpu.dense_peak_flops.at(Dtype::mxfp8) == b->gpu.peak_flops(Dtype::fp8));
+  CHECK(h200.gpu.dense_peak_flops.count(Dtype::mxfp8) == 0);
+}
+
+TEST_CASE("dtypes: names, bytes per element with their block scales", "[hwmodels]") {
+  for (Dtype d : {Dtype::bf16, Dtype::fp8, Dtype::mxfp8, Dtype::nvfp4, Dtype::fp32}) CHECK(parse_dtype(to_string(d)) == d);
+  CHECK(dtype_bytes(Dtype::fp8) == 1);                 // per-tensor scaling: one scale per tensor
+  CHECK(dtype_bytes(Dtype::mxfp8) == 1 + 1.0 / 32);    // an E8M0 scale byte per 32 elements (OCP MX v1.0)
+  CHECK(dtype_bytes(Dtype::nvfp4) == 0.5 + 1.0 / 16);  // an FP8 scale byte per 16 four-bit values
+  CHECK_THROWS_WITH(parse_dtype("mxfp6"), Catch::Contains("expected bf16, fp8, mxfp8, nvfp4 or fp32"));
 }
 
 TEST_CASE("the GB200 GPU-to-own-CPU path gives the C2C per-direction bandwidth split between its two GPUs", "[hwmodels]") {
@@ -346,6 +357,21 @@ TEST_CASE("applying a profile replaces datasheet figures and scales what its par
   CHECK(c.host_h2d_bytes_per_s() == Approx(10e9));  // measured 20 GB/s, then scaled by 0.5
   CHECK(c.host_d2h_bytes_per_s() == Approx(s.host_d2h_bytes_per_s() * 0.5));
   CHECK(c.efficiency.gemm_bf16.at(1e12) == Approx(s.efficiency.gemm_bf16.at(1e12) * 0.5));
+}
+
+TEST_CASE("MXFP8 GEMMs run at the fp8 table, times mxfp8_gemm_scale on top of gemm_scale", "[hwmodels][profile]") {
+  auto s = builtin_system("gb200-nvl72");
+  for (double flops : {1e9, 1e11, 1e13}) CHECK(s.efficiency.gemm(Dtype::mxfp8).at(flops) == s.efficiency.gemm(Dtype::fp8).at(flops));
+  Profile p;
+  p.parameters = {{"gemm_scale", 0.8}, {"mxfp8_gemm_scale", 0.9}};
+  auto c = apply_profile(s, p);
+  // 0.74 at 1e13 FLOPs in the Blackwell fp8 table (data/efficiency/blackwell.json): 0.74 x 0.8 = 0.592 per-tensor,
+  // 0.74 x 0.8 x 0.9 = 0.5328 block-scaled.
+  CHECK(c.efficiency.gemm(Dtype::fp8).at(1e13) == Approx(0.592));
+  CHECK(c.efficiency.gemm(Dtype::mxfp8).at(1e13) == Approx(0.5328));
+  // A measured fp8 table carries over to the block-scaled kernels before the scales.
+  p.gemm_fp8 = PiecewiseTable{{{1e9, 0.5}}};
+  CHECK(apply_profile(s, p).efficiency.gemm(Dtype::mxfp8).at(1e12) == Approx(0.5 * 0.8 * 0.9));
 }
 
 TEST_CASE("a parameter qualified with @SYSTEM applies on that system only, over the unqualified one", "[hwmodels][profile]") {

@@ -304,9 +304,10 @@ TEST_CASE("parameter offload keeps the parameters in pinned host memory and copi
 
 TEST_CASE("fp8_saved_activations keeps an fp8 GEMM's input in fp8 for the backward", "[policy][fp8]") {
   // Llama 3.1 8B, every GEMM in fp8, no recompute, one GPU: the inputs of the four GEMMs of a layer (the two
-  // norm outputs, the attention output, the SwiGLU output) are kept at 1 byte per element plus a scale byte per
-  // 32 instead of 2 bytes; the layer input and the attention's and SwiGLU's own inputs stay bf16. At the end
-  // of the forward every layer's kept tensors are live, so the HBM peak falls by 32 layers of the difference.
+  // norm outputs, the attention output, the SwiGLU output) are kept at 1 byte per element (per-tensor scaling:
+  // one scale per tensor) instead of 2 bytes; the layer input and the attention's and SwiGLU's own inputs stay
+  // bf16. At the end of the forward every layer's kept tensors are live, so the HBM peak falls by 32 layers of
+  // the difference.
   RunConfig c = test::llama8b_h200("no_recompute");
   c.gpus = 1;
   c.batch = 1;
@@ -318,8 +319,17 @@ TEST_CASE("fp8_saved_activations keeps an fp8 GEMM's input in fp8 for the backwa
   double gemm_inputs = 0;
   for (const char* name : {"attn_norm", "context", "mlp_norm", "mlp_act"}) gemm_inputs += g.tensor_bytes(name);
   REQUIRE(gemm_inputs > 0);
-  const double saved_per_layer = gemm_inputs * (1 - (1 + 1.0 / 32) / 2);
+  const double saved_per_layer = gemm_inputs * (1 - 1.0 / 2);
   CHECK(bf16.hbm_peak_bytes - fp8.hbm_peak_bytes == Approx(32 * saved_per_layer).epsilon(1e-9));
+  // MXFP8 (Blackwell) adds an E8M0 scale byte per 32 elements: 1 + 1/32 bytes instead of 2.
+  c.system = "b200-hgx";
+  c.weights = c.attention_dtype = "mxfp8";
+  c.fp8_saved_activations = false;
+  const auto mx_bf16 = run_simulation(c);
+  c.fp8_saved_activations = true;
+  const auto mx = run_simulation(c);
+  CHECK(mx_bf16.hbm_peak_bytes - mx.hbm_peak_bytes == Approx(32 * gemm_inputs * (1 - (1 + 1.0 / 32) / 2)).epsilon(1e-9));
+  c.system = "h200-hgx";
   // bf16 GEMMs keep bf16 inputs whatever the switch.
   c.weights = c.attention_dtype = "bf16";
   const auto plain = run_simulation(c);
@@ -330,7 +340,7 @@ TEST_CASE("fp8_saved_activations keeps an fp8 GEMM's input in fp8 for the backwa
 TEST_CASE("fp8_saved_activations keeps an nvfp4 GEMM's input in nvfp4, and an input of both kinds in the larger", "[policy][fp8]") {
   // As above with the MLP's GEMMs in nvfp4 and the projections in fp8: the MLP's inputs (mlp_norm, mlp_act)
   // are kept at half a byte per element plus an FP8 scale byte per 16 (TE's NVFP4 recipe saves its quantized
-  // input), the projections' inputs (attn_norm, context) at 1 byte plus a scale byte per 32.
+  // input), the projections' inputs (attn_norm, context) at 1 byte.
   RunConfig c = test::llama8b_h200("no_recompute");
   c.system = "b200-hgx";  // NVFP4 tensor cores
   c.gpus = 1;
@@ -345,7 +355,7 @@ TEST_CASE("fp8_saved_activations keeps an nvfp4 GEMM's input in nvfp4, and an in
   const double nvfp4_inputs = g.tensor_bytes("mlp_norm") + g.tensor_bytes("mlp_act");
   REQUIRE(fp8_inputs > 0);
   REQUIRE(nvfp4_inputs > 0);
-  const double saved_per_layer = fp8_inputs * (1 - (1 + 1.0 / 32) / 2) + nvfp4_inputs * (1 - (0.5 + 1.0 / 16) / 2);
+  const double saved_per_layer = fp8_inputs * (1 - 1.0 / 2) + nvfp4_inputs * (1 - (0.5 + 1.0 / 16) / 2);
   CHECK(bf16.hbm_peak_bytes - quantized.hbm_peak_bytes == Approx(32 * saved_per_layer).epsilon(1e-9));
 }
 

@@ -351,6 +351,10 @@ TEST_CASE("the Megatron arguments say what a config sets", "[layout][plan]") {
     INFO(want);
     CHECK_THAT(m, Catch::Contains(want));
   }
+  // Block-scaled MXFP8: Megatron's mxfp8 recipe, E4M3 throughout.
+  c.weights = "mxfp8";
+  CHECK_THAT(megatron_settings(c), Catch::Contains("--fp8-format e4m3 --fp8-recipe mxfp8") && !Catch::Contains("hybrid"));
+  c.weights = "fp8";
   c.policy = "no_recompute";  // Megatron's default
   c.offload_layers = 20;
   CHECK_THAT(megatron_settings(c), Catch::Contains("--cpu-offloading --cpu-offloading-num-layers 20") && !Catch::Contains("recompute"));

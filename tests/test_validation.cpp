@@ -183,7 +183,11 @@ TEST_CASE("Validation mapping: DeepSeek-V3 on 256 DGX B300s, pp 8 x ep 8, MXFP8,
   CHECK(c.tp == 1);
   CHECK(c.dp == 4);  // 256 / (1 x 8 x 1): ep is carved out of data parallelism, as for Mixtral below
   CHECK(c.micro_batch == 2);
-  CHECK(c.weights == "fp8");
+  CHECK(c.weights == "mxfp8");  // block-scaled: a rate of its own, not per-tensor FP8's
+  CHECK(c.attention_dtype == "mxfp8");
+  CHECK(c.fp8_saved_activations);
+  CHECK(mapped("MBA,26.04.01,DGX-GB300,64,Llama3-70B,FP8,8192,1,256,1,1,-,1,-,FSDP,,5248,,,,,").weights == "fp8");
+  CHECK(mapped("MBA,26.04,DGX-GB200,256,Llama3-70B,FP8-CS,8192,1,256,1,1,-,1,-,FSDP,,5248,,,,,").weights == "fp8");
   CHECK(mapped("MBA,26.04,DGX-B200,256,DeepSeek-V3,MXFP8,4096,1,4096,1,16,-,1,8,DDP,,2815,732,,,,").system == "b200-hgx");
   // Megatron-Bridge's DeepSeek-V3 configs dispatch tokens with HybridEP or DeepEP (the flex dispatcher).
   CHECK(c.moe_dispatcher == "flex");

@@ -89,9 +89,9 @@ struct TrainingSpec {
   // Multi-token prediction modules trained after the decoder layers (ModelSpec::mtp_layers), on the last
   // pipeline stage (Megatron mtp_num_layers, MaxText mtp_num_layers).
   std::int64_t mtp_layers = 0;
-  // Transformer Engine keeps an FP8 linear layer's input quantized for its backward: a GEMM input kept for the
-  // backward (or the sharded tensor all-gathered into one) is stored at 1 byte per element plus one scale byte
-  // per 32 (MXFP8 blocks) where that GEMM runs in fp8. Off: kept in the activation dtype (XLA, bf16 recipes).
+  // Transformer Engine keeps a low-precision linear layer's input quantized for its backward: a GEMM input kept
+  // for the backward (or the sharded tensor all-gathered into one) is stored in that GEMM's format (fp8, mxfp8
+  // or nvfp4, with its scales: dtype_bytes). Off: kept in the activation dtype (XLA, bf16 recipes).
   bool fp8_saved_activations = false;
   Parallelism parallelism;
   Dtype activation_dtype = Dtype::bf16;
