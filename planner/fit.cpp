@@ -35,9 +35,7 @@ std::vector<FitParameter> load_fit_parameters(const std::string& path) {
   v.allow_only({"about", "parameters"});
   auto list = v.at("parameters");
   std::vector<FitParameter> out;
-  // Nelder-Mead spends n + 1 evaluations on its first simplex and converges more slowly as n grows: a fit of a
-  // few dozen evaluations (each simulates every run) does not settle beyond about eight.
-  if (list.size() > 8) list.fail("at most 8 parameters may be fitted");
+  if (list.size() > 6) list.fail("at most 6 parameters may be fitted");
   for (std::size_t i = 0; i < list.size(); ++i) {
     auto p = list[i];
     p.allow_only({"name", "lo", "hi", "initial", "meaning"});

@@ -92,8 +92,8 @@ const std::vector<std::string>& validation_rules() {
       "Llama3-405B / Llama3.1-405B -> `llama3.1-405b`, DeepSeek-V3 -> `deepseek-v3-671b` with one MTP module "
       "(`mtp_layers 1`, Megatron-Bridge's recipes' mtp_num_layers) unless the row says no MTP, Mixtral-8x7B -> `hf/mixtral-8x7b.config.json` (the HuggingFace config shipped in data/hf).",
       "**prec**: BF16 -> bf16; FP8, FP8-CS, FP8 CS -> fp8 (per-tensor scaling); MXFP8 -> mxfp8 (a scale per 32 "
-      "elements, the fp8 GEMM table times the profile's `mxfp8_gemm_scale`); NVFP4 -> nvfp4, for both `weights` (MLP "
-      "and expert GEMMs) and `attention_dtype` (QKV and output projections): Transformer Engine runs every linear "
+      "elements: the fp8 GEMM table, times a profile's `mxfp8_gemm_scale` where it sets one); NVFP4 -> nvfp4, "
+      "for both `weights` (MLP and expert GEMMs) and `attention_dtype` (QKV and output projections): Transformer Engine runs every linear "
       "layer in the recipe's precision and the core attention in bf16, as hbmsim's attention always is. With fp8, "
       "mxfp8 or nvfp4, `fp8_saved_activations on`: each linear layer's input is kept quantized for its backward, as "
       "Transformer Engine's recipes save it (fp8: 1 byte per element; mxfp8: 1 byte and a scale byte per 32; nvfp4: "

@@ -32,7 +32,7 @@ inline RunConfig random_config(std::mt19937& rng) {
   c.grad_accum = pick<std::int64_t>(rng, {1, 1, 2});
   c.policy = pick<std::string>(rng, {"full", "minimal", "minimal_with_context", "save_qkv_proj", "qkv_proj_offloaded",
                                      "minimal_offloaded"});
-  c.weights = pick<std::string>(rng, {"bf16", "fp8", "nvfp4"});
+  c.weights = pick<std::string>(rng, {"bf16", "fp8", "mxfp8", "nvfp4"});
   auto coin = [&] { return std::uniform_int_distribution<int>(0, 1)(rng) == 1; };
   c.lhs = coin();
   c.pipelined_transfers = coin();
