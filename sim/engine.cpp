@@ -25,10 +25,6 @@ inline Engine::Engine(const Program& p, bool timeline, bool fast_forward) : p_(p
   if (fast_forward) alloc_op_.assign(p.buffers.size(), -1);
   if (order_.size() < nq) order_.resize(nq);
   for (std::size_t q = 0; q < nq; ++q) order_[q].clear();
-  if (!p.issue_order.empty()) {
-    check_issue_permutation(p);  // whether it can run to the end is checked once the successors are known
-    for (int i : p.issue_order) order_[static_cast<std::size_t>(p.ops[static_cast<std::size_t>(i)].queue)].push_back(i);
-  }
   // One pass over the ops for what each needs (they are large: every pass reads them all from memory).
   for (std::size_t i = 0; i < n; ++i) {
     const auto& op = p.ops[i];
@@ -62,7 +58,10 @@ inline Engine::Engine(const Program& p, bool timeline, bool fast_forward) : p_(p
   fill.assign(succ_start_.begin(), succ_start_.end() - 1);
   for (std::size_t i = 0; i < n; ++i)
     for (int d : p.ops[i].deps) succ_[static_cast<std::size_t>(fill[static_cast<std::size_t>(d)]++)] = static_cast<int>(i);
-  if (!p.issue_order.empty()) check_issue_order(p, succ_start_, succ_);  // or a logic_error naming the stuck ops
+  if (!p.issue_order.empty()) {
+    check_issue_order(p, succ_start_, succ_);  // a permutation that can run to the end, or a logic_error
+    for (int i : p.issue_order) order_[static_cast<std::size_t>(op_queue_[static_cast<std::size_t>(i)])].push_back(i);
+  }
   qs_.resize(nq);
   for (std::size_t q = 0; q < nq; ++q)
     qs_[q] = QueueState{order_[q].data(), order_[q].size(), 0, 0, 0.0, p.queues[q].device,

@@ -6,7 +6,7 @@
 
 namespace hbmsim::sim::detail {
 
-void check_issue_permutation(const Program& p) {
+void check_issue_order(const Program& p, const std::vector<int>& start, const std::vector<int>& succ) {
   const std::size_t n = p.ops.size();
   if (p.issue_order.size() != n) throw std::logic_error("a program's issue order does not name every op once");
   std::vector<char> seen(n, 0);
@@ -14,13 +14,7 @@ void check_issue_permutation(const Program& p) {
     if (i < 0 || static_cast<std::size_t>(i) >= n || seen[static_cast<std::size_t>(i)])
       throw std::logic_error("a program's issue order does not name every op once");
     seen[static_cast<std::size_t>(i)] = 1;
-    if (p.ops[static_cast<std::size_t>(i)].queue >= p.queues.size())
-      throw std::logic_error("program op " + std::to_string(i) + " is on no queue");
   }
-}
-
-void check_issue_order(const Program& p, const std::vector<int>& start, const std::vector<int>& succ) {
-  const std::size_t n = p.ops.size();
   // Each op waits for its dependencies and for the op before it on its queue (serial or concurrent: a held
   // op holds the ones behind it); the order runs through iff every op is reached.
   std::vector<int> waits(n, 0), behind(n, -1), last(p.queues.size(), -1);
