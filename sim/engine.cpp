@@ -130,7 +130,7 @@ inline EngineResult Engine::run() {
     for (double e : active_end_) next = std::min(next, e);
     if (!(next < std::numeric_limits<double>::infinity())) {
       if (!active_.empty()) throw std::logic_error("simulation stalled: no active op progresses");
-      if (!force_gated()) throw std::logic_error("simulation deadlock at op " + std::to_string(first_unstarted()));
+      if (!force_gated()) throw std::logic_error(describe_deadlock());
       at_anchor();
       continue;
     }
@@ -182,10 +182,32 @@ inline bool Engine::force_gated() {
   return false;
 }
 
-inline int Engine::first_unstarted() const {
-  for (std::size_t i = 0; i < p_.ops.size(); ++i)
-    if (start_[i] < 0) return static_cast<int>(i);
-  return -1;
+// Nothing runs and nothing can start: each waiting queue head (the first four) and the first dependency it
+// lacks, which names the cycle the builder made.
+inline std::string Engine::describe_deadlock() const {
+  auto name = [&](int i) {
+    const auto& op = p_.ops[static_cast<std::size_t>(i)];
+    const auto& q = p_.queues[op.queue];
+    std::string s = "op " + std::to_string(i) + " (" + (p_.devices() > 1 ? "device " + std::to_string(q.device) + " " : "") + q.name +
+                    ", phase " + op.phase;
+    if (op.layer >= 0) s += ", layer " + std::to_string(op.layer);
+    return s + ")";
+  };
+  std::string out = "simulation deadlock at t = " + std::to_string(now_) + " s, " + std::to_string(done_) + " of " +
+                    std::to_string(p_.ops.size()) + " ops done:";
+  int listed = 0;
+  for (const auto& q : qs_) {
+    if (q.pos >= q.size || listed == 4) continue;
+    const int head = q.ops[q.pos];
+    const auto k = static_cast<std::size_t>(head);
+    out += (listed++ ? "; " : " ") + name(head);
+    const auto& deps = p_.ops[k].deps;
+    const auto lacking = std::find_if(deps.begin(), deps.end(), [&](int d) { return end_[static_cast<std::size_t>(d)] < 0; });
+    if (lacking != deps.end()) out += " waits for " + name(*lacking);
+    else if (unmet_[k] != 0) out += " counts " + std::to_string(unmet_[k]) + " unmet dependencies with all of them done (an engine bug)";
+    else out += " is held back by the memory limit";
+  }
+  return out;
 }
 
 inline bool Engine::can_start(int i) {

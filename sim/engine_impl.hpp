@@ -211,7 +211,7 @@ class Engine {
     any_dirty_ = true;
   }
 
-  int first_unstarted() const;
+  std::string describe_deadlock() const;
   // Link demand, with the oversubscribed links kept as it changes; returns whether the link was or is
   // oversubscribed.
   bool add_demand(int resource, double bytes_per_s) {

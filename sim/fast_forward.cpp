@@ -515,10 +515,14 @@ inline void Engine::move_on(const Repeat& run, int m, double period) {
     updated_[to] = updated_[from] + dt;
     active_end_[pos] += dt;
   }
+  // Each queue moves on by its ops in one iteration: the current one's, which fast_forward() checked
+  // repeats. (Not the run's first: a run only groups iterations of one op count, and layers with another
+  // policy, Megatron's recomputed ones among offloaded ones, may have as many ops on other queues.)
   auto& per_queue = per_queue_;
   per_queue.assign(qs_.size(), 0);
   for (const Segment* seg : {&run.main, &run.side})
-    for (int i = seg->first; i < seg->first + seg->stride; ++i) ++per_queue[static_cast<std::size_t>(p_.ops[static_cast<std::size_t>(i)].queue)];
+    for (int i = seg->first + b.iteration * seg->stride; i < seg->first + (b.iteration + 1) * seg->stride; ++i)
+      ++per_queue[static_cast<std::size_t>(p_.ops[static_cast<std::size_t>(i)].queue)];
   for (std::size_t q = 0; q < qs_.size(); ++q) {
     if (static_cast<int>(q) == lagging_) continue;  // apply_walk()
     if (b.heads[q].in_run) qs_[q].pos += static_cast<std::size_t>(m * per_queue[q]);  // else nothing of it started

@@ -142,6 +142,37 @@ TEST_CASE("a loop whose body holds two different layers is replayed two layers a
   check_same(run_program(p, false, true), run_program(p, false, false));
 }
 
+TEST_CASE("a queue moves on by the ops the repeating iterations put on it, not the run's first iteration's", "[engine][fast_forward]") {
+  // Three layers of a 1 ms compute op and its copy, then twelve of a 1 ms and a 0.2 ms compute op: every
+  // iteration has two ops, so the engine takes all fifteen as one run, of which the last twelve repeat
+  // (Megatron's recomputed layers after offloaded ones; a seeded random pipeline deadlocked this way: the
+  // compute stream moved on by one op per replayed iteration, not two, and ran replayed ops again).
+  // By hand: 3 ms, then 12 x 1.2 ms: 17.4 ms; the copies end by 3.5 ms.
+  Program p;
+  const int copies = p.queue("d2h", QueueKind::concurrent, true);
+  const int link = p.resource("host link", 1e9);
+  for (int i = 0; i < 15; ++i) {
+    const int first = static_cast<int>(p.ops.size());
+    ProgramOp layer(kComputeQueue, 1e-3);
+    const int saved = p.add_buffer(1e9, MemCategory::saved_activations);
+    layer.allocs.push_back(saved);
+    const int l = p.add(layer);
+    const bool offloaded = i < 3;
+    ProgramOp second(offloaded ? copies : kComputeQueue, offloaded ? 0.5e-3 : 0.2e-3);
+    second.deps.push_back(l);
+    second.releases.push_back(saved);
+    const int s = p.add(second);
+    if (offloaded) p.use(s, link, 1e9);
+    p.iterations.push_back({first, static_cast<int>(p.ops.size())});
+  }
+  const auto plain = run_program(p, true, false);
+  CHECK(plain.end_time_s == Approx(17.4e-3));
+  const auto ff = run_program(p, true, true);
+  CHECK(ff.replayed_iterations > 0);
+  check_same(ff, plain);
+  check_same(run_program(p, false, true), run_program(p, false, false));  // jumped in closed form
+}
+
 TEST_CASE("every built-in configuration simulates the same with and without fast-forward", "[engine][fast_forward]") {
   auto configs = builtin_configs();
   for (auto& [name, c] : configs) {

@@ -245,7 +245,7 @@ TEST_CASE("a gated copy is forced only when nothing runs, one at a time, and may
   CHECK(r.memory[0].hbm_peak_bytes == 100);
 }
 
-TEST_CASE("a program that can never finish is a deadlock naming the first op that never started", "[paths][engine]") {
+TEST_CASE("a program that can never finish is a deadlock naming each waiting queue head and what it waits for", "[paths][engine]") {
   // The compute stream runs its ops in order: op 0 (1 s) runs, then op 1 waits for op 2, which sits behind
   // op 1 on the same queue. No copy queue holds anything to force, so at t = 1 the engine reports op 1.
   using namespace sim;
@@ -255,8 +255,10 @@ TEST_CASE("a program that can never finish is a deadlock naming the first op tha
   blocked.deps = {2};
   p.add(blocked);
   p.add(ProgramOp(kComputeQueue, 1.0));
-  CHECK_THROWS_WITH(run_program(p, false), "simulation deadlock at op 1");
-  // A gated copy that waits for an op that never starts is not forced either: still a deadlock, at op 1.
+  CHECK_THROWS_WITH(run_program(p, false),
+                    "simulation deadlock at t = 1.000000 s, 1 of 3 ops done: op 1 (compute, phase f) waits for op 2 (compute, phase f)");
+  // A gated copy that waits for an op that never starts is not forced either: still a deadlock, at op 1, with
+  // the copy engine's head waiting for it.
   Program g;
   g.hbm_limit_bytes[0] = 10;
   const int q = g.queue("h2d", QueueKind::concurrent, true);
@@ -267,7 +269,7 @@ TEST_CASE("a program that can never finish is a deadlock naming the first op tha
   copy.gate_bytes = 50;
   copy.deps = {1};
   g.add(copy);
-  CHECK_THROWS_WITH(run_program(g, false), "simulation deadlock at op 1");
+  CHECK_THROWS_WITH(run_program(g, false), Catch::EndsWith("op 1 (compute, phase f) waits for op 2 (compute, phase f); op 3 (h2d, phase f) waits for op 1 (compute, phase f)"));
 }
 
 TEST_CASE("plan hbm-needed is the step's HBM peak, with the resident bytes of a by-hand parameter count", "[paths][plan]") {
