@@ -358,6 +358,19 @@ RunConfig offload_as(const RunConfig& c, Placement instead) {
   return out;
 }
 
+// Megatron-Core and MaxText run one low-precision recipe over every linear layer: the MLP's dtype where it
+// has one, else the projections'. A config with two dtypes says which one its settings run.
+Dtype linear_dtype(const RunConfig& c) {
+  const Dtype mlp = parse_dtype(c.weights);
+  return mlp != Dtype::bf16 ? mlp : parse_dtype(c.attention_dtype);
+}
+std::string mixed_dtype_note(const RunConfig& c) {
+  const Dtype mlp = parse_dtype(c.weights), projections = parse_dtype(c.attention_dtype);
+  if (mlp == projections) return "";
+  return std::string(" (MLP GEMMs ") + to_string(mlp) + ", projections " + to_string(projections) +
+         ": one recipe covers every linear layer, so these settings run both as " + to_string(linear_dtype(c)) + ")";
+}
+
 }  // namespace
 
 BreakEven break_even_bandwidth(const RunConfig& offload, double tolerance, double lo, double hi) {
@@ -467,6 +480,15 @@ std::string maxtext_settings(const RunConfig& c) {
   if (c.ep > 1 && c.moe_dispatcher == "flex")
     out += " (moe_dispatcher flex: DeepEP/HybridEP deduplication, which MaxText's ragged all-to-all does not do)";
   if (c.mtp_layers > 0) out += " mtp_num_layers=" + std::to_string(c.mtp_layers);
+  // MaxText's quantization values for NVIDIA GPUs (configs/types.py): its own fp8 GEMMs, Transformer Engine's
+  // block-scaled recipes.
+  switch (linear_dtype(c)) {
+    case Dtype::fp8: out += " quantization=fp8"; break;
+    case Dtype::mxfp8: out += " quantization=te_mxfp8"; break;
+    case Dtype::nvfp4: out += " quantization=te_nvfp4"; break;
+    default: break;
+  }
+  out += mixed_dtype_note(c);
   if (c.optimizer_moments_dtype == "bf16")
     out += " mu_dtype=bfloat16 (optimizer_moments_dtype bf16: MaxText's mu_dtype stores only the first moment in bf16)";
   return out;
@@ -505,10 +527,15 @@ std::string megatron_settings(const RunConfig& c) {
   else if (c.sharded_optimizer) out += " --use-distributed-optimizer";
   if (c.optimizer_moments_dtype == "bf16")
     out += " --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16";
-  // Megatron-Core's FP8 recipes: per-tensor (delayed by default) with E4M3 forward and E5M2 gradients; MXFP8
-  // keeps E4M3 throughout (its block scales carry the range).
-  if (c.weights == "fp8" || c.attention_dtype == "fp8") out += " --fp8-format hybrid";
-  if (c.weights == "mxfp8" || c.attention_dtype == "mxfp8") out += " --fp8-format e4m3 --fp8-recipe mxfp8";
+  // Megatron-Core's low-precision recipes: FP8 per-tensor (delayed by default) with E4M3 forward and E5M2
+  // gradients; MXFP8 keeps E4M3 throughout (its block scales carry the range); NVFP4 is E2M1 with FP8 scales.
+  switch (linear_dtype(c)) {
+    case Dtype::fp8: out += " --fp8-format hybrid"; break;
+    case Dtype::mxfp8: out += " --fp8-format e4m3 --fp8-recipe mxfp8"; break;
+    case Dtype::nvfp4: out += " --fp4-format e2m1 --fp4-recipe nvfp4"; break;
+    default: break;
+  }
+  out += mixed_dtype_note(c);
   // no_recompute is Megatron's default; with the attention output recomputed, its selective recompute.
   const auto context = c.tensors.find("context");
   const bool selective = c.policy == "no_recompute" && c.tensors.size() == 1 && context != c.tensors.end() && context->second == "remat";

@@ -329,6 +329,42 @@ TEST_CASE("plan layout prints the top list and the settings, says when nothing f
   }
 }
 
+// Megatron-LM's arguments (--fp8-format/--fp8-recipe, --fp4-format/--fp4-recipe) and MaxText's quantization
+// values (configs/types.py: fp8, te_mxfp8, te_nvfp4) name one recipe for every linear layer.
+TEST_CASE("the settings name the low-precision recipe, once, and say when two dtypes were asked for", "[layout][plan]") {
+  RunConfig c;
+  struct Want {
+    const char *mlp, *projections, *megatron, *maxtext;
+  };
+  for (const Want& w : {Want{"fp8", "fp8", "--fp8-format hybrid", "quantization=fp8"},
+                        Want{"mxfp8", "mxfp8", "--fp8-format e4m3 --fp8-recipe mxfp8", "quantization=te_mxfp8"},
+                        Want{"nvfp4", "nvfp4", "--fp4-format e2m1 --fp4-recipe nvfp4", "quantization=te_nvfp4"},
+                        Want{"fp4", "fp4", "--fp4-format e2m1 --fp4-recipe nvfp4", "quantization=te_nvfp4"},
+                        Want{"bf16", "mxfp8", "--fp8-format e4m3 --fp8-recipe mxfp8", "quantization=te_mxfp8"}}) {
+    c.weights = w.mlp;
+    c.attention_dtype = w.projections;
+    INFO(w.mlp << " / " << w.projections);
+    const std::string m = megatron_settings(c), x = maxtext_settings(c);
+    CHECK_THAT(m, Catch::Contains(w.megatron));
+    CHECK_THAT(x, Catch::Contains(w.maxtext));
+    // One recipe: no second format flag, no second quantization key.
+    CHECK(m.find("-format") == m.rfind("-format"));
+    CHECK(x.find("quantization=") == x.rfind("quantization="));
+    const bool mixed = std::string(w.mlp) == "bf16";
+    CHECK((m.find("one recipe covers every linear layer") != std::string::npos) == mixed);
+    CHECK((x.find("one recipe covers every linear layer") != std::string::npos) == mixed);
+  }
+  // FP8 MLPs with MXFP8 projections: the MLP's recipe, and a note that the projections run it too.
+  c.weights = "fp8";
+  c.attention_dtype = "mxfp8";
+  CHECK_THAT(megatron_settings(c), Catch::Contains("--fp8-format hybrid") && !Catch::Contains("mxfp8 --") &&
+                                       Catch::Contains("MLP GEMMs fp8, projections mxfp8") && Catch::Contains("run both as fp8"));
+  // bf16 throughout: no recipe at all.
+  c.weights = c.attention_dtype = "bf16";
+  CHECK_THAT(megatron_settings(c), !Catch::Contains("-format") && !Catch::Contains("recipe"));
+  CHECK_THAT(maxtext_settings(c), !Catch::Contains("quantization="));
+}
+
 TEST_CASE("the Megatron arguments say what a config sets", "[layout][plan]") {
   RunConfig c;
   c.tp = 4;
