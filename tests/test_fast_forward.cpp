@@ -75,6 +75,30 @@ std::vector<std::pair<std::string, RunConfig>> builtin_configs() {
   stages.batch = 2;
   stages.microbatches = 4;
   configs.emplace_back("llama 8B shape megatron, 6 layers offloaded, pp 2", stages);
+  // A seeded random draw that deadlocked: Llama 405B over pp 4 x vp 2, its first 4 layers recomputed and
+  // the rest offloaded, weights kept gathered (the last chunk's recomputed and offloaded layers have as many ops).
+  RunConfig mixed;
+  mixed.model = "llama3.1-405b";
+  mixed.system = "gb300-nvl72";
+  mixed.calibration = "gb200-fitted";
+  mixed.gpus = 8;
+  mixed.tp = 2;
+  mixed.pp = 4;
+  mixed.vp = 2;
+  mixed.microbatches = 8;
+  mixed.batch = 4;
+  mixed.seq = 1024;
+  mixed.embedding_as_layer = mixed.loss_as_layer = true;
+  mixed.policy = "minimal_offloaded";
+  mixed.recompute_layers = 4;
+  mixed.lhs = false;
+  mixed.reshard_weights = false;
+  mixed.tp_comm_overlap = true;
+  mixed.sequence_parallel = false;
+  mixed.pipelined_transfers = true;
+  mixed.grad_reduce_dtype = "bf16";
+  mixed.weights = "fp8";
+  configs.emplace_back("llama 405B pp 4 x vp 2, 4 layers recomputed and the rest offloaded", mixed);
   return configs;
 }
 
