@@ -150,8 +150,13 @@ std::pair<int, int> StageBuilder::reload(std::int64_t l, std::size_t k, const Fo
   c.releases = {f.host_buf[k]};
   if (after >= 0) c.deps.push_back(after);
   c.deps.push_back(f.d2h[k]);
-  c.priority = static_cast<int>(g_.model.stack_layers() - l);
+  c.priority = h2d_priority(g_.model.stack_layers(), l, p.first_read[k]);
   return {copy, dst};
+}
+
+int h2d_priority(std::int64_t stack_layers, std::int64_t layer, int first_read) {
+  if (first_read >= kCopyClasses) throw std::logic_error("a layer's backward has more steps than its copies have priority classes");
+  return static_cast<int>(stack_layers - layer) * kCopyClasses + std::max(first_read, 0);
 }
 
 std::pair<int, int> StageBuilder::backward_layer(std::int64_t first, std::int64_t i, ChunkRecord& rec, std::vector<BackwardLayer>& bwd,

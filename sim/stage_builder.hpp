@@ -25,6 +25,15 @@ namespace hbmsim::build {
 
 using Kind = TemplatePlan::Kind;
 
+// Host-link priority classes (a lower class is served first, sharing within it). Each layer's copies take a
+// block of kCopyClasses, block by block in the order the passes need them: D2H the forward's earlier layer
+// first, H2D the layer the backward reaches first. Within its block a reload ranks by the first backward step
+// that reads it, so the link brings back what is needed first rather than splitting itself evenly over the
+// layer's tensors, which delayed the first recompute (notes/monotonicity.md, mechanism 1).
+constexpr int kCopyClasses = 1024;
+inline int d2h_priority(std::int64_t layer) { return static_cast<int>(layer) * kCopyClasses; }
+int h2d_priority(std::int64_t stack_layers, std::int64_t layer, int first_read);  // stage_backward.cpp
+
 struct Gather {
   int op = -1, buf = -1;
 };

@@ -191,7 +191,7 @@ void StageBuilder::forward_layer(std::int64_t first, std::int64_t i, int input_b
     int host = w_.add_buffer(p.kept_bytes[k], MemCategory::offload_buffers, true);
     int copy = w_.copy(false, p.kept_bytes[k], p.d2h_s[k], static_cast<int>(l), label("d2h ", t.tensors[k].name, l));
     w_.op(copy).deps = {opt_.lhs || opt_.te_offload ? pc.after : st.last};
-    w_.op(copy).priority = static_cast<int>(l);
+    w_.op(copy).priority = d2h_priority(l);
     w_.op(copy).allocs = {host};
     w_.op(copy).releases = {pc.src};
     st.host_buf[k] = host;

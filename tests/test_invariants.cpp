@@ -123,10 +123,10 @@ TEST_CASE("more HBM or host-link bandwidth is never slower and never turns a fit
     INFO(describe(c));
     const PreparedRun prepared = prepare_run(c);
     const System& sys = prepared.system;
-    // Exact without host copies. With them, a greedy schedule's anomalies (notes/monotonicity.md: prefetches
-    // released earlier share the host link or HBM at other moments) may cost a step that fits up to 0.8% (a draw
-    // of 8,054 measured 0.02%; a Llama 3.1 70B case on XLA's offload schedule, 0.8%) and one whose prefetches
-    // are forced past the memory limit a few percent (that case from 1.0x HBM, where it does not fit, 4.0%).
+    // Exact without host copies. With them, a greedy schedule's anomalies (notes/monotonicity.md: copies that
+    // move the compute, so that collectives meet at other moments) may cost a step that fits a little (a
+    // Llama 3.1 70B case lost 0.8% before XLA's prefetches were served in first-read order) and one whose
+    // prefetches are forced past the memory limit a few percent (that case from 1.0x HBM: 4.0% then).
     const double slack = !prepared.policy.offloads_any() ? 1e-9 : r.fits ? 1e-2 : 5e-2;
     RunConfig more_hbm = c;
     more_hbm.hbm_bytes = 1.5 * sys.gpu.hbm_bytes;

@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <map>
+
 #include "helpers.hpp"
 #include "planner/reproduce.hpp"
 #include "hwmodels/profile.hpp"
@@ -326,6 +328,43 @@ TEST_CASE("each embedding table is gathered where it is used and freed after its
   // before the unembedding reads it.
   CHECK(t.at("all_gather unembedding").first >= t.at("mb0/attn_norm L59").second - 1e-12);
   CHECK(t.at("all_gather unembedding").second <= t.at("unembed").first + 1e-12);
+}
+
+TEST_CASE("with LHS a layer's prefetches come back one after another, in the order the backward first reads them", "[sim][lhs]") {
+  // Llama 3.1 8B on H200s, every matmul output offloaded, HBM raised so that no prefetch is held back: a
+  // layer's reloads start together at its backward iteration's start. The link serves them by first reader
+  // (one priority class each; tensors first read by the same step share a class), so each class's last
+  // reload ends its solo time (the op's bytes at the full link) after the class before it, and the one the
+  // backward reads first is not slowed by the others. Shared evenly, all would end together.
+  RunConfig c = small("minimal_offloaded");
+  c.hbm_bytes = 1e12;
+  const Timeline t = timeline(c);
+  for (int layer : {3, 17, 30}) {
+    INFO("layer " << layer);
+    const std::string suffix = " L" + std::to_string(layer);
+    std::map<int, std::pair<double, double>> by_class;  // priority: the class's solo seconds, its last end
+    double first_start = -1;
+    int last_priority = -1;
+    for (std::size_t i = 0; i < t.names.size(); ++i) {
+      const std::string& n = t.names[i];
+      if (n.rfind("h2d ", 0) != 0 || n.size() < suffix.size() || n.compare(n.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
+      const auto& op = t.program.ops[i];
+      CHECK(op.priority >= last_priority);  // issued in first-read order
+      last_priority = op.priority;
+      auto& [solo, end] = by_class[op.priority];
+      solo += op.seconds;
+      end = std::max(end, t.result.end_s[i]);
+      if (first_start < 0) first_start = t.result.start_s[i];
+      CHECK(t.result.start_s[i] == Approx(first_start).epsilon(1e-12));
+    }
+    REQUIRE(by_class.size() >= 3);
+    double previous = -1;
+    for (const auto& [priority, cls] : by_class) {
+      if (previous >= 0) CHECK(cls.second - previous == Approx(cls.first).epsilon(1e-9));
+      else CHECK(cls.second - first_start >= cls.first * (1 - 1e-9));
+      previous = cls.second;
+    }
+  }
 }
 
 TEST_CASE("with double buffering LHS starts a layer's prefetch at the start of its two-layer loop body", "[sim][lhs]") {
