@@ -304,6 +304,8 @@ TEST_CASE("copied layer iterations match the built ones over random configuratio
   int checked = 0, tries = 0;
   while (checked < 160 && tries++ < 4000) {
     RunConfig c = checked % 4 == 3 ? test::random_pipeline(rng) : test::random_config(rng);
+    // Half with a memory lever or Megatron's settings on top (recomputed layers among offloaded ones, ...).
+    if (checked % 2 == 0) test::add_levers(rng, c);
     if (checked % 3 == 1) c.offload_layers = test::pick<std::int64_t>(rng, {1, 5, 12, 20});
     // Four or more micro-steps: layers are also copied from the same layer a micro-step before.
     if (checked % 4 == 1) c.grad_accum = test::pick<std::int64_t>(rng, {4, 5});
