@@ -2,7 +2,7 @@
 // fast-forward, with every event, and (every fifth) with a recorded timeline, and the three compared within
 // 1e-9; the physics laws of DESIGN.md and the report's own sums checked on each. The suite's 160 draws missed a fast-forward bug that
 // one draw in 20,000 hit (3c576e4), so this runs where a change touches the engine or the builder:
-//   build/tests/hbmsim_stress --seed 1 --count 5000
+//   build/tests/hbmsim_stress --seed 1 --count 5000 [--pipelines]
 // Prints each finding with its configuration JSON (for `hbmsim simulate --config`) and exits 1 if any.
 #include <algorithm>
 #include <cmath>
@@ -22,9 +22,10 @@ using namespace hbmsim;
 
 namespace {
 
-// Every third draw a pipeline, every other one with a memory lever or Megatron's settings on top.
-RunConfig draw(std::mt19937& rng, int k) {
-  RunConfig c = k % 3 == 0 ? test::random_pipeline(rng) : test::random_config(rng);
+// Every third draw a pipeline (with `pipelines`, every one), every other one with a memory lever or
+// Megatron's settings on top.
+RunConfig draw(std::mt19937& rng, int k, bool pipelines) {
+  RunConfig c = pipelines || k % 3 == 0 ? test::random_pipeline(rng) : test::random_config(rng);
   if (k % 2 == 1) test::add_levers(rng, c);
   return c;
 }
@@ -131,11 +132,17 @@ int arg(int argc, char** argv, const std::string& name, int fallback) {
     if (argv[i] == name) return std::atoi(argv[i + 1]);
   return fallback;
 }
+bool flag(int argc, char** argv, const std::string& name) {
+  for (int i = 1; i < argc; ++i)
+    if (argv[i] == name) return true;
+  return false;
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
   const int seed = arg(argc, argv, "--seed", 1), count = arg(argc, argv, "--count", 1000);
+  const bool pipelines = flag(argc, argv, "--pipelines");
   if (count <= 0) {
     std::cerr << "hbmsim_stress: --count must be positive (got " << count << ")\n";
     return 2;
@@ -143,7 +150,7 @@ int main(int argc, char** argv) {
   std::mt19937 rng(static_cast<unsigned>(seed));
   int findings = 0, simulated = 0;
   for (int k = 0; k < count; ++k) {
-    const RunConfig c = draw(rng, k);
+    const RunConfig c = draw(rng, k, pipelines);
     if (const auto found = check(c, k % 5 == 0)) {
       ++simulated;
       for (const auto& f : *found) std::cout << "draw " << k << ": " << f << "\n";
