@@ -364,6 +364,25 @@ Dtype linear_dtype(const RunConfig& c) {
   const Dtype mlp = parse_dtype(c.weights);
   return mlp != Dtype::bf16 ? mlp : parse_dtype(c.attention_dtype);
 }
+
+// Each recipe as the frameworks spell it. Megatron-Core: FP8 per-tensor (delayed by default) with E4M3 forward
+// and E5M2 gradients; MXFP8 E4M3 throughout (its block scales carry the range); NVFP4 E2M1 with FP8 scales.
+// MaxText's quantization values for NVIDIA GPUs (configs/types.py): its own fp8 GEMMs, Transformer Engine's
+// block-scaled recipes.
+struct Recipe {
+  Dtype dtype;
+  const char *megatron, *maxtext;
+};
+constexpr Recipe kRecipes[] = {{Dtype::fp8, " --fp8-format hybrid", " quantization=fp8"},
+                               {Dtype::mxfp8, " --fp8-format e4m3 --fp8-recipe mxfp8", " quantization=te_mxfp8"},
+                               {Dtype::nvfp4, " --fp4-format e2m1 --fp4-recipe nvfp4", " quantization=te_nvfp4"}};
+// The config's recipe (nullptr: bf16 throughout).
+const Recipe* recipe(const RunConfig& c) {
+  const Dtype d = linear_dtype(c);
+  for (const Recipe& r : kRecipes)
+    if (r.dtype == d) return &r;
+  return nullptr;
+}
 std::string mixed_dtype_note(const RunConfig& c) {
   const Dtype mlp = parse_dtype(c.weights), projections = parse_dtype(c.attention_dtype);
   if (mlp == projections) return "";
@@ -480,14 +499,7 @@ std::string maxtext_settings(const RunConfig& c) {
   if (c.ep > 1 && c.moe_dispatcher == "flex")
     out += " (moe_dispatcher flex: DeepEP/HybridEP deduplication, which MaxText's ragged all-to-all does not do)";
   if (c.mtp_layers > 0) out += " mtp_num_layers=" + std::to_string(c.mtp_layers);
-  // MaxText's quantization values for NVIDIA GPUs (configs/types.py): its own fp8 GEMMs, Transformer Engine's
-  // block-scaled recipes.
-  switch (linear_dtype(c)) {
-    case Dtype::fp8: out += " quantization=fp8"; break;
-    case Dtype::mxfp8: out += " quantization=te_mxfp8"; break;
-    case Dtype::nvfp4: out += " quantization=te_nvfp4"; break;
-    default: break;
-  }
+  if (const Recipe* r = recipe(c)) out += r->maxtext;
   out += mixed_dtype_note(c);
   if (c.optimizer_moments_dtype == "bf16")
     out += " mu_dtype=bfloat16 (optimizer_moments_dtype bf16: MaxText's mu_dtype stores only the first moment in bf16)";
@@ -527,14 +539,7 @@ std::string megatron_settings(const RunConfig& c) {
   else if (c.sharded_optimizer) out += " --use-distributed-optimizer";
   if (c.optimizer_moments_dtype == "bf16")
     out += " --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16";
-  // Megatron-Core's low-precision recipes: FP8 per-tensor (delayed by default) with E4M3 forward and E5M2
-  // gradients; MXFP8 keeps E4M3 throughout (its block scales carry the range); NVFP4 is E2M1 with FP8 scales.
-  switch (linear_dtype(c)) {
-    case Dtype::fp8: out += " --fp8-format hybrid"; break;
-    case Dtype::mxfp8: out += " --fp8-format e4m3 --fp8-recipe mxfp8"; break;
-    case Dtype::nvfp4: out += " --fp4-format e2m1 --fp4-recipe nvfp4"; break;
-    default: break;
-  }
+  if (const Recipe* r = recipe(c)) out += r->megatron;
   out += mixed_dtype_note(c);
   // no_recompute is Megatron's default; with the attention output recomputed, its selective recompute.
   const auto context = c.tensors.find("context");
