@@ -1,7 +1,8 @@
-// hbmsim_stress: many more seeded random configurations than the suite draws, each simulated with the
-// fast-forward, with every event, and (every fifth) with a recorded timeline, and the three compared within
-// 1e-9; the physics laws of DESIGN.md and the report's own sums checked on each. The suite's 160 draws missed a fast-forward bug that
-// one draw in 20,000 hit (3c576e4), so this runs where a change touches the engine or the builder:
+// hbmsim_stress: many more seeded random configurations than the suite draws. Each is simulated with the
+// fast-forward, with every event, and (every fifth) with a recorded timeline, and the three are compared
+// within 1e-9; the physics laws of DESIGN.md and the report's own sums are checked on each. The suite's 160
+// draws missed a fast-forward bug that seed 404 hits at draws 5,511 and 9,255 (3c576e4), so run this where a change
+// touches the engine or the builder:
 //   build/tests/hbmsim_stress --seed 1 --count 5000 [--pipelines]
 // Prints each finding with its configuration JSON (for `hbmsim simulate --config`) and exits 1 if any.
 #include <algorithm>
