@@ -17,6 +17,7 @@
 
 #include "hwmodels/json_view.hpp"
 #include "planner/run_summary.hpp"
+#include "better_hardware.hpp"
 #include "random_configs.hpp"
 
 using namespace hbmsim;
@@ -88,25 +89,18 @@ void consistent(const StepReport& r, std::vector<std::string>& out) {
     out.push_back("tokens/s is not tokens per step over the step");
 }
 
-// DESIGN.md's laws on one result, and against the same run with 1.5x the HBM and twice the host link. With
-// host copies a greedy schedule may lose up to 1% where it fits and 5% where it does not
-// (notes/monotonicity.md); without them nothing.
+// DESIGN.md's laws on one result, and against the same run on better hardware (better_hardware.hpp).
 void laws(const RunConfig& c, const StepReport& r, std::vector<std::string>& out) {
   if (!(r.mfu <= 1.0)) out.push_back("MFU " + std::to_string(r.mfu) + " above 1");
   if (!(r.executed_flops_per_device >= r.model_flops_per_device * (1 - 1e-12))) out.push_back("executed FLOPs below the model's");
   if (!(std::isfinite(r.step_time_s) && r.step_time_s > 0)) out.push_back("step time " + std::to_string(r.step_time_s));
   const PreparedRun prepared = prepare_run(c);
-  const bool copies = prepared.policy.offloads_any() || c.offload_layers > 0 || c.optimizer_offload != "off" || c.parameter_offload;
-  const double slack = !copies ? 1e-9 : r.fits ? 1e-2 : 5e-2;
-  RunConfig more_hbm = c;
-  more_hbm.hbm_bytes = 1.5 * prepared.system.gpu.hbm_bytes;
-  RunConfig faster_link = c;
-  faster_link.host_link_bytes_per_s = 2 * std::max(prepared.system.host_h2d_bytes_per_s(), prepared.system.host_d2h_bytes_per_s());
-  for (const auto& [what, better] : {std::pair{"1.5x the HBM", more_hbm}, {"twice the host link", faster_link}}) {
+  const double slack = test::allowed_slowdown(c, prepared, r.fits);
+  for (const auto& [what, better] : test::better_hardware(c, prepared.system)) {
     const StepReport b = simulate_resolved(better).report;
     if (b.step_time_s > r.step_time_s * (1 + slack))
-      out.push_back(std::string(what) + " is slower: " + std::to_string(r.step_time_s) + " -> " + std::to_string(b.step_time_s) + " s");
-    if (r.fits && !b.fits) out.push_back(std::string(what) + " no longer fits");
+      out.push_back(what + " is slower: " + std::to_string(r.step_time_s) + " -> " + std::to_string(b.step_time_s) + " s");
+    if (r.fits && !b.fits) out.push_back(what + " no longer fits");
   }
 }
 

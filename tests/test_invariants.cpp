@@ -13,6 +13,7 @@
 #include "planner/sweep.hpp"
 #include "sim/policy.hpp"
 #include "workloads/model.hpp"
+#include "better_hardware.hpp"
 #include "random_configs.hpp"
 
 using namespace hbmsim;
@@ -122,22 +123,13 @@ TEST_CASE("more HBM or host-link bandwidth is never slower and never turns a fit
   for (const auto& [c, r] : draw(150, 7)) {
     INFO(describe(c));
     const PreparedRun prepared = prepare_run(c);
-    const System& sys = prepared.system;
-    // Exact without host copies. With them, a greedy schedule's anomalies (notes/monotonicity.md: copies that
-    // move the compute, so that collectives meet at other moments) may cost a step that fits a little (a
-    // Llama 3.1 70B case lost 0.8% before XLA's prefetches were served in first-read order) and one whose
-    // prefetches are forced past the memory limit a few percent (that case from 1.0x HBM: 4.0% then).
-    const double slack = !prepared.policy.offloads_any() ? 1e-9 : r.fits ? 1e-2 : 5e-2;
-    RunConfig more_hbm = c;
-    more_hbm.hbm_bytes = 1.5 * sys.gpu.hbm_bytes;
-    auto h = run_simulation(more_hbm);
-    CHECK(h.step_time_s <= r.step_time_s * (1 + slack));
-    if (r.fits) CHECK(h.fits);
-    RunConfig faster_link = c;
-    faster_link.host_link_bytes_per_s = 2 * std::max(sys.host_h2d_bytes_per_s(), sys.host_d2h_bytes_per_s());
-    auto l = run_simulation(faster_link);
-    CHECK(l.step_time_s <= r.step_time_s * (1 + slack));
-    if (r.fits) CHECK(l.fits);
+    const double slack = test::allowed_slowdown(c, prepared, r.fits);
+    for (const auto& [what, better] : test::better_hardware(c, prepared.system)) {
+      INFO(what);
+      const auto b = run_simulation(better);
+      CHECK(b.step_time_s <= r.step_time_s * (1 + slack));
+      if (r.fits) CHECK(b.fits);
+    }
     ++(r.fits ? fitting : not_fitting);
   }
   INFO(fitting << " of the 150 draws fit");
