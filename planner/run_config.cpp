@@ -262,17 +262,23 @@ PreparedRun prepare_run(const RunConfig& c, const Profile* extra) {
     throw InputError("optimizer_offload = " + quote(c.optimizer_offload) + " (expected off, device or host)");
   r.options.parameter_offload = c.parameter_offload;
   if (r.options.optimizer_offload != OptimizerOffload::off || c.parameter_offload) {
-    // What is offloaded must fit in the pinned host memory a GPU has, before anything else goes there.
+    // What is offloaded must fit in the pinned host memory a GPU has, before anything else goes there (with
+    // the CPU update, the gradient partition it reads as well).
+    const bool host_update = r.options.optimizer_offload == OptimizerOffload::host;
     double worst = 0;
     for (const auto& st : r.graph.stages)
       worst = std::max(worst, (r.options.optimizer_offload != OptimizerOffload::off ? st.optimizer_bytes : 0) +
-                                  (c.parameter_offload ? st.parameter_bytes : 0));
+                                  (host_update ? st.gradient_bytes : 0) + (c.parameter_offload ? st.parameter_bytes : 0));
     if (worst > r.system.host_capacity_bytes()) {
       const std::string field = c.parameter_offload ? "parameter_offload = true" : "optimizer_offload = " + c.optimizer_offload;
-      const std::string what = r.options.optimizer_offload != OptimizerOffload::off && c.parameter_offload
-                                   ? "the optimizer state and parameters" : c.parameter_offload ? "the parameters" : "the optimizer state";
+      const bool state = r.options.optimizer_offload != OptimizerOffload::off;
+      const std::string what = host_update && c.parameter_offload ? "the optimizer state, gradients and parameters"
+                               : state && c.parameter_offload     ? "the optimizer state and parameters"
+                               : host_update                      ? "the optimizer state and gradients"
+                               : state                            ? "the optimizer state"
+                                                                  : "the parameters";
       throw InputError(field + " (" + what + ", " + format_number(worst / 1073741824.0) + " GiB per GPU, " +
-                       (c.parameter_offload ? "exceed" : "exceeds") + " the pinned host memory per GPU, " +
+                       (c.parameter_offload || host_update ? "exceed" : "exceeds") + " the pinned host memory per GPU, " +
                        format_number(r.system.host_capacity_bytes() / 1073741824.0) + " GiB)");
     }
   }

@@ -99,14 +99,15 @@ void StageBuilder::host_update(const std::vector<int>& done) {
   const double n = optimizer_chunks();
   const double cpu_bytes_per_s = c_.sys.host_cpu.memory_bandwidth_bytes_per_s / std::max(1, c_.sys.host_cpu.gpus_per_cpu);
   const double grads = info_.gradient_bytes / n, params = info_.parameter_bytes / n;
+  // The CPU optimizer's gradient partition is pinned once and kept (ZeRO-Offload's and Megatron's hybrid
+  // optimizer's host copies of the gradients), so the host holds all of it whatever the link's speed: sized
+  // per copy as it arrives, a faster link would stage more at once and raise the host peak.
+  prog_.resident.push_back(w_.add_buffer(info_.gradient_bytes, MemCategory::offload_buffers, true));
   for (int k = 0; k < static_cast<int>(n); ++k) {
-    const int staged = w_.add_buffer(grads, MemCategory::offload_buffers, true);
     const int out = w_.copy(false, grads, costs_.copy_s(grads, false), -1, label_chunk("gradients out", k));
     w_.op(out).deps = done;
-    w_.op(out).allocs = {staged};
     const int up = w_.host(info_.optimizer_update_bytes / n / cpu_bytes_per_s, 'o', label_chunk("host optimizer_update", k));
     w_.op(up).deps.push_back(out);
-    w_.op(up).releases.push_back(staged);
     if (opt_.parameter_offload) continue;  // updated where they live
     const int in = w_.copy(true, params, costs_.copy_s(params, true), -1, label_chunk("parameters in", k));
     w_.op(in).deps = {up};
