@@ -25,14 +25,20 @@ namespace hbmsim::build {
 
 using Kind = TemplatePlan::Kind;
 
-// Host-link priority classes (a lower class is served first, sharing within it). Each layer's copies take a
-// block of kCopyClasses, block by block in the order the passes need them: D2H the forward's earlier layer
-// first, H2D the layer the backward reaches first. Within its block a reload ranks by the first backward step
-// that reads it, so the link brings back what is needed first rather than splitting itself evenly over the
-// layer's tensors, which delayed the first recompute (notes/monotonicity.md, mechanism 1).
+// Host-link priority classes (a lower class is served first, sharing within it). An earlier micro-batch's
+// copies come first: otherwise a later micro-batch's first layers took the link from an earlier one's last
+// layers, which its pipeline send waits for (a pipeline ran 54% slower on twice the network: its forwards
+// came faster, so more micro-batches' copies overtook the first one's). Within a micro-batch each layer's
+// copies take a block of kCopyClasses, block by block in the order the passes need them: D2H the forward's
+// earlier layer first, H2D the layer the backward reaches first. Within its block a reload ranks by the first
+// backward step that reads it, so the link brings back what is needed first rather than splitting itself
+// evenly over the layer's tensors, which delayed the first recompute (notes/monotonicity.md, mechanism 1).
 constexpr int kCopyClasses = 1024;
-inline int d2h_priority(std::int64_t layer) { return static_cast<int>(layer) * kCopyClasses; }
-int h2d_priority(std::int64_t stack_layers, std::int64_t layer, int first_read);  // stage_backward.cpp
+int copy_priority(int microbatch, std::int64_t stack_layers, std::int64_t block, int within);  // stage_backward.cpp
+inline int d2h_priority(int microbatch, std::int64_t stack_layers, std::int64_t layer) {
+  return copy_priority(microbatch, stack_layers, layer, 0);
+}
+int h2d_priority(int microbatch, std::int64_t stack_layers, std::int64_t layer, int first_read);  // stage_backward.cpp
 
 struct Gather {
   int op = -1, buf = -1;
@@ -364,22 +370,23 @@ class StageBuilder {
 
   // Layer first + i of a forward pass: fills fwd[i] (its lists keep their capacity between steps).
   // `barrier[i]`: what iteration i waits for; this layer adds its copies and overlap tails to later ones.
-  void forward_layer(std::int64_t first, std::int64_t i, int input_buf, std::vector<ForwardLayer>& fwd,
+  void forward_layer(int mb, std::int64_t first, std::int64_t i, int input_buf, std::vector<ForwardLayer>& fwd,
                      std::vector<std::vector<int>>& barrier, int param_sync, int previous_pass, std::int64_t waits_on,
                      std::int64_t frees);
 
   // TE: the reloads a layer's backward issues for the layers `reloaded` (te_reloaded_by), on the one H2D
   // stream in the order their tensors were saved, each after `after` (the work issued before that backward)
   // and its own D2H; each of the reloaded layer's readers waits for its tensor's reload alone.
-  void issue_reloads(std::int64_t first, const std::vector<std::int64_t>& reloaded, ChunkRecord& rec, int after);
+  void issue_reloads(int mb, std::int64_t first, const std::vector<std::int64_t>& reloaded, ChunkRecord& rec, int after);
   // Tensor k of layer l copied back from host into a device buffer of its own, after `after` (-1: nothing)
-  // and its D2H; the layer needed soonest goes first on a shared link. Returns the copy and the buffer.
-  std::pair<int, int> reload(std::int64_t l, std::size_t k, const ForwardLayer& f, int after);
+  // and its D2H; the layer needed soonest goes first on a shared link (h2d_priority). Returns the copy and
+  // the buffer.
+  std::pair<int, int> reload(int mb, std::int64_t l, std::size_t k, const ForwardLayer& f, int after);
 
   // Layer first + i's backward iteration. `backward_start`: the pass's first op (pipelined prefetches may
   // start from it); kept weights are freed by the last micro-batch's. Returns the gradient of its input and its reduce-scatter (-1 when its weight gradients
   // are left to a pass of their own, recorded in rec.weights).
-  std::pair<int, int> backward_layer(std::int64_t first, std::int64_t i, ChunkRecord& rec, std::vector<BackwardLayer>& bwd,
+  std::pair<int, int> backward_layer(int mb, std::int64_t first, std::int64_t i, ChunkRecord& rec, std::vector<BackwardLayer>& bwd,
                                      int grad_in, int backward_start, bool last_microbatch,
                                      const std::vector<std::int64_t>& reloaded);
 

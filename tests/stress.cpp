@@ -106,6 +106,11 @@ void laws(const RunConfig& c, const StepReport& r, std::vector<std::string>& out
       out.push_back(what + " is slower: " + std::to_string(r.step_time_s) + " -> " + std::to_string(b.step_time_s) + " s");
     if (r.fits && !b.fits) out.push_back(what + " no longer fits");
   }
+  const PreparedRun net = test::faster_network(prepared);
+  const StepReport b = simulate(net.graph, net.system, net.policy, net.options);
+  if (b.step_time_s > r.step_time_s * (1 + slack))
+    out.push_back("twice the network is slower: " + std::to_string(r.step_time_s) + " -> " + std::to_string(b.step_time_s) + " s");
+  if (r.fits && !b.fits) out.push_back("twice the network no longer fits");
 }
 
 // The findings for one configuration (empty: none); nothing for bad input, which is not a finding.

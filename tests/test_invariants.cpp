@@ -12,6 +12,7 @@
 #include "planner/run_config.hpp"
 #include "planner/sweep.hpp"
 #include "sim/policy.hpp"
+#include "sim/simulator.hpp"
 #include "workloads/model.hpp"
 #include "better_hardware.hpp"
 #include "random_configs.hpp"
@@ -274,7 +275,7 @@ TEST_CASE("physics holds with Megatron's settings and the memory levers drawn to
     model.mtp_layers = c.mtp_layers;
     CHECK(r.model_flops_per_device * static_cast<double>(c.gpus) ==
           Approx(static_cast<double>(r.global_batch) * model.model_flops(1, c.seq, 1).total()).epsilon(1e-9));
-    // More HBM or a faster host link: never slower, never a fit turned into OOM (slack as above).
+    // More HBM, a faster host link or twice the network: never slower, never a fit turned into OOM (slack as above).
     const bool offloads = r.host_peak_bytes > 0;
     offloading += offloads;
     const double slack = !offloads ? 1e-9 : r.fits ? 1e-2 : 5e-2;
@@ -287,6 +288,10 @@ TEST_CASE("physics holds with Megatron's settings and the memory levers drawn to
     RunConfig faster_link = c;
     faster_link.host_link_bytes_per_s = 2 * std::max(sys.host_h2d_bytes_per_s(), sys.host_d2h_bytes_per_s());
     CHECK(run_simulation(faster_link).step_time_s <= r.step_time_s * (1 + slack));
+    const PreparedRun net = test::faster_network(prepare_run(c));
+    const StepReport n = simulate(net.graph, net.system, net.policy, net.options);
+    CHECK(n.step_time_s <= r.step_time_s * (1 + slack));
+    if (r.fits) CHECK(n.fits);
     // Twice the batch on one stage: more work, never a shorter step, never a lower peak (but where LHS fills
     // HBM up to its limit: the test above).
     if (c.pp == 1) {
