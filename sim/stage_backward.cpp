@@ -30,7 +30,7 @@ int StageBuilder::head_backward(const ChunkRecord& rec, int& grad) {
   return unembed_bwd;
 }
 
-int StageBuilder::backward_pass(int mb, int k, int slot, bool sync, ChunkRecord& rec, std::vector<int>& done, int previous_pass) {
+int StageBuilder::backward_pass(int mb, int rank, int k, int slot, bool sync, ChunkRecord& rec, std::vector<int>& done, int previous_pass) {
   const PipelineChunk& c = chunk(k);
   const std::int64_t first = c.first_layer, n = c.layers(), last = c.end_layer - 1;
   int grad_carry, start;
@@ -71,7 +71,7 @@ int StageBuilder::backward_pass(int mb, int k, int slot, bool sync, ChunkRecord&
     // copy across passes would copy that release too.
     sim::LoopInstances* across = i < due ? nullptr : across_passes(slot, 1, i);
     if (!copied_backward(first, i, step, bwd, grad_carry, reduce_scatter, done, across, mb, rec, reloaded)) {
-      auto [grad, rs] = backward_layer(mb, first, i, rec, bwd, grad_carry, start, sync, reloaded);
+      auto [grad, rs] = backward_layer(CopyRank{rank, n}, first, i, rec, bwd, grad_carry, start, sync, reloaded);
       grad_carry = grad;
       reduce_scatter[at(i)] = rs;
       if (rs >= 0) {  // else its weight gradients come in a pass of their own
@@ -131,18 +131,20 @@ void StageBuilder::te_reloaded_by(std::int64_t first, std::int64_t i, std::int64
     if (offloads_any(first + s)) out.push_back(s);
 }
 
-void StageBuilder::issue_reloads(int mb, std::int64_t first, const std::vector<std::int64_t>& reloaded, ChunkRecord& rec, int after) {
+void StageBuilder::issue_reloads(CopyRank rank, std::int64_t first, const std::vector<std::int64_t>& reloaded, ChunkRecord& rec, int after) {
   for (std::int64_t s : reloaded) {
     const std::int64_t l = first + s;
     const auto& p = plan(l);
     for (std::size_t k = 0; k < g_.layer(l).tensors.size(); ++k) {
       if (p.placement[k] != Placement::offload || p.last_read[k] < 0) continue;
-      std::tie(rec.reload_op[at(s)][k], rec.reload_buf[at(s)][k]) = reload(mb, l, k, rec.layers[at(s)], after);
+      std::tie(rec.reload_op[at(s)][k], rec.reload_buf[at(s)][k]) = reload(rank, first, s, k, rec.layers[at(s)], after);
     }
   }
 }
 
-std::pair<int, int> StageBuilder::reload(int mb, std::int64_t l, std::size_t k, const ForwardLayer& f, int after) {
+std::pair<int, int> StageBuilder::reload(CopyRank rank, std::int64_t first, std::int64_t i, std::size_t k, const ForwardLayer& f,
+                                        int after) {
+  const std::int64_t l = first + i;
   const auto& p = plan(l);
   const int dst = w_.add_buffer(p.kept_bytes[k], MemCategory::offload_buffers);
   const int copy = w_.copy(true, p.kept_bytes[k], p.h2d_s[k], static_cast<int>(l), label("h2d ", g_.layer(l).tensors[k].name, l));
@@ -151,24 +153,20 @@ std::pair<int, int> StageBuilder::reload(int mb, std::int64_t l, std::size_t k, 
   c.releases = {f.host_buf[k]};
   if (after >= 0) c.deps.push_back(after);
   c.deps.push_back(f.d2h[k]);
-  c.priority = h2d_priority(mb, g_.model.stack_layers(), l, p.first_read[k]);
+  c.priority = h2d_priority(rank, i, std::max(p.first_read[k], 0));
   return {copy, dst};
 }
 
-int copy_priority(int microbatch, std::int64_t stack_layers, std::int64_t block, int within) {
+int copy_priority(CopyRank r, std::int64_t block, int within) {
   if (within >= kCopyClasses) throw std::logic_error("a layer's backward has more steps than its copies have priority classes");
-  // Blocks 0..stack_layers per micro-batch. The ops budget (program_builder.cpp: layers x micro-batches of at
-  // least 38 ops within 4,000,000) keeps this far below INT_MAX.
-  const std::int64_t p = (static_cast<std::int64_t>(microbatch) * (stack_layers + 1) + block) * kCopyClasses + within;
+  // Blocks 0..layers per pass: the passes' blocks add up to (the stage's layers + chunks) x micro-batches,
+  // which the ops budget (program_builder.cpp: 4,000,000, at least 38 per layer) keeps far below INT_MAX / 1024.
+  const std::int64_t p = (static_cast<std::int64_t>(r.pass) * (r.layers + 1) + block) * kCopyClasses + within;
   if (p > std::numeric_limits<int>::max()) throw std::logic_error("host-link priority class out of range");
   return static_cast<int>(p);
 }
 
-int h2d_priority(int microbatch, std::int64_t stack_layers, std::int64_t layer, int first_read) {
-  return copy_priority(microbatch, stack_layers, stack_layers - layer, std::max(first_read, 0));
-}
-
-std::pair<int, int> StageBuilder::backward_layer(int mb, std::int64_t first, std::int64_t i, ChunkRecord& rec, std::vector<BackwardLayer>& bwd,
+std::pair<int, int> StageBuilder::backward_layer(CopyRank rank, std::int64_t first, std::int64_t i, ChunkRecord& rec, std::vector<BackwardLayer>& bwd,
                                                int grad_in, int backward_start, bool last_microbatch,
                                                const std::vector<std::int64_t>& reloaded) {
   const std::int64_t l = first + i, n = static_cast<std::int64_t>(bwd.size());
@@ -193,7 +191,7 @@ std::pair<int, int> StageBuilder::backward_layer(int mb, std::int64_t first, std
     me.gather = gather_layer(l, iteration_start, 'b');
   }
   const Gather ag = me.gather;
-  issue_reloads(mb, first, reloaded, rec, iteration_start);
+  issue_reloads(rank, first, reloaded, rec, iteration_start);
 
   const auto& steps = p.steps;
   const auto& last_read = p.last_read;
@@ -223,7 +221,7 @@ std::pair<int, int> StageBuilder::backward_layer(int mb, std::int64_t first, std
       if (h2d[k] >= 0) buf[k] = rec.reload_buf[at(i)][k];
   }
   auto make_h2d = [&](std::size_t k, int after) {
-    std::tie(h2d[k], buf[k]) = reload(mb, l, k, f, after);
+    std::tie(h2d[k], buf[k]) = reload(rank, first, i, k, f, after);
     if (opt_.lhs) w_.op(h2d[k]).gate_bytes = p.kept_bytes[k];
   };
   // With LHS the prefetch is hoisted to the iteration's start (pipelined: anywhere in the backward pass the

@@ -36,6 +36,7 @@ std::vector<sim::PassSpan> StageBuilder::build(const std::vector<PipelineTask>& 
   int previous_pass = -1;
   start_across();
   std::vector<sim::PassSpan> passes;
+  int forwards = 0, backwards = 0;  // passes so far: each pass's host copies rank by its place (copy_priority)
   for (const PipelineTask& t : tasks) {
     const int k = info_.chunks[static_cast<std::size_t>(t.chunk)];
     const sim::PassSpan begin{t.pass == Pass::forward, t.merged_with_next, t.microbatch, w_.ops(), 0,
@@ -43,8 +44,8 @@ std::vector<sim::PassSpan> StageBuilder::build(const std::vector<PipelineTask>& 
     ChunkRecord& rec = records[static_cast<std::size_t>(t.microbatch) * info_.chunks.size() + static_cast<std::size_t>(t.chunk)];
     const bool sync = t.microbatch + 1 == g_.training.grad_accum;
     switch (t.pass) {
-      case Pass::forward: previous_pass = forward_pass(t.microbatch, k, t.chunk, param_sync, rec, previous_pass); break;
-      case Pass::backward: previous_pass = backward_pass(t.microbatch, k, t.chunk, sync, rec, done, previous_pass); break;
+      case Pass::forward: previous_pass = forward_pass(t.microbatch, forwards++, k, t.chunk, param_sync, rec, previous_pass); break;
+      case Pass::backward: previous_pass = backward_pass(t.microbatch, backwards++, k, t.chunk, sync, rec, done, previous_pass); break;
       case Pass::weight_grad: previous_pass = weight_pass(k, sync, rec, done); break;
     }
     if (opt_.ep_overlap && t.pass != Pass::weight_grad) {

@@ -25,20 +25,26 @@ namespace hbmsim::build {
 
 using Kind = TemplatePlan::Kind;
 
-// Host-link priority classes (a lower class is served first, sharing within it). An earlier micro-batch's
-// copies come first: otherwise a later micro-batch's first layers took the link from an earlier one's last
-// layers, which its pipeline send waits for (a pipeline ran 54% slower on twice the network: its forwards
-// came faster, so more micro-batches' copies overtook the first one's). Within a micro-batch each layer's
-// copies take a block of kCopyClasses, block by block in the order the passes need them: D2H the forward's
+// Host-link priority classes (a lower class is served first, sharing within it). An earlier pass's copies
+// come first, passes ranked by their place in the stage's schedule (its k-th forward's D2H copies and its
+// k-th backward's reloads share rank k): otherwise a later micro-batch's first layers took the link from an
+// earlier one's last layers, which its pipeline send waits for (a pipeline ran 54% slower on twice the
+// network: its forwards came faster, so more micro-batches' copies overtook the first one's; ranked by
+// micro-batch, an interleaved schedule's second chunk still overtook the next micro-batch's first). Within a
+// rank each layer's copies take a block of kCopyClasses, block by block in the order the passes need them: D2H the forward's
 // earlier layer first, H2D the layer the backward reaches first. Within its block a reload ranks by the first
 // backward step that reads it, so the link brings back what is needed first rather than splitting itself
 // evenly over the layer's tensors, which delayed the first recompute (notes/monotonicity.md, mechanism 1).
 constexpr int kCopyClasses = 1024;
-int copy_priority(int microbatch, std::int64_t stack_layers, std::int64_t block, int within);  // stage_backward.cpp
-inline int d2h_priority(int microbatch, std::int64_t stack_layers, std::int64_t layer) {
-  return copy_priority(microbatch, stack_layers, layer, 0);
-}
-int h2d_priority(int microbatch, std::int64_t stack_layers, std::int64_t layer, int first_read);  // stage_backward.cpp
+// A pass's place among the stage's passes of its kind, and how many layers its chunk has (its blocks).
+struct CopyRank {
+  int pass = 0;
+  std::int64_t layers = 0;
+};
+int copy_priority(CopyRank r, std::int64_t block, int within);  // stage_backward.cpp
+// Layer i of the chunk (from its first).
+inline int d2h_priority(CopyRank r, std::int64_t i) { return copy_priority(r, i, 0); }
+inline int h2d_priority(CopyRank r, std::int64_t i, int first_read) { return copy_priority(r, r.layers - i, first_read); }
 
 struct Gather {
   int op = -1, buf = -1;
@@ -259,7 +265,7 @@ class StageBuilder {
   // One micro-batch through chunk k: its input (looked up or received), its layers, then the head's forward
   // (the last chunk) or the send of its output to the next chunk's stage.
   // Returns the pass's first op.
-  int forward_pass(int mb, int k, int slot, const ParameterSync& param_sync, ChunkRecord& rec, int previous_pass);
+  int forward_pass(int mb, int rank, int k, int slot, const ParameterSync& param_sync, ChunkRecord& rec, int previous_pass);
 
   // Final norm, unembedding and loss: the logits and what the loss keeps beside them until the backward
   // (TrainingSpec::loss_extra_bytes_per_logit: MaxText's fp32 exp and bf16 gradient, none for TE's fused loss).
@@ -273,7 +279,7 @@ class StageBuilder {
   // One micro-batch's backward through chunk k: from the loss (the last chunk) or the gradient received,
   // the layers in reverse, then the embedding's backward (the first chunk) or the send of the input's
   // gradient to the previous chunk's stage. Adds what the optimizer waits for to `done`.
-  int backward_pass(int mb, int k, int slot, bool sync, ChunkRecord& rec, std::vector<int>& done, int previous_pass);
+  int backward_pass(int mb, int rank, int k, int slot, bool sync, ChunkRecord& rec, std::vector<int>& done, int previous_pass);
 
   // The head's table bucket on a stage without the embedding: scattered once the head's backward is done.
   void head_table_gradients(const PipelineChunk& c, int head_bwd, bool sync, std::vector<int>& done);
@@ -370,23 +376,23 @@ class StageBuilder {
 
   // Layer first + i of a forward pass: fills fwd[i] (its lists keep their capacity between steps).
   // `barrier[i]`: what iteration i waits for; this layer adds its copies and overlap tails to later ones.
-  void forward_layer(int mb, std::int64_t first, std::int64_t i, int input_buf, std::vector<ForwardLayer>& fwd,
+  void forward_layer(CopyRank rank, std::int64_t first, std::int64_t i, int input_buf, std::vector<ForwardLayer>& fwd,
                      std::vector<std::vector<int>>& barrier, int param_sync, int previous_pass, std::int64_t waits_on,
                      std::int64_t frees);
 
   // TE: the reloads a layer's backward issues for the layers `reloaded` (te_reloaded_by), on the one H2D
   // stream in the order their tensors were saved, each after `after` (the work issued before that backward)
   // and its own D2H; each of the reloaded layer's readers waits for its tensor's reload alone.
-  void issue_reloads(int mb, std::int64_t first, const std::vector<std::int64_t>& reloaded, ChunkRecord& rec, int after);
-  // Tensor k of layer l copied back from host into a device buffer of its own, after `after` (-1: nothing)
+  void issue_reloads(CopyRank rank, std::int64_t first, const std::vector<std::int64_t>& reloaded, ChunkRecord& rec, int after);
+  // Tensor k of layer first + i copied back from host into a device buffer of its own, after `after` (-1: nothing)
   // and its D2H; the layer needed soonest goes first on a shared link (h2d_priority). Returns the copy and
   // the buffer.
-  std::pair<int, int> reload(int mb, std::int64_t l, std::size_t k, const ForwardLayer& f, int after);
+  std::pair<int, int> reload(CopyRank rank, std::int64_t first, std::int64_t i, std::size_t k, const ForwardLayer& f, int after);
 
   // Layer first + i's backward iteration. `backward_start`: the pass's first op (pipelined prefetches may
   // start from it); kept weights are freed by the last micro-batch's. Returns the gradient of its input and its reduce-scatter (-1 when its weight gradients
   // are left to a pass of their own, recorded in rec.weights).
-  std::pair<int, int> backward_layer(int mb, std::int64_t first, std::int64_t i, ChunkRecord& rec, std::vector<BackwardLayer>& bwd,
+  std::pair<int, int> backward_layer(CopyRank rank, std::int64_t first, std::int64_t i, ChunkRecord& rec, std::vector<BackwardLayer>& bwd,
                                      int grad_in, int backward_start, bool last_microbatch,
                                      const std::vector<std::int64_t>& reloaded);
 

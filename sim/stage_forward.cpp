@@ -10,7 +10,7 @@
 
 namespace hbmsim::build {
 
-int StageBuilder::forward_pass(int mb, int k, int slot, const ParameterSync& param_sync, ChunkRecord& rec, int previous_pass) {
+int StageBuilder::forward_pass(int mb, int rank, int k, int slot, const ParameterSync& param_sync, ChunkRecord& rec, int previous_pass) {
   const PipelineChunk& c = chunk(k);
   const std::int64_t first = c.first_layer, n = c.layers();
   int layer_in_op;
@@ -39,7 +39,7 @@ int StageBuilder::forward_pass(int mb, int k, int slot, const ParameterSync& par
     const std::array<std::size_t, 2> had{barrier[at(i) + 1].size(), barrier[at(i) + 2].size()};
     sim::LoopInstances* across = across_passes(slot, 0, i);
     if (!copied_forward(first, i, fwd, barrier, across, mb)) {
-      forward_layer(mb, first, i, input_buf, fwd, barrier, sync, previous_pass, waits_on, frees);
+      forward_layer(CopyRank{rank, n}, first, i, input_buf, fwd, barrier, sync, previous_pass, waits_on, frees);
       forward_left(i, fwd, barrier, had);
     }
     if (copying()) finish_iteration(loop, static_cast<int>(i), across, mb, sim::Span{begin, sim::mark(prog_)});
@@ -97,7 +97,7 @@ void StageBuilder::head_forward(ChunkRecord& rec, const std::vector<ForwardLayer
   rec.head_input = n > 0 ? fwd[n - 1].output_buf : rec.input_buf;  // what the head read: freed by its backward
 }
 
-void StageBuilder::forward_layer(int mb, std::int64_t first, std::int64_t i, int input_buf, std::vector<ForwardLayer>& fwd,
+void StageBuilder::forward_layer(CopyRank rank, std::int64_t first, std::int64_t i, int input_buf, std::vector<ForwardLayer>& fwd,
                                std::vector<std::vector<int>>& barrier, int param_sync, int previous_pass, std::int64_t waits_on,
                                std::int64_t frees) {
   const std::int64_t l = first + i;
@@ -191,7 +191,7 @@ void StageBuilder::forward_layer(int mb, std::int64_t first, std::int64_t i, int
     int host = w_.add_buffer(p.kept_bytes[k], MemCategory::offload_buffers, true);
     int copy = w_.copy(false, p.kept_bytes[k], p.d2h_s[k], static_cast<int>(l), label("d2h ", t.tensors[k].name, l));
     w_.op(copy).deps = {opt_.lhs || opt_.te_offload ? pc.after : st.last};
-    w_.op(copy).priority = d2h_priority(mb, g_.model.stack_layers(), l);
+    w_.op(copy).priority = d2h_priority(rank, i);
     w_.op(copy).allocs = {host};
     w_.op(copy).releases = {pc.src};
     st.host_buf[k] = host;

@@ -461,14 +461,15 @@ TEST_CASE("with one stage every pipeline schedule is plain gradient accumulation
   }
 }
 
-TEST_CASE("an earlier micro-batch's host copies go first, so a faster network never slows an offloading pipeline", "[pipeline][offload]") {
-  // The classes by hand (stack of 32 layers, 1024 classes per layer block, 33 blocks per micro-batch): micro-batch
-  // 1's first D2H (33 x 1024 = 33,792) ranks after micro-batch 0's last (31 x 1024 = 31,744), and its reload
-  // needed first (the last layer's, block 1) after micro-batch 0's last (block 32, 32,768 + 1023 classes).
-  CHECK(build::d2h_priority(0, 32, 31) == 31 * 1024);
-  CHECK(build::d2h_priority(1, 32, 0) == 33 * 1024);
-  CHECK(build::h2d_priority(0, 32, 0, 1023) == 32 * 1024 + 1023);
-  CHECK(build::h2d_priority(1, 32, 31, 0) == 34 * 1024);
+TEST_CASE("an earlier pass's host copies go first, so a faster network never slows an offloading pipeline", "[pipeline][offload]") {
+  // The classes by hand (chunks of 32 layers, 1024 classes per layer block, 33 blocks per pass): the second
+  // forward's first D2H (33 x 1024 = 33,792) ranks after the first forward's last (31 x 1024 = 31,744), and
+  // the second backward's reload needed first (the last layer's, block 1) after the first backward's last
+  // (block 32: 32,768 + 1023 classes).
+  CHECK(build::d2h_priority({0, 32}, 31) == 31 * 1024);
+  CHECK(build::d2h_priority({1, 32}, 0) == 33 * 1024);
+  CHECK(build::h2d_priority({0, 32}, 0, 1023) == 32 * 1024 + 1023);
+  CHECK(build::h2d_priority({1, 32}, 31, 0) == 34 * 1024);
   // A stress draw (seed 1921): Llama 3.1 8B on 64 GB300s, tp 4 x cp 2 x pp 8, ZB-H1, 8 micro-batches of 1,024
   // tokens, QKV and MLP activations offloaded with LHS. Stage 0 sends a micro-batch on once its last layer's
   // D2H copies are done. Ranked by layer alone, the next micro-batches' first layers took the link from them;
