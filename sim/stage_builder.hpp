@@ -25,16 +25,14 @@ namespace hbmsim::build {
 
 using Kind = TemplatePlan::Kind;
 
-// Host-link priority classes (a lower class is served first, sharing within it). An earlier pass's copies
-// come first, passes ranked by their place in the stage's schedule (its k-th forward's D2H copies and its
-// k-th backward's reloads share rank k): otherwise a later micro-batch's first layers took the link from an
-// earlier one's last layers, which its pipeline send waits for (a pipeline ran 54% slower on twice the
-// network: its forwards came faster, so more micro-batches' copies overtook the first one's; ranked by
-// micro-batch, an interleaved schedule's second chunk still overtook the next micro-batch's first). Within a
-// rank each layer's copies take a block of kCopyClasses, block by block in the order the passes need them: D2H the forward's
-// earlier layer first, H2D the layer the backward reaches first. Within its block a reload ranks by the first
-// backward step that reads it, so the link brings back what is needed first rather than splitting itself
-// evenly over the layer's tensors, which delayed the first recompute (notes/monotonicity.md, mechanism 1).
+// Host-link priority classes (a lower class is served first, sharing within it). A pass's copies rank by its
+// place among the stage's passes of its kind (the k-th forward's D2H and the k-th backward's reloads share
+// rank k), so a later pass never takes the link from an earlier one: ranked by layer alone, the next
+// micro-batches' first layers overtook the one whose last layers a pipeline send waits for (54% slower on
+// twice the network; notes/monotonicity.md). Within a rank each layer's copies take a block of kCopyClasses,
+// in the order the passes need them: D2H the forward's earlier layer first, H2D the layer the backward
+// reaches first. Within its block a reload ranks by the first backward step that reads it, so the link
+// brings back what is needed first rather than splitting itself evenly over the layer's tensors (mechanism 1).
 constexpr int kCopyClasses = 1024;
 // A pass's place among the stage's passes of its kind, and how many layers its chunk has (its blocks).
 struct CopyRank {
@@ -264,7 +262,7 @@ class StageBuilder {
 
   // One micro-batch through chunk k: its input (looked up or received), its layers, then the head's forward
   // (the last chunk) or the send of its output to the next chunk's stage.
-  // Returns the pass's first op.
+  // `rank`: its place among the stage's forwards (CopyRank). Returns the pass's first op.
   int forward_pass(int mb, int rank, int k, int slot, const ParameterSync& param_sync, ChunkRecord& rec, int previous_pass);
 
   // Final norm, unembedding and loss: the logits and what the loss keeps beside them until the backward
@@ -278,7 +276,8 @@ class StageBuilder {
 
   // One micro-batch's backward through chunk k: from the loss (the last chunk) or the gradient received,
   // the layers in reverse, then the embedding's backward (the first chunk) or the send of the input's
-  // gradient to the previous chunk's stage. Adds what the optimizer waits for to `done`.
+  // gradient to the previous chunk's stage. Adds what the optimizer waits for to `done`. `rank`: its place
+  // among the stage's backwards (CopyRank).
   int backward_pass(int mb, int rank, int k, int slot, bool sync, ChunkRecord& rec, std::vector<int>& done, int previous_pass);
 
   // The head's table bucket on a stage without the embedding: scattered once the head's backward is done.
@@ -384,9 +383,9 @@ class StageBuilder {
   // stream in the order their tensors were saved, each after `after` (the work issued before that backward)
   // and its own D2H; each of the reloaded layer's readers waits for its tensor's reload alone.
   void issue_reloads(CopyRank rank, std::int64_t first, const std::vector<std::int64_t>& reloaded, ChunkRecord& rec, int after);
-  // Tensor k of layer first + i copied back from host into a device buffer of its own, after `after` (-1: nothing)
-  // and its D2H; the layer needed soonest goes first on a shared link (h2d_priority). Returns the copy and
-  // the buffer.
+  // Tensor k of layer first + i copied back from host into a device buffer of its own, after `after` (-1:
+  // nothing) and its D2H; the layer needed soonest goes first on a shared link (h2d_priority). Returns the
+  // copy and the buffer.
   std::pair<int, int> reload(CopyRank rank, std::int64_t first, std::int64_t i, std::size_t k, const ForwardLayer& f, int after);
 
   // Layer first + i's backward iteration. `backward_start`: the pass's first op (pipelined prefetches may
