@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "planner/run_config.hpp"
+#include "sim/simulator.hpp"
 
 namespace test {
 
@@ -26,6 +27,16 @@ inline hbmsim::PreparedRun faster_network(hbmsim::PreparedRun run) {
   run.system.scale_up.per_gpu_bytes_per_s_per_direction *= 2;
   run.system.scale_out.per_gpu_bytes_per_s_per_direction *= 2;
   return run;
+}
+
+// The run simulated on each kind of better hardware above (`prepared` is prepare_run(c)), with its name.
+inline std::vector<std::pair<std::string, hbmsim::StepReport>> on_better_hardware(const hbmsim::RunConfig& c,
+                                                                                  const hbmsim::PreparedRun& prepared) {
+  std::vector<std::pair<std::string, hbmsim::StepReport>> out;
+  for (const auto& [what, better] : better_hardware(c, prepared.system)) out.emplace_back(what, hbmsim::run_simulation(better));
+  const hbmsim::PreparedRun net = faster_network(prepared);
+  out.emplace_back("twice the network", hbmsim::simulate(net.graph, net.system, net.policy, net.options));
+  return out;
 }
 
 // The relative slowdown allowed on better hardware. Exact without host copies. With them, a greedy

@@ -100,17 +100,11 @@ void laws(const RunConfig& c, const StepReport& r, std::vector<std::string>& out
   if (!(std::isfinite(r.step_time_s) && r.step_time_s > 0)) out.push_back("step time " + std::to_string(r.step_time_s));
   const PreparedRun prepared = prepare_run(c);
   const double slack = test::allowed_slowdown(c, prepared, r.fits);
-  for (const auto& [what, better] : test::better_hardware(c, prepared.system)) {
-    const StepReport b = simulate_resolved(better).report;
+  for (const auto& [what, b] : test::on_better_hardware(c, prepared)) {
     if (b.step_time_s > r.step_time_s * (1 + slack))
       out.push_back(what + " is slower: " + std::to_string(r.step_time_s) + " -> " + std::to_string(b.step_time_s) + " s");
     if (r.fits && !b.fits) out.push_back(what + " no longer fits");
   }
-  const PreparedRun net = test::faster_network(prepared);
-  const StepReport b = simulate(net.graph, net.system, net.policy, net.options);
-  if (b.step_time_s > r.step_time_s * (1 + slack))
-    out.push_back("twice the network is slower: " + std::to_string(r.step_time_s) + " -> " + std::to_string(b.step_time_s) + " s");
-  if (r.fits && !b.fits) out.push_back("twice the network no longer fits");
 }
 
 // The findings for one configuration (empty: none); nothing for bad input, which is not a finding.
