@@ -85,7 +85,7 @@ void check_calibration(const Sources& s, const std::string& calibration) {
 
 // A number flag past a double's range (--hbm-bytes 1e400) is out of range, not "not a number".
 void check_number_range(const std::string& field, const std::string& text) {
-  if (field != "hbm_bytes" && field != "host_link_bytes_per_s" && field != "memory_limit_slop") return;
+  if (!find_what_if(field) && field != "memory_limit_slop") return;
   if (text.empty() || std::isspace(static_cast<unsigned char>(text[0]))) return;
   errno = 0;
   char* end = nullptr;
@@ -102,12 +102,11 @@ void check_run_config(const RunConfig& c, const Sources& s, const std::set<std::
   // What-if figures (a config file's were checked for > 0 when it was read; flags were not).
   if (fixed("memory_limit_slop") && !(c.memory_limit_slop > 0 && c.memory_limit_slop <= 1))
     throw InputError(s.name("memory_limit_slop") + " = " + format_number(c.memory_limit_slop) + " (must be in (0, 1])");
-  auto what_if = [&](const char* field, const std::optional<double>& v) {
-    if (!fixed(field) || !v) return;
-    if (auto why = what_if_problem(field, *v)) throw InputError(s.name(field) + " = " + format_number(*v) + " (" + *why + ")");
-  };
-  what_if("hbm_bytes", c.hbm_bytes);
-  what_if("host_link_bytes_per_s", c.host_link_bytes_per_s);
+  for (const auto& w : what_if_fields()) {
+    const auto& v = c.*w.value;
+    if (!fixed(w.field) || !v) continue;
+    if (auto why = what_if_problem(w.field, *v)) throw InputError(s.name(w.field) + " = " + format_number(*v) + " (" + *why + ")");
+  }
 
   if (fixed("system")) attributed(s, {"system"}, [&] { return resolve_system(c.system); });
   std::optional<System> run_system;  // the system as the run sees it, profile applied

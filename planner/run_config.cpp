@@ -81,12 +81,36 @@ RunConfig RunConfig::from_json(const nlohmann::json& doc, const std::string& ori
 
 RunConfig RunConfig::from_file(const std::string& path) { return from_json(parse_json_file(path), path); }
 
+const std::vector<WhatIfField>& what_if_fields() {
+  static const std::vector<WhatIfField> fields = {
+      {"host_link_bytes_per_s", &RunConfig::host_link_bytes_per_s, "bytes/s",
+       [](const System& s) { return s.host_h2d_bytes_per_s(); },
+       [](System& s, double v) { s.host_link.measured_h2d_bytes_per_s = s.host_link.measured_d2h_bytes_per_s = v; }},
+      {"scale_up_bytes_per_s", &RunConfig::scale_up_bytes_per_s, "bytes/s",
+       [](const System& s) { return s.scale_up.per_gpu_bytes_per_s_per_direction; },
+       [](System& s, double v) { s.scale_up.per_gpu_bytes_per_s_per_direction = v; }},
+      {"scale_out_bytes_per_s", &RunConfig::scale_out_bytes_per_s, "bytes/s",
+       [](const System& s) { return s.scale_out.per_gpu_bytes_per_s_per_direction; },
+       [](System& s, double v) { s.scale_out.per_gpu_bytes_per_s_per_direction = v; }},
+      {"hbm_bytes", &RunConfig::hbm_bytes, "bytes", [](const System& s) { return s.gpu.hbm_bytes; },
+       [](System& s, double v) { s.gpu.hbm_bytes = v; }},
+  };
+  return fields;
+}
+
+const WhatIfField* find_what_if(const std::string& field) {
+  for (const auto& w : what_if_fields())
+    if (field == w.field) return &w;
+  return nullptr;
+}
+
 std::optional<std::string> what_if_problem(const std::string& field, double v) {
-  const bool bandwidth = field == "host_link_bytes_per_s";
-  if (!bandwidth && field != "hbm_bytes") throw std::logic_error("what_if_problem: not a what-if field: " + field);
+  const WhatIfField* w = find_what_if(field);
+  if (!w) throw std::logic_error("what_if_problem: not a what-if field: " + field);
   if (!(v > 0) || !std::isfinite(v)) return "must be > 0";
-  const double max = bandwidth ? kMaxHardwareBytesPerSecond : kMaxHardwareBytes;
-  if (v > max) return "implausibly large, max " + format_number(max) + (bandwidth ? " bytes/s" : " bytes");
+  const std::string unit = w->unit;
+  const double max = unit == "bytes" ? kMaxHardwareBytes : kMaxHardwareBytesPerSecond;
+  if (v > max) return "implausibly large, max " + format_number(max) + " " + unit;
   return std::nullopt;
 }
 
@@ -100,16 +124,12 @@ System resolve_run_system(const RunConfig& c, const Profile* extra) {
       sys = apply_profile(sys, load_profile_file(c.calibration));
   }
   if (extra) sys = apply_profile(sys, *extra);
-  auto what_if = [](const char* field, double v) {
-    if (auto why = what_if_problem(field, v)) throw InputError(std::string(field) + " = " + format_number(v) + " (" + *why + ")");
-    return v;
-  };
-  if (c.host_link_bytes_per_s) {
-    const double bw = what_if("host_link_bytes_per_s", *c.host_link_bytes_per_s);
-    sys.host_link.measured_h2d_bytes_per_s = bw;
-    sys.host_link.measured_d2h_bytes_per_s = bw;
+  for (const auto& w : what_if_fields()) {
+    const auto& v = c.*w.value;
+    if (!v) continue;
+    if (auto why = what_if_problem(w.field, *v)) throw InputError(std::string(w.field) + " = " + format_number(*v) + " (" + *why + ")");
+    w.apply(sys, *v);
   }
-  if (c.hbm_bytes) sys.gpu.hbm_bytes = what_if("hbm_bytes", *c.hbm_bytes);
   if (!(c.memory_limit_slop > 0 && c.memory_limit_slop <= 1))
     throw InputError("memory_limit_slop = " + format_number(c.memory_limit_slop) + " (must be in (0, 1])");
   return sys;

@@ -67,8 +67,11 @@ struct RunConfig {
   bool pipelined_collectives = true;    // FSDP all-gathers issued one layer ahead (XLA collective pipeliner)
   bool double_buffering = false;        // XLA while-loop double buffering: two layers per scan body
   double memory_limit_slop = 0.95;
-  std::optional<double> host_link_bytes_per_s;  // per GPU, per direction (what-if override)
-  std::optional<double> hbm_bytes;              // what-if override
+  // What-if overrides of the system's figures (what_if_fields() below).
+  std::optional<double> host_link_bytes_per_s;  // per GPU, per direction
+  std::optional<double> scale_up_bytes_per_s;   // per GPU, per direction
+  std::optional<double> scale_out_bytes_per_s;  // per GPU, per direction
+  std::optional<double> hbm_bytes;
   std::string calibration;                      // profile file, or "" for datasheet figures
 
   // Field names a sweep axis or `set` accepts.
@@ -87,8 +90,18 @@ struct PreparedRun {
   SimOptions options;
 };
 
-// Why a what-if override (hbm_bytes, host_link_bytes_per_s) cannot be used, e.g. "must be > 0"; nullopt when
-// it can. One rule for every front end: flags, config files, sweep axes, Python.
+// A what-if override: a figure of the config's system that the run replaces, in `unit` ("bytes" or "bytes/s").
+struct WhatIfField {
+  const char* field;
+  std::optional<double> RunConfig::*value;
+  const char* unit;
+  double (*own)(const System&);         // the system's figure the override replaces (for a warning far from it)
+  void (*apply)(System&, double value);
+};
+const std::vector<WhatIfField>& what_if_fields();
+const WhatIfField* find_what_if(const std::string& field);  // nullptr: not a what-if field
+// Why a what-if override cannot be used, e.g. "must be > 0"; nullopt when it can. One rule for every front end:
+// flags, config files, sweep axes, Python.
 std::optional<std::string> what_if_problem(const std::string& field, double value);
 // The system a run sees: the config's system with its calibration profile and what-if overrides applied.
 System resolve_run_system(const RunConfig& config, const Profile* extra = nullptr);

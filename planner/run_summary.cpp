@@ -117,17 +117,16 @@ std::vector<std::string> run_warnings(const RunConfig& c, const PreparedRun& run
   if (!run.system.calibration_system.empty() && run.system.calibration_system != run.system.id)
     w.push_back("calibration " + run.system.calibration + " was fitted on " + run.system.calibration_system +
                 " and is applied to " + run.system.id + " as a what-if");
-  if (!c.hbm_bytes && !c.host_link_bytes_per_s) return w;
-  const System datasheet = resolve_system(c.system);  // the system's own figures, before the what-ifs
-  auto far = [&](const char* field, double value, double own, const char* unit) {
-    const double ratio = value / own;
-    if (ratio >= 1 / kWhatIfWarnRatio && ratio <= kWhatIfWarnRatio) return;
-    w.push_back(std::string(field) + " = " + format_number(value) + " " + unit + " is " + number(ratio, 3) + " x the " +
-                datasheet.id + " figure (" + number(own, 3) + " " + unit + "); the field is in " + unit);
-  };
-  if (c.hbm_bytes) far("hbm_bytes", *c.hbm_bytes, datasheet.gpu.hbm_bytes, "bytes");
-  if (c.host_link_bytes_per_s)
-    far("host_link_bytes_per_s", *c.host_link_bytes_per_s, datasheet.host_h2d_bytes_per_s(), "bytes/s");
+  std::optional<System> datasheet;  // the system's own figures, before the what-ifs
+  for (const auto& f : what_if_fields()) {
+    const auto& value = c.*f.value;
+    if (!value) continue;
+    if (!datasheet) datasheet = resolve_system(c.system);
+    const double own = f.own(*datasheet), ratio = *value / own;
+    if (ratio >= 1 / kWhatIfWarnRatio && ratio <= kWhatIfWarnRatio) continue;
+    w.push_back(std::string(f.field) + " = " + format_number(*value) + " " + f.unit + " is " + number(ratio, 3) + " x the " +
+                datasheet->id + " figure (" + number(own, 3) + " " + f.unit + "); the field is in " + f.unit);
+  }
   return w;
 }
 

@@ -88,6 +88,11 @@ TEST_CASE("a what-if an order of magnitude off the hardware is warned about in i
   auto fine = test::cli("simulate --system gb200-nvl72 --model llama3.1-8b --hbm-bytes 1.5e11");
   REQUIRE(fine.status == 0);
   CHECK(fine.err.empty());
+  // 1600 where ConnectX-9's 1.6 Tb/s was meant: 1600 / 2e11 bytes/s = 8e-9 of the VR NIC figure per GPU.
+  auto nic = test::cli("simulate --system vr-nvl144 --model llama3.1-8b --scale-out-bw 1600");
+  REQUIRE(nic.status == 0);
+  CHECK(has_line(nic.err, "hbmsim: warning: scale_out_bytes_per_s = 1600 bytes/s is 8e-09 x the vr-nvl144 figure "
+                          "(2e+11 bytes/s); the field is in bytes/s"));
 }
 
 TEST_CASE("hbmsim --version prints the project version; bare hbmsim and bare plan print their help", "[cli][output]") {

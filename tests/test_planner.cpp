@@ -494,6 +494,44 @@ TEST_CASE("run-config errors from sweeps and Python name the field and print the
   CHECK_THROWS_WITH(c.set("hbm_bytes", "1e400", "--axis hbm_bytes"), Catch::Contains("out of the range of a double"));
 }
 
+TEST_CASE("network what-ifs: a collective takes its latency plus its bytes over the bandwidth", "[planner]") {
+  // Llama 3.1 8B on two H200 HGX nodes, tp 8 inside a node (NVLink), dp 2 across them (the NICs). A queue's
+  // busy time is L + B / bw, so the time saved by doubling bw from b is twice the time saved doubling from
+  // 2b; the bytes sent do not change, nor the other fabric's time.
+  RunConfig c;
+  c.model = "llama3.1-8b";
+  c.system = "h200-hgx";
+  c.gpus = 16;
+  c.tp = 8;
+  c.dp = 2;
+  c.seq = 4096;
+  const System sys = prepare_run(c).system;
+  auto run = [&](std::optional<double> RunConfig::*field, double scale, double own) {
+    RunConfig x = c;
+    x.*field = scale * own;
+    return run_simulation(x);
+  };
+  struct Case { const char* field; std::optional<double> RunConfig::*what_if; double own; const char* queue, *other; };
+  for (const Case& k : {Case{"scale_up_bytes_per_s", &RunConfig::scale_up_bytes_per_s, sys.scale_up.per_gpu_bytes_per_s_per_direction, "tp", "dp"},
+                        Case{"scale_out_bytes_per_s", &RunConfig::scale_out_bytes_per_s, sys.scale_out.per_gpu_bytes_per_s_per_direction, "dp", "tp"}}) {
+    INFO(k.field);
+    const StepReport b = run(k.what_if, 1, k.own), b2 = run(k.what_if, 2, k.own), b4 = run(k.what_if, 4, k.own);
+    REQUIRE(b.busy_s.at(k.queue) > 0.01);
+    CHECK(b.busy_s.at(k.queue) - b2.busy_s.at(k.queue) ==
+          Approx(2 * (b2.busy_s.at(k.queue) - b4.busy_s.at(k.queue))).epsilon(1e-9));
+    CHECK(b4.comm_bytes.at(k.queue) == b.comm_bytes.at(k.queue));
+    CHECK(b4.busy_s.at(k.other) == Approx(b.busy_s.at(k.other)).epsilon(1e-12));
+    CHECK(b4.step_time_s < b.step_time_s);
+    RunConfig own = c;
+    own.*k.what_if = k.own;  // the system's own figure as a what-if changes nothing
+    CHECK(run_simulation(own).step_time_s == run_simulation(c).step_time_s);
+    own.*k.what_if = 0;
+    CHECK_THROWS_WITH(prepare_run(own), Catch::Contains(std::string(k.field) + " = 0 (must be > 0)"));
+    own.*k.what_if = 2e15;
+    CHECK_THROWS_WITH(prepare_run(own), Catch::Contains("implausibly large, max 1e+15 bytes/s"));
+  }
+}
+
 TEST_CASE("leave-one-source-out predicts each source from a fit to the others", "[planner][fit]") {
   // Two sources whose runs are hbmsim's own predictions at GEMM efficiency scales 0.8 (A) and 1.0 (B): the
   // fit without A lands on B's 1.0 and predicts A as its 1.0 prediction, and the other way round.
