@@ -1,6 +1,6 @@
-// "More memory or bandwidth is never slower" (DESIGN.md), as the property suite (test_invariants.cpp) and
-// hbmsim_stress (stress.cpp) both check it: the same run on better hardware, and how much time a greedy
-// schedule may lose there.
+// "More memory or bandwidth never slower, more work never less memory" (DESIGN.md), as the property suite
+// (test_invariants.cpp) and hbmsim_stress (stress.cpp) both check them: the same run on better hardware or
+// with twice the work, and how much time a greedy schedule may lose there.
 #pragma once
 #include <algorithm>
 #include <string>
@@ -40,6 +40,27 @@ inline std::vector<std::pair<std::string, hbmsim::StepReport>> on_better_hardwar
 inline double allowed_slowdown(const hbmsim::RunConfig& c, const hbmsim::PreparedRun& prepared, bool fits) {
   const bool copies = prepared.policy.offloads_any() || c.offload_layers > 0 || c.optimizer_offload != "off" || c.parameter_offload;
   return !copies ? 1e-9 : fits ? 1e-2 : 5e-2;
+}
+
+// The same run with twice the work: twice the sequences per step in micro-batches of the same size (twice
+// the batch; in a pipeline also twice the micro-batches; in Megatron's terms twice the global batch).
+inline hbmsim::RunConfig twice_the_work(const hbmsim::RunConfig& c) {
+  hbmsim::RunConfig twice = c;
+  if (c.micro_batch > 0) {
+    twice.global_batch = 2 * c.global_batch;
+    return twice;
+  }
+  twice.batch = 2 * c.batch.value_or(1);
+  if (c.pp > 1) twice.microbatches = 2 * (c.microbatches > 0 ? c.microbatches : c.pp);
+  return twice;
+}
+
+// The least HBM peak the run with twice the work may have ("more work never less memory", DESIGN.md): the
+// run's own, except where LHS with pipelined transfers fills HBM with prefetches up to its limit either way.
+inline double least_peak_with_twice_the_work(const hbmsim::RunConfig& c, const hbmsim::StepReport& r,
+                                             const hbmsim::StepReport& twice) {
+  const bool fills_to_limit = c.lhs && c.pipelined_transfers;
+  return (fills_to_limit ? std::min(r.hbm_peak_bytes, twice.prefetch_limit_bytes) : r.hbm_peak_bytes) * (1 - 1e-12);
 }
 
 }  // namespace test

@@ -93,7 +93,8 @@ void consistent(const StepReport& r, std::vector<std::string>& out) {
     out.push_back("tokens/s is not tokens per step over the step");
 }
 
-// DESIGN.md's laws on one result, and against the same run on better hardware (better_hardware.hpp).
+// DESIGN.md's laws on one result, and against the same run on better hardware and with twice the work
+// (better_hardware.hpp).
 void laws(const RunConfig& c, const StepReport& r, std::vector<std::string>& out) {
   if (!(r.mfu <= 1.0)) out.push_back("MFU " + std::to_string(r.mfu) + " above 1");
   if (!(r.executed_flops_per_device >= r.model_flops_per_device * (1 - 1e-12))) out.push_back("executed FLOPs below the model's");
@@ -104,6 +105,16 @@ void laws(const RunConfig& c, const StepReport& r, std::vector<std::string>& out
     if (b.step_time_s > r.step_time_s * (1 + slack))
       out.push_back(what + " is slower: " + std::to_string(r.step_time_s) + " -> " + std::to_string(b.step_time_s) + " s");
     if (r.fits && !b.fits) out.push_back(what + " no longer fits");
+  }
+  try {
+    const StepReport t = run_simulation(test::twice_the_work(c));
+    if (t.step_time_s < r.step_time_s * (1 - slack))
+      out.push_back("twice the work is faster: " + std::to_string(r.step_time_s) + " -> " + std::to_string(t.step_time_s) + " s");
+    if (t.hbm_peak_bytes < test::least_peak_with_twice_the_work(c, r, t))
+      out.push_back("twice the work peaks lower: " + std::to_string(r.hbm_peak_bytes / 1073741824.0) + " -> " +
+                    std::to_string(t.hbm_peak_bytes / 1073741824.0) + " GiB");
+  } catch (const InputError&) {
+    // twice the work may be bad input (a layout whose batch no longer divides): not a finding
   }
 }
 
