@@ -1,12 +1,13 @@
 #!/bin/bash
 # The five Qwen3-235B-A22B runs of notes/qwen3_modelzoo.md, as hbmsim commands: ./notes/qwen3_modelzoo.sh [CALIBRATION]
-# (default corpus-fitted). HBMSIM names the binary (default build/cli/hbmsim).
+# (default corpus-fitted). HBMSIM names the binary (default build/cli/hbmsim); EXTRA adds flags to every run
+# (EXTRA="--lhs off": notes/megatron_lhs.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 H=${HBMSIM:-build/cli/hbmsim}
 B="--model data/hf/qwen3-235b-a22b.config.json --system h100-hgx --gpus 256 --global-batch 2048 --seq 4096
    --framework megatron --mesh-order megatron --sharded-optimizer on --ep-shards-weights off --grad-reduce-dtype bf16
-   --calibration ${1:-corpus-fitted}"
+   --calibration ${1:-corpus-fitted} ${EXTRA:-}"
 run() {
   # shellcheck disable=SC2086
   $H simulate $B "$@" --json | /usr/bin/python3 -c \
