@@ -274,6 +274,7 @@ PreparedRun prepare_run(const RunConfig& c, const Profile* extra) {
   r.options.tp_comm_overlap = c.tp_comm_overlap;
   r.options.dp_overlap = c.dp_overlap;
   r.options.ep_overlap = c.ep_overlap;
+  r.options.program_order = c.framework == "megatron";
   if (c.ep_overlap) check_ep_overlap(c, r);
   r.options.reshard_weights = c.reshard_weights;
   if (c.optimizer_offload == "device") r.options.optimizer_offload = OptimizerOffload::device;

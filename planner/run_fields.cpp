@@ -100,7 +100,10 @@ const std::vector<RunField> kFields = {
      "(megatron: Transformer Engine's fused cross-entropy); offloaded activations are copied on XLA's schedule "
      "(maxtext: lhs and pipelined_transfers) or on Transformer Engine's CPU-offload schedule (megatron: each "
      "copy direction one stream, of N offloaded layers out of n a layer kept on device until the forward n - N "
-     "layers on and reloaded from the backward n - 1 - N layers ahead)",
+     "layers on and reloaded from the backward n - 1 - N layers ahead); a layer's ops run as XLA's latency-hiding "
+     "scheduler orders them (maxtext, with lhs) or in program order (megatron: no such scheduler, lhs does not "
+     "apply; a collective holds the compute stream unless a library overlaps it: the CP ring, the expert "
+     "all-to-all under ep_overlap, tp under tp_comm_overlap)",
      &C::framework},
     {"sharded_optimizer", "--sharded-optimizer",
      "Optimizer state sharded over the gradient-sync axes, dp (x cp when cp does not shard weights, and for the "
@@ -167,7 +170,7 @@ const std::vector<RunField> kFields = {
      "Parameters in pinned host memory: each weight gather starts from its shard copied in, the update streams "
      "them through HBM (MaxText parameter_memory_host_offload, FSDP CPUOffloadPolicy)",
      &C::parameter_offload},
-    {"lhs", "--lhs", "XLA latency-hiding scheduler", &C::lhs},
+    {"lhs", "--lhs", "XLA latency-hiding scheduler (framework maxtext; megatron runs in program order)", &C::lhs},
     {"pipelined_transfers", "--pipelined-transfers", "XLA pipelined host offloading", &C::pipelined_transfers},
     {"pipelined_collectives", "--pipelined-collectives", "FSDP all-gathers one layer ahead", &C::pipelined_collectives},
     {"double_buffering", "--double-buffering",

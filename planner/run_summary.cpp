@@ -99,7 +99,8 @@ std::vector<std::string> resolved_run_lines(const nlohmann::json& j) {
   else if (grads != "fp32" || moments != "fp32")
     policy += "; " + grads + " gradients, " + moments + " moments";
   lines.push_back(policy + "; weights " + s("weights") + ", attention " + s("attention_dtype"));
-  lines.push_back("schedule     LHS " + on_off(j.at("lhs")) + ", pipelined collectives " + on_off(j.at("pipelined_collectives")) +
+  const std::string order = s("framework") == "megatron" ? "program order (Megatron)" : "LHS " + on_off(j.at("lhs"));
+  lines.push_back("schedule     " + order + ", pipelined collectives " + on_off(j.at("pipelined_collectives")) +
                   ", pipelined transfers " + on_off(j.at("pipelined_transfers")) + ", double buffering " +
                   on_off(j.at("double_buffering")));
   lines.push_back("calibration  " + s("calibration_text"));

@@ -113,7 +113,9 @@ const std::vector<std::string>& validation_rules() {
       "(Megatron's default). Sequence parallelism is on with tp > 1 (hbmsim's default; the sources' recipes set it), "
       "TP communication overlapped with the GEMMs wherever tp > 1 (`tp_comm_overlap on`: the NeMo and Megatron-Bridge "
       "performance recipes' userbuffers; off for bare Megatron-Core scripts, Megatron's default), gradient and parameter "
-      "collectives overlapped (hbmsim's defaults). MoE tokens travel by Megatron's flex dispatcher "
+      "collectives overlapped (hbmsim's defaults). As `framework megatron`, each layer runs in program order (no "
+      "latency-hiding scheduler): a collective that no library overlaps, such as the expert all-to-all, holds the compute "
+      "stream. MoE tokens travel by Megatron's flex dispatcher "
       "(`moe_dispatcher flex`: a copy per destination GPU and one per destination node, forwarded there over NVLink) "
       "for DeepSeek-V3 rows whose recipes name a DeepEP or HybridEP backend (Megatron-Bridge's, every system; NeMo "
       "25.04's on H100), by the alltoall dispatcher (a copy per chosen expert) otherwise.",

@@ -39,7 +39,7 @@ StepBound step_lower_bound(const StepGraph& g, const System& sys, const Policy& 
     const Policy* p = &policy.for_layer(l, stage);
     for (const auto& [key, value] : cache)
       if (key.first == t && key.second == p) return value;
-    plan_template(g.templates[static_cast<std::size_t>(t)], *p, costs, g, opt.lhs, plan);
+    plan_template(g.templates[static_cast<std::size_t>(t)], *p, costs, g, opt, plan);
     cache.push_back({{t, p}, layer_compute(g.templates[static_cast<std::size_t>(t)], plan)});
     return cache.back().second;
   };

@@ -53,7 +53,7 @@ void plan_backward_steps(const LayerTemplate& t, TemplatePlan& p) {
   for (int o : p.order)
     if (p.replay[static_cast<std::size_t>(o)]) steps.push_back({Kind::replay, static_cast<std::size_t>(o)});
   for (std::size_t o = no; o-- > 0;) {
-    if ((schedule || p.split_weight_grads) && t.ops[o].kind == OpKind::gemm) {
+    if ((schedule || p.split_weight_grads || p.dgrad_first) && t.ops[o].kind == OpKind::gemm) {
       steps.push_back({Kind::bwd_x, o});
       steps.push_back({Kind::bwd_w, o});
     } else {
@@ -228,8 +228,8 @@ void place_tensors(const LayerTemplate& t, const Policy& policy, std::vector<Pla
       if (where == Placement::device) where = Placement::offload;
 }
 
-void plan_template(const LayerTemplate& t, const Policy& policy, const Costs& c, const StepGraph& g, bool lhs,
-                   TemplatePlan& p) {
+void plan_template(const LayerTemplate& t, const Policy& policy, const Costs& c, const StepGraph& g,
+                   const SimOptions& opt, TemplatePlan& p) {
   const auto nt = t.tensors.size(), no = t.ops.size();
   for (auto* v : {&p.fwd_s, &p.bwd_s, &p.dot_s, &p.d2h_s, &p.h2d_s}) v->clear();
   for (auto* v : {&p.fwd_lane, &p.bwd_lane}) v->clear();
@@ -293,7 +293,8 @@ void plan_template(const LayerTemplate& t, const Policy& policy, const Costs& c,
     p.fwd_lane.push_back(fl);
     p.bwd_lane.push_back(bl);
   }
-  p.scheduled = lhs && has_comm(t);
+  p.scheduled = opt.lhs && !opt.program_order && has_comm(t);
+  p.dgrad_first = opt.program_order && opt.tp_comm_overlap;
   p.split_weight_grads = splits_backward(g.training.parallelism.schedule) && g.training.parallelism.pp > 1;
   plan_forward_order(t, p);
   for (int o : p.order)

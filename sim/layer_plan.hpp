@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "sim/costs.hpp"
+#include "sim/options.hpp"
 #include "sim/policy.hpp"
 #include "workloads/step_graph.hpp"
 
@@ -34,6 +35,9 @@ struct TemplatePlan {
   bool scheduled = false;  // LHS orders its ops by data dependencies (it has communication to hide)
   // A GEMM's backward is two steps, the weight-gradient one run in a pass of its own (zero-bubble pipelines).
   bool split_weight_grads = false;
+  // A GEMM's backward is two steps in program order, input gradient first, so that the collective of the input
+  // gradient runs beside the weight-gradient GEMM (Transformer Engine's bulk overlap under Megatron).
+  bool dgrad_first = false;
 
   // One backward iteration: replays of forward ops, and backward ops. In a scheduled layer (or with the
   // weight gradients split off) a GEMM's backward is two steps (input-gradient and weight-gradient dots).
@@ -64,7 +68,7 @@ void place_tensors(const LayerTemplate& t, const Policy& policy, std::vector<Pla
 void plan_kept_bytes(const LayerTemplate& t, const StepGraph& g, TemplatePlan& p);
 
 // Fills `out` (its lists keep their capacity: the builder reuses plans between steps).
-void plan_template(const LayerTemplate& t, const Policy& policy, const Costs& c, const StepGraph& g, bool lhs,
-                   TemplatePlan& out);
+void plan_template(const LayerTemplate& t, const Policy& policy, const Costs& c, const StepGraph& g,
+                   const SimOptions& opt, TemplatePlan& out);
 
 }  // namespace hbmsim

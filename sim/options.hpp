@@ -39,6 +39,11 @@ struct SimOptions {
   // layer, each pass's expert all-to-alls issued beside the other pass's compute (the build's issue order,
   // sim/program_builder.cpp).
   bool ep_overlap = false;
+  // Megatron (PyTorch) runs a layer's ops in program order, with no latency-hiding scheduler: `lhs` does not
+  // apply, and a collective blocks the compute stream unless a library overlaps it (the CP ring; the expert
+  // all-to-all under ep_overlap; with tp_comm_overlap Transformer Engine's userbuffers, which expose one of tp
+  // chunks of a forward tp collective and hide the backward ones under the dgrad and wgrad GEMMs they pair).
+  bool program_order = false;
   bool record_trace = false;
   // Copy repeating layer iterations instead of building them (sim/instances.hpp) and replay their events
   // instead of simulating them (sim/engine.hpp); same program, same results. Off: the plain run.

@@ -45,7 +45,7 @@ class ProgramBuilder {
       }
     plans_.resize(used.size() * T);
     for (std::size_t v = 0; v < used.size(); ++v)
-      for (std::size_t i = 0; i < T; ++i) plan_template(g.templates[i], *used[v], costs_, g, opt.lhs, plans_[v * T + i]);
+      for (std::size_t i = 0; i < T; ++i) plan_template(g.templates[i], *used[v], costs_, g, opt, plans_[v * T + i]);
     for (std::size_t d = 0; d < g.stages.size(); ++d) {
       double headroom = 0;
       for (std::size_t v : device_variants[d])

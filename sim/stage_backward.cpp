@@ -301,7 +301,7 @@ std::pair<int, int> StageBuilder::backward_layer(CopyRank rank, std::int64_t fir
       id = e.head;
       if (e.rest >= 0) tails.push_back(e.rest);
       if (iteration_start >= 0) w_.op(id).deps.push_back(iteration_start);  // collectives start with their iteration
-      if (blocking(def.comm)) {
+      if (blocking(def.comm, !replay)) {
         if (w_.last_compute() >= 0) w_.op(id).deps.push_back(w_.last_compute());
         waiting = id;
       }

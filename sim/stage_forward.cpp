@@ -143,7 +143,7 @@ void StageBuilder::forward_layer(CopyRank rank, std::int64_t first, std::int64_t
       const Emitted e = emit_comm(def.comm, p.fwd_comm[o], 'f', l, label(def.name, l));
       id = e.head;
       if (e.rest >= 0) tails.push_back(e.rest);
-      if (blocking(def.comm)) {
+      if (blocking(def.comm, false)) {
         if (w_.last_compute() >= 0) w_.op(id).deps.push_back(w_.last_compute());
         waiting = id;
       }

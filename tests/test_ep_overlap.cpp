@@ -133,7 +133,9 @@ TEST_CASE("ep_overlap hides all-to-all time without changing the work", "[ep_ove
 TEST_CASE("ep_overlap over random MoE layouts keeps the work and never deadlocks", "[ep_overlap][invariants]") {
   // Pipelines (interleaved, with DeepSeek-V3's layouts), tp with experts split or folded, both dispatchers,
   // selective policies. Merging reorders the collectives of two passes on shared links, which can cost a
-  // little where little all-to-all was exposed: in 500 draws the step never grew by more than 0.9%.
+  // little where little all-to-all was exposed: in 500 draws the step never grew by more than 0.9%. In
+  // Megatron's program order a forward tp collective's first chunk holds the merged stream too, so with tp 2
+  // the merge gains less: 24 of these 50 draws are faster by more than 0.1% (before program order, 27).
   std::mt19937 rng(31);
   auto pick = [&](auto xs) { return xs[std::uniform_int_distribution<std::size_t>(0, xs.size() - 1)(rng)]; };
   int ran = 0, faster = 0, pipelined = 0;
@@ -179,5 +181,5 @@ TEST_CASE("ep_overlap over random MoE layouts keeps the work and never deadlocks
   }
   CHECK(ran == 50);
   CHECK(pipelined > 15);
-  CHECK(faster > 25);
+  CHECK(faster > 20);
 }

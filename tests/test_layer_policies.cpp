@@ -209,7 +209,7 @@ TEST_CASE("no_recompute keeps what each backward op reads, a gathered input shar
   const Network net(again.system, again.graph.mesh);
   const Costs costs{again.system, net};
   TemplatePlan plan;
-  plan_template(t, again.policy, costs, again.graph, true, plan);
+  plan_template(t, again.policy, costs, again.graph, again.options, plan);
   int replayed = 0;
   for (std::size_t o = 0; o < t.ops.size(); ++o)
     if (plan.replay[o]) {

@@ -4,6 +4,7 @@
 #include "hwmodels/builtin.hpp"
 #include "planner/plan.hpp"
 #include "planner/run_config.hpp"
+#include "sim/layer_plan.hpp"
 #include "workloads/model.hpp"
 
 using namespace hbmsim;
@@ -334,4 +335,75 @@ TEST_CASE("reports give tokens per device, the global batch and the layout", "[p
   CHECK(r.tokens_per_device_per_step == 2.0 * 4096 * 2);
   CHECK(r.tokens_per_s_per_device == Approx(r.tokens_per_device_per_step / r.step_time_s));
   CHECK(r.mesh == "fsdp 4 x tp 2 (maxtext order)");
+}
+
+TEST_CASE("Megatron runs in program order: a collective no library overlaps holds the compute stream throughout",
+          "[parallelism][megatron]") {
+  // PyTorch has no latency-hiding scheduler: a synchronous collective waits for the compute before it and the
+  // compute after it waits for it, so the compute stream idles for exactly its length: exposed = busy.
+  RunConfig moe;
+  moe.model = "hf/qwen3-30b-a3b.config.json";
+  moe.system = "h100-hgx";
+  moe.gpus = 8;
+  moe.ep = 8;
+  moe.seq = 2048;
+  moe.batch = 1;
+  moe.framework = "megatron";
+  const StepReport a2a = run_simulation(moe);
+  REQUIRE(a2a.busy_s.at("ep") > 0.01);
+  CHECK(a2a.exposed_s.at("ep") == Approx(a2a.busy_s.at("ep")).epsilon(1e-9));
+  // XLA's LHS (maxtext) runs the shared expert and other independent work beside the all-to-alls.
+  moe.framework = "maxtext";
+  const StepReport xla = run_simulation(moe);
+  CHECK(xla.busy_s.at("ep") == Approx(a2a.busy_s.at("ep")).epsilon(1e-9));
+  CHECK(xla.exposed_s.at("ep") < 0.9 * xla.busy_s.at("ep"));
+
+  // Tensor parallelism: synchronous without Transformer Engine's userbuffers; with them only the first of tp
+  // chunks of a collective its GEMM waits for is exposed, so most of the time hides.
+  RunConfig dense = llama8b_h100(8);
+  dense.framework = "megatron";
+  dense.batch.reset();
+  dense.micro_batch = 1;
+  dense.global_batch = 1;
+  const StepReport sync = run_simulation(dense);
+  CHECK(sync.exposed_s.at("tp") == Approx(sync.busy_s.at("tp")).epsilon(1e-9));
+  dense.tp_comm_overlap = true;
+  const StepReport te = run_simulation(dense);
+  CHECK(te.busy_s.at("tp") == Approx(sync.busy_s.at("tp")).epsilon(1e-9));
+  CHECK(te.exposed_s.at("tp") < 0.5 * te.busy_s.at("tp"));
+}
+
+TEST_CASE("Megatron's backward is program order, each GEMM's input gradient before its weight gradient",
+          "[parallelism][megatron]") {
+  // Autograd runs a layer's backward in reverse: each op's backward after the one after it, and Transformer
+  // Engine computes a GEMM's dgrad before its wgrad (so the dgrad's collective may run beside the wgrad).
+  RunConfig c = llama8b_h100(8);
+  c.framework = "megatron";
+  c.tp_comm_overlap = true;
+  c.policy = "minimal";  // nothing replayed: the backward steps only
+  const PreparedRun run = prepare_run(c);
+  const LayerTemplate& t = run.graph.templates.front();
+  const Network net(run.system, run.graph.mesh);
+  const Costs costs{run.system, net};
+  TemplatePlan plan;
+  plan_template(t, run.policy, costs, run.graph, run.options, plan);
+  CHECK_FALSE(plan.scheduled);
+  std::vector<std::pair<TemplatePlan::Kind, std::size_t>> expected;
+  for (std::size_t o = t.ops.size(); o-- > 0;) {
+    if (t.ops[o].kind == OpKind::gemm) {
+      expected.push_back({TemplatePlan::Kind::bwd_x, o});
+      expected.push_back({TemplatePlan::Kind::bwd_w, o});
+    } else {
+      expected.push_back({TemplatePlan::Kind::bwd, o});
+    }
+  }
+  std::vector<std::pair<TemplatePlan::Kind, std::size_t>> got;
+  for (const auto& s : plan.steps)
+    if (s.kind != TemplatePlan::Kind::replay) got.push_back({s.kind, s.op});
+  CHECK(got == expected);
+  // The same layer under XLA's LHS is list-scheduled.
+  c.framework = "maxtext";
+  const PreparedRun xla = prepare_run(c);
+  plan_template(t, xla.policy, costs, xla.graph, xla.options, plan);
+  CHECK(plan.scheduled);
 }
