@@ -118,6 +118,9 @@ std::vector<std::string> run_warnings(const RunConfig& c, const PreparedRun& run
   if (!run.system.calibration_system.empty() && run.system.calibration_system != run.system.id)
     w.push_back("calibration " + run.system.calibration + " was fitted on " + run.system.calibration_system +
                 " and is applied to " + run.system.id + " as a what-if");
+  if (c.framework == "megatron" && !c.lhs)
+    w.push_back("lhs = off does not apply to framework megatron: Megatron runs a layer in program order, with no "
+                "latency-hiding scheduler to turn off");
   std::optional<System> datasheet;  // the system's own figures, before the what-ifs
   for (const auto& f : what_if_fields()) {
     const auto& value = c.*f.value;

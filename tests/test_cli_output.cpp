@@ -95,6 +95,17 @@ TEST_CASE("a what-if an order of magnitude off the hardware is warned about in i
                           "(2e+11 bytes/s); the field is in bytes/s"));
 }
 
+TEST_CASE("lhs off under framework megatron is warned about: it changes nothing there", "[cli][output]") {
+  auto off = test::cli("simulate --model llama3.1-8b --gpus 8 --tp 8 --framework megatron --lhs off --json");
+  auto on = test::cli("simulate --model llama3.1-8b --gpus 8 --tp 8 --framework megatron --json");
+  REQUIRE(off.status == 0);
+  REQUIRE(on.status == 0);
+  CHECK(has_line(off.err, "hbmsim: warning: lhs = off does not apply to framework megatron: Megatron runs a layer in "
+                          "program order, with no latency-hiding scheduler to turn off"));
+  CHECK(on.err.empty());
+  CHECK(nlohmann::json::parse(off.out)["step_time_s"] == nlohmann::json::parse(on.out)["step_time_s"]);
+}
+
 TEST_CASE("hbmsim --version prints the project version; bare hbmsim and bare plan print their help", "[cli][output]") {
   // The version as the top-level CMakeLists.txt declares it.
   std::ifstream cm(std::string(HBMSIM_SOURCE_DIR) + "/CMakeLists.txt");
