@@ -100,13 +100,7 @@ void check_run_config(const RunConfig& c, const Sources& s, const std::set<std::
   for (auto& v : varied) tensors_fixed = tensors_fixed && v.rfind("tensor.", 0) != 0;
 
   // What-if figures (a config file's were checked for > 0 when it was read; flags were not).
-  if (fixed("memory_limit_slop") && !(c.memory_limit_slop > 0 && c.memory_limit_slop <= 1))
-    throw InputError(s.name("memory_limit_slop") + " = " + format_number(c.memory_limit_slop) + " (must be in (0, 1])");
-  for (const auto& w : what_if_fields()) {
-    const auto& v = c.*w.value;
-    if (!fixed(w.field) || !v) continue;
-    if (auto why = what_if_problem(w.field, *v)) throw InputError(s.name(w.field) + " = " + format_number(*v) + " (" + *why + ")");
-  }
+  check_what_ifs(c, [&](const std::string& f) { return s.name(f); }, [&](const std::string& f) { return !fixed(f); });
 
   if (fixed("system")) attributed(s, {"system"}, [&] { return resolve_system(c.system); });
   std::optional<System> run_system;  // the system as the run sees it, profile applied

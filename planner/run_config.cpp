@@ -114,6 +114,19 @@ std::optional<std::string> what_if_problem(const std::string& field, double v) {
   return std::nullopt;
 }
 
+void check_what_ifs(const RunConfig& c, const std::function<std::string(const std::string&)>& name,
+                    const std::function<bool(const std::string&)>& skip) {
+  auto named = [&](const std::string& field) { return name ? name(field) : field; };
+  auto checked = [&](const std::string& field) { return !skip || !skip(field); };
+  if (checked("memory_limit_slop") && !(c.memory_limit_slop > 0 && c.memory_limit_slop <= 1))
+    throw InputError(named("memory_limit_slop") + " = " + format_number(c.memory_limit_slop) + " (must be in (0, 1])");
+  for (const auto& w : what_if_fields()) {
+    const auto& v = c.*w.value;
+    if (!v || !checked(w.field)) continue;
+    if (auto why = what_if_problem(w.field, *v)) throw InputError(named(w.field) + " = " + format_number(*v) + " (" + *why + ")");
+  }
+}
+
 System resolve_run_system(const RunConfig& c, const Profile* extra) {
   System sys = resolve_system(c.system);
   if (!c.calibration.empty()) {
@@ -124,14 +137,9 @@ System resolve_run_system(const RunConfig& c, const Profile* extra) {
       sys = apply_profile(sys, load_profile_file(c.calibration));
   }
   if (extra) sys = apply_profile(sys, *extra);
-  for (const auto& w : what_if_fields()) {
-    const auto& v = c.*w.value;
-    if (!v) continue;
-    if (auto why = what_if_problem(w.field, *v)) throw InputError(std::string(w.field) + " = " + format_number(*v) + " (" + *why + ")");
-    w.apply(sys, *v);
-  }
-  if (!(c.memory_limit_slop > 0 && c.memory_limit_slop <= 1))
-    throw InputError("memory_limit_slop = " + format_number(c.memory_limit_slop) + " (must be in (0, 1])");
+  check_what_ifs(c);
+  for (const auto& w : what_if_fields())
+    if (const auto& v = c.*w.value) w.apply(sys, *v);
   return sys;
 }
 

@@ -1,6 +1,7 @@
 // One simulation run as data: every field a sweep axis or a CLI flag can set, loadable from JSON.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -103,6 +104,10 @@ const WhatIfField* find_what_if(const std::string& field);  // nullptr: not a wh
 // Why a what-if override cannot be used, e.g. "must be > 0"; nullopt when it can. One rule for every front end:
 // flags, config files, sweep axes, Python.
 std::optional<std::string> what_if_problem(const std::string& field, double value);
+// Throws for memory_limit_slop or a what-if figure that cannot be used, the message starting with `name(field)`
+// (the field itself when `name` is empty). Fields `skip` says yes to are left out (a sweep's varied axes).
+void check_what_ifs(const RunConfig& config, const std::function<std::string(const std::string&)>& name = {},
+                    const std::function<bool(const std::string&)>& skip = {});
 // The system a run sees: the config's system with its calibration profile and what-if overrides applied.
 System resolve_run_system(const RunConfig& config, const Profile* extra = nullptr);
 // `extra` (optional) is applied after the config's own calibration: the fitter's trial parameters.
