@@ -188,7 +188,7 @@ void register_commands(CLI::App& app) {
   }
   // simulate
   {
-    auto* cmd = app.add_subcommand("simulate", "Simulate one training step on one device");
+    auto* cmd = app.add_subcommand("simulate", "Simulate one training step: a device of each pipeline stage, every op and transfer");
     auto flags = make_run_flags(cmd);
     auto json = std::make_shared<bool>(false);
     auto trace = std::make_shared<std::string>();
