@@ -159,7 +159,8 @@ const std::vector<RunField> kFields = {
     {"fp8_saved_activations", "--fp8-saved-activations",
      "A low-precision GEMM's input kept for the backward is stored in the GEMM's format: fp8, 1 byte per element "
      "(one scale per tensor); mxfp8, 1 byte and a scale byte per 32; nvfp4, half a byte and an FP8 scale byte per "
-     "16 (Transformer Engine's FP8, MXFP8 and NVFP4 recipes; off: the activation dtype)",
+     "16 (Transformer Engine's FP8, MXFP8 and NVFP4 recipes; off: the activation dtype); with sequence parallelism "
+     "the norm's output is quantized before it is all-gathered over tp, so the gather moves that format too",
      &C::fp8_saved_activations},
     {"optimizer_offload", "--optimizer-offload",
      "Optimizer state in pinned host memory: off; device (streamed through HBM and updated on the GPU, MaxText "

@@ -97,7 +97,7 @@ const std::vector<std::string>& validation_rules() {
       "layer in the recipe's precision and the core attention in bf16, as hbmsim's attention always is. With fp8, "
       "mxfp8 or nvfp4, `fp8_saved_activations on`: each linear layer's input is kept quantized for its backward, as "
       "Transformer Engine's recipes save it (fp8: 1 byte per element; mxfp8: 1 byte and a scale byte per 32; nvfp4: "
-      "half a byte and a scale byte per 16).",
+      "half a byte and a scale byte per 16), and a sequence-parallel all-gather into it moves the quantized input.",
       "**gradients**: `grad_reduce_dtype bf16` (Megatron's grad_reduce_in_fp32 off: the gradient buffer and its "
       "reduce-scatters in bf16) for Megatron-Bridge rows, whose performance configs set it for every model and "
       "precision, and for NeMo's FP8 rows (NeMo's scripts/performance/helpers.py); fp32 for NeMo's BF16 rows and bare "

@@ -22,7 +22,7 @@ struct Costs {
                                             : memory_s(2 * bytes);
   }
   // A collective in the forward or the backward pass (its mirror).
-  CommCost comm(const CommDef& c, bool backward) const { return net.cost(c.kind(backward), c.bytes, c.group, c.routing); }
+  CommCost comm(const CommDef& c, bool backward) const { return net.cost(c.kind(backward), c.bytes_in(backward), c.group, c.routing); }
   // Copies: the per-GPU share of the host link times the copy efficiency for this size.
   double copy_rate(double bytes, bool to_device) const;
   double copy_s(double bytes, bool to_device) const {

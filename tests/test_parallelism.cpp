@@ -65,6 +65,34 @@ TEST_CASE("tensor parallelism keeps model FLOPs per device and sends the Megatro
   }
 }
 
+TEST_CASE("Transformer Engine gathers an FP8 GEMM's input over tp in FP8; the gradient's reduce-scatter stays bf16",
+          "[parallel][tp][fp8]") {
+  // The test above's 10 collectives per layer, T x d elements each: with fp8_saved_activations (TE's quantized
+  // linear inputs) the norm output is quantized before its sequence-parallel all-gather, so the forward
+  // gathers of the QKV and MLP inputs and their replays for the weight gradients move 1 byte an element;
+  // the reduce-scatters of their gradients, the output reduce-scatters and their backward gathers stay
+  // 2 bytes. With the attention GEMMs in bf16 only the MLP input's two gathers shrink. Off: all 2 bytes.
+  const std::int64_t tp = 4;
+  const double T = 2.0 * tp * 8192, f = (tp - 1.0) / tp, Td = T * 4096;
+  const double rest = 4 * f * Td * 2 + 2 * f * 12 * T;  // embedding, head and loss, as above
+  struct Case {
+    const char* attention;
+    bool quantized_inputs;
+    double layer_bytes;
+  };
+  for (const Case& k : {Case{"fp8", true, 4 * 1 + 6 * 2}, Case{"bf16", true, 2 * 1 + 8 * 2}, Case{"fp8", false, 10 * 2}}) {
+    INFO("attention " << k.attention << ", fp8_saved_activations " << k.quantized_inputs);
+    RunConfig c = llama8b_h100(tp);
+    c.policy = "custom";
+    c.tensors = {{"attention_out", "device"}};
+    c.weights = "fp8";
+    c.attention_dtype = k.attention;
+    c.fp8_saved_activations = k.quantized_inputs;
+    const auto r = run_simulation(c);
+    CHECK(r.comm_bytes.at("tp") == Approx(32 * f * Td * k.layer_bytes + rest).epsilon(1e-9));
+  }
+}
+
 TEST_CASE("without sequence parallelism tensor parallelism all-reduces, twice the bytes of each RS or AG", "[parallel][tp]") {
   // Megatron's f and g: an all-reduce after each row-parallel GEMM (forward) and before each column-parallel
   // one (backward). A ring all-reduce sends 2 (tp-1)/tp of the buffer: per layer 2 forward + 2 backward,

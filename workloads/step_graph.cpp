@@ -187,6 +187,7 @@ class BodyBuilder {
     seq_ = static_cast<double>(t.seq_len);
     attn_dt_ = t.attention_gemm_dtype;
     mlp_dt_ = t.mlp_gemm_dtype;
+    quantized_gather_ = t.fp8_saved_activations;
   }
 
   // Tokens of the norm/residual activations: sharded over tp with sequence parallelism.
@@ -243,12 +244,19 @@ class BodyBuilder {
   // Into a tensor-parallel block: with sequence parallelism the sharded input is all-gathered (its
   // backward reduce-scatters the gradient); without, the input is already whole and the backward
   // all-reduces its gradient (Megatron's f).
-  int tp_enter(const std::string& name, int x, double full_bytes) {
+  // `gemm`: the dtype of the GEMM the gathered input feeds. Transformer Engine quantizes the norm's output
+  // before the sequence-parallel all-gather (LayerNormLinear's quantized norm), so a low-precision GEMM's
+  // input is gathered in its format; the gradient's reduce-scatter stays in the activation dtype.
+  int tp_enter(const std::string& name, int x, double full_bytes, std::optional<Dtype> gemm = std::nullopt) {
     if (tp_ == 1) return x;
     int out = b_.tensor(name + (sp_ ? "_gathered" : "_tp"), full_bytes);
-    b_.comm(name + (sp_ ? "_all_gather" : "_tp_enter"), {x}, out,
-            sp_ ? tp_comm(CommKind::all_gather, CommKind::reduce_scatter, full_bytes)
-                : tp_comm(CommKind::none, CommKind::all_reduce, full_bytes));
+    CommDef c = sp_ ? tp_comm(CommKind::all_gather, CommKind::reduce_scatter, full_bytes)
+                    : tp_comm(CommKind::none, CommKind::all_reduce, full_bytes);
+    if (sp_ && gemm && quantized_gather_ && dtype_bytes(*gemm) < a_) {
+      c.bytes = full_bytes / a_ * dtype_bytes(*gemm);
+      c.backward_bytes = full_bytes;
+    }
+    b_.comm(name + (sp_ ? "_all_gather" : "_tp_enter"), {x}, out, c);
     return out;
   }
   // Out of one: the partial sums are reduce-scattered (sequence parallelism; the backward all-gathers) or
@@ -314,7 +322,7 @@ class BodyBuilder {
     const double a = a_, d = d_, H = heads_;
     int norm = b_.tensor("attn_norm", sharded(T) * d * a);
     b_.memory("attn_norm", {dli}, {norm}, {dli});
-    int x = tp_enter("attn_norm", norm, T * d * a);
+    int x = tp_enter("attn_norm", norm, T * d * a, attn_dt_);
     int ctx;
     double ctx_width;
     if (m_.is_mla()) {
@@ -388,7 +396,7 @@ class BodyBuilder {
 
   int dense_mlp_block(int res, double T) {
     int mnorm = mlp_norm(res, T);
-    int x = tp_enter("mlp_norm", mnorm, T * d_ * a_);
+    int x = tp_enter("mlp_norm", mnorm, T * d_ * a_, mlp_dt_);
     int wo = mlp("", x, T, static_cast<double>(m_.mlp_dim) / tp_);
     int r = tp_exit("mlp_out", wo, sharded(T) * d_ * a_);
     int out = b_.tensor("layer_output", sharded(T) * d_ * a_);
@@ -455,6 +463,7 @@ class BodyBuilder {
   double a_ = 2, d_ = 0, tp_ = 1, heads_ = 0, seq_ = 0;
   std::int64_t cp_ = 1, ep_ = 1;
   bool sp_ = false, fold_ = false;
+  bool quantized_gather_ = false;  // TE gathers a low-precision GEMM's input quantized (fp8_saved_activations)
   CpExchange cp_exchange_ = CpExchange::all_gather;
   MoeDispatcher dispatcher_ = MoeDispatcher::alltoall;
   Dtype attn_dt_ = Dtype::bf16, mlp_dt_ = Dtype::bf16;

@@ -46,7 +46,11 @@ struct CommDef {
   Dtype dtype = Dtype::bf16;
   bool async = false;  // issued asynchronously by its library even without LHS (the CP ring's send/recv)
   TokenRouting routing;
+  // The backward collective's bytes where they differ from the forward's (a quantized all-gather's bf16
+  // gradient reduce-scatter); < 0: the same.
+  double backward_bytes = -1;
   CommKind kind(bool backward_pass) const { return backward_pass ? backward : forward; }
+  double bytes_in(bool backward_pass) const { return backward_pass && backward_bytes >= 0 ? backward_bytes : bytes; }
 };
 
 struct TensorDef {
