@@ -137,7 +137,7 @@ class TemplateBuilder {
     op.kind = OpKind::comm;
     op.dtype = c.dtype;
     op.bytes = c.bytes;
-    op.bwd_bytes = c.bytes;
+    op.bwd_bytes = c.bytes_in(true);
     op.comm = c;
     op.inputs = std::move(in);
     op.outputs = {out};
