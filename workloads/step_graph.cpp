@@ -135,7 +135,6 @@ class TemplateBuilder {
     OpDef op;
     op.name = prefix_ + name;
     op.kind = OpKind::comm;
-    op.dtype = c.dtype;
     op.bytes = c.bytes;
     op.bwd_bytes = c.bytes_in(true);
     op.comm = c;
@@ -239,7 +238,7 @@ class BodyBuilder {
 
  private:
   CommDef tp_comm(CommKind fwd, CommKind bwd, double bytes) const {
-    return CommDef{fwd, bwd, Axis::tp, AxisSet{Axis::tp}, bytes, Dtype::bf16, false, {}};
+    return CommDef{fwd, bwd, Axis::tp, AxisSet{Axis::tp}, bytes, false, {}};
   }
   // Into a tensor-parallel block: with sequence parallelism the sharded input is all-gathered (its
   // backward reduce-scatters the gradient); without, the input is already whole and the backward
@@ -281,7 +280,7 @@ class BodyBuilder {
       return ctx;
     }
     const double kv_bytes = b_.bytes(k) + b_.bytes(v);
-    const CommDef base{CommKind::none, CommKind::none, Axis::cp, AxisSet{Axis::cp}, 0, Dtype::bf16, false, {}};
+    const CommDef base{CommKind::none, CommKind::none, Axis::cp, AxisSet{Axis::cp}, 0, false, {}};
     if (cp_exchange_ == CpExchange::all_gather) {
       const double gathered = kv_bytes * static_cast<double>(cp_);
       int kvg = b_.tensor("kv_gathered", gathered);
@@ -420,7 +419,7 @@ class BodyBuilder {
     int disp = b_.tensor("moe_permuted", Ts * k * d * a);
     b_.memory("route_permute", {logits, mnorm}, {disp}, {logits});
     const AxisSet group = fold_ ? AxisSet{Axis::ep, Axis::tp} : AxisSet{Axis::ep};
-    CommDef a2a{CommKind::all_to_all, CommKind::all_to_all, Axis::ep, group, Ts * k * d * a, Dtype::bf16, false, {}};
+    CommDef a2a{CommKind::all_to_all, CommKind::all_to_all, Axis::ep, group, Ts * k * d * a, false, {}};
     if (dispatcher_ == MoeDispatcher::flex) a2a.routing = {X, k};
     const bool exchange = ep_ > 1 || fold_;
     int moe_in = disp;
@@ -593,7 +592,7 @@ StepGraph build_step_graph(const ModelSpec& decoder, TrainingSpec training) {
   g.logits_bytes = T * V / tp * a;
   g.unembed_flops = 2 * T * d * V / tp;
   if (p.tp > 1) {
-    const CommDef tp_base{CommKind::none, CommKind::none, Axis::tp, AxisSet{Axis::tp}, T * d * a, Dtype::bf16, false, {}};
+    const CommDef tp_base{CommKind::none, CommKind::none, Axis::tp, AxisSet{Axis::tp}, T * d * a, false, {}};
     g.embed_exit = g.head_enter = tp_base;
     g.embed_exit.forward = sp ? CommKind::reduce_scatter : CommKind::all_reduce;
     g.embed_exit.backward = sp ? CommKind::all_gather : CommKind::none;
@@ -603,7 +602,6 @@ StepGraph build_step_graph(const ModelSpec& decoder, TrainingSpec training) {
     g.loss_stats = tp_base;
     g.loss_stats.forward = CommKind::all_reduce;
     g.loss_stats.bytes = 3 * T * 4;
-    g.loss_stats.dtype = Dtype::fp32;
   }
   return g;
 }

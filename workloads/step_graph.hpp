@@ -42,8 +42,7 @@ struct CommDef {
   CommKind forward = CommKind::none, backward = CommKind::none;
   Axis axis = Axis::tp;
   AxisSet group;
-  double bytes = 0;
-  Dtype dtype = Dtype::bf16;
+  double bytes = 0;  // in the format it travels in (a quantized gather's FP8, the loss statistics' fp32)
   bool async = false;  // issued asynchronously by its library even without LHS (the CP ring's send/recv)
   TokenRouting routing;
   // The backward collective's bytes where they differ from the forward's (a quantized all-gather's bf16
