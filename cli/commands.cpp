@@ -66,7 +66,7 @@ void print_report(const StepReport& r, const nlohmann::json& run) {
   std::printf("step time           %10.3f s\n", r.step_time_s);
   std::printf("model TFLOP/s/dev   %10.1f   (MFU %.1f%%)\n", r.tflops_per_device, 100 * r.mfu);
   std::printf("tokens/s/dev        %10.1f\n", r.tokens_per_s_per_device);
-  std::printf("fits                %10s   %s\n", r.fits ? "yes" : "NO", r.fits_reason.c_str());
+  std::printf("fits                %10s%s%s\n", r.fits ? "yes" : "NO", r.fits_reason.empty() ? "" : "   ", r.fits_reason.c_str());
   std::printf("HBM peak            %10s GiB of %s at t=%.3f s\n", gib(r.hbm_peak_bytes).c_str(),
               capacity(r.hbm_capacity_bytes).c_str(), r.hbm_peak_time_s);
   for (auto& [k, v] : r.hbm_breakdown_bytes)
@@ -147,6 +147,7 @@ void register_commands(CLI::App& app) {
         std::cout << run_fields_markdown();
       } else {
         Table t{{"field", "flag", "type", "default", "meaning"}, {}};
+        t.text_last = true;
         for (const auto& f : run_fields_json())
           t.rows.push_back({f["name"], f["flag"], f["type"], f["default"], f["help"]});
         std::cout << t.render();

@@ -250,6 +250,7 @@ void register_plan(CLI::App& app) {
       if (vs.empty()) vs = default_variants(base);
       auto arr = nlohmann::json::array();
       Table t{{"variant", "largest batch", "TFLOP/s there", "HBM GiB there", "stopped at"}, {}};
+      t.text_last = true;
       std::optional<Candidate> winner;  // the fastest variant at its largest batch (a copy: `r` is per variant)
       std::string winner_label;
       for (std::size_t i = 0; i < vs.size(); ++i) {
@@ -457,6 +458,7 @@ void register_plan(CLI::App& app) {
         return;
       }
       Table t{{"#", "tp", "cp", "pp", "vp", "ep", "fsdp", "dp", "mbs", "GA", "policy", "in host", "tok/s/GPU", "TFLOP/s", "HBM GiB", "host GiB", "limited by"}, {}};
+      t.text_last = true;
       for (std::size_t i = 0; i < r.top.size(); ++i) {
         const auto& [c, rep, limit] = r.top[i];
         t.rows.push_back({std::to_string(i + 1), std::to_string(c.tp), std::to_string(c.cp), std::to_string(c.pp), std::to_string(c.vp),

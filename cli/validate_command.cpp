@@ -26,6 +26,7 @@ void print_validation(const std::vector<ValidationRow>& rows, const ValidationSu
   Table t{{"#", "src", "system", "GPUs", "model", "prec", "layout", "meas tok/s/GPU", "pred", "err", "TFLOP/s pred", "HBM GiB",
            "fits", "note"},
           {}};
+  t.text_last = true;
   for (const auto& r : rows) {
     const auto& p = r.predicted;
     t.rows.push_back({std::to_string(r.run.row), r.run.src, r.run.system, std::to_string(r.run.gpus), r.run.model, r.run.prec,

@@ -3,6 +3,7 @@
 
 #include <fstream>
 #include <regex>
+#include <sstream>
 
 #include "helpers.hpp"
 
@@ -151,4 +152,37 @@ TEST_CASE("a Megatron batch is printed in Megatron's terms: micro-batch per repl
   REQUIRE(r.status == 0);
   // 16 GPUs / tp 2 = 8 replicas; accumulation = 64 / (2 x 8) = 4.
   CHECK(has_line(r.out, "batch        micro-batch 2 per model replica, global 64 sequences (grad accum 4), seq 4096"));
+}
+
+TEST_CASE("a table's prose column starts under its header on every row and no line is padded out", "[cli][output]") {
+  auto r = test::cli("fields");
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  std::istringstream in(r.out);
+  std::string header, rule, line;
+  std::getline(in, header);
+  std::getline(in, rule);
+  const auto column = header.find("meaning");
+  REQUIRE(column != std::string::npos);
+  // The rule ends where the header does: the last column is as wide as its header, not its longest meaning.
+  CHECK(rule.size() == header.size());
+  int rows = 0;
+  while (std::getline(in, line)) {
+    INFO(line);
+    ++rows;
+    // Each row's meaning is left-aligned at the header's column (a space before it, text from it) and the
+    // line ends with it: no trailing blanks.
+    REQUIRE(line.size() > column);
+    CHECK(line[column - 1] == ' ');
+    CHECK(line[column] != ' ');
+    CHECK(line.back() != ' ');
+  }
+  CHECK(rows == static_cast<int>(hbmsim::RunConfig::fields().size()));
+}
+
+TEST_CASE("a run that fits prints no blanks after its verdict", "[cli][output]") {
+  auto r = test::cli("simulate --model llama3.1-8b --gpus 8");
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  CHECK(has_line(r.out, "fits                       yes"));
 }
