@@ -81,7 +81,9 @@ namespace {
 
 // Adds `rule` for layers [first, last]; `field` (with its value) starts any error.
 void add_rule(Policy& p, Policy rule, std::int64_t first, std::int64_t last, std::int64_t num_layers, const std::string& field) {
-  if (first < 0 || last < first || last >= num_layers)
+  if (last < first)
+    throw InputError(field + " (layers " + str(first) + "-" + str(last) + ": the first layer is after the last)");
+  if (first < 0 || last >= num_layers)
     throw InputError(field + " (layers " + str(first) + "-" + str(last) + " are outside the model's layers 0-" +
                      str(num_layers - 1) + ")");
   for (const Policy& r : p.layer_rules)

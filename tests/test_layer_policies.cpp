@@ -114,6 +114,10 @@ TEST_CASE("bad layer rules name the field and the value", "[policy][layers][erro
     bad.layer_policies = text;
     CHECK_THROWS_WITH(run_simulation(bad), fails(text));
   }
+  // A reversed range says so rather than calling layers 3 and 5 of 32 out of range.
+  RunConfig reversed = c;
+  reversed.layer_policies = "5-3:full";
+  CHECK_THROWS_WITH(run_simulation(reversed), Catch::Contains("(layers 5-3: the first layer is after the last)"));
   c.offload_layers = 33;
   CHECK_THROWS_WITH(run_simulation(c), Catch::Contains("offload_layers = 33 (must be between 0 and num_layers = 32)"));
   c = test::llama8b_h200("full");
