@@ -9,7 +9,7 @@ struct Table {
   std::vector<std::string> header;
   std::vector<std::vector<std::string>> rows;
   // The last column is prose (a reason, a meaning, a note): left-aligned and not padded to its longest cell,
-  // so one long sentence does not push every other row's out to its width.
+  // so that one long sentence does not widen every other row.
   bool text_last = false;
   std::string render() const;
 };
