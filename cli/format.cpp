@@ -14,13 +14,13 @@ std::string Table::render() const {
   for (std::size_t i = 0; i < header.size(); ++i) w[i] = header[i].size();
   for (auto& r : rows)
     for (std::size_t i = 0; i < r.size() && i < w.size(); ++i) w[i] = std::max(w[i], r[i].size());
-  const std::size_t left_last = text_last ? w.size() - 1 : 0;
+  const auto prose = [&](std::size_t i) { return text_last && i + 1 == w.size(); };
   auto line = [&](const std::vector<std::string>& cells) {
     std::string out;
     for (std::size_t i = 0; i < w.size(); ++i) {
       std::string c = i < cells.size() ? cells[i] : "";
       // Left-align the first column (names) and a prose last one, right-align the rest (numbers).
-      if (i == 0 || i == left_last) out += c + std::string(w[i] - c.size(), ' ');
+      if (i == 0 || prose(i)) out += c + std::string(w[i] - c.size(), ' ');
       else out += std::string(w[i] - c.size(), ' ') + c;
       if (i + 1 < w.size()) out += "  ";
     }
@@ -29,7 +29,7 @@ std::string Table::render() const {
   };
   std::string out = line(header);
   std::size_t total = 0;
-  for (std::size_t i = 0; i < w.size(); ++i) total += (left_last > 0 && i == left_last ? header[i].size() : w[i]) + 2;
+  for (std::size_t i = 0; i < w.size(); ++i) total += (prose(i) ? header[i].size() : w[i]) + 2;
   out += std::string(total > 2 ? total - 2 : 0, '-') + "\n";
   for (auto& r : rows) out += line(r);
   return out;
