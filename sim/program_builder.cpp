@@ -74,10 +74,13 @@ class ProgramBuilder {
     BuildContext ctx{g_, sys_, opt_, net_, costs_, plans_, layer_plan_, fwd_body_end_, bwd_body_first_, forward_in_, backward_in_, names_};
     std::vector<std::vector<sim::PassSpan>> passes(g_.stages.size());
     for (std::size_t s = 0; s < g_.stages.size(); ++s) passes[s] = StageBuilder(ctx, prog_, static_cast<int>(s)).build(tables[s]);
-    // Each stage's passes were written without the others: join every receive to its send.
+    // Each stage's passes were written without the others: join every receive to its send, and every send
+    // to the receiver's posting of it.
     for (auto* crossings : {&forward_in_, &backward_in_})
-      for (const Crossing& c : *crossings)
+      for (const Crossing& c : *crossings) {
         if (c.recv >= 0) prog_.ops[static_cast<std::size_t>(c.recv)].deps.push_back(c.send);
+        if (c.posted >= 0) prog_.ops[static_cast<std::size_t>(c.send)].deps.push_back(c.posted);
+      }
     if (opt_.ep_overlap) combine_passes(passes);
   }
 

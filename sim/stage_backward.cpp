@@ -30,7 +30,8 @@ int StageBuilder::head_backward(const ChunkRecord& rec, int& grad) {
   return unembed_bwd;
 }
 
-int StageBuilder::backward_pass(int mb, int rank, int k, int slot, bool sync, ChunkRecord& rec, std::vector<int>& done, int previous_pass) {
+int StageBuilder::backward_pass(int mb, int rank, int k, int slot, bool sync, ChunkRecord& rec, std::vector<int>& done, int previous_pass,
+                                int posted) {
   const PipelineChunk& c = chunk(k);
   const std::int64_t first = c.first_layer, n = c.layers(), last = c.end_layer - 1;
   int grad_carry, start;
@@ -38,7 +39,7 @@ int StageBuilder::backward_pass(int mb, int rank, int k, int slot, bool sync, Ch
     start = head_backward(rec, grad_carry);
   } else {
     grad_carry = backward_in(mb, k).buf;
-    start = receive(backward_in(mb, k), 'b', "recv gradients", mb);
+    start = receive(backward_in(mb, k), posted, 'b', "recv gradients", mb);
   }
   auto& bwd = scratch_.bwd;
   bwd.assign(at(n), BackwardLayer{});

@@ -34,6 +34,11 @@ std::vector<sim::PassSpan> StageBuilder::build(const std::vector<PipelineTask>& 
   // prefetching runs at most one pass ahead (else a stage's zero-wait gathers for every micro-batch would
   // all be in memory at the step's start).
   int previous_pass = -1;
+  // A receive is posted one pass ahead, when the stage starts the pass before (Megatron with overlapped p2p
+  // posts the next receive before the compute in hand), so that it lands while that pass runs. A pass merged
+  // with the one before it (combined 1F1B) posts where that one did: the pair is issued as one.
+  int posted = -1;
+  bool merged = false;
   start_across();
   std::vector<sim::PassSpan> passes;
   int forwards = 0, backwards = 0;  // passes so far: each pass's host copies rank by its place (copy_priority)
@@ -43,9 +48,13 @@ std::vector<sim::PassSpan> StageBuilder::build(const std::vector<PipelineTask>& 
                               static_cast<int>(prog_.iterations.size()), 0};
     ChunkRecord& rec = records[static_cast<std::size_t>(t.microbatch) * info_.chunks.size() + static_cast<std::size_t>(t.chunk)];
     const bool sync = t.microbatch + 1 == g_.training.grad_accum;
+    if (!merged) posted = previous_pass;
+    merged = t.merged_with_next;
     switch (t.pass) {
-      case Pass::forward: previous_pass = forward_pass(t.microbatch, forwards++, k, t.chunk, param_sync, rec, previous_pass); break;
-      case Pass::backward: previous_pass = backward_pass(t.microbatch, backwards++, k, t.chunk, sync, rec, done, previous_pass); break;
+      case Pass::forward: previous_pass = forward_pass(t.microbatch, forwards++, k, t.chunk, param_sync, rec, previous_pass, posted); break;
+      case Pass::backward:
+        previous_pass = backward_pass(t.microbatch, backwards++, k, t.chunk, sync, rec, done, previous_pass, posted);
+        break;
       case Pass::weight_grad: previous_pass = weight_pass(k, sync, rec, done); break;
     }
     if (opt_.ep_overlap && t.pass != Pass::weight_grad) {

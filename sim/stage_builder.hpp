@@ -103,9 +103,11 @@ struct Emitted {
 double boundary_bytes(const StepGraph& g);
 
 // One pipeline boundary crossing of one micro-batch: the buffer it lands in (on the receiving stage), the
-// send (on the sending stage) and the op the receiver's pass starts with.
+// send (on the sending stage), the op the receiver's pass starts with, and the receiver's op at which it
+// posts the receive (-1: at the step's start). A send is a rendezvous: NCCL moves nothing before the
+// receive is posted, and Megatron creates the landing tensor in that call, so the send waits for `posted`.
 struct Crossing {
-  int buf = -1, send = -1, recv = -1;
+  int buf = -1, send = -1, recv = -1, posted = -1;
 };
 
 // What every stage's builder reads: the step, the plans of its layer templates, where its scans' loop
@@ -254,9 +256,11 @@ class StageBuilder {
   // A weight gather waits for its shard's copy (and frees it once sent), or else for `after`.
   void gather_after(int gather, int shard_in, int after);
 
-  // A pass that starts from another stage's output: a free op on the compute stream that waits for it.
-  int receive(Crossing& in, char phase, const char* what, int mb) {
+  // A pass that starts from another stage's output: a free op on the compute stream that waits for it. Its
+  // receive is posted at `posted` (Crossing::posted).
+  int receive(Crossing& in, int posted, char phase, const char* what, int mb) {
     in.recv = w_.compute(0, false, 0, phase, -1, label_mb(what, mb));
+    in.posted = posted;
     return in.recv;
   }
   // Sends buffer `from` (freed here once sent) to the stage of chunk `to_chunk`, where it lands in `in.buf`.
@@ -268,8 +272,10 @@ class StageBuilder {
 
   // One micro-batch through chunk k: its input (looked up or received), its layers, then the head's forward
   // (the last chunk) or the send of its output to the next chunk's stage.
-  // `rank`: its place among the stage's forwards (CopyRank). Returns the pass's first op.
-  int forward_pass(int mb, int rank, int k, int slot, const ParameterSync& param_sync, ChunkRecord& rec, int previous_pass);
+  // `rank`: its place among the stage's forwards (CopyRank); `posted`: where its receive is posted (build()).
+  // Returns the pass's first op.
+  int forward_pass(int mb, int rank, int k, int slot, const ParameterSync& param_sync, ChunkRecord& rec, int previous_pass,
+                   int posted);
 
   // Final norm, unembedding and loss: the logits and what the loss keeps beside them until the backward
   // (TrainingSpec::loss_extra_bytes_per_logit: MaxText's fp32 exp and bf16 gradient, none for TE's fused loss).
@@ -283,8 +289,9 @@ class StageBuilder {
   // One micro-batch's backward through chunk k: from the loss (the last chunk) or the gradient received,
   // the layers in reverse, then the embedding's backward (the first chunk) or the send of the input's
   // gradient to the previous chunk's stage. Adds what the optimizer waits for to `done`. `rank`: its place
-  // among the stage's backwards (CopyRank).
-  int backward_pass(int mb, int rank, int k, int slot, bool sync, ChunkRecord& rec, std::vector<int>& done, int previous_pass);
+  // among the stage's backwards (CopyRank); `posted` as for the forward.
+  int backward_pass(int mb, int rank, int k, int slot, bool sync, ChunkRecord& rec, std::vector<int>& done, int previous_pass,
+                    int posted);
 
   // The head's table bucket on a stage without the embedding: scattered once the head's backward is done.
   void head_table_gradients(const PipelineChunk& c, int head_bwd, bool sync, std::vector<int>& done);

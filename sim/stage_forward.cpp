@@ -10,7 +10,8 @@
 
 namespace hbmsim::build {
 
-int StageBuilder::forward_pass(int mb, int rank, int k, int slot, const ParameterSync& param_sync, ChunkRecord& rec, int previous_pass) {
+int StageBuilder::forward_pass(int mb, int rank, int k, int slot, const ParameterSync& param_sync, ChunkRecord& rec, int previous_pass,
+                               int posted) {
   const PipelineChunk& c = chunk(k);
   const std::int64_t first = c.first_layer, n = c.layers();
   int layer_in_op;
@@ -18,7 +19,7 @@ int StageBuilder::forward_pass(int mb, int rank, int k, int slot, const Paramete
     layer_in_op = embedding(rec, param_sync.tables);
   } else {
     rec.input_buf = forward_in(mb, k).buf;
-    layer_in_op = receive(forward_in(mb, k), 'f', "recv activations", mb);
+    layer_in_op = receive(forward_in(mb, k), posted, 'f', "recv activations", mb);
   }
   auto& fwd = rec.layers;
   fwd.resize(at(n));

@@ -11,6 +11,7 @@
 #include "planner/run_config.hpp"
 #include "sim/engine.hpp"
 #include "sim/pipeline_schedule.hpp"
+#include "sim/program_builder.hpp"
 #include "sim/simulator.hpp"
 #include "sim/stage_builder.hpp"
 
@@ -198,6 +199,33 @@ TEST_CASE("simulated stages of Llama 8B show the 1F1B and GPipe bubble and send 
   auto one = run_simulation(llama8b_pipeline(4, "1f1b", 8)), all = run_simulation(llama8b_pipeline(4, "gpipe", 8));
   CHECK(one.stages[0].hbm_breakdown_bytes.at("saved_activations") <= 4 * 8 * act * 1.0001);
   CHECK(all.stages[0].hbm_breakdown_bytes.at("saved_activations") >= 7 * 8 * act);
+}
+
+TEST_CASE("a pipeline send waits for the receiver to post its receive, one pass ahead", "[pipeline]") {
+  // 1F1B over 4 equal stages, 8 micro-batches. Stage 0 warms up with F0-F2 and runs F3 straight after, so its
+  // F3 is done after about 4 forwards. Stage 1's table is F0 F1 | F2 B0 F3 B1 ...: it posts F3's receive when
+  // it starts B0, which waits for micro-batch 0's gradient to come back from stages 3 and 2 (about 4 forwards
+  // and 2 backwards in). NCCL moves nothing before the receive is posted, so the send starts then, not when
+  // stage 0 is done; stage 0's pipeline queue is idle by then, so exactly then.
+  const PreparedRun run = prepare_run(llama8b_pipeline(4, "1f1b", 8));
+  std::vector<std::string> names;
+  const sim::Program p = build_program(run.graph, run.system, run.policy, run.options, &names);
+  const auto r = sim::run_program(p, true);
+  auto op_named = [&](const std::string& name, int device) {
+    for (std::size_t i = 0; i < p.ops.size(); ++i)
+      if (names[i] == name && p.queues[static_cast<std::size_t>(p.ops[i].queue)].device == device) return i;
+    FAIL("no op " << name << " on stage " << device);
+    return p.ops.size();
+  };
+  const auto send = op_named("send activations mb3", 0), posted = op_named("recv gradients mb0", 1);
+  const auto f3_done = static_cast<std::size_t>(p.ops[send].deps[0]);  // F3's last layer on stage 0
+  REQUIRE(p.queues[static_cast<std::size_t>(p.ops[f3_done].queue)].device == 0);
+  CHECK(r.start_s[send] == Approx(r.start_s[posted]).epsilon(1e-9));
+  CHECK(r.start_s[posted] > r.end_s[f3_done] * 1.5);  // the receiver was well behind: the old rule would have sent at F3's end
+  // Every send starts only once its receiver has posted, and the receive waits for the send.
+  for (std::size_t i = 0; i < p.ops.size(); ++i)
+    if (names[i].rfind("recv ", 0) == 0)
+      for (int d : p.ops[i].deps) CHECK(r.end_s[static_cast<std::size_t>(d)] <= r.start_s[i] + 1e-12);
 }
 
 TEST_CASE("sequence parallelism divides the pipeline's sends by tp; model FLOPs do not depend on pp", "[pipeline]") {
