@@ -34,9 +34,10 @@ std::vector<sim::PassSpan> StageBuilder::build(const std::vector<PipelineTask>& 
   // prefetching runs at most one pass ahead (else a stage's zero-wait gathers for every micro-batch would
   // all be in memory at the step's start).
   int previous_pass = -1;
-  // A receive is posted one pass ahead, when the stage starts the pass before (Megatron with overlapped p2p
-  // posts the next receive before the compute in hand), so that it lands while that pass runs. A pass merged
-  // with the one before it (combined 1F1B) posts where that one did: the pair is issued as one.
+  // A receive is posted one pass ahead, when the stage starts the pass before, so that it lands while that
+  // pass runs. Megatron with overlapped p2p posts it once it has launched the previous pass of the same
+  // direction: the pass before in warm-up and cool-down, a pass earlier than here in the steady state. A
+  // pass merged with the one before it (combined 1F1B) posts where that one did: the pair is issued as one.
   int posted = -1;
   bool merged = false;
   start_across();
