@@ -224,7 +224,7 @@ TEST_CASE("a pipeline send waits for the receiver to post its receive, one pass 
   CHECK(r.start_s[posted] > r.end_s[f3_done] * 1.5);  // the receiver was well behind: the old rule would have sent at F3's end
   // Every send starts only once its receiver has posted, and the receive waits for the send.
   for (std::size_t i = 0; i < p.ops.size(); ++i)
-    if (names[i].rfind("recv ", 0) == 0)
+    if (names[i].rfind("recv ", 0) == 0 || names[i].rfind("send ", 0) == 0)
       for (int d : p.ops[i].deps) CHECK(r.end_s[static_cast<std::size_t>(d)] <= r.start_s[i] + 1e-12);
 }
 
