@@ -234,6 +234,22 @@ Policy resolve_policy(const RunConfig& c, const StepGraph& g) {
   return p;
 }
 
+// Megatron overlaps pipeline sends only in its interleaved schedule: arguments.py turns overlap_p2p_comm off
+// without a virtual pipeline, and schedules.py refuses it there.
+bool blocking_p2p(const RunConfig& c) {
+  const bool megatron_plain = c.framework == "megatron" && c.vp == 1;
+  if (c.pp_p2p == "auto") return megatron_plain;
+  // Megatron's interleaved schedule without overlap sends a forward's output and a backward's gradient in one
+  // call after the pair: not modelled (per pass, the interleaved table's wrap-around can deadlock).
+  if (c.pp_p2p == "blocking" && c.vp > 1 && c.pp > 1)
+    throw InputError("pp_p2p = \"blocking\" (modelled for schedules without a virtual pipeline: vp = 1, not " + std::to_string(c.vp) + ")");
+  if (c.pp_p2p == "blocking") return true;
+  if (c.pp_p2p != "overlapped") throw InputError("pp_p2p = " + quote(c.pp_p2p) + " (expected auto, overlapped or blocking)");
+  if (megatron_plain && c.pp > 1)
+    throw InputError("pp_p2p = \"overlapped\" (Megatron overlaps pipeline sends only in its interleaved schedule: vp > 1)");
+  return false;
+}
+
 namespace {
 
 // Megatron-Core's rules for overlap_moe_expert_parallel_comm (TransformerConfig: expert parallelism, the
@@ -283,6 +299,7 @@ PreparedRun prepare_run(const RunConfig& c, const Profile* extra) {
   r.options.dp_overlap = c.dp_overlap;
   r.options.ep_overlap = c.ep_overlap;
   r.options.program_order = c.framework == "megatron";
+  r.options.blocking_p2p = blocking_p2p(c);
   if (c.ep_overlap) check_ep_overlap(c, r);
   r.options.reshard_weights = c.reshard_weights;
   if (c.optimizer_offload == "device") r.options.optimizer_offload = OptimizerOffload::device;

@@ -31,6 +31,7 @@ struct RunConfig {
   std::int64_t fsdp = 0, tp = 1, ep = 1, dp = 1, cp = 1, pp = 1;
   std::int64_t vp = 1;                  // virtual pipeline stages per pp rank
   std::string pp_schedule = "1f1b";     // 1f1b (interleaved with vp > 1), gpipe, zb-h1
+  std::string pp_p2p = "auto";          // pipeline sends: overlapped, blocking, or auto (as the framework does)
   std::int64_t microbatches = 0;        // MaxText num_pipeline_microbatches (0: pp)
   std::int64_t first_stage_layers = 0, last_stage_layers = 0;  // 0: an even split
   bool embedding_as_layer = false, loss_as_layer = false;
@@ -119,6 +120,8 @@ void check_gpu_dtype(const System& system, const std::string& field, Dtype dtype
 Policy resolve_policy(const RunConfig& config, const StepGraph& graph);
 // Megatron's MoE parallel folding: experts whole over an expert group of ep GPUs that spans tp (expert_tp 1
 // under tp > 1); the mesh's expert axis is then ep / tp.
+// Pipeline sends block both ends (SimOptions::blocking_p2p): pp_p2p, with auto resolved by the framework.
+bool blocking_p2p(const RunConfig& config);
 inline bool folds_experts(const RunConfig& c) { return c.expert_tp == 1 && c.tp > 1; }
 // expert_tp 1 needs experts (checked before training_shape, whose expert group it would otherwise question).
 void check_expert_tp(const RunConfig& config, const ModelSpec& model);

@@ -38,6 +38,12 @@ const std::vector<RunField> kFields = {
     {"pp_schedule", "--pp-schedule",
      "Pipeline schedule: 1f1b (interleaved with vp > 1), gpipe, or zb-h1 (zero-bubble, weight gradients split off)",
      &C::pp_schedule},
+    {"pp_p2p", "--pp-p2p",
+     "Pipeline sends: overlapped (a receive posted as the pass before starts; the sender's compute goes on), blocking "
+     "(each send batched with the receive after it and waited for at both ends: Megatron's non-interleaved schedule; "
+     "vp = 1 only), or auto (blocking for framework megatron without a virtual pipeline, else "
+     "overlapped)",
+     &C::pp_p2p},
     {"microbatches", "--microbatches",
      "With pp > 1 and --batch: micro-batches a replica's step is split into (MaxText num_pipeline_microbatches; 0: pp)",
      &C::microbatches, FieldCheck::non_negative},

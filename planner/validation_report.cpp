@@ -115,7 +115,8 @@ const std::vector<std::string>& validation_rules() {
       "performance recipes' userbuffers; off for bare Megatron-Core scripts, Megatron's default), gradient and parameter "
       "collectives overlapped (hbmsim's defaults). As `framework megatron`, each layer runs in program order (no "
       "latency-hiding scheduler): a collective that no library overlaps, such as the expert all-to-all, holds the compute "
-      "stream. MoE tokens travel by Megatron's flex dispatcher "
+      "stream; pipeline sends overlap compute in the interleaved schedule and block both ends without it (`pp_p2p auto`: "
+      "Megatron refuses overlap_p2p_comm there). MoE tokens travel by Megatron's flex dispatcher "
       "(`moe_dispatcher flex`: a copy per destination GPU and one per destination node, forwarded there over NVLink) "
       "for DeepSeek-V3 rows whose recipes name a DeepEP or HybridEP backend (Megatron-Bridge's, every system; NeMo "
       "25.04's on H100), by the alltoall dispatcher (a copy per chosen expert) otherwise.",

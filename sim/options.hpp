@@ -44,6 +44,11 @@ struct SimOptions {
   // all-to-all under ep_overlap; with tp_comm_overlap Transformer Engine's userbuffers, which expose one of tp
   // chunks of a forward tp collective and hide the backward ones under the dgrad and wgrad GEMMs they pair).
   bool program_order = false;
+  // Pipeline sends block both ends (Megatron's non-interleaved schedule, which refuses overlap_p2p_comm and
+  // batches each send with the receive that follows it, then waits for both): a stage posts a receive when
+  // its previous pass's compute is done, and its compute waits for its own send to finish before going on.
+  // Off: a receive is posted as the pass before starts, and a sender's compute never waits for its send.
+  bool blocking_p2p = false;
   bool record_trace = false;
   // Copy repeating layer iterations instead of building them (sim/instances.hpp) and replay their events
   // instead of simulating them (sim/engine.hpp); same program, same results. Off: the plain run.

@@ -35,10 +35,11 @@ std::vector<sim::PassSpan> StageBuilder::build(const std::vector<PipelineTask>& 
   // all be in memory at the step's start).
   int previous_pass = -1;
   // A receive is posted one pass ahead, when the stage starts the pass before, so that it lands while that
-  // pass runs. Megatron with overlapped p2p posts it once it has launched the previous pass of the same
-  // direction: the pass before in warm-up and cool-down, a pass earlier than here in the steady state. A
+  // pass runs. Megatron with overlapped p2p calls it after launching a pass, and the NCCL stream waits for
+  // the compute stream at each call, so on the GPU it starts as that pass ends, where the next one starts. A
   // pass merged with the one before it (combined 1F1B) posts where that one did: the pair is issued as one.
-  int posted = -1;
+  // With blocking p2p (SimOptions::blocking_p2p) it is posted when the pass before has done its compute.
+  int posted = -1, computed = -1;
   bool merged = false;
   start_across();
   std::vector<sim::PassSpan> passes;
@@ -49,7 +50,7 @@ std::vector<sim::PassSpan> StageBuilder::build(const std::vector<PipelineTask>& 
                               static_cast<int>(prog_.iterations.size()), 0};
     ChunkRecord& rec = records[static_cast<std::size_t>(t.microbatch) * info_.chunks.size() + static_cast<std::size_t>(t.chunk)];
     const bool sync = t.microbatch + 1 == g_.training.grad_accum;
-    if (!merged) posted = previous_pass;
+    if (!merged) posted = opt_.blocking_p2p ? computed : previous_pass;
     merged = t.merged_with_next;
     switch (t.pass) {
       case Pass::forward: previous_pass = forward_pass(t.microbatch, forwards++, k, t.chunk, param_sync, rec, previous_pass, posted); break;
@@ -57,6 +58,10 @@ std::vector<sim::PassSpan> StageBuilder::build(const std::vector<PipelineTask>& 
         previous_pass = backward_pass(t.microbatch, backwards++, k, t.chunk, sync, rec, done, previous_pass, posted);
         break;
       case Pass::weight_grad: previous_pass = weight_pass(k, sync, rec, done); break;
+    }
+    if (opt_.blocking_p2p) {
+      computed = w_.last_compute();
+      if (const int sent = sent_by(t, k); sent >= 0) wait_for_send(sent, t);
     }
     if (opt_.ep_overlap && t.pass != Pass::weight_grad) {
       passes.push_back(begin);
@@ -206,6 +211,18 @@ void StageBuilder::gather_after(int gather, int shard_in, int after) {
   } else if (after >= 0) {
     w_.op(gather).deps.push_back(after);
   }
+}
+
+int StageBuilder::sent_by(const PipelineTask& t, int k) {
+  if (t.pass == Pass::forward) return chunk(k).head ? -1 : forward_in(t.microbatch, k + 1).send;
+  if (t.pass == Pass::backward) return chunk(k).embedding ? -1 : backward_in(t.microbatch, k - 1).send;
+  return -1;
+}
+
+void StageBuilder::wait_for_send(int send, const PipelineTask& t) {
+  const char phase = t.pass == Pass::forward ? 'f' : 'b';
+  const int wait = w_.compute(0, false, 0, phase, -1, label_mb(t.pass == Pass::forward ? "wait send activations" : "wait send gradients", t.microbatch));
+  w_.op(wait).deps.push_back(send);
 }
 
 void StageBuilder::send(Crossing& in, int from, int to_chunk, int after, char phase, const char* what, int mb) {

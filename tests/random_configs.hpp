@@ -74,6 +74,7 @@ inline RunConfig random_pipeline(std::mt19937& rng) {
   }
   c.stage_policies.clear();
   c.ep_overlap = c.ep_overlap && c.pp_schedule == "1f1b" && c.vp > 1;  // Megatron: interleaved with pp > 1
+  c.pp_p2p = c.vp > 1 ? "auto" : pick<std::string>(rng, {"auto", "overlapped", "blocking"});
   return c;
 }
 

@@ -234,16 +234,21 @@ TEST_CASE("pipelined steps keep the physics stage by stage", "[invariants][pipel
     }
     // The step is never shorter than the busiest stage's compute.
     CHECK(r.step_time_s >= busiest * (1 - 1e-12));
-    // Twice the micro-batches (each the same size) never raise the first stage's bubble fraction. Except
-    // GPipe with offloaded activations: every micro-batch's copies are in flight before the first backward,
-    // so a neighbour's host link, and the waits on it, grow with their number (1F1B holds at most p).
+    // Twice the micro-batches (each the same size) never more than double the first stage's bubble: the fill
+    // and drain are paid once, and a stage faster than the slowest waits the same for each micro-batch. Its
+    // fraction of the step is no law with unequal stages: a Llama 8B 1F1B over 8 stages with its gradient
+    // sync after the backward (0.6 s, dp_overlap off) goes from 14.7% to 17.5% at 16 micro-batches, the
+    // waits for the head's stage growing beside a fixed tail (test_pipeline.cpp checks the fraction on equal
+    // stages). Except GPipe with offloaded activations: every micro-batch's copies are in flight before the
+    // first backward, so a neighbour's host link, and the waits on it, grow with their number (1F1B holds at
+    // most p).
     const bool offloads = c.policy == "qkv_proj_offloaded" || c.policy == "minimal_offloaded";
     if (c.pp_schedule == "gpipe" && offloads) continue;
     RunConfig more = c;
     more.microbatches = 2 * c.microbatches;
     more.batch = 2 * *c.batch;
     auto m = run_simulation(more);
-    CHECK(m.stages[0].bubble_s / m.step_time_s <= r.stages[0].bubble_s / r.step_time_s + 1e-9);
+    CHECK(m.stages[0].bubble_s <= 2 * r.stages[0].bubble_s + 1e-9 * m.step_time_s);
   }
   CHECK(runs == 80);
 }

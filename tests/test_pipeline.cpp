@@ -228,6 +228,46 @@ TEST_CASE("a pipeline send waits for the receiver to post its receive, one pass 
       for (int d : p.ops[i].deps) CHECK(r.end_s[static_cast<std::size_t>(d)] <= r.start_s[i] + 1e-12);
 }
 
+TEST_CASE("blocking pipeline sends cost one more send per 1F1B pair of stages, by hand", "[pipeline]") {
+  // pp 2, 1F1B, 2 micro-batches: stage 0 runs F0 F1 B0 B1, stage 1 F0 B0 F1 B1. Stage 0's passes take f0 and
+  // b0, stage 1's f1 and b1 (with the head), a send s (either way: the same bytes). Overlapped, stage 0's B1
+  // starts when grad1 lands: stage 1 runs F1 once grad0 is sent and act1 has landed, which with b1 >= s is
+  // at f0 + s + f1 + b1, so B1 ends at f0 + 2s + 2f1 + 2b1 + b0. Blocking, stage 0 waits for act0's send
+  // before F1 (f0 + s), act1's send waits for stage 1's B0 to finish (f0 + s + f1 + b1) and lands s later,
+  // so grad1 lands at f0 + 3s + 2f1 + 2b1: one s later. Stage 0 ends the step either way (its B1 and
+  // optimizer after stage 1's last send), so the step is longer by exactly one send.
+  RunConfig c = llama8b_pipeline(2, "1f1b", 2);
+  auto step = [&](const char* p2p, double* send_s) {
+    c.pp_p2p = p2p;
+    const PreparedRun run = prepare_run(c);
+    std::vector<std::string> names;
+    const sim::Program p = build_program(run.graph, run.system, run.policy, run.options, &names);
+    const auto r = sim::run_program(p, true);
+    for (std::size_t i = 0; i < p.ops.size(); ++i) {
+      if (names[i] == "send gradients mb1") *send_s = r.end_s[i] - r.start_s[i];
+      // Blocking: a stage's compute goes on only once its send is done.
+      if (names[i].rfind("wait send", 0) == 0) CHECK(r.start_s[i] >= r.end_s[static_cast<std::size_t>(p.ops[i].deps[0])] - 1e-12);
+    }
+    return r.end_time_s;
+  };
+  double s = 0, s_blocking = 0;
+  const double overlapped = step("overlapped", &s);
+  const double blocking = step("blocking", &s_blocking);
+  REQUIRE(s > 0);
+  CHECK(s_blocking == Approx(s).epsilon(1e-12));
+  CHECK(blocking - overlapped == Approx(s).epsilon(1e-6));
+  // Megatron's plain 1F1B has no overlapped sends, and its interleaved one does by default.
+  c.framework = "megatron";
+  c.pp_p2p = "auto";
+  CHECK(prepare_run(c).options.blocking_p2p);
+  c.pp_p2p = "overlapped";
+  CHECK_THROWS_WITH(prepare_run(c), Catch::Contains("pp_p2p = \"overlapped\" (Megatron overlaps pipeline sends only in its interleaved"));
+  c.pp_p2p = "auto";
+  c.vp = 2;
+  c.microbatches = 4;
+  CHECK_FALSE(prepare_run(c).options.blocking_p2p);
+}
+
 TEST_CASE("sequence parallelism divides the pipeline's sends by tp; model FLOPs do not depend on pp", "[pipeline]") {
   RunConfig c = llama8b_pipeline(2, "1f1b", 4);
   const double model_flops = run_simulation(c).model_flops_per_device;

@@ -317,8 +317,8 @@ FLAG_TEXTS = {  # a valid flag text per number / integer field (the default conf
     "recompute_layers": "4", "mtp_layers": "1", "expert_tp": "0",
 }
 TEXT_VALUES = {"policy": "save_qkv_proj", "weights": "fp8", "attention_dtype": "fp8", "cp_exchange": "ring",
-               "mesh_order": "megatron", "pp_schedule": "gpipe", "system": "h200-hgx", "model": "llama3.1-70b",
-               "layer_policies": "0-3:minimal", "optimizer_offload": "device",
+               "pp_p2p": "blocking", "mesh_order": "megatron", "pp_schedule": "gpipe", "system": "h200-hgx",
+               "model": "llama3.1-70b", "layer_policies": "0-3:minimal", "optimizer_offload": "device",
                "moe_dispatcher": "flex", "optimizer_moments_dtype": "bf16"}
 
 
