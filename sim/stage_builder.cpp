@@ -38,8 +38,12 @@ std::vector<sim::PassSpan> StageBuilder::build(const std::vector<PipelineTask>& 
   // pass runs. Megatron with overlapped p2p calls it after launching a pass, and the NCCL stream waits for
   // the compute stream at each call, so on the GPU it starts as that pass ends, where the next one starts. A
   // pass merged with the one before it (combined 1F1B) posts where that one did: the pair is issued as one.
-  // With blocking p2p (SimOptions::blocking_p2p) it is posted when the pass before has done its compute.
-  int posted = -1, computed = -1;
+  // With blocking p2p (SimOptions::blocking_p2p) it is posted in the call that ends the pass before: batched
+  // with that pass's send when the two go opposite ways (Megatron's steady state: send_forward_recv_backward),
+  // so once its compute is done; in a call of its own after that send when they go the same way (warm-up's
+  // send_forward then recv_forward, cool-down's backward pair), so once the send is done.
+  int posted = -1, computed = -1, waited = -1;
+  Pass before = Pass::weight_grad;
   bool merged = false;
   start_across();
   std::vector<sim::PassSpan> passes;
@@ -50,7 +54,7 @@ std::vector<sim::PassSpan> StageBuilder::build(const std::vector<PipelineTask>& 
                               static_cast<int>(prog_.iterations.size()), 0};
     ChunkRecord& rec = records[static_cast<std::size_t>(t.microbatch) * info_.chunks.size() + static_cast<std::size_t>(t.chunk)];
     const bool sync = t.microbatch + 1 == g_.training.grad_accum;
-    if (!merged) posted = opt_.blocking_p2p ? computed : previous_pass;
+    if (!merged) posted = !opt_.blocking_p2p ? previous_pass : waited >= 0 && before == t.pass ? waited : computed;
     merged = t.merged_with_next;
     switch (t.pass) {
       case Pass::forward: previous_pass = forward_pass(t.microbatch, forwards++, k, t.chunk, param_sync, rec, previous_pass, posted); break;
@@ -61,7 +65,9 @@ std::vector<sim::PassSpan> StageBuilder::build(const std::vector<PipelineTask>& 
     }
     if (opt_.blocking_p2p) {
       computed = w_.last_compute();
-      if (const int sent = sent_by(t, k); sent >= 0) wait_for_send(sent, t);
+      const int sent = sent_by(t, k);
+      waited = sent >= 0 ? wait_for_send(sent, t) : -1;
+      before = t.pass;
     }
     if (opt_.ep_overlap && t.pass != Pass::weight_grad) {
       passes.push_back(begin);
@@ -219,10 +225,11 @@ int StageBuilder::sent_by(const PipelineTask& t, int k) {
   return -1;
 }
 
-void StageBuilder::wait_for_send(int send, const PipelineTask& t) {
+int StageBuilder::wait_for_send(int send, const PipelineTask& t) {
   const char phase = t.pass == Pass::forward ? 'f' : 'b';
   const int wait = w_.compute(0, false, 0, phase, -1, label_mb(t.pass == Pass::forward ? "wait send activations" : "wait send gradients", t.microbatch));
   w_.op(wait).deps.push_back(send);
+  return wait;
 }
 
 void StageBuilder::send(Crossing& in, int from, int to_chunk, int after, char phase, const char* what, int mb) {

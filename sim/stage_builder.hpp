@@ -265,8 +265,9 @@ class StageBuilder {
   }
   // The send pass t (over chunk k) ends with, or -1.
   int sent_by(const PipelineTask& t, int k);
-  // Blocking p2p (SimOptions::blocking_p2p): the stage's compute goes on only once the send is done.
-  void wait_for_send(int send, const PipelineTask& t);
+  // Blocking p2p (SimOptions::blocking_p2p): the stage's compute goes on only once the send is done. Returns
+  // the op that waits.
+  int wait_for_send(int send, const PipelineTask& t);
   // Sends buffer `from` (freed here once sent) to the stage of chunk `to_chunk`, where it lands in `in.buf`.
   void send(Crossing& in, int from, int to_chunk, int after, char phase, const char* what, int mb);
 

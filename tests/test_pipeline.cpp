@@ -256,6 +256,28 @@ TEST_CASE("blocking pipeline sends cost one more send per 1F1B pair of stages, b
   REQUIRE(s > 0);
   CHECK(s_blocking == Approx(s).epsilon(1e-12));
   CHECK(blocking - overlapped == Approx(s).epsilon(1e-6));
+  // pp 4: stage 1 warms up with F0 and F1, and receives F1's input in a call of its own after F0's send
+  // (send_forward, then recv_forward), so stage 0's send of micro-batch 1 starts when stage 1's send of
+  // micro-batch 0 ends. Stage 0 is ready one send earlier (its F1 ends at 2 f0 + s, where stage 1's send
+  // of micro-batch 0 ends at f0 + s + f1 + s, with f1 >= f0).
+  c = llama8b_pipeline(4, "1f1b", 4);
+  c.pp_p2p = "blocking";
+  {
+    const PreparedRun run = prepare_run(c);
+    std::vector<std::string> names;
+    const sim::Program p = build_program(run.graph, run.system, run.policy, run.options, &names);
+    const auto r = sim::run_program(p, true);
+    auto op_named = [&](const std::string& name, int device) {
+      for (std::size_t i = 0; i < p.ops.size(); ++i)
+        if (names[i] == name && p.queues[static_cast<std::size_t>(p.ops[i].queue)].device == device) return i;
+      FAIL("no op " << name << " on stage " << device);
+      return p.ops.size();
+    };
+    const auto send1 = op_named("send activations mb1", 0), stage1_send0 = op_named("send activations mb0", 1);
+    const auto f1_done = static_cast<std::size_t>(p.ops[send1].deps[0]);
+    CHECK(r.start_s[send1] == Approx(r.end_s[stage1_send0]).epsilon(1e-12));
+    CHECK(r.end_s[f1_done] < r.end_s[stage1_send0] - s / 2);
+  }
   // Megatron's plain 1F1B has no overlapped sends, and its interleaved one does by default.
   c.framework = "megatron";
   c.pp_p2p = "auto";
