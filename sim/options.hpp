@@ -45,8 +45,8 @@ struct SimOptions {
   // chunks of a forward tp collective and hide the backward ones under the dgrad and wgrad GEMMs they pair).
   bool program_order = false;
   // Pipeline sends block both ends (Megatron's non-interleaved schedule, which refuses overlap_p2p_comm and
-  // batches each send with the receive that follows it, then waits for both): a stage posts a receive when
-  // its previous pass's compute is done, and its compute waits for its own send to finish before going on.
+  // batches each send with the receive that follows it, then waits for both): a stage posts a receive in the
+  // call that ends its previous pass (StageBuilder::build), and its compute goes on only once its send is done.
   // Off: a receive is posted as the pass before starts, and a sender's compute never waits for its send.
   bool blocking_p2p = false;
   bool record_trace = false;
