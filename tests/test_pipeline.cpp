@@ -99,6 +99,28 @@ RunConfig llama8b_pipeline(std::int64_t pp, const char* schedule, std::int64_t m
   return c;
 }
 
+// A run's program with its ops named, and its timeline.
+struct NamedRun {
+  sim::Program p;
+  std::vector<std::string> names;
+  sim::EngineResult r;
+  // The op called `name` on stage `device`.
+  std::size_t op(const std::string& name, int device) const {
+    for (std::size_t i = 0; i < p.ops.size(); ++i)
+      if (names[i] == name && p.queues[static_cast<std::size_t>(p.ops[i].queue)].device == device) return i;
+    FAIL("no op " << name << " on stage " << device);
+    return p.ops.size();
+  }
+};
+
+NamedRun named_run(const RunConfig& c) {
+  const PreparedRun run = prepare_run(c);
+  NamedRun n;
+  n.p = build_program(run.graph, run.system, run.policy, run.options, &n.names);
+  n.r = sim::run_program(n.p, true);
+  return n;
+}
+
 }  // namespace
 
 TEST_CASE("pipeline tables run every pass once; 1F1B warms up p-s-1 forwards", "[pipeline]") {
@@ -207,17 +229,9 @@ TEST_CASE("a pipeline send waits for the receiver to post its receive, one pass 
   // it starts B0, which waits for micro-batch 0's gradient to come back from stages 3 and 2 (about 4 forwards
   // and 2 backwards in). NCCL moves nothing before the receive is posted, so the send starts then, not when
   // stage 0 is done; stage 0's pipeline queue is idle by then, so exactly then.
-  const PreparedRun run = prepare_run(llama8b_pipeline(4, "1f1b", 8));
-  std::vector<std::string> names;
-  const sim::Program p = build_program(run.graph, run.system, run.policy, run.options, &names);
-  const auto r = sim::run_program(p, true);
-  auto op_named = [&](const std::string& name, int device) {
-    for (std::size_t i = 0; i < p.ops.size(); ++i)
-      if (names[i] == name && p.queues[static_cast<std::size_t>(p.ops[i].queue)].device == device) return i;
-    FAIL("no op " << name << " on stage " << device);
-    return p.ops.size();
-  };
-  const auto send = op_named("send activations mb3", 0), posted = op_named("recv gradients mb0", 1);
+  const NamedRun run = named_run(llama8b_pipeline(4, "1f1b", 8));
+  const auto& [p, names, r] = run;
+  const auto send = run.op("send activations mb3", 0), posted = run.op("recv gradients mb0", 1);
   const auto f3_done = static_cast<std::size_t>(p.ops[send].deps[0]);  // F3's last layer on stage 0
   REQUIRE(p.queues[static_cast<std::size_t>(p.ops[f3_done].queue)].device == 0);
   CHECK(r.start_s[send] == Approx(r.start_s[posted]).epsilon(1e-9));
@@ -239,10 +253,8 @@ TEST_CASE("blocking pipeline sends cost one more send per 1F1B pair of stages, b
   RunConfig c = llama8b_pipeline(2, "1f1b", 2);
   auto step = [&](const char* p2p, double* send_s) {
     c.pp_p2p = p2p;
-    const PreparedRun run = prepare_run(c);
-    std::vector<std::string> names;
-    const sim::Program p = build_program(run.graph, run.system, run.policy, run.options, &names);
-    const auto r = sim::run_program(p, true);
+    const NamedRun run = named_run(c);
+    const auto& [p, names, r] = run;
     for (std::size_t i = 0; i < p.ops.size(); ++i) {
       if (names[i] == "send gradients mb1") *send_s = r.end_s[i] - r.start_s[i];
       // Blocking: a stage's compute goes on only once its send is done.
@@ -263,20 +275,11 @@ TEST_CASE("blocking pipeline sends cost one more send per 1F1B pair of stages, b
   c = llama8b_pipeline(4, "1f1b", 4);
   c.pp_p2p = "blocking";
   {
-    const PreparedRun run = prepare_run(c);
-    std::vector<std::string> names;
-    const sim::Program p = build_program(run.graph, run.system, run.policy, run.options, &names);
-    const auto r = sim::run_program(p, true);
-    auto op_named = [&](const std::string& name, int device) {
-      for (std::size_t i = 0; i < p.ops.size(); ++i)
-        if (names[i] == name && p.queues[static_cast<std::size_t>(p.ops[i].queue)].device == device) return i;
-      FAIL("no op " << name << " on stage " << device);
-      return p.ops.size();
-    };
-    const auto send1 = op_named("send activations mb1", 0), stage1_send0 = op_named("send activations mb0", 1);
-    const auto f1_done = static_cast<std::size_t>(p.ops[send1].deps[0]);
-    CHECK(r.start_s[send1] == Approx(r.end_s[stage1_send0]).epsilon(1e-12));
-    CHECK(r.end_s[f1_done] < r.end_s[stage1_send0] - s / 2);
+    const NamedRun run = named_run(c);
+    const auto send1 = run.op("send activations mb1", 0), stage1_send0 = run.op("send activations mb0", 1);
+    const auto f1_done = static_cast<std::size_t>(run.p.ops[send1].deps[0]);
+    CHECK(run.r.start_s[send1] == Approx(run.r.end_s[stage1_send0]).epsilon(1e-12));
+    CHECK(run.r.end_s[f1_done] < run.r.end_s[stage1_send0] - s / 2);
   }
   // Megatron's plain 1F1B has no overlapped sends, and its interleaved one does by default.
   c.framework = "megatron";
