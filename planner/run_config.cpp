@@ -234,23 +234,26 @@ Policy resolve_policy(const RunConfig& c, const StepGraph& g) {
   return p;
 }
 
-// Megatron overlaps pipeline sends only in its interleaved schedule: arguments.py turns overlap_p2p_comm off
-// without a virtual pipeline, and schedules.py refuses it there.
+namespace {
+
+// Pipeline sends block both ends (SimOptions::blocking_p2p): pp_p2p, with auto as Megatron does it. Megatron
+// overlaps them only in its interleaved schedule: arguments.py turns overlap_p2p_comm off without a virtual
+// pipeline, and schedules.py refuses it there.
 bool blocking_p2p(const RunConfig& c) {
   const bool megatron_plain = c.framework == "megatron" && c.vp == 1;
   if (c.pp_p2p == "auto") return megatron_plain;
-  // Megatron's interleaved schedule without overlap sends a forward's output and a backward's gradient in one
-  // call after the pair: not modelled (per pass, the interleaved table's wrap-around can deadlock).
-  if (c.pp_p2p == "blocking" && c.vp > 1 && c.pp > 1)
-    throw InputError("pp_p2p = \"blocking\" (modelled for schedules without a virtual pipeline: vp = 1, not " + std::to_string(c.vp) + ")");
-  if (c.pp_p2p == "blocking") return true;
+  if (c.pp_p2p == "blocking") {
+    // Megatron's interleaved schedule without overlap sends a forward's output and a backward's gradient in
+    // one call after the pair: not modelled (per pass, the interleaved table's wrap-around can deadlock).
+    if (c.vp > 1 && c.pp > 1)
+      throw InputError("pp_p2p = \"blocking\" (modelled for schedules without a virtual pipeline: vp = 1, not " + std::to_string(c.vp) + ")");
+    return true;
+  }
   if (c.pp_p2p != "overlapped") throw InputError("pp_p2p = " + quote(c.pp_p2p) + " (expected auto, overlapped or blocking)");
   if (megatron_plain && c.pp > 1)
     throw InputError("pp_p2p = \"overlapped\" (Megatron overlaps pipeline sends only in its interleaved schedule: vp > 1)");
   return false;
 }
-
-namespace {
 
 // Megatron-Core's rules for overlap_moe_expert_parallel_comm (TransformerConfig: expert parallelism, the
 // alltoall or flex dispatcher, no full recompute and no recompute method, a virtual pipeline with pp > 1), and

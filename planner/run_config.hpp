@@ -118,8 +118,6 @@ PreparedRun prepare_run(const RunConfig& config, const Profile* extra = nullptr)
 void check_gpu_dtype(const System& system, const std::string& field, Dtype dtype);
 // The config's policy for that step: its preset, stage policies and layer rules (errors name the field).
 Policy resolve_policy(const RunConfig& config, const StepGraph& graph);
-// Pipeline sends block both ends (SimOptions::blocking_p2p): pp_p2p, with auto resolved by the framework.
-bool blocking_p2p(const RunConfig& config);
 // Megatron's MoE parallel folding: experts whole over an expert group of ep GPUs that spans tp (expert_tp 1
 // under tp > 1); the mesh's expert axis is then ep / tp.
 inline bool folds_experts(const RunConfig& c) { return c.expert_tp == 1 && c.tp > 1; }
