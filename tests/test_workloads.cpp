@@ -216,7 +216,7 @@ TEST_CASE("a MoE batch split halves each micro-batch and keeps the layer's work,
   auto sum = [](const LayerTemplate& l, OpKind k, bool bytes) {
     double s = 0;
     for (auto& op : l.ops)
-      if (op.kind == k) s += bytes ? op.bytes : op.flops;
+      if (op.kind == k) s += !bytes ? op.flops : k == OpKind::comm ? op.comm.bytes : op.bytes;
     return s;
   };
   CHECK(sum(b, OpKind::gemm, false) == Approx(sum(a, OpKind::gemm, false)).epsilon(1e-12));

@@ -135,9 +135,7 @@ class TemplateBuilder {
     OpDef op;
     op.name = prefix_ + name;
     op.kind = OpKind::comm;
-    op.bytes = c.bytes;
-    op.bwd_bytes = c.bytes_in(true);
-    op.comm = c;
+    op.comm = c;  // its bytes are the CommDef's: OpDef::bytes stays 0
     op.inputs = std::move(in);
     op.outputs = {out};
     t_.ops.push_back(op);

@@ -63,7 +63,7 @@ struct OpDef {
   OpKind kind = OpKind::memory;
   Dtype dtype = Dtype::bf16;
   double flops = 0;      // forward, executed
-  double bytes = 0;      // forward HBM traffic (inputs + weights + outputs), or bytes sent for all-to-all
+  double bytes = 0;      // forward HBM traffic (inputs + weights + outputs); a collective's are comm.bytes
   double bwd_flops = 0;  // backward, executed
   double bwd_bytes = 0;
   CommDef comm;              // kind == comm
