@@ -14,6 +14,7 @@
 #include <map>
 #include <optional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -149,26 +150,58 @@ std::optional<std::vector<std::string>> check(const RunConfig& c, bool with_time
   return out;
 }
 
-int arg(int argc, char** argv, const std::string& name, int fallback) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (argv[i] == name) return std::atoi(argv[i + 1]);
-  return fallback;
-}
-bool flag(int argc, char** argv, const std::string& name) {
-  for (int i = 1; i < argc; ++i)
-    if (argv[i] == name) return true;
-  return false;
+struct Args {
+  int seed = 1, count = 1000;
+  bool pipelines = false;
+};
+
+// Strict: an unknown option or a value that is not a whole number is an error, not a default run.
+std::optional<Args> parse(int argc, char** argv) {
+  Args a;
+  auto number = [&](int& i, int& out) {
+    const std::string name = argv[i];
+    if (i + 1 >= argc) throw std::invalid_argument(name + " needs a value");
+    const std::string v = argv[++i];
+    std::size_t used = 0;
+    try {
+      out = std::stoi(v, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != v.size()) throw std::invalid_argument(name + " = \"" + v + "\" (expected a whole number)");
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string name = argv[i];
+    if (name == "--help" || name == "-h") return std::nullopt;
+    if (name == "--seed") number(i, a.seed);
+    else if (name == "--count") number(i, a.count);
+    else if (name == "--pipelines") a.pipelines = true;
+    else throw std::invalid_argument("unknown option \"" + name + "\"");
+  }
+  if (a.count <= 0) throw std::invalid_argument("--count = " + std::to_string(a.count) + " (must be positive)");
+  return a;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int seed = arg(argc, argv, "--seed", 1), count = arg(argc, argv, "--count", 1000);
-  const bool pipelines = flag(argc, argv, "--pipelines");
-  if (count <= 0) {
-    std::cerr << "hbmsim_stress: --count must be positive (got " << count << ")\n";
+  std::optional<Args> parsed;
+  try {
+    parsed = parse(argc, argv);
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "hbmsim_stress: " << e.what() << "\n";
     return 2;
   }
+  if (!parsed) {
+    std::cout << "usage: hbmsim_stress [--seed N] [--count N] [--pipelines]\n"
+                 "  --seed N      the draws' random seed (default 1)\n"
+                 "  --count N     how many configurations to draw (default 1000)\n"
+                 "  --pipelines   every draw a pipeline (default: every third)\n"
+                 "Exit status: 0 no findings, 1 findings (printed with their configuration JSON), 2 bad arguments.\n";
+    return 0;
+  }
+  const int seed = parsed->seed, count = parsed->count;
+  const bool pipelines = parsed->pipelines;
   std::mt19937 rng(static_cast<unsigned>(seed));
   int findings = 0, simulated = 0;
   for (int k = 0; k < count; ++k) {
