@@ -409,10 +409,10 @@ PYBIND11_MODULE(_hbmsim, m) {
   m.def("plan_break_even", &plan_break_even, py::arg("config"), py::arg("tolerance") = 0.01,
         "Lowest host-link bandwidth at which the offload policy is within `tolerance` of the best alternative\n"
         "that fits, as `plan break-even --json`.");
-  m.def("layout_defaults", [] {
+  m.def("layout_defaults", [](const py::object& config) {
     const hbmsim::LayoutSearchOptions o;
-    return to_py(json{{"policies", o.policies}, {"micro_batches", o.micro_batches}});
-  }, "The policies and micro-batches plan_layout searches by default.");
+    return to_py(json{{"policies", hbmsim::default_layout_policies(config_from_py(config, "config"))}, {"micro_batches", o.micro_batches}});
+  }, py::arg("config"), "The policies (they follow the config's framework) and micro-batches plan_layout searches by default.");
   m.def("plan_layout", &plan_layout, py::arg("config"), py::arg("top") = 10, py::arg("policies") = std::vector<std::string>{},
         py::arg("micro_batches") = std::vector<std::int64_t>{}, py::arg("prune") = true, py::arg("jobs") = 1, py::arg("state_offload") = true,
         "Fastest parallel layout, micro-batch and policy at the config's global batch, as `plan layout --json`.");

@@ -401,7 +401,10 @@ void register_plan(CLI::App& app) {
     auto progress = std::make_shared<std::string>("auto");
     cmd->add_option("--top", *top, "How many layouts to list");
     cmd->add_option("--jobs", *jobs, "Worker threads");
-    cmd->add_option("--policies", *policies, "Policy presets to try (default: all but custom)")->delimiter(',');
+    cmd->add_option("--policies", *policies,
+                    "Policy presets to try (default: full, minimal, save_qkv_proj, minimal_with_context, qkv_proj_offloaded, "
+                    "minimal_offloaded; under --framework megatron no_recompute, selective, full)")
+        ->delimiter(',');
     cmd->add_option("--micro-batches", *mbs, "Micro-batch sizes to try (sequences per replica; default 1,2)")->delimiter(',');
     cmd->add_flag("--no-prune", *no_prune, "Simulate every candidate, also those whose memory lower bound exceeds HBM");
     cmd->add_flag("--no-state-offload", *no_state_offload,

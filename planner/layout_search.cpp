@@ -82,7 +82,13 @@ bool is_offload_queue(const std::string& q) { return q == "d2h" || q == "h2d"; }
 
 }  // namespace
 
+std::vector<std::string> default_layout_policies(const RunConfig& base) {
+  if (base.framework == "megatron") return {"no_recompute", "selective", "full"};
+  return {"full", "minimal", "save_qkv_proj", "minimal_with_context", "qkv_proj_offloaded", "minimal_offloaded"};
+}
+
 std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSearchOptions& o) {
+  const std::vector<std::string> policies = o.policies.empty() ? default_layout_policies(base) : o.policies;
   const ModelSpec model = resolve_model(base.model);
   const System sys = resolve_run_system(base);
   const std::int64_t G = search_global_batch(base), L = model.num_layers;
@@ -94,7 +100,7 @@ std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSear
   const std::vector<bool> overlaps = ep_overlap_choices(base, model);
   // Megatron's combined 1F1B takes no full recompute and no activation offload.
   std::vector<char> overlappable;
-  for (const std::string& policy : o.policies)
+  for (const std::string& policy : policies)
     overlappable.push_back(policy != "full" && !make_policy(policy, base.tensors).offloads_any() && base.offload_layers == 0 &&
                            base.recompute_layers == 0);
   std::vector<RunConfig> out;
@@ -134,11 +140,11 @@ std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSear
                   // Megatron merges passes with experts over ep > 1 and, pipelined, interleaved; without
                   // pipelining a micro-batch's backward with the next one's forward, so it needs two of them.
                   const bool mergeable = layout.ep > 1 && (pp > 1 ? vp > 1 : G > mbs * (base.gpus / (tp * cp)));
-                  for (std::size_t k = 0; k < o.policies.size(); ++k)
+                  for (std::size_t k = 0; k < policies.size(); ++k)
                     for (bool overlap : overlaps) {
                       if (overlap && !(mergeable && overlappable[k])) continue;
                       layout.ep_overlap = overlap;
-                      add(layout, d, mbs, o.policies[k]);
+                      add(layout, d, mbs, policies[k]);
                     }
                 }
             }

@@ -19,8 +19,7 @@ struct LayoutSearchOptions {
   // Skip candidates whose HBM lower bound exceeds capacity, and those whose step-time lower bound cannot beat
   // the top list (off: simulate them all; the answer is the same, which the tests check).
   bool prune = true;
-  std::vector<std::string> policies = {"full", "minimal", "save_qkv_proj", "minimal_with_context", "qkv_proj_offloaded",
-                                       "minimal_offloaded"};
+  std::vector<std::string> policies;  // empty: default_layout_policies(base)
   std::vector<std::int64_t> micro_batches = {1, 2};  // sequences per model replica per micro-step
   // A candidate whose HBM lower bound exceeds capacity is tried again with its optimizer state in pinned host
   // memory (updated on the GPU, then on the host CPU), then with its parameters there too (when the base
@@ -48,6 +47,10 @@ struct LayoutSearch {
   std::size_t skipped = 0;
   std::string none_fit;  // when nothing fits: why not (the candidate closest to fitting and its memory)
 };
+
+// The policies a search tries when none are given: MaxText's presets (remat policies, and offloading ones),
+// or under framework megatron Megatron's choices (no recompute, selective, full).
+std::vector<std::string> default_layout_policies(const RunConfig& base);
 
 // Every candidate the search considers, before pruning (configs hbmsim may still refuse).
 std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSearchOptions& options);

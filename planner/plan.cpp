@@ -383,6 +383,32 @@ const Recipe* recipe(const RunConfig& c) {
     if (r.dtype == d) return &r;
   return nullptr;
 }
+// DDP's overlaps. hbmsim buckets the gradient sync per layer in the backward under dp_overlap, and always
+// issues a sharded optimizer's parameter all-gathers per layer for the forward to wait on, which Megatron
+// (arguments.py) allows only with --overlap-param-gather, and that only with --overlap-grad-reduce.
+std::string gradient_sync_settings(const RunConfig& c) {
+  std::string out = c.grad_reduce_dtype == "bf16" ? " --grad-reduce-in-bf16" : "";
+  const bool synced = c.dp * c.cp > 1 || c.fsdp > 1, sharded = c.fsdp > 1 || c.sharded_optimizer;
+  if (!synced) return out;
+  if (c.dp_overlap) return out + " --overlap-grad-reduce" + (sharded ? " --overlap-param-gather" : "");
+  if (sharded)
+    out += " (dp_overlap off: Megatron overlaps parameter gathers only beside an overlapped gradient reduce, so it "
+           "gathers them after the optimizer step, where hbmsim overlaps them with the forward)";
+  return out;
+}
+// The run fields in which the simulated config reads a Megatron run otherwise than Megatron runs it, as the
+// flags that would simulate it Megatron's way (empty: none). The mesh order matters only with two axes or more.
+std::string megatron_semantics_note(const RunConfig& c) {
+  std::string flags;
+  if (c.framework != "megatron") flags += " --framework megatron";
+  int axes = 0;
+  for (std::int64_t d : {c.tp, c.cp, c.ep, c.fsdp, c.dp, c.pp}) axes += d > 1;
+  if (axes >= 2 && c.mesh_order != "megatron") flags += " --mesh-order megatron";
+  if (c.cp > 1 && c.cp_exchange != "ring") flags += " --cp-exchange ring";
+  if (c.cp > 1 && c.cp_shards_weights) flags += " --cp-shards-weights off";
+  if (c.ep > 1 && c.ep_shards_weights) flags += " --ep-shards-weights off";
+  return flags.empty() ? "" : " (simulated otherwise than Megatron runs it; as Megatron:" + flags + ")";
+}
 std::string mixed_dtype_note(const RunConfig& c) {
   const Dtype mlp = parse_dtype(c.weights), projections = parse_dtype(c.attention_dtype);
   if (mlp == projections) return "";
@@ -475,7 +501,8 @@ std::string maxtext_settings(const RunConfig& c) {
            std::to_string(c.microbatches > 0 ? c.microbatches : c.pp) +
            (c.vp > 1 ? " num_pipeline_repeats=" + std::to_string(c.vp) : std::string());
   if (policy.keep_backward_inputs)
-    out += " (no_recompute keeps what autograd saves; MaxText names checkpoints instead: nearest remat_policy=minimal_with_context)";
+    out += " (" + c.policy + " keeps what autograd saves" + (c.policy == "selective" ? " but the core attention" : "") +
+           "; MaxText names checkpoints instead: nearest remat_policy=" + (c.policy == "selective" ? "minimal" : "minimal_with_context") + ")";
   out += " remat_policy=custom";
   for (auto& n : checkpoint_names()) {
     if (n == "decoder_layer_input") continue;
@@ -524,6 +551,10 @@ std::string megatron_settings(const RunConfig& c) {
   if (c.embedding_as_layer) out += " --account-for-embedding-in-pipeline-split";
   if (c.loss_as_layer) out += " --account-for-loss-in-pipeline-split";
   if (!c.pipeline_layout.empty()) out += " --pipeline-model-parallel-layout \"" + c.pipeline_layout + "\"";
+  if (c.first_stage_layers > 0) out += " --decoder-first-pipeline-num-layers " + std::to_string(c.first_stage_layers);
+  if (c.last_stage_layers > 0) out += " --decoder-last-pipeline-num-layers " + std::to_string(c.last_stage_layers);
+  // Megatron-LM's schedules are 1F1B and its interleaved form (schedules.py); GPipe and ZB-H1 are not among them.
+  if (c.pp > 1 && c.pp_schedule != "1f1b") out += " (pp_schedule " + c.pp_schedule + ": no Megatron equivalent; Megatron runs 1F1B)";
   out += " --context-parallel-size " + std::to_string(c.cp) + " --expert-model-parallel-size " + std::to_string(c.ep);
   // DeepEP and HybridEP move the same bytes in hbmsim; DeepEP runs on Hopper and the HGX Blackwells, HybridEP on NVL72 too.
   if (c.ep > 1)
@@ -532,18 +563,21 @@ std::string megatron_settings(const RunConfig& c) {
   if (folds_experts(c)) out += " --expert-tensor-parallel-size 1";
   if (c.ep_overlap) out += " --overlap-moe-expert-parallel-comm";
   if (c.tp > 1 && c.sequence_parallel) out += " --sequence-parallel";
+  if (c.tp_comm_overlap) out += " --tp-comm-overlap";
   if (c.mtp_layers > 0) out += " --mtp-num-layers " + std::to_string(c.mtp_layers);
   if (c.micro_batch > 0) out += " --micro-batch-size " + std::to_string(c.micro_batch);
   if (c.global_batch > 0) out += " --global-batch-size " + std::to_string(c.global_batch);
   if (c.fsdp > 1) out += " --use-megatron-fsdp" + std::string(c.dp > 1 ? " (sharded over " + std::to_string(c.fsdp) + " GPUs, replicated over " + std::to_string(c.dp) + ")" : "");
   else if (c.sharded_optimizer) out += " --use-distributed-optimizer";
+  out += gradient_sync_settings(c);
   if (c.optimizer_moments_dtype == "bf16")
     out += " --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16";
   if (const Recipe* r = recipe(c)) out += r->megatron;
   out += mixed_dtype_note(c);
   // no_recompute is Megatron's default; with the attention output recomputed, its selective recompute.
   const auto context = c.tensors.find("context");
-  const bool selective = c.policy == "no_recompute" && c.tensors.size() == 1 && context != c.tensors.end() && context->second == "remat";
+  const bool selective = (c.policy == "selective" && c.tensors.empty()) ||
+                         (c.policy == "no_recompute" && c.tensors.size() == 1 && context != c.tensors.end() && context->second == "remat");
   if (c.policy == "full") out += " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1";
   else if (selective) out += " --recompute-granularity selective";
   else if (c.policy != "no_recompute" || !c.tensors.empty())
@@ -559,7 +593,7 @@ std::string megatron_settings(const RunConfig& c) {
   if (c.optimizer_offload == "host") out += " --optimizer-cpu-offload --optimizer-offload-fraction 1.0";
   if (c.optimizer_offload == "device") out += " (optimizer_offload device: state streamed to the GPU, no Megatron equivalent)";
   if (c.parameter_offload) out += " (parameter_offload: no Megatron equivalent; PyTorch FSDP2 CPUOffloadPolicy)";
-  return out;
+  return out + megatron_semantics_note(c);
 }
 
 

@@ -146,7 +146,8 @@ const std::vector<RunField> kFields = {
     {"attention_dtype", "--attention-dtype", "Attention/projection GEMM dtype", &C::attention_dtype},
     {"policy", "--policy",
      "full, minimal, minimal_with_context, save_qkv_proj, qkv_proj_offloaded, minimal_offloaded (MaxText's), "
-     "no_recompute (what autograd saves: Megatron's default), custom", &C::policy},
+     "no_recompute (what autograd saves: Megatron's default), selective (no_recompute with the core attention "
+     "recomputed: Megatron's selective recompute), custom", &C::policy},
     {"stage_policies", "--stage-policies",
      "With pp > 1: a policy preset per stage, comma-separated (the first stage may offload what the last keeps; "
      "empty: policy on every stage); tensor overrides apply to all",

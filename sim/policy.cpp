@@ -190,7 +190,7 @@ Policy make_stage_policy(const std::string& preset, const std::string& stage_pre
 const std::vector<std::string>& policy_presets() {
   static const std::vector<std::string> p = {"full",          "minimal",           "minimal_with_context",
                                              "save_qkv_proj", "qkv_proj_offloaded", "minimal_offloaded",
-                                             "no_recompute",  "custom"};
+                                             "no_recompute",  "selective",         "custom"};
   return p;
 }
 
@@ -218,6 +218,11 @@ Policy make_policy(const std::string& preset, const std::map<std::string, std::s
     set(minimal, Placement::offload);
   } else if (preset == "no_recompute") {
     p.keep_backward_inputs = true;
+  } else if (preset == "selective") {
+    // Megatron's --recompute-granularity selective (recompute_modules core_attn, its default): what autograd
+    // keeps, but the core attention is run again in the backward from the kept projections.
+    p.keep_backward_inputs = true;
+    p.placements["context"] = Placement::remat;
   } else {
     std::string list;
     for (auto& n : policy_presets()) list += (list.empty() ? "" : ", ") + n;

@@ -7,6 +7,7 @@
 
 #include "helpers.hpp"
 #include "planner/layer_counts.hpp"
+#include "planner/plan.hpp"
 #include "planner/run_config.hpp"
 #include "sim/layer_plan.hpp"
 #include "sim/policy.hpp"
@@ -225,6 +226,42 @@ TEST_CASE("no_recompute keeps what each backward op reads, a gathered input shar
   RunConfig mwc = c;
   mwc.policy = "minimal_with_context";
   CHECK(run_simulation(c).executed_flops_per_device <= run_simulation(mwc).executed_flops_per_device);
+}
+
+TEST_CASE("selective is no_recompute with the core attention recomputed, as Megatron's selective recompute", "[policy]") {
+  // Llama 3.1 8B at tp 2 (the case above): Megatron's --recompute-granularity selective (recompute_modules
+  // core_attn) keeps what autograd keeps but the attention's output, which the backward recomputes from the
+  // kept q, k and v.
+  RunConfig c = test::llama8b_h200("selective");
+  c.tp = 2;
+  const auto run = prepare_run(c);
+  const LayerTemplate& t = run.graph.layer(3);
+  std::vector<Placement> placement;
+  std::vector<bool> needed;
+  std::vector<int> producer;
+  place_tensors(t, run.policy, placement, needed, producer);
+  std::set<std::string> kept, expected = {"decoder_layer_input", "attn_norm", "query_proj", "key_proj", "value_proj",
+                                          "attention_out", "mlp_norm", "mlpwi_0", "mlpwi_1", "mlp_act"};
+  for (std::size_t k = 0; k < t.tensors.size(); ++k)
+    if (placement[k] == Placement::device) kept.insert(t.tensors[k].name);
+  CHECK(kept == expected);
+  // The same step as spelling it out, and more executed work than keeping the attention output.
+  const auto selective = run_simulation(c);
+  RunConfig spelled = c;
+  spelled.policy = "no_recompute";
+  spelled.tensors = {{"context", "remat"}};
+  const auto same = run_simulation(spelled);
+  CHECK(selective.step_time_s == same.step_time_s);
+  CHECK(selective.hbm_peak_bytes == same.hbm_peak_bytes);
+  CHECK(selective.executed_flops_per_device == same.executed_flops_per_device);
+  spelled.tensors.clear();
+  const auto keep_all = run_simulation(spelled);
+  CHECK(selective.executed_flops_per_device > keep_all.executed_flops_per_device);
+  CHECK(selective.model_flops_per_device == keep_all.model_flops_per_device);
+  // The settings: Megatron's flag; for MaxText the nearest named policy.
+  CHECK_THAT(megatron_settings(c), Catch::Contains("--recompute-granularity selective") && !Catch::Contains("no Megatron equivalent"));
+  CHECK_THAT(maxtext_settings(c), Catch::Contains("selective keeps what autograd saves but the core attention") &&
+                                      Catch::Contains("nearest remat_policy=minimal)"));
 }
 
 TEST_CASE("optimizer state offload moves the state to pinned host memory and the update after the backward", "[policy][optimizer]") {

@@ -170,6 +170,24 @@ TEST_CASE("candidates keep the global batch and every field the search does not 
   }
 }
 
+TEST_CASE("the search's policies follow the framework: MaxText's presets, or Megatron's recompute choices", "[layout]") {
+  RunConfig base;
+  base.model = "llama3.1-8b";
+  base.gpus = 16;
+  auto tried = [&] {
+    std::set<std::string> policies;
+    for (const RunConfig& c : layout_candidates(base, LayoutSearchOptions{})) policies.insert(c.policy);
+    return policies;
+  };
+  CHECK(tried() == std::set<std::string>{"full", "minimal", "save_qkv_proj", "minimal_with_context", "qkv_proj_offloaded", "minimal_offloaded"});
+  base.framework = "megatron";
+  CHECK(tried() == std::set<std::string>{"no_recompute", "selective", "full"});
+  // Given policies are kept whatever the framework.
+  LayoutSearchOptions o;
+  o.policies = {"minimal"};
+  for (const RunConfig& c : layout_candidates(base, o)) CHECK(c.policy == "minimal");
+}
+
 TEST_CASE("under Megatron's state the layout search also folds an MoE model's experts over tp", "[layout][parallel]") {
   // DeepSeek-V3 (256 routed experts) on 64 GB200s. Folding (expert_tp 1) is a second reading of a mesh with
   // tp > 1 and cp 1: the same tp x cp x pp x ep-axis x data axes, the experts whole over an expert group of
@@ -387,6 +405,35 @@ TEST_CASE("the Megatron arguments say what a config sets", "[layout][plan]") {
     INFO(want);
     CHECK_THAT(m, Catch::Contains(want));
   }
+  // DDP's overlaps: dp x cp = 4 syncs gradients, bucketed in the backward (dp_overlap, the default), and the
+  // distributed optimizer's parameter gathers overlap the forward, which Megatron allows only with both flags.
+  CHECK_THAT(m, Catch::Contains("--overlap-grad-reduce --overlap-param-gather") && !Catch::Contains("grad-reduce-in-bf16") &&
+                    !Catch::Contains("tp-comm-overlap") && !Catch::Contains("decoder-first") && !Catch::Contains("Megatron runs 1F1B"));
+  c.dp_overlap = false;
+  CHECK_THAT(megatron_settings(c), !Catch::Contains("--overlap-grad-reduce") && Catch::Contains("dp_overlap off: Megatron overlaps parameter gathers only"));
+  c.dp_overlap = true;
+  c.sharded_optimizer = false;  // plain DDP: nothing to gather
+  CHECK_THAT(megatron_settings(c), Catch::Contains("--overlap-grad-reduce") && !Catch::Contains("param-gather"));
+  c.sharded_optimizer = true;
+  c.grad_reduce_dtype = "bf16";
+  c.tp_comm_overlap = true;
+  CHECK_THAT(megatron_settings(c), Catch::Contains("--grad-reduce-in-bf16") && Catch::Contains("--tp-comm-overlap"));
+  // One chunk per stage with uneven first and last stages; a schedule Megatron does not have is named.
+  c.vp = 1;
+  c.first_stage_layers = 7;
+  c.last_stage_layers = 9;
+  c.pp_schedule = "zb-h1";
+  CHECK_THAT(megatron_settings(c), Catch::Contains("--decoder-first-pipeline-num-layers 7 --decoder-last-pipeline-num-layers 9") &&
+                                       Catch::Contains("(pp_schedule zb-h1: no Megatron equivalent; Megatron runs 1F1B)"));
+  c.vp = 4;
+  c.first_stage_layers = c.last_stage_layers = 0;
+  c.pp_schedule = "1f1b";
+  c.grad_reduce_dtype = "fp32";
+  c.tp_comm_overlap = false;
+  // Without data or context parallelism there is no gradient sync to overlap.
+  c.dp = c.cp = 1;
+  CHECK_THAT(megatron_settings(c), !Catch::Contains("overlap-grad-reduce"));
+  c.dp = c.cp = 2;
   // Block-scaled MXFP8: Megatron's mxfp8 recipe, E4M3 throughout.
   c.weights = "mxfp8";
   CHECK_THAT(megatron_settings(c), Catch::Contains("--fp8-format e4m3 --fp8-recipe mxfp8") && !Catch::Contains("hybrid"));
@@ -423,6 +470,22 @@ TEST_CASE("the Megatron arguments say what a config sets", "[layout][plan]") {
   c.ep_overlap = true;
   CHECK_THAT(megatron_settings(c), Catch::Contains("--overlap-moe-expert-parallel-comm"));
   CHECK_THAT(maxtext_settings(c), Catch::Contains("combined 1F1B, which MaxText does not have"));
+  // The fields in which this config (MaxText's defaults for them) reads the run otherwise than Megatron runs
+  // it are named as the flags that would simulate it Megatron's way; none once each is Megatron's.
+  CHECK_THAT(megatron_settings(c), Catch::EndsWith(" (simulated otherwise than Megatron runs it; as Megatron: --framework megatron "
+                                                   "--mesh-order megatron --cp-exchange ring --cp-shards-weights off --ep-shards-weights off)"));
+  c.framework = "megatron";
+  c.mesh_order = "megatron";
+  c.cp_exchange = "ring";
+  c.cp_shards_weights = c.ep_shards_weights = false;
+  CHECK_THAT(megatron_settings(c), !Catch::Contains("otherwise than Megatron"));
+  // On one axis the mesh order changes nothing.
+  RunConfig one;
+  one.framework = "megatron";
+  one.fsdp = 8;
+  CHECK_THAT(megatron_settings(one), !Catch::Contains("otherwise than Megatron"));
+  one.framework = "maxtext";
+  CHECK_THAT(megatron_settings(one), Catch::EndsWith("as Megatron: --framework megatron)"));
 }
 
 TEST_CASE("best-policy over a batch list answers each batch as the single-batch search does", "[plan][cli]") {

@@ -490,7 +490,7 @@ def _layout_on_dask(client: Any, doc: dict, top: int, policies: Sequence[str], m
     """One task per (policy, micro-batch): each finds its own exact top list (its pruning only drops what
     cannot enter it), so the best `top` of their union is the whole search's."""
     _hbmsim.expand_sweep(doc, [], "")  # a bad config fails here, before anything is submitted
-    defaults = _hbmsim.layout_defaults()
+    defaults = _hbmsim.layout_defaults(doc)
     policies = list(policies) or list(defaults["policies"])
     micro_batches = [int(m) for m in micro_batches] or [int(m) for m in defaults["micro_batches"]]
     token = _task_token(doc, top, prune, state_offload)
@@ -517,7 +517,8 @@ def plan_layout(config: Mapping[str, Any] | str | os.PathLike | None = None, *, 
     ``state_offload=False``: not), tokens_per_s_per_device, tflops_per_device, hbm_peak_bytes, host_peak_bytes,
     limit (what limits it) and settings (simulate config, MaxText, XLA flags, Megatron arguments). The search's
     counts (candidates, offloaded, pruned, skipped, refused, simulated, fitting, none_fit) are in
-    ``DataFrame.attrs``; no row and ``attrs["none_fit"]`` when nothing fits.
+    ``DataFrame.attrs``; no row and ``attrs["none_fit"]`` when nothing fits. ``policies`` defaults to the
+    CLI's: MaxText's presets, or under framework megatron no_recompute, selective and full.
 
     client: a ``dask.distributed.Client``: one task per (policy, micro-batch), each an exact search of its
     share (``jobs`` threads each), merged into the same top list (the counts add up; each share prunes against

@@ -62,6 +62,20 @@ def test_layout_equals_cli(cli):
         hbmsim.plan_layout(model="llama3.1-8b", micro_batches=[0])
 
 
+def test_layout_default_policies_follow_the_framework(cli):
+    """Without policies the search tries MaxText's presets, or under framework megatron Megatron's recompute
+    choices; the CLI and Python agree (the Dask path splits the same list into tasks)."""
+    from hbmsim import _hbmsim
+    assert _hbmsim.layout_defaults({"framework": "megatron"})["policies"] == ["no_recompute", "selective", "full"]
+    assert "minimal_offloaded" in _hbmsim.layout_defaults({})["policies"]
+    args = ["--model", "llama3.1-8b", "--gpus", "8", "--system", "h100-hgx", "--seq", "2048", "--global-batch", "16",
+            "--framework", "megatron", "--top", "6"]
+    expected = cli_json(cli, "plan", "layout", *args, "--json")
+    got = hbmsim.plan_layout(model="llama3.1-8b", gpus=8, system="h100-hgx", seq=2048, global_batch=16, framework="megatron", top=6)
+    assert set(got["policy"]) <= {"no_recompute", "selective", "full"}
+    assert list(got["policy"]) == [t["policy"] for t in expected["top"]]
+
+
 def test_offload_layers_equals_cli(cli):
     args = ["--model", "llama3.1-70b", "--gpus", "64", "--batch", "2", "--seq", "8192", "--weights", "fp8",
             "--policy", "minimal_with_context"]
