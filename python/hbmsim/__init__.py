@@ -11,7 +11,7 @@ dicts and pandas DataFrames and draws them (``hbmsim.plots``).
 
 Sweeps run on C++ threads (``jobs``) or on a Dask cluster (``client``, see :func:`hbmsim.sweep`).
 """
-from . import _hbmsim
+from . import _hbmsim, plan
 from .api import (
     HbmsimWarning,
     Reproduction,
@@ -50,6 +50,7 @@ __all__ = [
     "field_table",
     "fields",
     "models",
+    "plan",
     "plan_best_policy",
     "plan_break_even",
     "plan_hbm_needed",

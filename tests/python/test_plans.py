@@ -1,7 +1,9 @@
 """The plan functions answer what `hbmsim plan ... --json` answers, for the same config."""
+import re
+
 import hbmsim
 import pytest
-from conftest import cli_json
+from conftest import cli_json, run_cli
 
 
 def test_largest_batch_equals_cli(cli):
@@ -99,3 +101,13 @@ def test_best_policy_over_batches_equals_cli(cli):
     assert [r["best"] for r in got] == [r["best"] for r in expected]
     with pytest.raises(ValueError, match="batches 0"):
         hbmsim.plan_best_policy(model="llama3.1-8b", batches=[0])
+
+
+def test_plan_namespace_names_the_cli_subcommands(cli):
+    """hbmsim.plan has one function per `hbmsim plan` subcommand, under its name (dashes as underscores), and
+    each is the plan_ function the other tests check against the CLI."""
+    listed = re.search(r"Subcommands:\n(.*?)\n\n", run_cli(cli, "plan", "--help").stdout, re.S).group(1)
+    subcommands = {line.split()[0].replace("-", "_") for line in listed.splitlines()}
+    assert set(hbmsim.plan.__all__) == subcommands
+    for name in subcommands:
+        assert getattr(hbmsim.plan, name) is getattr(hbmsim, "plan_" + name)
