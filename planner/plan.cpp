@@ -396,17 +396,9 @@ std::string gradient_sync_settings(const RunConfig& c) {
            "gathers them after the optimizer step, where hbmsim overlaps them with the forward)";
   return out;
 }
-// The run fields in which the simulated config reads a Megatron run otherwise than Megatron runs it, as the
-// flags that would simulate it Megatron's way (empty: none). The mesh order matters only with two axes or more.
+// The flags that would simulate the config as Megatron runs it (empty: it is simulated so already).
 std::string megatron_semantics_note(const RunConfig& c) {
-  std::string flags;
-  if (c.framework != "megatron") flags += " --framework megatron";
-  int axes = 0;
-  for (std::int64_t d : {c.tp, c.cp, c.ep, c.fsdp, c.dp, c.pp}) axes += d > 1;
-  if (axes >= 2 && c.mesh_order != "megatron") flags += " --mesh-order megatron";
-  if (c.cp > 1 && c.cp_exchange != "ring") flags += " --cp-exchange ring";
-  if (c.cp > 1 && c.cp_shards_weights) flags += " --cp-shards-weights off";
-  if (c.ep > 1 && c.ep_shards_weights) flags += " --ep-shards-weights off";
+  const std::string flags = (c.framework != "megatron" ? " --framework megatron" : "") + megatron_reading_flags(c);
   return flags.empty() ? "" : " (simulated otherwise than Megatron runs it; as Megatron:" + flags + ")";
 }
 std::string mixed_dtype_note(const RunConfig& c) {

@@ -272,6 +272,17 @@ void check_ep_overlap(const RunConfig& c, const PreparedRun& r) {
 
 }  // namespace
 
+std::string megatron_reading_flags(const RunConfig& c) {
+  std::string flags;
+  int axes = 0;
+  for (std::int64_t d : {c.tp, c.cp, c.ep, c.fsdp, c.dp, c.pp}) axes += d > 1;
+  if (axes >= 2 && c.mesh_order != "megatron") flags += " --mesh-order megatron";
+  if (c.cp > 1 && c.cp_exchange != "ring") flags += " --cp-exchange ring";
+  if (c.cp > 1 && c.cp_shards_weights) flags += " --cp-shards-weights off";
+  if (c.ep > 1 && c.ep_shards_weights) flags += " --ep-shards-weights off";
+  return flags;
+}
+
 PreparedRun prepare_run(const RunConfig& c, const Profile* extra) {
   System sys = resolve_run_system(c, extra);
   ModelSpec model = resolve_model(c.model);

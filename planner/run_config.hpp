@@ -121,6 +121,11 @@ Policy resolve_policy(const RunConfig& config, const StepGraph& graph);
 // Megatron's MoE parallel folding: experts whole over an expert group of ep GPUs that spans tp (expert_tp 1
 // under tp > 1); the mesh's expert axis is then ep / tp.
 inline bool folds_experts(const RunConfig& c) { return c.expert_tp == 1 && c.tp > 1; }
+
+// The fields whose MaxText reading (their defaults) differs from how Megatron-Core runs the config, as the flags
+// that read it Megatron's way: the rank order (with two parallel axes or more), the context exchange, and the
+// context and expert axes sharding the other weights. Empty: every one is Megatron's, or none matters here.
+std::string megatron_reading_flags(const RunConfig& config);
 // expert_tp 1 needs experts (checked before training_shape, whose expert group it would otherwise question).
 void check_expert_tp(const RunConfig& config, const ModelSpec& model);
 // The training shape (GPUs, batch, sequence, accumulation, parallel degrees) of a config, unchecked.

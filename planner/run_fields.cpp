@@ -109,7 +109,8 @@ const std::vector<RunField> kFields = {
      "layers on and reloaded from the backward n - 1 - N layers ahead); a layer's ops run as XLA's latency-hiding "
      "scheduler orders them (maxtext, with lhs) or in program order (megatron: no such scheduler, lhs does not "
      "apply; a collective holds the compute stream unless a library overlaps it: the CP ring, the expert "
-     "all-to-all under ep_overlap, tp under tp_comm_overlap)",
+     "all-to-all under ep_overlap, tp under tp_comm_overlap); the layout fields mesh_order, cp_exchange, "
+     "cp_shards_weights and ep_shards_weights keep their own (MaxText) defaults",
      &C::framework},
     {"sharded_optimizer", "--sharded-optimizer",
      "Optimizer state sharded over the gradient-sync axes, dp (x cp when cp does not shard weights, and for the "
