@@ -80,6 +80,16 @@ std::vector<bool> ep_overlap_choices(const RunConfig& base, const ModelSpec& mod
 
 bool is_offload_queue(const std::string& q) { return q == "d2h" || q == "h2d"; }
 
+// Where a layout that cannot fit keeps its state instead, in the order tried: (optimizer_offload,
+// parameter_offload). Megatron has one of them, its CPU optimizer (--optimizer-cpu-offload: the update on the
+// host); MaxText streams the state through HBM for the GPU update or updates it on the host, and can keep the
+// parameters there too.
+const std::vector<std::pair<std::string, bool>>& state_offload_retries(const RunConfig& base) {
+  static const std::vector<std::pair<std::string, bool>> maxtext = {{"device", false}, {"host", false}, {"device", true}, {"host", true}},
+                                                         megatron = {{"host", false}};
+  return base.framework == "megatron" ? megatron : maxtext;
+}
+
 }  // namespace
 
 std::vector<std::string> default_layout_policies(const RunConfig& base) {
@@ -237,7 +247,7 @@ LayoutSearch search_layouts(const RunConfig& base, const LayoutSearchOptions& o)
   for (const RunConfig& c : all) {
     if (consider(c) != Verdict::over || !retry) continue;
     ++out.offloaded;
-    for (const auto& [optimizer, parameters] : {std::pair{"device", false}, {"host", false}, {"device", true}, {"host", true}}) {
+    for (const auto& [optimizer, parameters] : state_offload_retries(base)) {
       RunConfig& v = variants.emplace_back(c);
       v.optimizer_offload = optimizer;
       v.parameter_offload = parameters;

@@ -23,7 +23,7 @@ struct LayoutSearchOptions {
   std::vector<std::int64_t> micro_batches = {1, 2};  // sequences per model replica per micro-step
   // A candidate whose HBM lower bound exceeds capacity is tried again with its optimizer state in pinned host
   // memory (updated on the GPU, then on the host CPU), then with its parameters there too (when the base
-  // config offloads neither).
+  // config offloads neither); under framework megatron only with Megatron's CPU optimizer (the host update).
   bool state_offload = true;
   // Called after each simulated candidate (from one thread at a time): done, total to simulate.
   std::function<void(std::size_t, std::size_t)> progress;

@@ -177,14 +177,15 @@ TrainingSpec training_shape(const RunConfig& c) {
   p.vp = c.vp;
   p.schedule = parse_pipeline_schedule(c.pp_schedule, "pp_schedule");
   p.split = {c.first_stage_layers, c.last_stage_layers, c.embedding_as_layer, c.loss_as_layer, c.pipeline_layout};
-  p.order = parse_mesh_order(c.mesh_order, "mesh_order");
+  const LayoutReading reading = layout_reading(c);
+  p.order = parse_mesh_order(reading.mesh_order, "mesh_order");
   p.sequence_parallel = c.sequence_parallel;
-  if (c.cp_exchange == "ring") p.cp_exchange = CpExchange::ring;
-  else if (c.cp_exchange == "all_gather") p.cp_exchange = CpExchange::all_gather;
-  else throw InputError("cp_exchange = " + quote(c.cp_exchange) + " (expected ring or all_gather)");
+  if (reading.cp_exchange == "ring") p.cp_exchange = CpExchange::ring;
+  else if (reading.cp_exchange == "all_gather") p.cp_exchange = CpExchange::all_gather;
+  else throw InputError("cp_exchange = " + quote(c.cp_exchange) + " (expected ring, all_gather or auto)");
   p.sharded_optimizer = c.sharded_optimizer;
-  p.cp_shards_weights = c.cp_shards_weights;
-  p.ep_shards_weights = c.ep_shards_weights;
+  p.cp_shards_weights = reading.cp_shards_weights;
+  p.ep_shards_weights = reading.ep_shards_weights;
   // Folding: the user's ep is Megatron's expert group (expert_model_parallel_size), which spans tp; the mesh's
   // ep axis is the part of it carved out of data parallelism.
   if (folds_experts(c)) {
@@ -272,14 +273,24 @@ void check_ep_overlap(const RunConfig& c, const PreparedRun& r) {
 
 }  // namespace
 
+LayoutReading layout_reading(const RunConfig& c) {
+  const bool megatron = c.framework == "megatron";
+  return {c.mesh_order == "auto" ? (megatron ? "megatron" : "maxtext") : c.mesh_order,
+          c.cp_exchange == "auto" ? (megatron ? "ring" : "all_gather") : c.cp_exchange, c.cp_shards_weights.on(!megatron),
+          c.ep_shards_weights.on(!megatron)};
+}
+
 std::string megatron_reading_flags(const RunConfig& c) {
+  RunConfig as_megatron = c;
+  as_megatron.framework = "megatron";
+  const LayoutReading r = layout_reading(as_megatron);
   std::string flags;
   int axes = 0;
   for (std::int64_t d : {c.tp, c.cp, c.ep, c.fsdp, c.dp, c.pp}) axes += d > 1;
-  if (axes >= 2 && c.mesh_order != "megatron") flags += " --mesh-order megatron";
-  if (c.cp > 1 && c.cp_exchange != "ring") flags += " --cp-exchange ring";
-  if (c.cp > 1 && c.cp_shards_weights) flags += " --cp-shards-weights off";
-  if (c.ep > 1 && c.ep_shards_weights) flags += " --ep-shards-weights off";
+  if (axes >= 2 && r.mesh_order != "megatron") flags += " --mesh-order megatron";
+  if (c.cp > 1 && r.cp_exchange != "ring") flags += " --cp-exchange ring";
+  if (c.cp > 1 && r.cp_shards_weights) flags += " --cp-shards-weights off";
+  if (c.ep > 1 && r.ep_shards_weights) flags += " --ep-shards-weights off";
   return flags;
 }
 

@@ -18,6 +18,18 @@ namespace hbmsim {
 
 // Every field is listed once, with its JSON key, flag, help and check, in planner/run_fields.cpp; set,
 // to_json and from_json read that table.
+// An on/off field whose default follows the framework (auto). A bool sets it; it is read through
+// layout_reading, never as a bool.
+struct Switch {
+  enum class State : std::uint8_t { automatic, off, on };
+  State state = State::automatic;
+  Switch() = default;
+  Switch(bool v) : state(v ? State::on : State::off) {}  // NOLINT(google-explicit-constructor): set like a bool
+  bool is_auto() const { return state == State::automatic; }
+  bool on(bool automatic) const { return is_auto() ? automatic : state == State::on; }
+  bool operator==(const Switch&) const = default;
+};
+
 struct RunConfig {
   std::string system = "gb200-nvl72";
   std::string model = "llama3.1-8b";
@@ -37,15 +49,15 @@ struct RunConfig {
   bool embedding_as_layer = false, loss_as_layer = false;
   std::string pipeline_layout;          // Megatron pipeline_model_parallel_layout ("": the split above)
   bool reshard_weights = true;          // FSDP frees gathered weights after each use
-  std::string mesh_order = "maxtext";   // maxtext, megatron, or the axes outermost first
+  std::string mesh_order = "auto";      // maxtext, megatron, the axes outermost first, or auto (layout_reading)
   bool sequence_parallel = true;
-  std::string cp_exchange = "all_gather";  // ring (Megatron p2p) or all_gather (MaxText)
+  std::string cp_exchange = "auto";     // ring (Megatron p2p), all_gather (MaxText), or auto (layout_reading)
   bool sharded_optimizer = false;
   std::string framework = "maxtext";    // whose training state layout: maxtext (fp32 weights) or megatron
   std::string grad_reduce_dtype = "fp32";  // the gradient buffer and its reductions: fp32 or bf16
   std::string optimizer_moments_dtype = "fp32";  // Adam's two moments: fp32 or bf16 (precision-aware optimizer)
-  bool cp_shards_weights = true;
-  bool ep_shards_weights = true;  // the expert axis shards the non-expert weights too (MaxText)
+  Switch cp_shards_weights;  // the context axis shards the weights FSDP-style (MaxText); auto: layout_reading
+  Switch ep_shards_weights;  // the expert axis shards the non-expert weights too (MaxText); auto: layout_reading
   std::string moe_dispatcher = "alltoall";  // alltoall (a copy per chosen expert) or flex (DeepEP, HybridEP)
   std::int64_t expert_tp = 0;  // Megatron expert_tensor_parallel_size: 0 (= tp) or 1 (experts folded over tp)
   bool tp_comm_overlap = false;
@@ -122,9 +134,19 @@ Policy resolve_policy(const RunConfig& config, const StepGraph& graph);
 // under tp > 1); the mesh's expert axis is then ep / tp.
 inline bool folds_experts(const RunConfig& c) { return c.expert_tp == 1 && c.tp > 1; }
 
-// The fields whose MaxText reading (their defaults) differs from how Megatron-Core runs the config, as the flags
-// that read it Megatron's way: the rank order (with two parallel axes or more), the context exchange, and the
-// context and expert axes sharding the other weights. Empty: every one is Megatron's, or none matters here.
+// How the layout fields read a config: as given, or (auto) as its framework does: Megatron-Core's rank order
+// (tp innermost, then cp, ep, dp, pp), its ring context exchange, and context and expert ranks holding the
+// other weights whole under framework megatron; MaxText's (its mesh order, all-gathered keys and values,
+// weights sharded over cp and ep FSDP-style) otherwise.
+struct LayoutReading {
+  std::string mesh_order, cp_exchange;
+  bool cp_shards_weights = true, ep_shards_weights = true;
+};
+LayoutReading layout_reading(const RunConfig& config);
+
+// The layout fields given a MaxText value where Megatron-Core's differs, as the flags that read the config
+// Megatron's way under framework megatron: the rank order (with two parallel axes or more), the context
+// exchange, the context and expert axes sharding the other weights. Empty: none, or none matters here.
 std::string megatron_reading_flags(const RunConfig& config);
 // expert_tp 1 needs experts (checked before training_shape, whose expert group it would otherwise question).
 void check_expert_tp(const RunConfig& config, const ModelSpec& model);

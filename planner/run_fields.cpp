@@ -63,22 +63,24 @@ const std::vector<RunField> kFields = {
      "as mtp_layers, in the last chunk), L loss, X*N repeats (e.g. Et*4|(t*4|)*14tmL); every chunk's layers outright",
      &C::pipeline_layout},
     {"mesh_order", "--mesh-order",
-     "Device mesh order, outermost first: maxtext (dp,pp,fsdp,cp,tp,ep), megatron (pp,dp,fsdp,ep,cp,tp) or a list",
+     "Device mesh order, outermost first: maxtext (dp,pp,fsdp,cp,tp,ep), megatron (pp,dp,fsdp,ep,cp,tp), a list, "
+     "or auto (the framework's)",
      &C::mesh_order},
     {"sequence_parallel", "--sequence-parallel",
      "With tp: norm/residual activations sharded over tp, all-gather/reduce-scatter around each block (off: all-reduce)",
      &C::sequence_parallel},
     {"cp_exchange", "--cp-exchange",
-     "How context parallelism exchanges keys and values: all_gather (MaxText) or ring (Megatron p2p, overlapped)",
+     "How context parallelism exchanges keys and values: all_gather (MaxText), ring (Megatron p2p, overlapped), or "
+     "auto (the framework's)",
      &C::cp_exchange},
     {"cp_shards_weights", "--cp-shards-weights",
      "The context axis shards the weights FSDP-style (MaxText); off: context ranks hold them whole and sum their "
-     "gradients with dp (Megatron-Core)",
+     "gradients with dp (Megatron-Core); auto: the framework's",
      &C::cp_shards_weights},
     {"ep_shards_weights", "--ep-shards-weights",
      "The expert axis shards the non-expert weights FSDP-style (MaxText); off: expert-parallel ranks hold them "
      "whole and sum their gradients with dp, the experts' gradients only over expert data parallelism "
-     "(Megatron-Core)",
+     "(Megatron-Core); auto: the framework's",
      &C::ep_shards_weights},
     {"moe_dispatcher", "--moe-dispatcher",
      "How ep moves tokens to their experts (Megatron's moe_token_dispatcher_type): alltoall (one copy per chosen "
@@ -109,8 +111,9 @@ const std::vector<RunField> kFields = {
      "layers on and reloaded from the backward n - 1 - N layers ahead); a layer's ops run as XLA's latency-hiding "
      "scheduler orders them (maxtext, with lhs) or in program order (megatron: no such scheduler, lhs does not "
      "apply; a collective holds the compute stream unless a library overlaps it: the CP ring, the expert "
-     "all-to-all under ep_overlap, tp under tp_comm_overlap); the layout fields mesh_order, cp_exchange, "
-     "cp_shards_weights and ep_shards_weights keep their own (MaxText) defaults",
+     "all-to-all under ep_overlap, tp under tp_comm_overlap); it also sets what mesh_order, cp_exchange, "
+     "cp_shards_weights and ep_shards_weights mean when auto (their default): Megatron-Core's rank order, ring "
+     "and whole weights on context and expert ranks, or MaxText's",
      &C::framework},
     {"sharded_optimizer", "--sharded-optimizer",
      "Optimizer state sharded over the gradient-sync axes, dp (x cp when cp does not shard weights, and for the "
@@ -230,6 +233,15 @@ bool parse_bool_text(const std::string& v, const std::string& where) {
   throw InputError(where + " = \"" + v + "\" (expected on or off)");
 }
 
+Switch parse_switch_text(const std::string& v, const std::string& where) {
+  if (v == "auto") return Switch{};
+  try {
+    return Switch(parse_bool_text(v, where));
+  } catch (const InputError&) {
+    throw InputError(where + " = \"" + v + "\" (expected on, off or auto)");
+  }
+}
+
 const std::vector<RunField>& run_fields() { return kFields; }
 
 const RunField* find_run_field(std::string_view name) {
@@ -268,6 +280,7 @@ std::string RunField::type() const {
     std::string operator()(bool RunConfig::*) const { return "on/off"; }
     std::string operator()(double RunConfig::*) const { return "number"; }
     std::string operator()(std::optional<double> RunConfig::*) const { return "number"; }
+    std::string operator()(Switch RunConfig::*) const { return "on/off"; }
   } visit;
   return std::visit(visit, member);
 }
@@ -293,6 +306,7 @@ void RunField::set(RunConfig& c, const std::string& text, const std::string& whe
     void operator()(bool RunConfig::*m) const { c.*m = parse_bool_text(text, where); }
     void operator()(double RunConfig::*m) const { c.*m = parse_double_text(text, where); }
     void operator()(std::optional<double> RunConfig::*m) const { c.*m = parse_double_text(text, where); }
+    void operator()(Switch RunConfig::*m) const { c.*m = parse_switch_text(text, where); }
   } visit{text, where, c};
   std::visit(visit, member);
 }
@@ -315,6 +329,9 @@ void RunField::read(RunConfig& c, const JsonView& v) const {
     }
     void operator()(double RunConfig::*m) const { c.*m = read_number(); }
     void operator()(std::optional<double> RunConfig::*m) const { c.*m = read_number(); }
+    void operator()(Switch RunConfig::*m) const {
+      c.*m = v.raw().is_string() ? parse_switch_text(v.string(), where) : Switch(v.boolean());
+    }
     double read_number() const {
       switch (f.check) {
         case FieldCheck::positive: return v.positive();
@@ -343,6 +360,10 @@ std::optional<nlohmann::json> RunField::json(const RunConfig& c) const {
     std::optional<nlohmann::json> operator()(std::optional<double> RunConfig::*m) const {
       if (!(c.*m)) return std::nullopt;
       return num(*(c.*m));
+    }
+    std::optional<nlohmann::json> operator()(Switch RunConfig::*m) const {
+      const Switch s = c.*m;
+      return s.is_auto() ? nlohmann::json("auto") : nlohmann::json(s.on(false));
     }
   } visit{c, number};
   return std::visit(visit, member);

@@ -20,7 +20,7 @@ enum class FieldCheck { none, positive, non_negative, fraction };
 
 struct RunField {
   using Member = std::variant<std::string RunConfig::*, std::int64_t RunConfig::*, bool RunConfig::*,
-                              double RunConfig::*, std::optional<double> RunConfig::*>;
+                              double RunConfig::*, std::optional<double> RunConfig::*, Switch RunConfig::*>;
   std::string_view name;  // JSON key and sweep axis
   std::string_view flag;  // CLI flag
   std::string_view help;
@@ -49,5 +49,7 @@ std::string run_fields_markdown();
 std::int64_t parse_int_text(const std::string& v, const std::string& where);
 double parse_double_text(const std::string& v, const std::string& where);
 bool parse_bool_text(const std::string& v, const std::string& where);
+// An on/off field that may follow the framework: on/off as parse_bool_text, or auto.
+Switch parse_switch_text(const std::string& v, const std::string& where);
 
 }  // namespace hbmsim

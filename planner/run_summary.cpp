@@ -118,10 +118,6 @@ std::vector<std::string> run_warnings(const RunConfig& c, const PreparedRun& run
   if (!run.system.calibration_system.empty() && run.system.calibration_system != run.system.id)
     w.push_back("calibration " + run.system.calibration + " was fitted on " + run.system.calibration_system +
                 " and is applied to " + run.system.id + " as a what-if");
-  if (c.framework == "megatron")
-    if (const std::string flags = megatron_reading_flags(c); !flags.empty())
-      w.push_back("framework megatron sets Megatron's training state and program order; the layout is read MaxText's "
-                  "way where these are not given:" + flags);
   if (c.framework == "megatron" && !c.lhs)
     w.push_back("lhs = off does not apply to framework megatron: Megatron runs a layer in program order, with no "
                 "latency-hiding scheduler to turn off");

@@ -77,24 +77,6 @@ TEST_CASE("an MoE model on several GPUs with ep 1 gets a one-line warning; with 
   CHECK(with.err.empty());
 }
 
-TEST_CASE("framework megatron with the layout read MaxText's way is warned about, naming the flags", "[cli][output]") {
-  // Llama 3.1 8B on 16 H100s, tp 2 x cp 2 x fsdp 4: three axes, so the rank order matters, and cp exchanges
-  // keys and values and shards the weights MaxText's way unless told.
-  const std::string run = "simulate --system h100-hgx --model llama3.1-8b --gpus 16 --tp 2 --cp 2 --framework megatron";
-  auto maxtext_read = test::cli(run);
-  REQUIRE(maxtext_read.status == 0);
-  CHECK(has_line(maxtext_read.err, "hbmsim: warning: framework megatron sets Megatron's training state and program order; the "
-                                   "layout is read MaxText's way where these are not given: --mesh-order megatron --cp-exchange "
-                                   "ring --cp-shards-weights off"));
-  auto megatron_read = test::cli(run + " --mesh-order megatron --cp-exchange ring --cp-shards-weights off");
-  REQUIRE(megatron_read.status == 0);
-  CHECK(megatron_read.err.empty());
-  // On one axis the order changes nothing: no warning.
-  auto one_axis = test::cli("simulate --system h100-hgx --model llama3.1-8b --gpus 8 --framework megatron");
-  REQUIRE(one_axis.status == 0);
-  CHECK(one_axis.err.empty());
-}
-
 TEST_CASE("a what-if an order of magnitude off the hardware is warned about in its units", "[cli][output]") {
   // 298 bytes where 298 GB was meant: 298 / 284,208 MiB (2.98e11 bytes) = 1e-9 of the VR figure.
   auto r = test::cli("simulate --system vr-nvl144 --model llama3.1-8b --hbm-bytes 298");

@@ -87,8 +87,9 @@ TEST_CASE("physics holds over 500 random configurations", "[invariants]") {
     // when it does not shard weights, and for the non-expert weights ep when it does not shard them.
     const auto mesh = prepare_run(c).graph.mesh;
     auto size = [&](Axis a) { return static_cast<double>(mesh.size(a)); };
-    const double cp_w = c.cp_shards_weights ? size(Axis::cp) : 1, cp_s = c.cp_shards_weights ? 1 : size(Axis::cp);
-    const double ep_w = c.ep_shards_weights ? size(Axis::ep) : 1, ep_s = c.ep_shards_weights ? 1 : size(Axis::ep);
+    const LayoutReading reading = layout_reading(c);  // auto fields as the framework reads them
+    const double cp_w = reading.cp_shards_weights ? size(Axis::cp) : 1, cp_s = reading.cp_shards_weights ? 1 : size(Axis::cp);
+    const double ep_w = reading.ep_shards_weights ? size(Axis::ep) : 1, ep_s = reading.ep_shards_weights ? 1 : size(Axis::ep);
     const double expert_shards = size(Axis::fsdp) * size(Axis::ep) * size(Axis::tp) * cp_w;
     const double dense_shards = size(Axis::fsdp) * size(Axis::tp) * cp_w * ep_w;
     const double P = model.total_params();

@@ -1,4 +1,5 @@
 // plan layout (issue #19): the bounds it prunes with, the search, and what it prints.
+#include <algorithm>
 #include <random>
 #include <set>
 
@@ -188,6 +189,40 @@ TEST_CASE("the search's policies follow the framework: MaxText's presets, or Meg
   for (const RunConfig& c : layout_candidates(base, o)) CHECK(c.policy == "minimal");
 }
 
+TEST_CASE("under Megatron's state a layout that cannot fit is retried with Megatron's CPU optimizer only", "[layout]") {
+  // DeepSeek-V3 on 128 GB200s, full recompute, read Megatron's way: every expert-parallel rank holds the other
+  // weights whole, so some layouts fit only with their state off the GPU. Megatron's one way is
+  // --optimizer-cpu-offload (the update on the host); MaxText's GPU update of streamed state and its parameter
+  // offload are not tried.
+  RunConfig base;
+  base.model = "deepseek-v3-671b";
+  base.system = "gb200-nvl72";
+  base.gpus = 128;
+  base.seq = 4096;
+  base.framework = "megatron";
+  LayoutSearchOptions o;
+  o.top = 40;
+  o.policies = {"full"};
+  o.micro_batches = {1};
+  const LayoutSearch r = search_layouts(base, o);
+  REQUIRE(!r.top.empty());
+  CHECK(std::any_of(r.top.begin(), r.top.end(), [](const LayoutResult& l) { return l.config.optimizer_offload == "host"; }));
+  for (const LayoutResult& l : r.top) {
+    CHECK(l.config.optimizer_offload != "device");
+    CHECK(!l.config.parameter_offload);
+  }
+  // On 64 nothing fits that way (the state and fp32 gradients, 225 GiB per GPU, exceed the 179 GiB of pinned
+  // host memory per GPU): a result that says so.
+  base.gpus = 64;
+  const LayoutSearch none = search_layouts(base, o);
+  CHECK(none.top.empty());
+  CHECK_THAT(none.none_fit, Catch::StartsWith("nothing fits"));
+  // MaxText's state and reading: the GPU update is tried first, and some fit with it.
+  base.framework = "maxtext";
+  const LayoutSearch x = search_layouts(base, o);
+  CHECK(std::any_of(x.top.begin(), x.top.end(), [](const LayoutResult& l) { return l.config.optimizer_offload == "device"; }));
+}
+
 TEST_CASE("under Megatron's state the layout search also folds an MoE model's experts over tp", "[layout][parallel]") {
   // DeepSeek-V3 (256 routed experts) on 64 GB200s. Folding (expert_tp 1) is a second reading of a mesh with
   // tp > 1 and cp 1: the same tp x cp x pp x ep-axis x data axes, the experts whole over an expert group of
@@ -256,11 +291,14 @@ TEST_CASE("an MoE search under Megatron's state prunes to the exhaustive answer,
   // DeepSeek-V3 on 64 GB200s, 256 sequences (4 micro-batches per replica at ep 64): the search also tries
   // folded experts and combined 1F1B, whose extra in-flight micro-batch and reordered collectives the bounds
   // must still bound. The pruned and exhaustive searches list the same top 5, and the all-to-all overlap,
-  // which hides most of ep's exposed time here, is in the winner.
+  // which hides most of ep's exposed time here, is in the winner. The layout is read MaxText's way (the other
+  // weights sharded over ep too): read Megatron's way DeepSeek-V3 does not fit on 64 GPUs.
   RunConfig base;
   base.model = "deepseek-v3-671b";
   base.system = "gb200-nvl72";
   base.framework = "megatron";
+  base.mesh_order = "maxtext";
+  base.ep_shards_weights = true;
   base.gpus = 64;
   base.seq = 4096;
   base.global_batch = 256;
@@ -278,11 +316,11 @@ TEST_CASE("an MoE search under Megatron's state prunes to the exhaustive answer,
 }
 
 TEST_CASE("plan layout marks a folded layout and prints the settings that fold it", "[layout][cli]") {
-  // DeepSeek-V3 on 64 GB200s with full recompute at micro-batch 1. At tp 4 a GPU holds as many expert bytes
-  // either way (quarter slices of 16 experts, or 4 whole ones over ep 64), but folded the dispatched tokens
-  // skip tp's gather and scatter, so folded layouts reach the top list. The table marks them "ep Nf", and a
+  // DeepSeek-V3 on 128 GB200s with full recompute at micro-batch 1. At tp 2 a GPU holds as many expert bytes
+  // either way (half slices of 8 experts, or 4 whole ones over ep 64), but folded the dispatched tokens skip
+  // tp's gather and scatter, so folded layouts reach the top list. The table marks them "ep Nf", and a
   // row's Megatron line sets expert tensor parallelism 1 exactly when it folds.
-  auto r = test::cli("plan layout --model deepseek-v3-671b --gpus 64 --system gb200-nvl72 --framework megatron --seq 4096 "
+  auto r = test::cli("plan layout --model deepseek-v3-671b --gpus 128 --system gb200-nvl72 --framework megatron --seq 4096 "
                      "--policies full --micro-batches 1 --top 10 --json");
   REQUIRE(r.status == 0);
   auto doc = nlohmann::json::parse(r.out);
@@ -297,7 +335,7 @@ TEST_CASE("plan layout marks a folded layout and prints the settings that fold i
     CHECK(run_simulation(c).tokens_per_s_per_device == t["report"]["tokens_per_s_per_device"].get<double>());
   }
   CHECK(any_folded);
-  auto text = test::cli("plan layout --model deepseek-v3-671b --gpus 64 --system gb200-nvl72 --framework megatron --seq 4096 "
+  auto text = test::cli("plan layout --model deepseek-v3-671b --gpus 128 --system gb200-nvl72 --framework megatron --seq 4096 "
                         "--policies full --micro-batches 1 --top 10 --progress off");
   REQUIRE(text.status == 0);
   CHECK_THAT(text.out, Catch::Contains("f  ") && Catch::Contains("ep Nf: expert tensor parallelism 1"));
@@ -470,22 +508,23 @@ TEST_CASE("the Megatron arguments say what a config sets", "[layout][plan]") {
   c.ep_overlap = true;
   CHECK_THAT(megatron_settings(c), Catch::Contains("--overlap-moe-expert-parallel-comm"));
   CHECK_THAT(maxtext_settings(c), Catch::Contains("combined 1F1B, which MaxText does not have"));
-  // The fields in which this config (MaxText's defaults for them) reads the run otherwise than Megatron runs
-  // it are named as the flags that would simulate it Megatron's way; none once each is Megatron's.
-  CHECK_THAT(megatron_settings(c), Catch::EndsWith(" (simulated otherwise than Megatron runs it; as Megatron: --framework megatron "
-                                                   "--mesh-order megatron --cp-exchange ring --cp-shards-weights off --ep-shards-weights off)"));
+  // A config simulated otherwise than Megatron runs it ends in the flags that would simulate it Megatron's way.
+  // Its layout fields are auto, so the framework alone reads them Megatron's way.
+  CHECK_THAT(megatron_settings(c), Catch::EndsWith(" (simulated otherwise than Megatron runs it; as Megatron: --framework megatron)"));
   c.framework = "megatron";
-  c.mesh_order = "megatron";
-  c.cp_exchange = "ring";
-  c.cp_shards_weights = c.ep_shards_weights = false;
   CHECK_THAT(megatron_settings(c), !Catch::Contains("otherwise than Megatron"));
+  // MaxText's readings given outright stay so under either framework, and are named.
+  c.mesh_order = "maxtext";
+  c.cp_exchange = "all_gather";
+  c.cp_shards_weights = c.ep_shards_weights = true;
+  CHECK_THAT(megatron_settings(c), Catch::EndsWith(" (simulated otherwise than Megatron runs it; as Megatron: --mesh-order megatron "
+                                                   "--cp-exchange ring --cp-shards-weights off --ep-shards-weights off)"));
   // On one axis the mesh order changes nothing.
   RunConfig one;
   one.framework = "megatron";
   one.fsdp = 8;
+  one.mesh_order = "maxtext";
   CHECK_THAT(megatron_settings(one), !Catch::Contains("otherwise than Megatron"));
-  one.framework = "maxtext";
-  CHECK_THAT(megatron_settings(one), Catch::EndsWith("as Megatron: --framework megatron)"));
 }
 
 TEST_CASE("best-policy over a batch list answers each batch as the single-batch search does", "[plan][cli]") {

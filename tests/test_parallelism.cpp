@@ -193,6 +193,57 @@ TEST_CASE("Megatron's expert parallelism keeps the non-expert weights whole and 
   CHECK(maxtext.comm_bytes.at("fsdp") > 0);
 }
 
+TEST_CASE("the layout fields left auto read a config as its framework does; given ones win", "[parallel][megatron]") {
+  RunConfig c;
+  LayoutReading r = layout_reading(c);  // maxtext
+  CHECK((r.mesh_order == "maxtext" && r.cp_exchange == "all_gather" && r.cp_shards_weights && r.ep_shards_weights));
+  c.framework = "megatron";
+  r = layout_reading(c);
+  CHECK((r.mesh_order == "megatron" && r.cp_exchange == "ring" && !r.cp_shards_weights && !r.ep_shards_weights));
+  c.mesh_order = "dp,pp,fsdp,ep,cp,tp";
+  c.cp_exchange = "all_gather";
+  c.ep_shards_weights = true;
+  r = layout_reading(c);
+  CHECK((r.mesh_order == "dp,pp,fsdp,ep,cp,tp" && r.cp_exchange == "all_gather" && !r.cp_shards_weights && r.ep_shards_weights));
+
+  // A run: Llama 3.1 8B on 16 H100s, tp 2 x cp 2 x fsdp 4 under Megatron's state. Left auto, it is the run
+  // with Megatron-Core's four readings given outright, and not the one with MaxText's, where cp shards the
+  // weights too: 2 bytes per parameter over tp 2 x fsdp 4 x cp 2, half of Megatron's over tp 2 x fsdp 4.
+  RunConfig run;
+  run.system = "h100-hgx";
+  run.model = "llama3.1-8b";
+  run.gpus = 16;
+  run.tp = 2;
+  run.cp = 2;
+  run.framework = "megatron";
+  const StepReport automatic = run_simulation(run);
+  RunConfig given = run;
+  given.mesh_order = "megatron";
+  given.cp_exchange = "ring";
+  given.cp_shards_weights = given.ep_shards_weights = false;
+  const StepReport megatron = run_simulation(given);
+  CHECK(automatic.step_time_s == megatron.step_time_s);
+  CHECK(automatic.hbm_peak_bytes == megatron.hbm_peak_bytes);
+  CHECK(automatic.comm_bytes == megatron.comm_bytes);
+  given.mesh_order = "maxtext";
+  given.cp_exchange = "all_gather";
+  given.cp_shards_weights = given.ep_shards_weights = true;
+  const StepReport maxtext = run_simulation(given);
+  CHECK(maxtext.hbm_breakdown_bytes.at("parameters") == Approx(megatron.hbm_breakdown_bytes.at("parameters") / 2).epsilon(1e-12));
+
+  // auto travels as a value: written, read back, and taken from the flag's text; anything else is refused.
+  CHECK(run.to_json().at("cp_shards_weights") == "auto");
+  CHECK(run.to_json().at("mesh_order") == "auto");
+  CHECK(RunConfig::from_json(run.to_json(), "test").cp_shards_weights.is_auto());
+  CHECK(RunConfig::from_json(given.to_json(), "test").cp_shards_weights == Switch(true));
+  run.set("ep_shards_weights", "off", "--ep-shards-weights");
+  CHECK(run.ep_shards_weights == Switch(false));
+  run.set("ep_shards_weights", "auto", "--ep-shards-weights");
+  CHECK(run.ep_shards_weights.is_auto());
+  CHECK_THROWS_WITH(run.set("ep_shards_weights", "maybe", "--ep-shards-weights"),
+                    "--ep-shards-weights = \"maybe\" (expected on, off or auto)");
+}
+
 TEST_CASE("expert_tp 1 folds the experts over tp: whole experts, one all-to-all over ep x tp, no tp gather", "[parallel][ep]") {
   // DeepSeek-V3 on 64 GB200s at tp 2, Megatron state, distributed optimizer, every GPU holding 1/64 of the
   // experts' weights in one of two ways:
@@ -376,6 +427,7 @@ TEST_CASE("Megatron runs in program order: a collective no library overlaps hold
   moe.ep = 8;
   moe.seq = 2048;
   moe.batch = 1;
+  moe.ep_shards_weights = false;  // one layout reading under both frameworks (auto differs between them)
   moe.framework = "megatron";
   const StepReport a2a = run_simulation(moe);
   REQUIRE(a2a.busy_s.at("ep") > 0.01);
