@@ -41,11 +41,13 @@ inline RunConfig random_config(std::mt19937& rng) {
   c.tp_comm_overlap = coin();
   c.dp_overlap = coin();
   c.sharded_optimizer = coin();
-  c.cp_exchange = coin() ? "ring" : "all_gather";
-  c.cp_shards_weights = coin();
-  c.mesh_order = coin() ? "maxtext" : "megatron";
+  // The layout fields given outright or left to the framework (auto).
+  auto on_off_auto = [&] { return pick<int>(rng, {0, 1, 2}); };
+  c.cp_exchange = pick<std::string>(rng, {"ring", "all_gather", "auto"});
+  if (const int v = on_off_auto(); v < 2) c.cp_shards_weights = v == 1;
+  c.mesh_order = pick<std::string>(rng, {"maxtext", "megatron", "auto"});
   c.calibration = coin() ? "gb200-fitted" : "";
-  c.ep_shards_weights = coin();
+  if (const int v = on_off_auto(); v < 2) c.ep_shards_weights = v == 1;
   if (moe) {
     c.moe_dispatcher = coin() ? "flex" : "alltoall";
     c.mtp_layers = coin() ? 1 : 0;
