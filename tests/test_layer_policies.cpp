@@ -38,6 +38,20 @@ RunConfig llama405b_gb200() {
   return c;
 }
 
+// The tensors a config's policy keeps on device in layer 3 (a dense layer of every model used here).
+std::set<std::string> kept_on_device(const RunConfig& c) {
+  const auto run = prepare_run(c);
+  const LayerTemplate& t = run.graph.layer(3);
+  std::vector<Placement> placement;
+  std::vector<bool> needed;
+  std::vector<int> producer;
+  place_tensors(t, run.policy, placement, needed, producer);
+  std::set<std::string> kept;
+  for (std::size_t k = 0; k < t.tensors.size(); ++k)
+    if (placement[k] == Placement::device) kept.insert(t.tensors[k].name);
+  return kept;
+}
+
 }  // namespace
 
 TEST_CASE("a layer rule over every layer is the same run as that policy", "[policy][layers]") {
@@ -192,25 +206,17 @@ TEST_CASE("no_recompute keeps what each backward op reads, a gathered input shar
   // reduce-scatter, nor the gathered norm outputs.
   RunConfig c = test::llama8b_h200("no_recompute");
   c.tp = 2;
-  const auto run = prepare_run(c);
-  const LayerTemplate& t = run.graph.layer(3);
-  std::vector<Placement> placement;
-  std::vector<bool> needed;
-  std::vector<int> producer;
-  place_tensors(t, run.policy, placement, needed, producer);
-  std::set<std::string> kept, expected = {"decoder_layer_input", "attn_norm", "query_proj", "key_proj", "value_proj", "context",
+  const std::set<std::string> expected = {"decoder_layer_input", "attn_norm", "query_proj", "key_proj", "value_proj", "context",
                                           "attention_out", "mlp_norm", "mlpwi_0", "mlpwi_1", "mlp_act"};
-  for (std::size_t k = 0; k < t.tensors.size(); ++k)
-    if (placement[k] == Placement::device) kept.insert(t.tensors[k].name);
-  CHECK(kept == expected);
+  CHECK(kept_on_device(c) == expected);
   // An explicit placement wins (Megatron's selective recompute: the core attention's output recomputed).
   c.tensors = {{"context", "remat"}};
-  place_tensors(t, prepare_run(c).policy, placement, needed, producer);
-  CHECK(placement[static_cast<std::size_t>(t.find_tensor("context"))] == Placement::remat);
+  CHECK(kept_on_device(c).count("context") == 0);
   // The backward replays only the gathers (communication), no compute; so no more FLOPs than keeping every
   // checkpoint name with the internal tensors recomputed.
   c.tensors.clear();
   const auto again = prepare_run(c);
+  const LayerTemplate& t = again.graph.layer(3);
   const Network net(again.system, again.graph.mesh);
   const Costs costs{again.system, net};
   TemplatePlan plan;
@@ -234,17 +240,8 @@ TEST_CASE("selective is no_recompute with the core attention recomputed, as Mega
   // kept q, k and v.
   RunConfig c = test::llama8b_h200("selective");
   c.tp = 2;
-  const auto run = prepare_run(c);
-  const LayerTemplate& t = run.graph.layer(3);
-  std::vector<Placement> placement;
-  std::vector<bool> needed;
-  std::vector<int> producer;
-  place_tensors(t, run.policy, placement, needed, producer);
-  std::set<std::string> kept, expected = {"decoder_layer_input", "attn_norm", "query_proj", "key_proj", "value_proj",
-                                          "attention_out", "mlp_norm", "mlpwi_0", "mlpwi_1", "mlp_act"};
-  for (std::size_t k = 0; k < t.tensors.size(); ++k)
-    if (placement[k] == Placement::device) kept.insert(t.tensors[k].name);
-  CHECK(kept == expected);
+  CHECK(kept_on_device(c) == std::set<std::string>{"decoder_layer_input", "attn_norm", "query_proj", "key_proj", "value_proj",
+                                                   "attention_out", "mlp_norm", "mlpwi_0", "mlpwi_1", "mlp_act"});
   // The same step as spelling it out, and more executed work than keeping the attention output.
   const auto selective = run_simulation(c);
   RunConfig spelled = c;
