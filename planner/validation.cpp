@@ -187,15 +187,13 @@ RunMapping map_published_run(const PublishedRun& r) {
   c.vp = r.vp;
   c.cp = r.cp;
   c.ep = r.ep;
+  // Megatron's training state (bf16 weights, main gradients, master weights in the optimizer state) and
+  // program order, and its reading of the layout (the four layout fields left auto, layout_reading):
   // Megatron-Core's rank order (tp innermost, then cp, ep, dp, pp), its ring (p2p) context-parallel exchange,
   // context and expert-parallel ranks holding whole non-expert weights and summing their gradients with dp
   // (DDP's dense buffers sync over data parallelism with cp, which contains ep; the expert buffers over
-  // expert data parallelism), and its default 1F1B schedule (interleaved when vp > 1).
-  c.mesh_order = "megatron";
-  c.framework = "megatron";  // bf16 weights, main gradients, master weights in the optimizer state
-  c.cp_exchange = "ring";
-  c.cp_shards_weights = false;
-  c.ep_shards_weights = false;
+  // expert data parallelism). Its default 1F1B schedule (interleaved when vp > 1) is set below.
+  c.framework = "megatron";
   // The gradient buffer's dtype. Megatron-LM's --bf16 reduces gradients in fp32 (bare Megatron-Core scripts);
   // Megatron-Bridge's performance configs set grad_reduce_in_fp32 off for every model and precision (since
   // its 25.09 scripts); NeMo's performance scripts (scripts/performance/helpers.py, set_precision_configs) set

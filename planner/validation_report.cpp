@@ -106,10 +106,11 @@ const std::vector<std::string>& validation_rules() {
       "with bf16 exp_avg and exp_avg_sq: 8 bytes of optimizer state per parameter, not 12).",
       "**batch** (Megatron): mbs -> `micro_batch`, gbs -> `global_batch`; the accumulation / micro-batch count is "
       "gbs / (mbs x gpus / (tp x cp x pp)). A `GAn` note that disagrees is shown as a remark.",
-      "**layout**: tp, pp, vp, cp, ep as given ('-' = 1); `mesh_order megatron`; context parallelism as Megatron-Core's "
-      "ring (`cp_exchange ring`, `cp_shards_weights off`); expert parallelism partitions only the experts: the other "
-      "weights are whole on every expert-parallel rank and their gradients summed with dp (`ep_shards_weights off`, "
-      "Megatron-Core's dense and expert DDP buffers); pipeline schedule 1F1B, interleaved when vp > 1 "
+      "**layout**: tp, pp, vp, cp, ep as given ('-' = 1), read as `framework megatron` reads it: Megatron-Core's rank "
+      "order (`mesh_order megatron`); context parallelism as its ring (`cp_exchange ring`, `cp_shards_weights off`); "
+      "expert parallelism partitions only the experts: the other weights are whole on every expert-parallel rank and "
+      "their gradients summed with dp (`ep_shards_weights off`, Megatron-Core's dense and expert DDP buffers); "
+      "pipeline schedule 1F1B, interleaved when vp > 1 "
       "(Megatron's default). Sequence parallelism is on with tp > 1 (hbmsim's default; the sources' recipes set it), "
       "TP communication overlapped with the GEMMs wherever tp > 1 (`tp_comm_overlap on`: the NeMo and Megatron-Bridge "
       "performance recipes' userbuffers; off for bare Megatron-Core scripts, Megatron's default), gradient and parameter "

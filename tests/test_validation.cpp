@@ -158,10 +158,11 @@ TEST_CASE("Validation mapping: Llama 3.1 405B on 256 GB200s, tp 4 x pp 16 x vp 4
   CHECK(c.attention_dtype == "fp8");
   CHECK(c.policy == "no_recompute");  // nothing stated: Megatron keeps what every backward reads
   CHECK(c.tensors.empty());
-  CHECK(c.mesh_order == "megatron");
+  const LayoutReading reading = layout_reading(c);  // Megatron-Core's, by the framework
+  CHECK(reading.mesh_order == "megatron");
   CHECK(c.pp_schedule == "1f1b");
-  CHECK(c.cp_exchange == "ring");
-  CHECK(c.cp_shards_weights == Switch(false));
+  CHECK(reading.cp_exchange == "ring");
+  CHECK_FALSE(reading.cp_shards_weights);
   CHECK(c.tp_comm_overlap);  // Megatron-Bridge's recipes overlap tp communication (userbuffers) where tp > 1
   CHECK(c.grad_reduce_dtype == "bf16");  // its performance configs set grad_reduce_in_fp32 off
   // 126 layers on 16 x 4 chunks: only with the embedding and the loss as a layer each (128 / 64 = 2).
@@ -175,7 +176,7 @@ TEST_CASE("Validation mapping: Llama 3.1 405B on 256 GB200s, tp 4 x pp 16 x vp 4
 TEST_CASE("Validation mapping: DeepSeek-V3 on 256 DGX B300s, pp 8 x ep 8, MXFP8, DDP (derived by hand)", "[validation]") {
   auto c = mapped("MBA,26.04.01,DGX-B300,256,DeepSeek-V3,MXFP8,4096,2,4096,1,8,-,1,8,DDP,,3456,898,,,,");
   CHECK(c.system == "b300-hgx");  // an air-cooled 8-GPU HGX node, not the NVL72 rack of the same GPU
-  CHECK(c.ep_shards_weights == Switch(false));  // Megatron-Core: ep partitions the experts only
+  CHECK_FALSE(layout_reading(c).ep_shards_weights);  // Megatron-Core: ep partitions the experts only
   CHECK(c.model == "deepseek-v3-671b");
   CHECK(c.pp == 8);
   CHECK(c.vp == 1);  // "-": no interleaving
@@ -204,7 +205,7 @@ TEST_CASE("Validation mapping: Mixtral 8x7B, ep 8 carved out of the 64 data-para
   auto c = mapped("NDOC2504,NeMo 25.04,DGX-GB200,64,Mixtral-8x7B,FP8 CS,4096,2,256,1,1,1,1,8,DDP,,19275,1598,,,,GA2");
   CHECK(c.model == "hf/mixtral-8x7b.config.json");
   CHECK(c.ep == 8);
-  CHECK(c.ep_shards_weights == Switch(false));
+  CHECK_FALSE(layout_reading(c).ep_shards_weights);
   CHECK(c.moe_dispatcher == "alltoall");
   CHECK(c.grad_reduce_dtype == "bf16");  // NeMo's performance scripts: FP8 recipes reduce gradients in bf16
   // ... and its BF16 recipes in fp32.
