@@ -16,8 +16,6 @@
 
 namespace hbmsim {
 
-// Every field is listed once, with its JSON key, flag, help and check, in planner/run_fields.cpp; set,
-// to_json and from_json read that table.
 // An on/off field whose default follows the framework (auto). A bool sets it; it is read through
 // layout_reading, never as a bool.
 struct Switch {
@@ -30,6 +28,8 @@ struct Switch {
   bool operator==(const Switch&) const = default;
 };
 
+// Every field is listed once, with its JSON key, flag, help and check, in planner/run_fields.cpp; set,
+// to_json and from_json read that table.
 struct RunConfig {
   std::string system = "gb200-nvl72";
   std::string model = "llama3.1-8b";
@@ -148,6 +148,7 @@ LayoutReading layout_reading(const RunConfig& config);
 // Megatron's way under framework megatron: the rank order (with two parallel axes or more), the context
 // exchange, the context and expert axes sharding the other weights. Empty: none, or none matters here.
 std::string megatron_reading_flags(const RunConfig& config);
+
 // expert_tp 1 needs experts (checked before training_shape, whose expert group it would otherwise question).
 void check_expert_tp(const RunConfig& config, const ModelSpec& model);
 // The training shape (GPUs, batch, sequence, accumulation, parallel degrees) of a config, unchecked.
