@@ -273,24 +273,35 @@ void check_ep_overlap(const RunConfig& c, const PreparedRun& r) {
 
 }  // namespace
 
+namespace {
+
+// Each framework's reading of the layout fields left auto.
+const LayoutReading kMaxtextReading{"maxtext", "all_gather", true, true};
+const LayoutReading kMegatronReading{"megatron", "ring", false, false};
+
+LayoutReading read_layout(const RunConfig& c, const LayoutReading& framework) {
+  return {c.mesh_order == "auto" ? framework.mesh_order : c.mesh_order,
+          c.cp_exchange == "auto" ? framework.cp_exchange : c.cp_exchange,
+          c.cp_shards_weights.on(framework.cp_shards_weights), c.ep_shards_weights.on(framework.ep_shards_weights)};
+}
+
+}  // namespace
+
 LayoutReading layout_reading(const RunConfig& c) {
-  const bool megatron = c.framework == "megatron";
-  return {c.mesh_order == "auto" ? (megatron ? "megatron" : "maxtext") : c.mesh_order,
-          c.cp_exchange == "auto" ? (megatron ? "ring" : "all_gather") : c.cp_exchange, c.cp_shards_weights.on(!megatron),
-          c.ep_shards_weights.on(!megatron)};
+  return read_layout(c, c.framework == "megatron" ? kMegatronReading : kMaxtextReading);
 }
 
 std::string megatron_reading_flags(const RunConfig& c) {
-  RunConfig as_megatron = c;
-  as_megatron.framework = "megatron";
-  const LayoutReading r = layout_reading(as_megatron);
+  const LayoutReading& m = kMegatronReading;
+  const LayoutReading r = read_layout(c, m);
+  auto on_off = [](bool v) { return v ? " on" : " off"; };
   std::string flags;
   int axes = 0;
   for (std::int64_t d : {c.tp, c.cp, c.ep, c.fsdp, c.dp, c.pp}) axes += d > 1;
-  if (axes >= 2 && r.mesh_order != "megatron") flags += " --mesh-order megatron";
-  if (c.cp > 1 && r.cp_exchange != "ring") flags += " --cp-exchange ring";
-  if (c.cp > 1 && r.cp_shards_weights) flags += " --cp-shards-weights off";
-  if (c.ep > 1 && r.ep_shards_weights) flags += " --ep-shards-weights off";
+  if (axes >= 2 && r.mesh_order != m.mesh_order) flags += " --mesh-order " + m.mesh_order;
+  if (c.cp > 1 && r.cp_exchange != m.cp_exchange) flags += " --cp-exchange " + m.cp_exchange;
+  if (c.cp > 1 && r.cp_shards_weights != m.cp_shards_weights) flags += std::string(" --cp-shards-weights") + on_off(m.cp_shards_weights);
+  if (c.ep > 1 && r.ep_shards_weights != m.ep_shards_weights) flags += std::string(" --ep-shards-weights") + on_off(m.ep_shards_weights);
   return flags;
 }
 
