@@ -227,19 +227,24 @@ double parse_double_text(const std::string& v, const std::string& where) {
   }
 }
 
-bool parse_bool_text(const std::string& v, const std::string& where) {
+namespace {
+// The on/off spellings the CLI reads (nullopt: none of them).
+std::optional<bool> on_off_text(const std::string& v) {
   if (v == "on" || v == "true" || v == "1" || v == "yes") return true;
   if (v == "off" || v == "false" || v == "0" || v == "no") return false;
+  return std::nullopt;
+}
+}  // namespace
+
+bool parse_bool_text(const std::string& v, const std::string& where) {
+  if (const auto b = on_off_text(v)) return *b;
   throw InputError(where + " = \"" + v + "\" (expected on or off)");
 }
 
 Switch parse_switch_text(const std::string& v, const std::string& where) {
   if (v == "auto") return Switch{};
-  try {
-    return Switch(parse_bool_text(v, where));
-  } catch (const InputError&) {
-    throw InputError(where + " = \"" + v + "\" (expected on, off or auto)");
-  }
+  if (const auto b = on_off_text(v)) return Switch(*b);
+  throw InputError(where + " = \"" + v + "\" (expected on, off or auto)");
 }
 
 const std::vector<RunField>& run_fields() { return kFields; }
