@@ -401,9 +401,15 @@ void register_plan(CLI::App& app) {
     auto progress = std::make_shared<std::string>("auto");
     cmd->add_option("--top", *top, "How many layouts to list");
     cmd->add_option("--jobs", *jobs, "Worker threads");
+    auto defaults = [](const std::string& framework) {
+      RunConfig c;
+      c.framework = framework;
+      std::string list;
+      for (const auto& p : default_layout_policies(c)) list += (list.empty() ? "" : ", ") + p;
+      return list;
+    };
     cmd->add_option("--policies", *policies,
-                    "Policy presets to try (default: full, minimal, save_qkv_proj, minimal_with_context, qkv_proj_offloaded, "
-                    "minimal_offloaded; under --framework megatron no_recompute, selective, full)")
+                    "Policy presets to try (default: " + defaults("maxtext") + "; under --framework megatron " + defaults("megatron") + ")")
         ->delimiter(',');
     cmd->add_option("--micro-batches", *mbs, "Micro-batch sizes to try (sequences per replica; default 1,2)")->delimiter(',');
     cmd->add_flag("--no-prune", *no_prune, "Simulate every candidate, also those whose memory lower bound exceeds HBM");

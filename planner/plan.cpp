@@ -492,9 +492,11 @@ std::string maxtext_settings(const RunConfig& c) {
     out += " ici_pipeline_parallelism=" + std::to_string(c.pp) + " num_pipeline_microbatches=" +
            std::to_string(c.microbatches > 0 ? c.microbatches : c.pp) +
            (c.vp > 1 ? " num_pipeline_repeats=" + std::to_string(c.vp) : std::string());
-  if (policy.keep_backward_inputs)
-    out += " (" + c.policy + " keeps what autograd saves" + (c.policy == "selective" ? " but the core attention" : "") +
-           "; MaxText names checkpoints instead: nearest remat_policy=" + (c.policy == "selective" ? "minimal" : "minimal_with_context") + ")";
+  if (policy.keep_backward_inputs) {
+    const bool selective = c.policy == "selective";  // the core attention recomputed: MaxText's minimal keeps no context either
+    out += " (" + c.policy + " keeps what autograd saves" + (selective ? " but the core attention" : "") +
+           "; MaxText names checkpoints instead: nearest remat_policy=" + (selective ? "minimal" : "minimal_with_context") + ")";
+  }
   out += " remat_policy=custom";
   for (auto& n : checkpoint_names()) {
     if (n == "decoder_layer_input") continue;
