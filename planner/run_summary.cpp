@@ -80,12 +80,16 @@ std::vector<std::string> resolved_run_lines(const nlohmann::json& j) {
                   (j.contains("moe_dispatcher") ? ", MoE dispatcher " + s("moe_dispatcher") : ""));
   const auto& d = j.at("degrees");
   const bool replica_spans_devices = d.at("tp").get<std::int64_t>() * d.at("cp").get<std::int64_t>() * d.at("pp").get<std::int64_t>() > 1;
+  // MaxText's per-device batch is per step under pipelining (split into micro-batches), per micro-step otherwise.
+  const bool pipelined = d.at("pp").get<std::int64_t>() > 1;
+  const double step_batch = j.at("device_batch").get<double>() * (pipelined ? j.at("grad_accum").get<double>() : 1.0);
   const std::string per = s("batch_meaning") == "megatron"
                               ? "micro-batch " + i("replica_batch") + " per model replica"
-                              : number(j.at("device_batch").get<double>()) + " per device" +
-                                    (replica_spans_devices ? ", " + i("replica_batch") + " per model replica" : std::string());
-  lines.push_back("batch        " + per + ", global " + i("global_batch") + " sequences (grad accum " + i("grad_accum") +
-                  "), seq " + i("seq"));
+                          : pipelined ? number(step_batch) + " per device per step, micro-batch " + i("replica_batch") + " per model replica"
+                                      : number(step_batch) + " per device" +
+                                            (replica_spans_devices ? ", " + i("replica_batch") + " per model replica" : std::string());
+  lines.push_back("batch        " + per + ", global " + i("global_batch") + " sequences (" +
+                  (pipelined ? i("grad_accum") + " micro-batches" : "grad accum " + i("grad_accum")) + "), seq " + i("seq"));
   std::string policy = "policy       " + s("policy");
   if (j.contains("pp_schedule")) {
     if (!s("stage_policies").empty()) policy += " (stages: " + s("stage_policies") + ")";

@@ -146,6 +146,15 @@ TEST_CASE("plan commands print the base run they searched from", "[cli][output]"
   CHECK(has_line(r.out, "calibration  datasheet (uncalibrated)"));
 }
 
+TEST_CASE("a pipelined MaxText batch is printed as given: per device per step, then the micro-batch", "[cli][output]") {
+  auto r = test::cli("simulate --model llama3.1-8b --gpus 16 --tp 2 --pp 2 --batch 1");
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  // By hand: a replica spans tp 2 x pp 2 = 4 devices, so batch 1 gives it 4 sequences per step, split into pp = 2
+  // micro-batches of 2; 16 / 4 = 4 replicas, global 1 x 16 = 16. (It had printed "0.5 per device": per micro-step.)
+  CHECK(has_line(r.out, "batch        1 per device per step, micro-batch 2 per model replica, global 16 sequences (2 micro-batches), seq 4096"));
+}
+
 TEST_CASE("a Megatron batch is printed in Megatron's terms: micro-batch per replica, global batch, accumulation", "[cli][output]") {
   auto r = test::cli("simulate --model llama3.1-8b --gpus 16 --tp 2 --micro-batch 2 --global-batch 64");
   INFO(r.err);

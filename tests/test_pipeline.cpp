@@ -330,6 +330,13 @@ TEST_CASE("the layer split follows the uneven options and names the field it can
   Parallelism p;
   p.pp = 8;
   CHECK_THROWS_WITH(pipeline_chunks(m, p), Catch::Contains("pp = 8 (num_layers = 126 is not divisible by pp x vp = 8"));
+  // The error names the switches that would even it out: 126 + 2 = 128 = 16 x 8; 127 would not, so not one alone.
+  CHECK_THROWS_WITH(pipeline_chunks(m, p), Catch::Contains("embedding_as_layer and loss_as_layer on would make it 128"));
+  m.num_layers = 127;  // 127 + 1 = 128
+  CHECK_THROWS_WITH(pipeline_chunks(m, p), Catch::Contains("embedding_as_layer or loss_as_layer on would make it 128"));
+  m.num_layers = 125;  // neither 126 nor 127 divides by 8: the general hint
+  CHECK_THROWS_WITH(pipeline_chunks(m, p), Catch::Contains("give first_stage_layers/last_stage_layers or count the embedding"));
+  m.num_layers = 126;
   p.split.embedding_as_layer = p.split.loss_as_layer = true;  // 128 units: 15 + 16 x 6 + 15
   auto chunks = pipeline_chunks(m, p);
   CHECK(chunks.front().layers() == 15);

@@ -94,10 +94,16 @@ std::vector<std::int64_t> even_counts(std::int64_t L, const Parallelism& p) {
   const std::int64_t chunks = p.pp * p.vp;
   const std::int64_t units = L + p.split.embedding_as_layer + p.split.loss_as_layer;
   const std::string field = p.vp > 1 ? "vp = " + str(p.vp) : "pp = " + str(p.pp);
-  if (units % chunks != 0)
+  if (units % chunks != 0) {
+    // Name the switches that would make the split even, where one would (126 layers + 2 over pp 8 x vp 4).
+    std::string hint = "give first_stage_layers/last_stage_layers or count the embedding and loss as layers";
+    if (!p.split.embedding_as_layer && !p.split.loss_as_layer && (L + 2) % chunks == 0)
+      hint = "embedding_as_layer and loss_as_layer on would make it " + str(L + 2) + ", or give first_stage_layers/last_stage_layers";
+    else if (units == L && (L + 1) % chunks == 0)
+      hint = "embedding_as_layer or loss_as_layer on would make it " + str(L + 1) + ", or give first_stage_layers/last_stage_layers";
     throw InputError(field + " (num_layers = " + str(L) + (units != L ? " plus the embedding/loss counted as layers" : "") +
-                     " is not divisible by pp x vp = " + str(chunks) +
-                     "; give first_stage_layers/last_stage_layers or count the embedding and loss as layers)");
+                     " is not divisible by pp x vp = " + str(chunks) + "; " + hint + ")");
+  }
   std::vector<std::int64_t> counts(static_cast<std::size_t>(chunks), units / chunks);
   // The first chunk may be the embedding alone, the last the loss alone (Llama 3.1 405B's 126 layers + 2 over
   // pp 16 x vp 8); any other chunk holds a layer.
