@@ -231,7 +231,7 @@ void register_plan(CLI::App& app) {
     auto variants = std::make_shared<std::vector<std::string>>();
     auto max_batch = std::make_shared<std::int64_t>(1024);
     auto json = std::make_shared<bool>(false);
-    cmd->add_option("--variant", *variants, "LABEL=field:value;field:value (repeatable); default: device/remat/offload of the --tensor names, or MaxText presets");
+    cmd->add_option("--variant", *variants, "LABEL=field:value;field:value (repeatable); default: device/remat/offload of the --tensor names, or the presets (Megatron's no_recompute, selective and full under --framework megatron; MaxText's otherwise)");
     cmd->add_option("--max-batch", *max_batch, "Upper end of the search");
     auto pow2 = std::make_shared<bool>(false);
     cmd->add_flag("--powers-of-two", *pow2, "Only batches 1, 2, 4, ... (the grid capacity experiments usually step through)");

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "hwmodels/json_view.hpp"
+#include "planner/layout_search.hpp"
 #include "planner/sweep.hpp"
 
 namespace hbmsim {
@@ -128,7 +129,11 @@ std::vector<std::pair<std::string, RunConfig>> default_variants(const RunConfig&
     }
     return out;
   }
-  for (auto p : {"full", "save_qkv_proj", "qkv_proj_offloaded", "minimal", "minimal_offloaded"}) {
+  // Megatron's recompute choices under framework megatron (the ones plan layout tries), else MaxText's presets.
+  const std::vector<std::string> policies =
+      base.framework == "megatron" ? default_layout_policies(base)
+                                   : std::vector<std::string>{"full", "save_qkv_proj", "qkv_proj_offloaded", "minimal", "minimal_offloaded"};
+  for (const auto& p : policies) {
     RunConfig c = base;
     c.policy = p;
     out.emplace_back(p, c);
@@ -407,6 +412,22 @@ std::string mixed_dtype_note(const RunConfig& c) {
   return std::string(" (MLP GEMMs ") + to_string(mlp) + ", projections " + to_string(projections) +
          ": one recipe covers every linear layer, so these settings run both as " + to_string(linear_dtype(c)) + ")";
 }
+// The config with what Megatron needs spelled out that hbmsim leaves implicit: the FSDP degree filling the GPUs
+// left over (fsdp 0; Megatron's left-over GPUs are plain data parallelism) and, for a batch given MaxText's way,
+// Megatron's micro-batch and global batch. A config that does not resolve is returned as given.
+RunConfig with_megatron_batch_and_fsdp(RunConfig c) {
+  try {
+    TrainingSpec t = training_shape(c);
+    validate_training(t, resolve_model(c.model));
+    if (c.fsdp == 0) c.fsdp = t.parallelism.fsdp;
+    if (c.micro_batch == 0) {
+      c.micro_batch = t.replica_batch;
+      c.global_batch = t.global_sequences();
+    }
+  } catch (const InputError&) {
+  }
+  return c;
+}
 
 }  // namespace
 
@@ -539,7 +560,8 @@ std::string xla_flags(const RunConfig& c) {
   return out;
 }
 
-std::string megatron_settings(const RunConfig& c) {
+std::string megatron_settings(const RunConfig& given) {
+  const RunConfig c = with_megatron_batch_and_fsdp(given);
   std::string out = "--tensor-model-parallel-size " + std::to_string(c.tp) + " --pipeline-model-parallel-size " + std::to_string(c.pp);
   if (c.vp > 1) out += " --virtual-pipeline-model-parallel-size " + std::to_string(c.vp);
   if (c.embedding_as_layer) out += " --account-for-embedding-in-pipeline-split";

@@ -40,7 +40,8 @@ struct VariantSpec {
 VariantSpec split_variant(const std::string& spec);
 std::pair<std::string, RunConfig> parse_variant(const RunConfig& base, const std::string& spec);
 // Default variants: with per-tensor settings in `base`, those names kept on device, rematerialized,
-// offloaded, and as given; otherwise MaxText's presets.
+// offloaded, and as given; otherwise the presets (Megatron's recompute choices under framework megatron,
+// MaxText's otherwise).
 std::vector<std::pair<std::string, RunConfig>> default_variants(const RunConfig& base);
 
 // Best per-tensor policy: device / remat / offload for each of `names`, the highest TFLOP/s that fits.

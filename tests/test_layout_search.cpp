@@ -527,6 +527,31 @@ TEST_CASE("the Megatron arguments say what a config sets", "[layout][plan]") {
   CHECK_THAT(megatron_settings(one), !Catch::Contains("otherwise than Megatron"));
 }
 
+TEST_CASE("the Megatron arguments spell out the FSDP degree and batch that hbmsim resolved", "[layout][plan]") {
+  // Llama 3.1 70B on 64 GPUs, tp 2 x pp 4, MaxText's batch 1 per device and fsdp left to fill the rest. By hand:
+  // fsdp = 64 / (2 x 4) = 8; a replica spans tp x pp = 8 devices, so 8 sequences per step in pp = 4 micro-batches
+  // of 2; global 1 x 64 = 64. Megatron fills left-over GPUs with plain data parallelism, so FSDP must be named.
+  RunConfig c;
+  c.model = "llama3.1-70b";
+  c.gpus = 64;
+  c.tp = 2;
+  c.pp = 4;
+  c.batch = 1.0;
+  CHECK_THAT(megatron_settings(c), Catch::Contains("--micro-batch-size 2 --global-batch-size 64 --use-megatron-fsdp --overlap-grad-reduce"));
+  // Given outright, the batch and degrees are printed as given: dp 8 with the distributed optimizer.
+  c.batch.reset();
+  c.fsdp = 1;
+  c.dp = 8;
+  c.sharded_optimizer = true;
+  c.micro_batch = 1;
+  c.global_batch = 128;
+  CHECK_THAT(megatron_settings(c), Catch::Contains("--micro-batch-size 1 --global-batch-size 128 --use-distributed-optimizer") &&
+                                       !Catch::Contains("fsdp"));
+  // A config that does not resolve (pp 3 does not divide 80 layers) is printed as given, not an error here.
+  c.pp = 3;
+  CHECK_NOTHROW(megatron_settings(c));
+}
+
 TEST_CASE("best-policy over a batch list answers each batch as the single-batch search does", "[plan][cli]") {
   auto r = test::cli("plan best-policy --model llama3.1-8b --gpus 8 --system h100-hgx --names query_proj,mlpwo --batches 1,2 --json");
   REQUIRE(r.status == 0);

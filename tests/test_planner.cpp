@@ -477,6 +477,25 @@ TEST_CASE("largest-batch says why it stopped: the first batch that does not fit 
   CHECK(capped.stopped == "reached max_batch 2");
 }
 
+TEST_CASE("largest-batch's default variants are the framework's own choices", "[planner][plan]") {
+  // MaxText: its remat presets, offloaded ones among them. Megatron: its recompute granularities only (none,
+  // selective, full); a MaxText per-tensor placement would print "no Megatron equivalent" as the answer.
+  auto labels = [](const RunConfig& c) {
+    std::vector<std::string> out;
+    for (auto& [label, config] : default_variants(c)) {
+      CHECK(config.policy == label);
+      CHECK(config.framework == c.framework);
+      out.push_back(label);
+    }
+    return out;
+  };
+  RunConfig c;
+  CHECK(labels(c) == std::vector<std::string>{"full", "save_qkv_proj", "qkv_proj_offloaded", "minimal", "minimal_offloaded"});
+  c.framework = "megatron";
+  CHECK(labels(c) == std::vector<std::string>{"no_recompute", "selective", "full"});
+  for (auto& [label, config] : default_variants(c)) CHECK_THAT(megatron_settings(config), !Catch::Contains("no Megatron equivalent"));
+}
+
 TEST_CASE("run-config errors from sweeps and Python name the field and print the value in full", "[planner]") {
   RunConfig c;
   c.model = "llama3.1-8b";

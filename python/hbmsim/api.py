@@ -438,9 +438,10 @@ def plan_largest_batch(config: Mapping[str, Any] | str | os.PathLike | None = No
     """Largest per-device batch that fits, per policy variant (as ``hbmsim plan largest-batch --json``).
 
     variants: ``"LABEL=field:value;field:value"`` strings; none: on device / remat / offload of the config's
-    ``tensors``, or MaxText's presets. Returns one row per variant: variant, largest_batch, stopped (the first
-    batch that does not fit and what ran out, or that max_batch was reached), tflops_per_device and
-    hbm_peak_bytes at the largest batch, and settings (simulate config, MaxText keys, XLA flags).
+    ``tensors``, or the presets (under framework megatron no_recompute, selective and full; MaxText's
+    otherwise). Returns one row per variant: variant, largest_batch, stopped (the first batch that does not
+    fit and what ran out, or that max_batch was reached), tflops_per_device and hbm_peak_bytes at the
+    largest batch, and settings (simulate config, MaxText keys, XLA flags, Megatron arguments).
     """
     rows = []
     for v in _hbmsim.plan_largest_batch(_config_with(config, fields)[0], list(variants), max_batch, powers_of_two):
