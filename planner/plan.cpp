@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <set>
 
 #include "hwmodels/json_view.hpp"
@@ -412,19 +413,34 @@ std::string mixed_dtype_note(const RunConfig& c) {
   return std::string(" (MLP GEMMs ") + to_string(mlp) + ", projections " + to_string(projections) +
          ": one recipe covers every linear layer, so these settings run both as " + to_string(linear_dtype(c)) + ")";
 }
-// The config with what Megatron needs spelled out that hbmsim leaves implicit: the FSDP degree filling the GPUs
-// left over (fsdp 0; Megatron's left-over GPUs are plain data parallelism) and, for a batch given MaxText's way,
-// Megatron's micro-batch and global batch. A config that does not resolve is returned as given.
-RunConfig with_megatron_batch_and_fsdp(RunConfig c) {
+// What hbmsim resolves from a config that the frameworks' settings must spell out: the FSDP degree filling the
+// GPUs left over (fsdp 0), and the batch in both frameworks' terms. Empty when the config does not resolve.
+struct ResolvedShape {
+  std::int64_t fsdp = 0;
+  std::int64_t replica_batch = 0;  // sequences per model replica per micro-step (Megatron's micro-batch)
+  std::int64_t global_batch = 0;
+  std::int64_t grad_accum = 1;     // micro-steps per step (the pipeline's micro-batches with pp > 1)
+  double device_batch = 0;         // sequences per device per micro-step
+};
+std::optional<ResolvedShape> resolved_shape(const RunConfig& c) {
   try {
     TrainingSpec t = training_shape(c);
     validate_training(t, resolve_model(c.model));
-    if (c.fsdp == 0) c.fsdp = t.parallelism.fsdp;
-    if (c.micro_batch == 0) {
-      c.micro_batch = t.replica_batch;
-      c.global_batch = t.global_sequences();
-    }
+    return ResolvedShape{t.parallelism.fsdp, t.replica_batch, t.global_sequences(), t.grad_accum, t.device_batch()};
   } catch (const InputError&) {
+    return std::nullopt;
+  }
+}
+
+// Megatron's left-over GPUs are plain data parallelism, so an FSDP degree hbmsim filled in must be named, and a
+// batch given MaxText's way becomes Megatron's micro-batch and global batch.
+RunConfig with_megatron_batch_and_fsdp(RunConfig c) {
+  if (const auto r = resolved_shape(c)) {
+    if (c.fsdp == 0) c.fsdp = r->fsdp;
+    if (c.micro_batch == 0) {
+      c.micro_batch = r->replica_batch;
+      c.global_batch = r->global_batch;
+    }
   }
   return c;
 }
@@ -499,10 +515,15 @@ HbmNeeded hbm_needed(const RunConfig& config) {
 
 std::string maxtext_settings(const RunConfig& c) {
   auto policy = make_policy(c.policy, c.tensors);
-  const double per_device = c.batch ? *c.batch
-                                    : c.micro_batch > 0 ? static_cast<double>(c.micro_batch) / static_cast<double>(c.tp * c.cp)
-                                                        : 1.0;
+  // MaxText's per-device batch is per step under pipelining (split into num_pipeline_microbatches), per micro-step
+  // otherwise (gradient_accumulation_steps of them).
+  const auto shape = resolved_shape(c);
+  const std::int64_t accum = shape ? shape->grad_accum : c.pp > 1 ? (c.microbatches > 0 ? c.microbatches : c.pp) : c.grad_accum;
+  const double per_device = shape ? shape->device_batch * static_cast<double>(c.pp > 1 ? accum : 1)
+                            : c.batch ? *c.batch
+                                      : 1.0;
   std::string out = "per_device_batch_size=" + format_number(per_device) + " max_target_length=" + std::to_string(c.seq);
+  if (c.pp == 1 && accum > 1) out += " gradient_accumulation_steps=" + std::to_string(accum);
   // The mesh's expert axis: under folding the expert group spans tp, and only ep / tp of it is an axis of its own.
   const std::int64_t ep_axis = folds_experts(c) ? c.ep / c.tp : c.ep;
   for (auto [key, v] : {std::pair{"dcn_data_parallelism", c.dp}, {"ici_fsdp_parallelism", c.fsdp},
@@ -510,8 +531,7 @@ std::string maxtext_settings(const RunConfig& c) {
     if (v > 1) out += std::string(" ") + key + "=" + std::to_string(v);
   if (c.cp > 1) out += std::string(" context_parallel_load_balance=true");
   if (c.pp > 1)
-    out += " ici_pipeline_parallelism=" + std::to_string(c.pp) + " num_pipeline_microbatches=" +
-           std::to_string(c.microbatches > 0 ? c.microbatches : c.pp) +
+    out += " ici_pipeline_parallelism=" + std::to_string(c.pp) + " num_pipeline_microbatches=" + std::to_string(accum) +
            (c.vp > 1 ? " num_pipeline_repeats=" + std::to_string(c.vp) : std::string());
   if (policy.keep_backward_inputs) {
     const bool selective = c.policy == "selective";  // the core attention recomputed: MaxText's minimal keeps no context either

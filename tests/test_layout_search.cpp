@@ -552,6 +552,34 @@ TEST_CASE("the Megatron arguments spell out the FSDP degree and batch that hbmsi
   CHECK_NOTHROW(megatron_settings(c));
 }
 
+TEST_CASE("the MaxText keys carry a Megatron batch in MaxText's terms, accumulation included", "[layout][plan]") {
+  // Llama 3.1 405B on 128 GPUs, tp 4 x pp 8 x dp 4, Megatron micro-batch 1, global 256. By hand: MaxText's
+  // per-device batch is per step under pipelining, 256 / 128 = 2, and the step's 2 x 32 = 64 sequences per replica
+  // go through as 64 micro-batches of 1. (It printed 1 / tp = 0.25 and pp = 8 micro-batches.)
+  RunConfig c;
+  c.model = "llama3.1-405b";
+  c.gpus = 128;
+  c.tp = 4;
+  c.pp = 8;
+  c.vp = 4;
+  c.dp = 4;
+  c.fsdp = 1;
+  c.micro_batch = 1;
+  c.global_batch = 256;
+  c.embedding_as_layer = c.loss_as_layer = true;
+  CHECK_THAT(maxtext_settings(c), Catch::Contains("per_device_batch_size=2 ") && Catch::Contains("num_pipeline_microbatches=64 "));
+  // Without a pipeline, gradient accumulation is its own key and the per-device batch is per micro-step:
+  // Llama 3.1 8B on 8 GPUs, batch 2, grad_accum 4.
+  RunConfig a;
+  a.model = "llama3.1-8b";
+  a.gpus = 8;
+  a.batch = 2.0;
+  a.grad_accum = 4;
+  CHECK_THAT(maxtext_settings(a), Catch::Contains("per_device_batch_size=2 ") && Catch::Contains("gradient_accumulation_steps=4 "));
+  a.grad_accum = 1;
+  CHECK_THAT(maxtext_settings(a), !Catch::Contains("gradient_accumulation_steps"));
+}
+
 TEST_CASE("best-policy over a batch list answers each batch as the single-batch search does", "[plan][cli]") {
   auto r = test::cli("plan best-policy --model llama3.1-8b --gpus 8 --system h100-hgx --names query_proj,mlpwo --batches 1,2 --json");
   REQUIRE(r.status == 0);
