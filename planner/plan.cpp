@@ -205,16 +205,21 @@ bool better(const Candidate& a, const Candidate* b) {
 // With pipeline stages the policy may differ per stage (the first stage holds the most micro-batches in
 // flight): coordinate descent over one preset per stage, from the base preset on every stage, taking at
 // each stage the preset that fits and raises TFLOP/s most, until a round changes nothing.
+// Under framework megatron the presets are Megatron's recompute choices.
 const Candidate* best_stage_presets(const RunConfig& base, Evaluator& ev) {
   std::vector<std::string> presets;
-  for (const auto& p : policy_presets())
-    if (p != "custom") presets.push_back(p);
+  if (base.framework == "megatron") presets = default_layout_policies(base);
+  else
+    for (const auto& p : policy_presets())
+      if (p != "custom") presets.push_back(p);
   std::vector<std::string> current(static_cast<std::size_t>(base.pp), base.policy == "custom" ? "full" : base.policy);
+  // One preset on every stage is that preset, with no stage list (the same run, said the plain way).
   auto config_of = [&](const std::vector<std::string>& stages) {
     RunConfig c = base;
     c.tensors.clear();
     c.policy = stages.front();
     c.stage_policies.clear();
+    if (std::all_of(stages.begin(), stages.end(), [&](const std::string& st) { return st == stages.front(); })) return c;
     for (const auto& st : stages) c.stage_policies += (c.stage_policies.empty() ? "" : ",") + st;
     return c;
   };
@@ -626,6 +631,8 @@ std::string megatron_settings(const RunConfig& given) {
   if (c.offload_layers > 0 && c.framework != "megatron")
     out += " (simulated on XLA's offload schedule; Transformer Engine's hides more of the copies: see --framework megatron)";
   if (!c.layer_policies.empty()) out += " (layer_policies " + c.layer_policies + ": no Megatron equivalent)";
+  if (!c.stage_policies.empty())
+    out += " (stage_policies " + c.stage_policies + ": no Megatron equivalent; Megatron recomputes alike on every stage)";
   if (c.optimizer_offload == "host") out += " --optimizer-cpu-offload --optimizer-offload-fraction 1.0";
   if (c.optimizer_offload == "device") out += " (optimizer_offload device: state streamed to the GPU, no Megatron equivalent)";
   if (c.parameter_offload) out += " (parameter_offload: no Megatron equivalent; PyTorch FSDP2 CPUOffloadPolicy)";

@@ -8,6 +8,7 @@ namespace hbmsim {
 
 std::string placement_label(const RunConfig& c) {
   if (!c.stage_policies.empty()) return "per stage: " + c.stage_policies;
+  if (c.tensors.empty() && c.policy != "custom") return c.policy;  // a preset by its name (no_recompute describes no remat)
   std::string out;
   for (auto& x : make_policy(c.policy, c.tensors).describe()) out += (out.empty() ? "" : " ") + x;
   return out.empty() ? "all remat" : out;

@@ -3,11 +3,13 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 
 #include "better_hardware.hpp"
 #include "helpers.hpp"
 #include "planner/plan.hpp"
+#include "planner/plan_json.hpp"
 #include "planner/run_config.hpp"
 #include "sim/engine.hpp"
 #include "sim/pipeline_schedule.hpp"
@@ -398,6 +400,40 @@ TEST_CASE("a policy per stage applies to its stage only, and best-policy searche
   auto best_again = run_simulation(search.best.config);
   CHECK(best_again.fits);
   CHECK(best_again.tflops_per_device == Approx(search.best.report.tflops_per_device).epsilon(1e-12));
+}
+
+TEST_CASE("under Megatron the per-stage search tries Megatron's recompute choices, one on every stage said plainly",
+          "[pipeline][plan]") {
+  RunConfig c = llama8b_pipeline(4, "1f1b", 8);
+  c.framework = "megatron";
+  c.seq = 4096;
+  auto search = best_policy(c, {"query_proj"}, 2);
+  REQUIRE(search.found);
+  const std::vector<std::string> megatron = {"no_recompute", "selective", "full"};
+  int uniform_presets = 0;
+  for (const auto& e : search.evaluated) {
+    if (e.config.policy == "custom") continue;  // the per-tensor part of the search
+    INFO(e.config.policy << " / " << e.config.stage_policies);
+    CHECK(std::find(megatron.begin(), megatron.end(), e.config.policy) != megatron.end());
+    if (e.config.stage_policies.empty()) {
+      ++uniform_presets;
+      CHECK(placement_label(e.config) == e.config.policy);  // no_recompute had read "all remat"
+      continue;
+    }
+    // A stage list names at least two different presets, all Megatron's.
+    std::vector<std::string> stages;
+    std::string rest = e.config.stage_policies;
+    for (auto at = rest.find(','); ; at = rest.find(',')) {
+      stages.push_back(rest.substr(0, at));
+      if (at == std::string::npos) break;
+      rest = rest.substr(at + 1);
+    }
+    CHECK(stages.size() == 4);
+    for (auto& st : stages) CHECK(std::find(megatron.begin(), megatron.end(), st) != megatron.end());
+    CHECK(std::adjacent_find(stages.begin(), stages.end(), std::not_equal_to<>()) != stages.end());
+    CHECK_THAT(megatron_settings(e.config), Catch::Contains("Megatron recomputes alike on every stage"));
+  }
+  CHECK(uniform_presets >= 1);  // the descent's start: the base preset on every stage
 }
 
 TEST_CASE("keeping FSDP-gathered weights for the step trades memory for gather traffic", "[pipeline]") {
