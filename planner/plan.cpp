@@ -418,6 +418,31 @@ std::string mixed_dtype_note(const RunConfig& c) {
   return std::string(" (MLP GEMMs ") + to_string(mlp) + ", projections " + to_string(projections) +
          ": one recipe covers every linear layer, so these settings run both as " + to_string(linear_dtype(c)) + ")";
 }
+// Megatron's selective recompute modules that a policy is (validation.cpp reads them the other way): core_attn
+// is the core attention's output (context) recomputed, mla_up_proj MLA's per-head q, k and v; either way the
+// rest is kept (no_recompute). "core_attn" alone is Megatron's default module. nullopt: not such a policy.
+std::optional<std::string> selective_recompute_modules(const RunConfig& c) {
+  if (c.policy != "no_recompute" && c.policy != "selective") return std::nullopt;
+  std::set<std::string> remat;
+  if (c.policy == "selective") remat.insert("context");
+  for (const auto& [name, where] : c.tensors) {
+    if (where != "remat") return std::nullopt;
+    remat.insert(name);
+  }
+  const bool core_attn = remat.erase("context") > 0;
+  bool mla_up_proj = false;
+  if (remat.count("query_proj") && remat.count("key_proj") && remat.count("value_proj")) {
+    try {
+      mla_up_proj = resolve_model(c.model).is_mla();
+    } catch (const InputError&) {
+    }
+    if (mla_up_proj)
+      for (const char* t : {"query_proj", "key_proj", "value_proj"}) remat.erase(t);
+  }
+  if (!remat.empty() || (!core_attn && !mla_up_proj)) return std::nullopt;
+  return core_attn && mla_up_proj ? "core_attn mla_up_proj" : core_attn ? "core_attn" : "mla_up_proj";
+}
+
 // What hbmsim resolves from a config that the frameworks' settings must spell out: the FSDP degree filling the
 // GPUs left over (fsdp 0), and the batch in both frameworks' terms. Empty when the config does not resolve.
 struct ResolvedShape {
@@ -616,11 +641,9 @@ std::string megatron_settings(const RunConfig& given) {
   if (const Recipe* r = recipe(c)) out += r->megatron;
   out += mixed_dtype_note(c);
   // no_recompute is Megatron's default; with the attention output recomputed, its selective recompute.
-  const auto context = c.tensors.find("context");
-  const bool selective = (c.policy == "selective" && c.tensors.empty()) ||
-                         (c.policy == "no_recompute" && c.tensors.size() == 1 && context != c.tensors.end() && context->second == "remat");
+  const auto modules = selective_recompute_modules(c);
   if (c.policy == "full") out += " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1";
-  else if (selective) out += " --recompute-granularity selective";
+  else if (modules) out += " --recompute-granularity selective" + (*modules == "core_attn" ? "" : " --recompute-modules " + *modules);
   else if (c.policy != "no_recompute" || !c.tensors.empty())
     out += " (policy " + c.policy + ": MaxText per-tensor placement, no Megatron equivalent; nearest: " +
            (c.policy == "minimal" ? "--recompute-granularity selective" : "no recompute") + ")";

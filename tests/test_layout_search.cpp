@@ -552,6 +552,34 @@ TEST_CASE("the Megatron arguments spell out the FSDP degree and batch that hbmsi
   CHECK_NOTHROW(megatron_settings(c));
 }
 
+TEST_CASE("a selective recompute hbmsim can express is printed as Megatron's recompute modules", "[layout][plan]") {
+  // The inverse of validation.cpp's reading of the corpus: core_attn is context=remat, mla_up_proj (MLA models
+  // only) is query_proj, key_proj and value_proj=remat; core_attn alone is Megatron's default module.
+  RunConfig c;
+  c.model = "deepseek-v3-671b";
+  c.policy = "no_recompute";
+  for (const char* t : {"query_proj", "key_proj", "value_proj"}) c.tensors[t] = "remat";
+  CHECK_THAT(megatron_settings(c), Catch::Contains("--recompute-granularity selective --recompute-modules mla_up_proj") &&
+                                       !Catch::Contains("no Megatron equivalent"));
+  c.tensors["context"] = "remat";
+  CHECK_THAT(megatron_settings(c), Catch::Contains("--recompute-modules core_attn mla_up_proj"));
+  c.tensors.erase("context");
+  c.policy = "selective";  // selective is no_recompute with context=remat
+  CHECK_THAT(megatron_settings(c), Catch::Contains("--recompute-modules core_attn mla_up_proj"));
+  c.tensors.clear();
+  CHECK_THAT(megatron_settings(c), Catch::Contains("--recompute-granularity selective") && !Catch::Contains("--recompute-modules"));
+  // Two of the three up-projections, an offload, or a model without MLA: no Megatron module does that.
+  c.policy = "no_recompute";
+  c.tensors = {{"query_proj", "remat"}, {"key_proj", "remat"}};
+  CHECK_THAT(megatron_settings(c), Catch::Contains("no Megatron equivalent") && !Catch::Contains("--recompute-granularity"));
+  c.tensors = {{"context", "offload"}};
+  CHECK_THAT(megatron_settings(c), Catch::Contains("no Megatron equivalent"));
+  c.model = "llama3.1-8b";
+  for (const char* t : {"query_proj", "key_proj", "value_proj"}) c.tensors[t] = "remat";
+  c.tensors.erase("context");
+  CHECK_THAT(megatron_settings(c), Catch::Contains("no Megatron equivalent") && !Catch::Contains("mla_up_proj"));
+}
+
 TEST_CASE("the MaxText keys carry a Megatron batch in MaxText's terms, accumulation included", "[layout][plan]") {
   // Llama 3.1 405B on 128 GPUs, tp 4 x pp 8 x dp 4, Megatron micro-batch 1, global 256. By hand: MaxText's
   // per-device batch is per step under pipelining, 256 / 128 = 2, and the step's 2 x 32 = 64 sequences per replica
