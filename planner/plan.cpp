@@ -15,6 +15,9 @@ namespace hbmsim {
 
 namespace {
 
+// The mesh's expert axis: under folding the expert group spans tp, and only ep / tp of it is an axis of its own.
+std::int64_t expert_axis(const RunConfig& c) { return folds_experts(c) ? c.ep / c.tp : c.ep; }
+
 // The memory a batch that does not fit ran out of, with the figures ("batch 6: pinned host 183.0 > 178.8 GiB").
 std::string ran_out(std::int64_t batch, const StepReport& r) {
   auto over = [](const char* what, double need, double have) {
@@ -399,7 +402,8 @@ const Recipe* recipe(const RunConfig& c) {
 // (arguments.py) allows only with --overlap-param-gather, and that only with --overlap-grad-reduce.
 std::string gradient_sync_settings(const RunConfig& c) {
   std::string out = c.grad_reduce_dtype == "bf16" ? " --grad-reduce-in-bf16" : "";
-  const bool synced = c.dp * c.cp > 1 || c.fsdp > 1, sharded = c.fsdp > 1 || c.sharded_optimizer;
+  // Expert ranks are carved out of data parallelism: the other weights' gradients are summed over them too.
+  const bool synced = c.dp * c.cp * expert_axis(c) > 1 || c.fsdp > 1, sharded = c.fsdp > 1 || c.sharded_optimizer;
   if (!synced) return out;
   if (c.dp_overlap) return out + " --overlap-grad-reduce" + (sharded ? " --overlap-param-gather" : "");
   if (sharded)
@@ -554,8 +558,7 @@ std::string maxtext_settings(const RunConfig& c) {
                                       : 1.0;
   std::string out = "per_device_batch_size=" + format_number(per_device) + " max_target_length=" + std::to_string(c.seq);
   if (c.pp == 1 && accum > 1) out += " gradient_accumulation_steps=" + std::to_string(accum);
-  // The mesh's expert axis: under folding the expert group spans tp, and only ep / tp of it is an axis of its own.
-  const std::int64_t ep_axis = folds_experts(c) ? c.ep / c.tp : c.ep;
+  const std::int64_t ep_axis = expert_axis(c);
   for (auto [key, v] : {std::pair{"dcn_data_parallelism", c.dp}, {"ici_fsdp_parallelism", c.fsdp},
                         {"ici_context_parallelism", c.cp}, {"ici_tensor_parallelism", c.tp}, {"ici_expert_parallelism", ep_axis}})
     if (v > 1) out += std::string(" ") + key + "=" + std::to_string(v);

@@ -471,6 +471,16 @@ TEST_CASE("the Megatron arguments say what a config sets", "[layout][plan]") {
   // Without data or context parallelism there is no gradient sync to overlap.
   c.dp = c.cp = 1;
   CHECK_THAT(megatron_settings(c), !Catch::Contains("overlap-grad-reduce"));
+  // Expert ranks come out of data parallelism, so with ep 8 the other weights' gradients are summed over 8
+  // ranks (corpus row 16: pp 4 x ep 64, dp 1): the sync is there to overlap. Folded over tp 4, ep 4 is one
+  // expert group within the tensor-parallel ranks: no sync again.
+  c.ep = 8;
+  CHECK_THAT(megatron_settings(c), Catch::Contains("--overlap-grad-reduce --overlap-param-gather"));
+  c.ep = 4;
+  c.expert_tp = 1;
+  CHECK_THAT(megatron_settings(c), !Catch::Contains("overlap-grad-reduce"));
+  c.ep = 1;
+  c.expert_tp = 0;
   c.dp = c.cp = 2;
   // Block-scaled MXFP8: Megatron's mxfp8 recipe, E4M3 throughout.
   c.weights = "mxfp8";
