@@ -64,6 +64,20 @@ std::optional<std::string> map_precision(const std::string& p, std::string& why)
   return std::nullopt;
 }
 
+// The recompute a Megatron-Bridge DeepSeek-V3 row's config sets where the table states none, in the form the
+// remat_offload column uses for rows read from a recipe. Every DeepSeek-V3 performance config of the 26.04
+// containers sets recompute_granularity selective (scripts/performance/configs/deepseek/deepseek_llm_pretrain.py) with the
+// modules of deepseek_workload_base_configs.py beside it, unchanged from 2026-03-31 (801277876)
+// to 2026-06-30 (bf07e5678): mla_up_proj on GB300, B300 and B200; mlp (the dense MLP submodule: DeepSeek-V3's
+// first 3 layers) on GB200. B200 MXFP8 at ep 32 recomputes both; its mlp is left out here as on GB200 (no
+// hbmsim name: map_recompute reads it as no_recompute). Other rows: as stated (nothing).
+std::string recipe_recompute(const PublishedRun& r, const std::string& system, bool deepseek) {
+  if (!deepseek || r.src != "MBA") return "";
+  if (system == "gb200-nvl72") return "recipe@d69b428 sel. recompute mlp";
+  if (system == "gb300-nvl72" || system == "b300-hgx" || system == "b200-hgx") return "recipe@d69b428 sel. recompute mla_up_proj";
+  return "";
+}
+
 // remat_offload -> policy. "recipe@REV" only says where the setting was read. Nothing stated is Megatron's
 // default, no recompute: no_recompute, which keeps what each backward op reads (autograd's saved tensors).
 // Megatron's selective recompute (the --recompute-activations flag is recompute_granularity=selective, module
@@ -132,7 +146,9 @@ bool map_recompute(const std::string& text, std::int64_t layers_per_chunk, RunMa
         for (const char* t : {"query_proj", "key_proj", "value_proj"}) c.tensors[t] = "remat";
         m.recompute = "\"" + item + "\" (selective, MLA up-projections): no_recompute with query_proj, key_proj, "
                       "value_proj=remat";
-      } else if (module == "moe_act" || module == "layernorm" || module == "mla_up_proj") {
+      } else if (module == "moe_act" || module == "layernorm" || module == "mla_up_proj" ||
+                 (module == "mlp" && resolve_model(c.model).dense_layers() * 10 < resolve_model(c.model).num_layers)) {
+        // (mlp: the dense MLP submodule, of a few layers where the others are MoE: DeepSeek-V3's first 3 of 61.)
         c.policy = "no_recompute";
         m.recompute = "\"" + item + "\" (selective, " + module + " only): no_recompute";
       } else {
@@ -293,7 +309,12 @@ RunMapping map_published_run(const PublishedRun& r) {
   }
   const std::int64_t units = spec.num_layers + (c.embedding_as_layer ? 2 : 0);
   const std::int64_t layers_per_chunk = std::max<std::int64_t>(1, units / std::max<std::int64_t>(1, chunks));
-  if (!map_recompute(r.remat_offload, layers_per_chunk, m, c)) return no(m.reason);
+  const std::string recipe = r.remat_offload.empty() ? recipe_recompute(r, *system, deepseek) : "";
+  if (!map_recompute(recipe.empty() ? r.remat_offload : recipe, layers_per_chunk, m, c)) return no(m.reason);
+  if (!recipe.empty()) m.recompute = "none stated, its Megatron-Bridge config's (" + recipe + "): " + m.recompute;
+  // Megatron-Bridge's B200 MXFP8 DeepSeek-V3 config since 2026-04-18 (#3368, the only B200 one at ep 32: pp 8 x
+  // vp 2, DeepEP) sets moe_a2a_overlap, Megatron's combined 1F1B.
+  c.ep_overlap = deepseek && mba && *system == "b200-hgx" && r.ep == 32;
 
   // A GAn note is the source's own accumulation count: say when the batch and layout give another.
   if (auto ga = r.notes.find("GA"); ga != std::string::npos) {

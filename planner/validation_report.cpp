@@ -66,6 +66,7 @@ std::string validation_layout(const ValidationRow& row) {
     std::string s = "tp" + std::to_string(c.tp) + " pp" + std::to_string(c.pp) + " vp" + std::to_string(c.vp) + " cp" +
                     std::to_string(c.cp) + " ep" + std::to_string(c.ep) + " dp" + std::to_string(c.dp);
     if (c.fsdp > 1) s += " fsdp" + std::to_string(c.fsdp);
+    if (c.ep_overlap) s += " ep-overlap";  // Megatron's combined 1F1B
     return s;
   }
   const auto& r = row.run;
@@ -144,8 +145,13 @@ const std::vector<std::string>& validation_rules() {
       "full (`recompute_layers N`, block) with which it fits, as `plan recompute-layers` finds it (the note says so; "
       "no count fitting leaves the row as read, marked not to fit). Selective recompute "
       "(`recompute-activations`, `(selective)`: Megatron's recompute_granularity=selective, module core_attn) -> "
-      "`no_recompute` with `context=remat`, the core attention recomputed; selective recompute of a cheap module "
-      "hbmsim has no name for (`sel. recompute moe_act`, `mla_up_proj`, `layernorm`) -> `no_recompute`. Full recompute -> `full`; of N layers per pipeline chunk (\"block N "
+      "`no_recompute` with `context=remat`, the core attention recomputed; `sel. recompute mla_up_proj` on an MLA model -> "
+      "`no_recompute` with `query_proj`, `key_proj`, `value_proj=remat` (the per-head q, k, v); selective recompute of a "
+      "cheap module hbmsim has no name for (`moe_act`, `layernorm`, `mla_up_proj` without MLA, `mlp` where nearly every "
+      "layer is MoE) -> `no_recompute`. A Megatron-Bridge DeepSeek-V3 row that states nothing takes its performance "
+      "config's modules (the 26.04 containers' configs: `mla_up_proj` on GB300, B300 and B200, `mlp` on GB200; `validate --json` says so in "
+      "`recompute`), and on B200 at ep 32 (the config since 2026-04-18) its all-to-all overlap, "
+      "`ep_overlap`. Full recompute -> `full`; of N layers per pipeline chunk (\"block N "
       "layers\", N fewer than the chunk's layers) -> `recompute_layers N`, the first N layers of every chunk fully "
       "recomputed and the rest kept. CPU activation offload of N layers -> `offload_layers N`: the first N layers send "
       "every tensor they save, their input included, to host, on Transformer Engine's schedule (`framework "

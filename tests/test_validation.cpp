@@ -238,6 +238,40 @@ TEST_CASE("Validation mapping: selective recompute of MLA's up-projections remat
   CHECK(d.tensors.empty());
 }
 
+TEST_CASE("Validation mapping: a Megatron-Bridge DeepSeek-V3 row stating no recompute takes its config's", "[validation]") {
+  // Megatron-Bridge's DeepSeek-V3 performance configs (26.04 era) recompute selectively: mla_up_proj on GB300,
+  // B300 and B200, mlp (the 3 dense layers' MLP, no hbmsim name) on GB200. Rows 15 and 16 of the corpus.
+  const std::map<std::string, std::string> mla = {{"key_proj", "remat"}, {"query_proj", "remat"}, {"value_proj", "remat"}};
+  auto gb300 = map_published_run(one_row("MBA,26.04.01,DGX-GB300,256,DeepSeek-V3,MXFP8,4096,2,4096,1,2,8,1,32,DDP,,4992,1298,,,,"));
+  REQUIRE(gb300.config);
+  CHECK(gb300.config->tensors == mla);
+  CHECK_FALSE(gb300.recompute_unstated);  // read from the recipe: no fewest-layers search
+  CHECK_THAT(gb300.recompute, Catch::Contains("recipe@") && Catch::Contains("mla_up_proj"));
+  CHECK_FALSE(gb300.config->ep_overlap);
+  auto gb200 = map_published_run(one_row("MBA,26.04.01,DGX-GB200,256,DeepSeek-V3,MXFP8,4096,1,4096,1,4,4,1,64,DDP,,4256,1106,,,,"));
+  REQUIRE(gb200.config);
+  CHECK(gb200.config->policy == "no_recompute");
+  CHECK(gb200.config->tensors.empty());
+  CHECK_THAT(gb200.recompute, Catch::Contains("mlp only"));
+  // B200 at ep 32 (row 18: the config since 2026-04-18) also overlaps its all-to-alls (moe_a2a_overlap).
+  auto b200 = map_published_run(one_row("MBA,26.04.01,DGX-B200,256,DeepSeek-V3,MXFP8,4096,1,4096,1,8,2,1,32,DDP,,3328,864,,,,"));
+  REQUIRE(b200.config);
+  CHECK(b200.config->tensors == mla);
+  CHECK(b200.config->ep_overlap);
+  // ... and its pp 16 x ep 8 config before it (row 35) does not.
+  auto b200_old = map_published_run(one_row("MBA,26.04,DGX-B200,256,DeepSeek-V3,MXFP8,4096,1,4096,1,16,-,1,8,DDP,,2815,732,,,,"));
+  REQUIRE(b200_old.config);
+  CHECK_FALSE(b200_old.config->ep_overlap);
+  // A stated setting wins, and other sources' rows keep "none stated".
+  auto stated = map_published_run(one_row("MBA,25.11,DGX-GB300,256,DeepSeek-V3 (no MTP),BF16,4096,1,4096,1,2,4,1,32,DDP,"
+                                          "recipe@5776a6d sel. recompute moe_act,3848,1000,,,,"));
+  REQUIRE(stated.config);
+  CHECK(stated.config->tensors.empty());
+  auto nemo = map_published_run(one_row("DGXC-05,NeMo 25.04.01,H100,1024,DeepSeek-V3,BF16,4096,1,8192,2,16,1,1,64 (ETP1),DP32,,,163.7,52.04,16.55%,,"));
+  REQUIRE(nemo.config);
+  CHECK(nemo.recompute_unstated);
+}
+
 TEST_CASE("Validation mapping: FSDP over every rank, and FSDPn (derived by hand)", "[validation]") {
   auto c = mapped("NDOC2504,NeMo 25.04,DGX-GB200,64,Llama3-70B,FP8 CS,8192,1,128,1,1,1,1,1,FSDP,,4035,1943,,,,GA2");
   CHECK(c.model == "llama3.1-70b");
