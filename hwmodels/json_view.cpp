@@ -1,5 +1,7 @@
 #include "hwmodels/json_view.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -7,6 +9,7 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <vector>
 
 namespace hbmsim {
 
@@ -120,6 +123,39 @@ void JsonView::allow_only(std::initializer_list<std::string_view> allowed) const
   allow_only(std::vector<std::string_view>(allowed));
 }
 
+namespace {
+
+// Edits (insert, delete, replace, case ignored) from a to b: a misspelt key is named with its likely meaning.
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const bool same = std::tolower(static_cast<unsigned char>(a[i - 1])) == std::tolower(static_cast<unsigned char>(b[j - 1]));
+      const std::size_t next = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (same ? 0 : 1)});
+      diagonal = row[j];
+      row[j] = next;
+    }
+  }
+  return row[b.size()];
+}
+
+// The allowed key nearest to `key`, if one is within a third of its length (at least 1 edit, at most 3).
+std::string_view nearest_key(std::string_view key, const std::vector<std::string_view>& allowed) {
+  std::string_view best;
+  std::size_t best_distance = std::clamp<std::size_t>(key.size() / 3, 1, 3) + 1;
+  for (auto a : allowed)
+    if (const std::size_t d = edit_distance(key, a); d < best_distance) {
+      best = a;
+      best_distance = d;
+    }
+  return best;
+}
+
+}  // namespace
+
 void JsonView::allow_only(const std::vector<std::string_view>& allowed) const {
   expect_object();
   for (const auto& item : node_->items()) {
@@ -128,8 +164,9 @@ void JsonView::allow_only(const std::vector<std::string_view>& allowed) const {
     if (!known) {
       std::string list;
       for (auto a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
+      const std::string_view near = nearest_key(item.key(), allowed);
       JsonView(item.value(), origin_, path_.empty() ? item.key() : path_ + "." + item.key())
-          .fail("unknown key; allowed: " + list);
+          .fail(near.empty() ? "unknown key; allowed: " + list : "unknown key: did you mean " + std::string(near) + "? Allowed: " + list);
     }
   }
 }
