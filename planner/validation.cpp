@@ -66,11 +66,11 @@ std::optional<std::string> map_precision(const std::string& p, std::string& why)
 
 // The recompute a Megatron-Bridge DeepSeek-V3 row's config sets where the table states none, in the form the
 // remat_offload column uses for rows read from a recipe. Every DeepSeek-V3 performance config of the 26.04
-// containers sets recompute_granularity selective (scripts/performance/configs/deepseek/deepseek_llm_pretrain.py) with the
-// modules of deepseek_workload_base_configs.py beside it, unchanged from 2026-03-31 (801277876)
-// to 2026-06-30 (bf07e5678): mla_up_proj on GB300, B300 and B200; mlp (the dense MLP submodule: DeepSeek-V3's
-// first 3 layers) on GB200. B200 MXFP8 at ep 32 recomputes both; its mlp is left out here as on GB200 (no
-// hbmsim name: map_recompute reads it as no_recompute). Other rows: as stated (nothing).
+// containers sets recompute_granularity selective (scripts/performance/configs/deepseek/deepseek_llm_pretrain.py)
+// with the modules of deepseek_workload_base_configs.py beside it, unchanged from 2026-03-31 (801277876) to
+// 2026-06-30 (bf07e5678): mla_up_proj on GB300, B300 and B200; mlp (the dense MLP submodule: DeepSeek-V3's first
+// 3 layers) on GB200. B200 MXFP8 at ep 32 recomputes both; its mlp is left out here as on GB200 (no hbmsim name:
+// map_recompute reads it as no_recompute). Other rows: as stated (nothing).
 std::string recipe_recompute(const PublishedRun& r, const std::string& system, bool deepseek) {
   if (!deepseek || r.src != "MBA") return "";
   if (system == "gb200-nvl72") return "recipe@d69b428 sel. recompute mlp";
