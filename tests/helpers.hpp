@@ -19,10 +19,19 @@ struct CliResult {
   std::string out, err;
 };
 
+// One folder per test process, removed when the process exits (ctest starts hundreds of them; a child that
+// forks leaves by exec or _exit, which run no destructors).
 inline std::filesystem::path temp_dir() {
-  auto base = std::filesystem::temp_directory_path() / ("hbmsim-tests-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(base);
-  return base;
+  struct Folder {
+    std::filesystem::path path;
+    ~Folder() {
+      std::error_code ignored;
+      std::filesystem::remove_all(path, ignored);
+    }
+  };
+  static const Folder folder{std::filesystem::temp_directory_path() / ("hbmsim-tests-" + std::to_string(::getpid()))};
+  std::filesystem::create_directories(folder.path);
+  return folder.path;
 }
 
 inline std::string slurp(const std::filesystem::path& p) {

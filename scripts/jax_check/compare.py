@@ -38,31 +38,8 @@ def fmt(v, scale=1.0, digits=3):
     return "-" if v is None else ("%.*f" % (digits, v / scale))
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--results", required=True, help="the JAX check's results.json (jax_results.json in $OUT)")
-    ap.add_argument("--hbmsim", required=True, help="hbmsim binary")
-    ap.add_argument("--calibration", help="the profile.json measured in the same GPU run")
-    ap.add_argument("--json", help="write the comparison here")
-    args = ap.parse_args()
-
-    try:
-        with open(args.results) as f:
-            results = json.load(f)
-        if not isinstance(results, list):
-            raise ValueError("not a JSON list")
-    except (OSError, ValueError) as e:
-        print("compare: %s: %s" % (args.results, e), file=sys.stderr)
-        return 2
-    if not os.access(args.hbmsim, os.X_OK):
-        print("compare: %s is not an executable hbmsim (build it: ./scripts/build.sh)" % args.hbmsim, file=sys.stderr)
-        return 2
-
-    tmp = tempfile.mkdtemp(prefix="hbmsim-compare-")
-    config_path = os.path.join(tmp, "config.json")
-    with open(config_path, "w") as f:
-        json.dump(hf_config(), f)
-
+def simulated_rows(results, args, config_path):
+    """One row per measured result, with hbmsim's prediction on datasheet figures (and calibrated)."""
     rows, failed = [], False
     for r in results:
         policy, lhs = r.get("policy"), bool(r.get("lhs"))
@@ -86,6 +63,35 @@ def main():
                 failed = True
                 row["notes"].append("hbmsim %s: %s" % (k, row[k]["error"][:160]))
         rows.append(row)
+    return rows, failed
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--results", required=True, help="the JAX check's results.json (jax_results.json in $OUT)")
+    ap.add_argument("--hbmsim", required=True, help="hbmsim binary")
+    ap.add_argument("--calibration", help="the profile.json measured in the same GPU run")
+    ap.add_argument("--json", help="write the comparison here")
+    args = ap.parse_args()
+
+    try:
+        with open(args.results) as f:
+            results = json.load(f)
+        if not isinstance(results, list):
+            raise ValueError("not a JSON list")
+    except (OSError, ValueError) as e:
+        print("compare: %s: %s" % (args.results, e), file=sys.stderr)
+        return 2
+    if not os.access(args.hbmsim, os.X_OK):
+        print("compare: %s is not an executable hbmsim (build it: ./scripts/build.sh)" % args.hbmsim, file=sys.stderr)
+        return 2
+
+    # hbmsim reads the model from a file: the check's HF config, written to a folder removed afterwards.
+    with tempfile.TemporaryDirectory(prefix="hbmsim-compare-") as tmp:
+        config_path = os.path.join(tmp, "config.json")
+        with open(config_path, "w") as f:
+            json.dump(hf_config(), f)
+        rows, failed = simulated_rows(results, args, config_path)
 
     gib = float(1 << 30)
     head = "%-16s %8s %8s %7s %8s %7s %9s %9s %9s  %s" % (
