@@ -422,9 +422,9 @@ std::string mixed_dtype_note(const RunConfig& c) {
   return std::string(" (MLP GEMMs ") + to_string(mlp) + ", projections " + to_string(projections) +
          ": one recipe covers every linear layer, so these settings run both as " + to_string(linear_dtype(c)) + ")";
 }
-// Megatron's selective recompute modules that a policy is (validation.cpp reads them the other way): core_attn
-// is the core attention's output (context) recomputed, mla_up_proj MLA's per-head q, k and v; either way the
-// rest is kept (no_recompute). "core_attn" alone is Megatron's default module. nullopt: not such a policy.
+// Megatron's selective recompute modules that a policy is (megatron_recompute_modules): the modules whose
+// tensors, and only those, it rematerializes, the rest kept (no_recompute). "core_attn" alone is Megatron's
+// default module. nullopt: not such a policy.
 std::optional<std::string> selective_recompute_modules(const RunConfig& c) {
   if (c.policy != "no_recompute" && c.policy != "selective") return std::nullopt;
   std::set<std::string> remat;
@@ -433,18 +433,25 @@ std::optional<std::string> selective_recompute_modules(const RunConfig& c) {
     if (where != "remat") return std::nullopt;
     remat.insert(name);
   }
-  const bool core_attn = remat.erase("context") > 0;
-  bool mla_up_proj = false;
-  if (remat.count("query_proj") && remat.count("key_proj") && remat.count("value_proj")) {
-    try {
-      mla_up_proj = resolve_model(c.model).is_mla();
-    } catch (const InputError&) {
+  std::optional<bool> mla;  // read from the model only when a module needs it
+  std::string modules;
+  for (const auto& k : megatron_recompute_modules()) {
+    if (!std::all_of(k.tensors.begin(), k.tensors.end(), [&](const std::string& t) { return remat.count(t) > 0; })) continue;
+    if (k.mla_only) {
+      if (!mla) {
+        try {
+          mla = resolve_model(c.model).is_mla();
+        } catch (const InputError&) {
+          mla = false;
+        }
+      }
+      if (!*mla) continue;
     }
-    if (mla_up_proj)
-      for (const char* t : {"query_proj", "key_proj", "value_proj"}) remat.erase(t);
+    for (const auto& t : k.tensors) remat.erase(t);
+    modules += (modules.empty() ? "" : " ") + std::string(k.name);
   }
-  if (!remat.empty() || (!core_attn && !mla_up_proj)) return std::nullopt;
-  return core_attn && mla_up_proj ? "core_attn mla_up_proj" : core_attn ? "core_attn" : "mla_up_proj";
+  if (!remat.empty() || modules.empty()) return std::nullopt;
+  return modules;
 }
 
 // What hbmsim resolves from a config that the frameworks' settings must spell out: the FSDP degree filling the

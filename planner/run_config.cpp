@@ -287,6 +287,13 @@ LayoutReading read_layout(const RunConfig& c, const LayoutReading& framework) {
 
 }  // namespace
 
+const std::vector<RecomputeModule>& megatron_recompute_modules() {
+  static const std::vector<RecomputeModule> modules = {
+      {"core_attn", "core attention", {"context"}, false},
+      {"mla_up_proj", "MLA up-projections", {"query_proj", "key_proj", "value_proj"}, true}};
+  return modules;
+}
+
 LayoutReading layout_reading(const RunConfig& c) {
   return read_layout(c, c.framework == "megatron" ? kMegatronReading : kMaxtextReading);
 }

@@ -134,6 +134,18 @@ Policy resolve_policy(const RunConfig& config, const StepGraph& graph);
 // under tp > 1); the mesh's expert axis is then ep / tp.
 inline bool folds_experts(const RunConfig& c) { return c.expert_tp == 1 && c.tp > 1; }
 
+// Megatron's selective-recompute modules that hbmsim has tensors for (recompute_modules): the checkpoint names
+// a module rematerializes, the rest kept as no_recompute keeps them. core_attn is the core attention's output;
+// mla_up_proj MLA's per-head q, k and v, recomputed from the kept latents (MLA models only). The validation
+// reads a row's module this way, and the Megatron arguments print a policy back.
+struct RecomputeModule {
+  const char* name;
+  const char* what;                   // for messages
+  std::vector<std::string> tensors;  // hbmsim checkpoint names, each remat
+  bool mla_only;
+};
+const std::vector<RecomputeModule>& megatron_recompute_modules();
+
 // How the layout fields read a config: as given, or (auto) as its framework does: Megatron-Core's rank order
 // (tp innermost, then cp, ep, dp, pp), its ring context exchange, and context and expert ranks holding the
 // other weights whole under framework megatron; MaxText's (its mesh order, all-gathered keys and values,

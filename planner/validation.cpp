@@ -87,7 +87,7 @@ std::string recipe_recompute(const PublishedRun& r, const std::string& system, b
 // Full recompute: full; of N layers per chunk ("block N layers", fewer than the chunk's layers): recompute_layers
 // N. CPU activation offload of N layers: offload_layers N (the first N layers send what they keep to host).
 // flash-attn2 and TE name the kernels: hbmsim's attention is a fused flash kernel, its GEMMs TE's.
-bool map_recompute(const std::string& text, std::int64_t layers_per_chunk, RunMapping& m, RunConfig& c) {
+bool map_recompute(const std::string& text, const ModelSpec& model, std::int64_t layers_per_chunk, RunMapping& m, RunConfig& c) {
   std::string rest = trim(text);
   if (rest.rfind("recipe@", 0) == 0) {
     auto sp = rest.find(' ');
@@ -135,19 +135,19 @@ bool map_recompute(const std::string& text, std::int64_t layers_per_chunk, RunMa
       std::string module = "core_attn";
       if (item.rfind("sel. recompute", 0) == 0) module = trim(item.substr(14));
       m.recompute_unstated = false;
-      if (module.empty() || module == "core_attn") {
+      if (module.empty()) module = "core_attn";
+      const auto known = std::find_if(megatron_recompute_modules().begin(), megatron_recompute_modules().end(),
+                                      [&](const RecomputeModule& k) { return k.name == module && (!k.mla_only || model.is_mla()); });
+      if (known != megatron_recompute_modules().end()) {
         c.policy = "no_recompute";
-        c.tensors["context"] = "remat";
-        m.recompute = "\"" + item + "\" (selective, core attention): no_recompute with context=remat";
-      } else if (module == "mla_up_proj" && resolve_model(c.model).is_mla()) {
-        // Megatron's MLA discards the up-projections' outputs (per-head q, k, v) once the core attention has
-        // read them and recomputes them from the kept latents before its backward.
-        c.policy = "no_recompute";
-        for (const char* t : {"query_proj", "key_proj", "value_proj"}) c.tensors[t] = "remat";
-        m.recompute = "\"" + item + "\" (selective, MLA up-projections): no_recompute with query_proj, key_proj, "
-                      "value_proj=remat";
+        std::string names;
+        for (const auto& t : known->tensors) {
+          c.tensors[t] = "remat";
+          names += (names.empty() ? "" : ", ") + t;
+        }
+        m.recompute = "\"" + item + "\" (selective, " + known->what + "): no_recompute with " + names + "=remat";
       } else if (module == "moe_act" || module == "layernorm" || module == "mla_up_proj" ||
-                 (module == "mlp" && resolve_model(c.model).dense_layers() * 10 < resolve_model(c.model).num_layers)) {
+                 (module == "mlp" && model.dense_layers() * 10 < model.num_layers)) {
         // (mlp: the dense MLP submodule, of a few layers where the others are MoE: DeepSeek-V3's first 3 of 61.)
         c.policy = "no_recompute";
         m.recompute = "\"" + item + "\" (selective, " + module + " only): no_recompute";
@@ -310,7 +310,7 @@ RunMapping map_published_run(const PublishedRun& r) {
   const std::int64_t units = spec.num_layers + (c.embedding_as_layer ? 2 : 0);
   const std::int64_t layers_per_chunk = std::max<std::int64_t>(1, units / std::max<std::int64_t>(1, chunks));
   const std::string recipe = r.remat_offload.empty() ? recipe_recompute(r, *system, deepseek) : "";
-  if (!map_recompute(recipe.empty() ? r.remat_offload : recipe, layers_per_chunk, m, c)) return no(m.reason);
+  if (!map_recompute(recipe.empty() ? r.remat_offload : recipe, spec, layers_per_chunk, m, c)) return no(m.reason);
   if (!recipe.empty()) m.recompute = "none stated, its Megatron-Bridge config's (" + recipe + "): " + m.recompute;
   // Megatron-Bridge's B200 MXFP8 DeepSeek-V3 config since 2026-04-18 (#3368, the only B200 one at ep 32: pp 8 x
   // vp 2, DeepEP) sets moe_a2a_overlap, Megatron's combined 1F1B.
