@@ -15,9 +15,6 @@ namespace hbmsim {
 
 namespace {
 
-// The mesh's expert axis: under folding the expert group spans tp, and only ep / tp of it is an axis of its own.
-std::int64_t expert_axis(const RunConfig& c) { return folds_experts(c) ? c.ep / c.tp : c.ep; }
-
 // The memory a batch that does not fit ran out of, with the figures ("batch 6: pinned host 183.0 > 178.8 GiB").
 std::string ran_out(std::int64_t batch, const StepReport& r) {
   auto over = [](const char* what, double need, double have) {

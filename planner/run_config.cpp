@@ -192,7 +192,7 @@ TrainingSpec training_shape(const RunConfig& c) {
     if (c.ep % c.tp != 0)
       throw InputError("ep = " + std::to_string(c.ep) + " (with expert_tp = 1 the expert group spans tp = " + std::to_string(c.tp) +
                        ": ep must be a multiple of it)");
-    p.ep = c.ep / c.tp;
+    p.ep = expert_axis(c);
     p.experts_fold_tp = true;
   } else if (c.expert_tp != 0 && c.expert_tp != c.tp) {
     throw InputError("expert_tp = " + std::to_string(c.expert_tp) + " (expected 0 or tp = " + std::to_string(c.tp) +
