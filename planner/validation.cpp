@@ -64,17 +64,29 @@ std::optional<std::string> map_precision(const std::string& p, std::string& why)
   return std::nullopt;
 }
 
-// The recompute a Megatron-Bridge DeepSeek-V3 row's config sets where the table states none, in the form the
-// remat_offload column uses for rows read from a recipe. Every DeepSeek-V3 performance config of the 26.04
-// containers sets recompute_granularity selective (scripts/performance/configs/deepseek/deepseek_llm_pretrain.py)
-// with the modules of deepseek_workload_base_configs.py beside it, unchanged from 2026-03-31 (801277876) to
-// 2026-06-30 (bf07e5678): mla_up_proj on GB300, B300 and B200; mlp (the dense MLP submodule: DeepSeek-V3's first
-// 3 layers) on GB200. B200 MXFP8 at ep 32 recomputes both; its mlp is left out here as on GB200 (no hbmsim name:
-// map_recompute reads it as no_recompute). Other rows: as stated (nothing).
+// The recompute a DeepSeek-V3 row's recipe sets where the table states none, in the form the remat_offload
+// column uses for rows read from a recipe.
+// - Megatron-Bridge (MBA): every DeepSeek-V3 performance config of the 26.04 containers sets
+//   recompute_granularity selective (scripts/performance/configs/deepseek/deepseek_llm_pretrain.py) with the
+//   modules of deepseek_workload_base_configs.py beside it, unchanged from 2026-03-31 (801277876) to 2026-06-30
+//   (bf07e5678): mla_up_proj on GB300, B300 and B200; mlp (the dense MLP submodule: DeepSeek-V3's first 3 layers)
+//   on GB200. B200 MXFP8 at ep 32 recomputes both; its mlp is left out here as on GB200 (no hbmsim name:
+//   map_recompute reads it as no_recompute).
+// - dgxc-benchmarking 25.05 (DGXC-05, deepseek_v3/pretraining/launch.sh at v25.05) runs NeMo's
+//   scripts/performance/llm/pretrain_deepseek_v3.py at the NeMo commit its setup.sh pins (7a8f1cc) with
+//   --recompute_modules mla_up_proj on H100 and core_attn on GB200, which that script applies as selective
+//   recompute.
+// Other rows: as stated (nothing).
 std::string recipe_recompute(const PublishedRun& r, const std::string& system, bool deepseek) {
-  if (!deepseek || r.src != "MBA") return "";
-  if (system == "gb200-nvl72") return "recipe@d69b428 sel. recompute mlp";
-  if (system == "gb300-nvl72" || system == "b300-hgx" || system == "b200-hgx") return "recipe@d69b428 sel. recompute mla_up_proj";
+  if (!deepseek) return "";
+  if (r.src == "MBA") {
+    if (system == "gb200-nvl72") return "recipe@d69b428 sel. recompute mlp";
+    if (system == "gb300-nvl72" || system == "b300-hgx" || system == "b200-hgx") return "recipe@d69b428 sel. recompute mla_up_proj";
+  }
+  if (r.src == "DGXC-05") {
+    if (system == "h100-hgx") return "recipe@7a8f1cc sel. recompute mla_up_proj";
+    if (system == "gb200-nvl72") return "recipe@7a8f1cc sel. recompute core_attn";
+  }
   return "";
 }
 
@@ -220,13 +232,16 @@ RunMapping map_published_run(const PublishedRun& r) {
   // reduce-scatters with their GEMMs (Transformer Engine userbuffers, comm_overlap.tp_comm_overlap_cfg, e.g.
   // userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192 for Llama 3.1 405B) wherever tp > 1. A run from bare
   // Megatron-Core scripts (the container column names megatron-core) has Megatron's default: no overlap.
-  c.tp_comm_overlap = r.tp > 1 && r.container.rfind("megatron-core", 0) != 0;
+  // NeMo 25.04's DeepSeek-V3 script (scripts/performance/llm/pretrain_deepseek_v3.py at 7a8f1cc, the commit
+  // dgxc-benchmarking 25.05 pins) turns it off (MegatronCommOverlapCallback(tp_comm_overlap=False)).
+  const bool deepseek = m.model_id == "deepseek-v3-671b", mba = r.src == "MBA";
+  c.tp_comm_overlap = r.tp > 1 && r.container.rfind("megatron-core", 0) != 0 && !(deepseek && nemo);
   // The MoE token dispatcher. Megatron-Bridge's DeepSeek-V3 performance configs name a flex backend for every
   // system (HybridEP; DeepEP for B200 MXFP8 at ep 32: configs/deepseek at 5776a6d and 2026-04). NeMo 25.04's
-  // DeepSeek-V3 script used DeepEP on H100 and the alltoall dispatcher on Blackwell. Others keep alltoall.
-  const bool deepseek = m.model_id == "deepseek-v3-671b", mba = r.src == "MBA";
-  const bool hopper = *system == "h100-hgx";
-  c.moe_dispatcher = deepseek && (mba || (nemo && hopper)) ? "flex" : "alltoall";
+  // DeepSeek-V3 script keeps DeepSeekConfig's alltoall dispatcher on every system (with token drop at capacity
+  // factor 1, padded: balanced loads, as hbmsim assumes); DeepEP entered that script in July 2025 (ba1ff16,
+  // NeMo 2.5). Others keep alltoall.
+  c.moe_dispatcher = deepseek && mba ? "flex" : "alltoall";
   // Megatron-Bridge's DeepSeek-V3 recipe (recipes/deepseek at 5776a6d and 2026-04, which every performance
   // config starts from) sets the precision-aware optimizer with bf16 moments (exp_avg_dtype, exp_avg_sq_dtype).
   // NeMo 25.04's scripts set the optimizer for BF16 without changing the moments' dtype (fp32).
@@ -298,10 +313,18 @@ RunMapping map_published_run(const PublishedRun& r) {
   // DeepSeek-V3 trains one MTP module (Megatron-Bridge's DeepSeek-V3 recipes: mtp_num_layers 1) unless the
   // row says "no MTP".
   if (deepseek && !contains(r.model, "no MTP")) c.mtp_layers = 1;
-  // DeepSeek-V3's 61 layers: Megatron-Bridge's recipes give a layout per chunk count (its DeepSeek-V3 layout
-  // map for 4, 8 and 16 chunks, and "Et*4|(t*4|)*14tmL" in the pp 2 x vp 8 performance recipes): each chunk
-  // ceil(61 / chunks) layers, the last one the rest with the MTP module and the loss.
-  if (r.pp > 1 && spec.num_layers % chunks != 0 && !c.embedding_as_layer && deepseek) {
+  // DeepSeek-V3's 61 layers. NeMo 25.04's script (7a8f1cc) sets num_layers_in_first_pipeline_stage to
+  // 64 / pp - 1 and num_layers_in_last_pipeline_stage to 64 / pp - 2 (pp 4: 15, 16, 16, 14), the MTP module
+  // and the loss on the last stage.
+  if (deepseek && nemo && r.pp > 1 && r.vp == 1 && 64 % r.pp == 0 && r.pp >= 4) {
+    const std::int64_t mid = 64 / r.pp;
+    c.pipeline_layout = "Et*" + str(mid - 1) + "|(t*" + str(mid) + "|)*" + str(r.pp - 2) + "t*" + str(mid - 2) +
+                        std::string(static_cast<std::size_t>(c.mtp_layers), 'm') + "L";
+  }
+  // Megatron-Bridge's recipes give a layout per chunk count (its DeepSeek-V3 layout map for 4, 8 and 16 chunks,
+  // and "Et*4|(t*4|)*14tmL" in the pp 2 x vp 8 performance recipes): each chunk ceil(61 / chunks) layers, the
+  // last one the rest with the MTP module and the loss.
+  else if (r.pp > 1 && spec.num_layers % chunks != 0 && !c.embedding_as_layer && deepseek) {
     const std::int64_t per = (spec.num_layers + chunks - 1) / chunks, rest = spec.num_layers - per * (chunks - 1);
     if (rest > 0)
       c.pipeline_layout = "Et*" + str(per) + "|" + (chunks > 2 ? "(t*" + str(per) + "|)*" + str(chunks - 2) : std::string()) +
@@ -311,7 +334,7 @@ RunMapping map_published_run(const PublishedRun& r) {
   const std::int64_t layers_per_chunk = std::max<std::int64_t>(1, units / std::max<std::int64_t>(1, chunks));
   const std::string recipe = r.remat_offload.empty() ? recipe_recompute(r, *system, deepseek) : "";
   if (!map_recompute(recipe.empty() ? r.remat_offload : recipe, spec, layers_per_chunk, m, c)) return no(m.reason);
-  if (!recipe.empty()) m.recompute = "none stated, its Megatron-Bridge config's (" + recipe + "): " + m.recompute;
+  if (!recipe.empty()) m.recompute = "none stated, its recipe's (" + recipe + "): " + m.recompute;
   // Megatron-Bridge's B200 MXFP8 DeepSeek-V3 config since 2026-04-18 (#3368, the only B200 one at ep 32: pp 8 x
   // vp 2, DeepEP) sets moe_a2a_overlap, Megatron's combined 1F1B.
   c.ep_overlap = deepseek && mba && *system == "b200-hgx" && r.ep == 32;

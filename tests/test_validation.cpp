@@ -192,8 +192,8 @@ TEST_CASE("Validation mapping: DeepSeek-V3 on 256 DGX B300s, pp 8 x ep 8, MXFP8,
   CHECK(mapped("MBA,26.04,DGX-B200,256,DeepSeek-V3,MXFP8,4096,1,4096,1,16,-,1,8,DDP,,2815,732,,,,").system == "b200-hgx");
   // Megatron-Bridge's DeepSeek-V3 configs dispatch tokens with HybridEP or DeepEP (the flex dispatcher).
   CHECK(c.moe_dispatcher == "flex");
-  // NeMo 25.04's DeepSeek-V3 script: DeepEP on H100, the alltoall dispatcher on Blackwell.
-  CHECK(mapped("DGXC-05,NeMo 25.04.01,H100,1024,DeepSeek-V3,BF16,4096,1,8192,1,16,1,1,64,DP64,,,163.7,52.04,16.55%,,").moe_dispatcher == "flex");
+  // NeMo 25.04's DeepSeek-V3 script (7a8f1cc) keeps the alltoall dispatcher on H100 and Blackwell alike.
+  CHECK(mapped("DGXC-05,NeMo 25.04.01,H100,1024,DeepSeek-V3,BF16,4096,1,8192,1,16,1,1,64,DP64,,,163.7,52.04,16.55%,,").moe_dispatcher == "alltoall");
   CHECK(mapped("DGXC-05,NeMo 25.04.01,GB200,128,DeepSeek-V3,BF16,4096,1,1024,1,4,1,1,32,DP32,,,249.3,34.168,10.18%,,").moe_dispatcher == "alltoall");
   // Megatron-Bridge's DeepSeek-V3 recipe: the precision-aware optimizer with bf16 moments; NeMo's keeps fp32.
   CHECK(c.optimizer_moments_dtype == "bf16");
@@ -267,9 +267,32 @@ TEST_CASE("Validation mapping: a Megatron-Bridge DeepSeek-V3 row stating no reco
                                           "recipe@5776a6d sel. recompute moe_act,3848,1000,,,,"));
   REQUIRE(stated.config);
   CHECK(stated.config->tensors.empty());
-  auto nemo = map_published_run(one_row("DGXC-05,NeMo 25.04.01,H100,1024,DeepSeek-V3,BF16,4096,1,8192,2,16,1,1,64 (ETP1),DP32,,,163.7,52.04,16.55%,,"));
-  REQUIRE(nemo.config);
-  CHECK(nemo.recompute_unstated);
+  auto flag = map_published_run(one_row("FLAG,megatron-core 0.6.0,H100 SXM,8,Llama3-8B,BF16,8192,1,32,2,1,-,1,-,DP4,,8103,,,,,"));
+  REQUIRE(flag.config);
+  CHECK(flag.recompute_unstated);
+}
+
+TEST_CASE("Validation mapping: dgxc-benchmarking 25.05's DeepSeek-V3 rows take NeMo 25.04's script", "[validation]") {
+  // deepseek_v3/pretraining/launch.sh at v25.05 runs NeMo's pretrain_deepseek_v3.py (commit 7a8f1cc) with
+  // --recompute_modules mla_up_proj on H100 and core_attn on GB200; the script splits the 61 layers 64 / pp - 1
+  // on the first stage, 64 / pp - 2 on the last (pp 16: 3, 14 x 4, 2 = 61), sets tp_comm_overlap off and keeps
+  // the alltoall dispatcher. Rows 50 and 49 of the corpus.
+  auto h100 = map_published_run(one_row("DGXC-05,NeMo 25.04.01,H100,1024,DeepSeek-V3,BF16,4096,1,8192,2,16,1,1,64 (ETP1),DP32,,,163.7,52.04,16.55%,,"));
+  REQUIRE(h100.config);
+  CHECK_FALSE(h100.recompute_unstated);
+  CHECK_THAT(h100.recompute, Catch::Contains("recipe@7a8f1cc") && Catch::Contains("mla_up_proj"));
+  CHECK(h100.config->tensors == std::map<std::string, std::string>{{"key_proj", "remat"}, {"query_proj", "remat"}, {"value_proj", "remat"}});
+  CHECK(h100.config->pipeline_layout == "Et*3|(t*4|)*14t*2mL");  // 3 + 56 + 2 = 61, the MTP module last
+  CHECK_FALSE(h100.config->tp_comm_overlap);
+  CHECK(h100.config->moe_dispatcher == "alltoall");
+  auto gb200 = map_published_run(one_row("DGXC-05,NeMo 25.04.01,GB200,128,DeepSeek-V3,BF16,4096,1,1024,2,4,1,1,32 (ETP1),DP16,,,249.3,34.168,10.18%,,"));
+  REQUIRE(gb200.config);
+  CHECK(gb200.config->tensors == std::map<std::string, std::string>{{"context", "remat"}});
+  CHECK(gb200.config->pipeline_layout == "Et*15|(t*16|)*2t*14mL");  // 15 + 32 + 14 = 61
+  // The layout is the one hbmsim simulates: it resolves and runs.
+  CHECK(run_simulation(*gb200.config).fits);
+  // Other NeMo rows at tp > 1 keep the tensor-parallel overlap their recipes set.
+  CHECK(mapped("DGXC-05,NeMo 25.04.01,GB200,128,Llama3.1-405B,BF16,8192,1,64,4,8,8,2,-,DP2,,,,9.347,47.4%,,total 56092; GA32").tp_comm_overlap);
 }
 
 TEST_CASE("Validation mapping: FSDP over every rank, and FSDPn (derived by hand)", "[validation]") {
