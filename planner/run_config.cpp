@@ -212,6 +212,7 @@ TrainingSpec training_shape(const RunConfig& c) {
     t.gradient_bytes_per_param = 4;
     t.optimizer_bytes_per_param = 12;
     t.loss_extra_bytes_per_logit = 0;
+    t.wgrad_into_grad_buffer = true;
   } else if (c.framework != "maxtext") {
     throw InputError("framework = " + quote(c.framework) + " (expected maxtext or megatron)");
   }

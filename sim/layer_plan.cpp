@@ -105,11 +105,10 @@ void plan_backward_steps(const LayerTemplate& t, TemplatePlan& p) {
 
 // What one backward iteration allocates beyond prefetched tensors: gathered weights, the gradient
 // buffer, replayed tensors and activation gradients. LHS keeps this much free when it hoists prefetches.
-double backward_working_set(const LayerTemplate& t, const TemplatePlan& p) {
+double backward_working_set(const LayerTemplate& t, const TemplatePlan& p, const StepGraph& g) {
   const auto& steps = p.steps;
   const auto& last_read = p.last_read;
-  double live = t.gathered_dense_bytes + t.gathered_expert_bytes + t.grad_dense_bytes + t.grad_expert_bytes +
-                t.tensors[0].bytes;  // incoming gradient
+  double live = g.weight_buffer_bytes(t) + g.grad_buffer_bytes(t) + t.tensors[0].bytes;  // + the incoming gradient
   double peak = live;
   std::vector<bool> replayed(t.tensors.size(), false), grad(t.tensors.size(), false);
   using Kind = TemplatePlan::Kind;
@@ -300,7 +299,7 @@ void plan_template(const LayerTemplate& t, const Policy& policy, const Costs& c,
   for (int o : p.order)
     for (int in : t.ops[static_cast<std::size_t>(o)].inputs) p.last_fwd_use[static_cast<std::size_t>(in)] = o;
   plan_backward_steps(t, p);
-  p.backward_working_set_bytes = backward_working_set(t, p);
+  p.backward_working_set_bytes = backward_working_set(t, p, g);
   p.gather = c.net.cost(CommKind::all_gather, t.gathered_dense_bytes, g.dense_shard);
   p.gather_experts = c.net.cost(CommKind::all_gather, t.gathered_expert_bytes, g.expert_shard);
   p.reduce_scatter = c.net.cost(CommKind::reduce_scatter, t.grad_dense_bytes, g.dense_shard);

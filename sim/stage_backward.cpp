@@ -105,7 +105,7 @@ int StageBuilder::backward_pass(int mb, int rank, int k, int slot, bool sync, Ch
   }
   // The table bucket: both tables when this chunk also holds the head, else the input table's.
   const double bucket = c.head ? table_grad_bytes(c) : g_.embedding_grad_bytes;
-  int embed_grad = w_.add_buffer(bucket, MemCategory::collective_buffers);
+  int embed_grad = w_.add_buffer(g_.table_grad_buffer_bytes(bucket), MemCategory::collective_buffers);
   int scatter = w_.compute(costs_.memory_s(2 * T * d * act), true, 0, 'b', -1, "embedding_bwd");
   w_.op(scatter).allocs.push_back(embed_grad);
   w_.op(scatter).releases.push_back(grad_carry);
@@ -241,7 +241,7 @@ std::pair<int, int> StageBuilder::backward_layer(CopyRank rank, std::int64_t fir
   }
 
   // The unsharded gradients: written here, or by the weight pass when it is split off.
-  const int grad_buf = split ? -1 : w_.add_buffer(t.grad_dense_bytes + t.grad_expert_bytes, MemCategory::collective_buffers);
+  const int grad_buf = split ? -1 : w_.add_buffer(g_.grad_buffer_bytes(t), MemCategory::collective_buffers);
   grad[static_cast<std::size_t>(t.output_tensor)] = grad_in;
   // A reduce-scatter is an async collective of its loop iteration: it is done (and its input freed) by the
   // start of the next iteration, or with XLA's collective pipeliner the one after. That program point, not

@@ -181,7 +181,7 @@ Gather StageBuilder::gather_layer(std::int64_t l, int after, char phase) {
   const auto& t = g_.layer(l);
   const auto& p = plan(l);
   Gather ag;
-  ag.buf = w_.add_buffer(t.gathered_dense_bytes + t.gathered_expert_bytes, MemCategory::gathered_weights);
+  ag.buf = w_.add_buffer(g_.weight_buffer_bytes(t), MemCategory::gathered_weights);
   const double shard = t.gathered_dense_bytes / static_cast<double>(g_.mesh.size(g_.dense_shard)) +
                        t.gathered_expert_bytes / static_cast<double>(g_.mesh.size(g_.expert_shard));
   const int in = parameters_in(shard, after, static_cast<int>(l), label("parameters in", l));
@@ -196,7 +196,7 @@ Gather StageBuilder::gather_layer(std::int64_t l, int after, char phase) {
 Gather StageBuilder::gather_table(const char* name, int after) {
   const CommCost cost = net_.cost(CommKind::all_gather, g_.table_gathered_bytes, g_.dense_shard);
   const int in = parameters_in(table_shard_bytes(g_.table_gathered_bytes), after, -1, std::string("parameters in ") + name);
-  Gather ag{w_.comm(Axis::fsdp, cost, 1.0, 'f', -1, name), w_.add_buffer(g_.table_gathered_bytes, MemCategory::gathered_weights)};
+  Gather ag{w_.comm(Axis::fsdp, cost, 1.0, 'f', -1, name), w_.add_buffer(g_.table_buffer_bytes(), MemCategory::gathered_weights)};
   w_.op(ag.op).allocs = {ag.buf};
   gather_after(ag.op, in, after);
   return ag;
@@ -257,7 +257,7 @@ int StageBuilder::embedding(ChunkRecord& rec, int after_sync) {
 
 void StageBuilder::head_table_gradients(const PipelineChunk& c, int head_bwd, bool sync, std::vector<int>& done) {
   const double bucket = table_grad_bytes(c);
-  int grad = w_.add_buffer(bucket, MemCategory::collective_buffers);
+  int grad = w_.add_buffer(g_.table_grad_buffer_bytes(bucket), MemCategory::collective_buffers);
   w_.op(head_bwd).allocs.push_back(grad);
   const int rs = table_reduce_scatter(bucket, head_bwd, grad, "reduce_scatter unembedding", done);
   if (sync && multi(g_.grad_sync)) table_sync(bucket, rs, done);
@@ -283,7 +283,7 @@ int StageBuilder::weight_pass(int k, bool sync, ChunkRecord& rec, std::vector<in
     const std::int64_t l = c.first_layer + i;
     const auto& t = g_.layer(l);
     WeightPass& wp = rec.weights[at(i)];
-    int grad_buf = w_.add_buffer(t.grad_dense_bytes + t.grad_expert_bytes, MemCategory::collective_buffers);
+    int grad_buf = w_.add_buffer(g_.grad_buffer_bytes(t), MemCategory::collective_buffers);
     int id = w_.compute(wp.seconds, false, wp.flops, 'w', static_cast<int>(l), label("weight_grads", l));
     if (first_op < 0) first_op = id;
     for (int d : wp.deps) w_.op(id).deps.push_back(d);

@@ -193,6 +193,54 @@ TEST_CASE("Megatron's expert parallelism keeps the non-expert weights whole and 
   CHECK(maxtext.comm_bytes.at("fsdp") > 0);
 }
 
+TEST_CASE("Megatron's DDP buffers: GEMMs read the stored weights and gradients land in main_grad, in place", "[parallel][megatron]") {
+  // Llama 3.1 8B on 8 GB200s, dp 8 with the distributed optimizer, Megatron state (bf16 weights, fp32 main
+  // gradients). Megatron-Core's param_and_grad_buffer.py all-gathers the updated weights into the bf16 param
+  // buffer and reduce-scatters the gradient buffer in place, and TE's wgrad GEMMs accumulate into main_grad:
+  // beside parameters (2 B), gradients (4 B) and optimizer state (12 B / 8) per parameter nothing is held
+  // per layer, where XLA holds a layer's bf16 cast of its fp32 weights and its unsharded fp32 gradients.
+  RunConfig c = llama8b_dp("gb200-nvl72", 8);
+  c.fsdp = 1;
+  c.framework = "megatron";
+  c.sharded_optimizer = true;
+  c.policy = "full";
+  const ModelSpec m = builtin_model(c.model);
+  const double P = m.total_params();
+  // One layer's parameters: the SwiGLU MLP, and q, k, v, o with the layer's two RMSNorm weights.
+  const double mlp = 3.0 * 4096 * 14336, attn = 4096.0 * (4096 + 2 * 1024) + 4096.0 * 4096 + 2 * 4096;
+  const PreparedRun run = prepare_run(c);
+  const LayerTemplate& layer = run.graph.layer(0);
+  CHECK(run.graph.weight_buffer_bytes(layer) == 0);
+  CHECK(run.graph.grad_buffer_bytes(layer) == 0);
+  CHECK(run.graph.table_buffer_bytes() == 0);
+  const StepReport r = run_simulation(c);
+  CHECK(r.hbm_breakdown_bytes.at("gathered_weights") == 0);
+  CHECK(r.hbm_breakdown_bytes.at("collective_buffers") == 0);
+  CHECK(r.hbm_breakdown_bytes.at("parameters") == Approx(2 * P).epsilon(1e-12));
+  CHECK(r.hbm_breakdown_bytes.at("gradients") == Approx(4 * P).epsilon(1e-12));
+  // FP8 GEMMs in the MLP read Transformer Engine's quantized copy of its weights: 1 byte per MLP parameter of
+  // the layer (the attention's GEMMs stay bf16 and read the stored weights).
+  RunConfig fp8 = c;
+  fp8.weights = "fp8";
+  const PreparedRun q = prepare_run(fp8);
+  CHECK(q.graph.weight_buffer_bytes(q.graph.layer(0)) == Approx(mlp * 1).epsilon(1e-12));
+  // Megatron FSDP over the 8 GPUs gathers each layer's bf16 weights and reduce-scatters its fp32 gradients out of
+  // buffers of their own.
+  RunConfig fsdp = c;
+  fsdp.dp = 1;
+  fsdp.fsdp = 8;
+  const PreparedRun f = prepare_run(fsdp);
+  CHECK(f.graph.weight_buffer_bytes(f.graph.layer(0)) == Approx(2 * (mlp + attn)).epsilon(1e-12));
+  CHECK(f.graph.grad_buffer_bytes(f.graph.layer(0)) == Approx(4 * (mlp + attn)).epsilon(1e-12));
+  // MaxText at dp 8 (fp32 weights): the bf16 cast and the unsharded gradients, as before.
+  RunConfig maxtext = c;
+  maxtext.framework = "maxtext";
+  const PreparedRun x = prepare_run(maxtext);
+  CHECK(x.graph.weight_buffer_bytes(x.graph.layer(0)) == Approx(2 * (mlp + attn)).epsilon(1e-12));
+  CHECK(x.graph.grad_buffer_bytes(x.graph.layer(0)) == Approx(4 * (mlp + attn)).epsilon(1e-12));
+  CHECK(run_simulation(maxtext).hbm_breakdown_bytes.at("gathered_weights") > 0);
+}
+
 TEST_CASE("the layout fields left auto read a config as its framework does; given ones win", "[parallel][megatron]") {
   RunConfig c;
   LayoutReading r = layout_reading(c);  // maxtext

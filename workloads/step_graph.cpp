@@ -499,6 +499,9 @@ LayerTemplate build_template(const ModelSpec& model, const TrainingSpec& trainin
   double expert_params = moe ? model.expert_params_per_layer() / (tp * static_cast<double>(p.ep)) : 0;
   t.gathered_dense_bytes = attn_params * dtype_bytes(training.attention_gemm_dtype) + mlp_params * dtype_bytes(training.mlp_gemm_dtype);
   t.gathered_expert_bytes = expert_params * dtype_bytes(training.mlp_gemm_dtype);
+  auto cast = [&](double params, Dtype gemm) { return gemm == training.weight_storage_dtype ? 0.0 : params * dtype_bytes(gemm); };
+  t.cast_dense_bytes = cast(attn_params, training.attention_gemm_dtype) + cast(mlp_params, training.mlp_gemm_dtype);
+  t.cast_expert_bytes = cast(expert_params, training.mlp_gemm_dtype);
   // Unsharded gradients are reduced in the gradient buffer's precision (fp32 in both frameworks' defaults).
   const double gb = training.gradient_bytes_per_param;
   t.grad_dense_bytes = (attn_params + mlp_params) * gb;
@@ -507,6 +510,25 @@ LayerTemplate build_template(const ModelSpec& model, const TrainingSpec& trainin
 }
 
 }  // namespace
+
+double StepGraph::weight_buffer_bytes(const LayerTemplate& t) const {
+  return (mesh.size(dense_shard) > 1 ? t.gathered_dense_bytes : t.cast_dense_bytes) +
+         (mesh.size(expert_shard) > 1 ? t.gathered_expert_bytes : t.cast_expert_bytes);
+}
+
+double StepGraph::grad_buffer_bytes(const LayerTemplate& t) const {
+  const bool whole = mesh.size(dense_shard) == 1 && mesh.size(expert_shard) == 1;
+  return whole && training.wgrad_into_grad_buffer ? 0 : t.grad_dense_bytes + t.grad_expert_bytes;
+}
+
+double StepGraph::table_grad_buffer_bytes(double bucket) const {
+  return mesh.size(dense_shard) == 1 && training.wgrad_into_grad_buffer ? 0 : bucket;
+}
+
+double StepGraph::table_buffer_bytes() const {
+  const bool cast = training.weight_storage_dtype != Dtype::bf16;  // the tables' GEMMs run in bf16
+  return mesh.size(dense_shard) > 1 || cast ? table_gathered_bytes : 0;
+}
 
 StepGraph build_step_graph(const ModelSpec& decoder, TrainingSpec training) {
   validate_training(training, decoder);

@@ -82,6 +82,11 @@ struct LayerTemplate {
   double gathered_expert_bytes = 0;  // local experts' weights, gathered over StepGraph::expert_shard
   double grad_dense_bytes = 0;       // unsharded gradients, reduce-scattered (weight storage dtype)
   double grad_expert_bytes = 0;
+  // Where the weights are whole on the device (not gathered), the copy its GEMMs read: the part whose GEMM
+  // dtype is not the storage dtype (XLA's bf16 cast of fp32 weights, Transformer Engine's quantized weights);
+  // none where the GEMMs read the stored weights (Megatron's bf16 weights in bf16 GEMMs).
+  double cast_dense_bytes = 0;
+  double cast_expert_bytes = 0;
 
   int find_tensor(const std::string& name) const;
 };
@@ -143,6 +148,16 @@ struct StepGraph {
            (copy ? embedding_grad_bytes : 0);
   }
   const LayerTemplate& layer(std::int64_t i) const { return templates[static_cast<std::size_t>(layer_template[static_cast<std::size_t>(i)])]; }
+  // Device bytes one layer's weights take for its GEMMs: gathered over their shards, or where they are whole
+  // their cast copy (LayerTemplate::cast_dense_bytes).
+  double weight_buffer_bytes(const LayerTemplate& t) const;
+  // Device bytes of a layer's unsharded gradients before their reduce-scatter (`bytes` of them); none where
+  // its weights are whole and the gradients go straight into the gradient buffer
+  // (TrainingSpec::wgrad_into_grad_buffer). The same for a table's bucket, with the non-expert weights' shards.
+  double grad_buffer_bytes(const LayerTemplate& t) const;
+  double table_grad_buffer_bytes(double bucket) const;
+  // Device bytes of a vocab table as the lookup or the head reads it: gathered, or whole and its cast copy.
+  double table_buffer_bytes() const;
   // Bytes of one checkpoint-named tensor in one layer of the given kind (0 when absent).
   double tensor_bytes(const std::string& name, const std::string& kind = "") const;
 };

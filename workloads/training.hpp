@@ -100,6 +100,11 @@ struct TrainingSpec {
   Dtype weight_storage_dtype = Dtype::fp32;  // MaxText weight_dtype default float32
   double optimizer_bytes_per_param = 8;      // Adam: two fp32 moments
   double gradient_bytes_per_param = 4;       // fp32 gradient accumulation buffer
+  // Megatron-Core's DDP: weight-gradient GEMMs accumulate into the gradient buffer (main_grad,
+  // gradient_accumulation_fusion) and its reduce-scatter runs in place on that buffer
+  // (param_and_grad_buffer.py), so a layer whose weights are whole on the device has no unsharded gradients
+  // of its own. Off (XLA): a layer's gradients are made, then reduced and added.
+  bool wgrad_into_grad_buffer = false;
   // Bytes per logit the loss holds beyond the bf16 logits, from the unembedding to its backward. MaxText casts
   // the logits to fp32 and its cross-entropy is a custom VJP that saves exp(logits - max) in fp32 for the
   // backward: 4. The fp32 copy itself and the fp32 gradient need not exist (XLA's GPU fusion duplicates the
