@@ -224,17 +224,18 @@ RunMapping map_published_run(const PublishedRun& r) {
   c.framework = "megatron";
   // The gradient buffer's dtype. Megatron-LM's --bf16 reduces gradients in fp32 (bare Megatron-Core scripts);
   // Megatron-Bridge's performance configs set grad_reduce_in_fp32 off for every model and precision (since
-  // its 25.09 scripts); NeMo's performance scripts (scripts/performance/helpers.py, set_precision_configs) set
-  // it off for FP8 recipes and keep it on for BF16.
+  // its 25.09 scripts). NeMo 25.04's performance scripts (7a8f1cc, scripts/performance/utils.py) set it off
+  // for FP8, and the Llama and Mixtral recipes they build with performance_mode set it off for BF16 too
+  // (pretrain_performance_optimizations); its DeepSeek-V3 script builds without it and keeps bf16_mixed's fp32.
   const bool nemo = r.container.rfind("NeMo", 0) == 0, bare = r.container.rfind("megatron-core", 0) == 0;
-  c.grad_reduce_dtype = bare || (nemo && *dtype == "bf16") ? "fp32" : "bf16";
+  const bool deepseek = m.model_id == "deepseek-v3-671b", mba = r.src == "MBA";
+  c.grad_reduce_dtype = bare || (nemo && deepseek && *dtype == "bf16") ? "fp32" : "bf16";
   // Megatron-Bridge's and NeMo's performance recipes overlap the tensor-parallel all-gathers and
   // reduce-scatters with their GEMMs (Transformer Engine userbuffers, comm_overlap.tp_comm_overlap_cfg, e.g.
   // userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192 for Llama 3.1 405B) wherever tp > 1. A run from bare
   // Megatron-Core scripts (the container column names megatron-core) has Megatron's default: no overlap.
   // NeMo 25.04's DeepSeek-V3 script (scripts/performance/llm/pretrain_deepseek_v3.py at 7a8f1cc, the commit
   // dgxc-benchmarking 25.05 pins) turns it off (MegatronCommOverlapCallback(tp_comm_overlap=False)).
-  const bool deepseek = m.model_id == "deepseek-v3-671b", mba = r.src == "MBA";
   c.tp_comm_overlap = r.tp > 1 && r.container.rfind("megatron-core", 0) != 0 && !(deepseek && nemo);
   // The MoE token dispatcher. Megatron-Bridge's DeepSeek-V3 performance configs name a flex backend for every
   // system (HybridEP; DeepEP for B200 MXFP8 at ep 32: configs/deepseek at 5776a6d and 2026-04). NeMo 25.04's

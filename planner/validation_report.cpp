@@ -101,8 +101,10 @@ const std::vector<std::string>& validation_rules() {
       "half a byte and a scale byte per 16), and a sequence-parallel all-gather into it moves the quantized input.",
       "**gradients**: `grad_reduce_dtype bf16` (Megatron's grad_reduce_in_fp32 off: the gradient buffer and its "
       "reduce-scatters in bf16) for Megatron-Bridge rows, whose performance configs set it for every model and "
-      "precision, and for NeMo's FP8 rows (NeMo's scripts/performance/helpers.py); fp32 for NeMo's BF16 rows and bare "
-      "Megatron-Core scripts (Megatron-LM's --bf16 accumulates and reduces gradients in fp32). "
+      "precision, and for NeMo's rows (NeMo 25.04's performance scripts for FP8; its Llama and Mixtral recipes in "
+      "performance mode for BF16 as well); fp32 for NeMo's BF16 DeepSeek-V3 rows (that script's recipe keeps "
+      "bf16_mixed's default) and bare Megatron-Core scripts (Megatron-LM's --bf16 accumulates and reduces gradients "
+      "in fp32). "
       "Megatron-Bridge's DeepSeek-V3 rows: `optimizer_moments_dtype bf16` (the recipe's precision-aware optimizer "
       "with bf16 exp_avg and exp_avg_sq: 8 bytes of optimizer state per parameter, not 12).",
       "**batch** (Megatron): mbs -> `micro_batch`, gbs -> `global_batch`; the accumulation / micro-batch count is "

@@ -208,8 +208,10 @@ TEST_CASE("Validation mapping: Mixtral 8x7B, ep 8 carved out of the 64 data-para
   CHECK_FALSE(layout_reading(c).ep_shards_weights);
   CHECK(c.moe_dispatcher == "alltoall");
   CHECK(c.grad_reduce_dtype == "bf16");  // NeMo's performance scripts: FP8 recipes reduce gradients in bf16
-  // ... and its BF16 recipes in fp32.
-  CHECK(mapped("DGXC-05,NeMo 25.04.01,GB200,128,Llama3.1-405B,BF16,8192,1,64,4,8,8,2,-,DP2,,,,9.347,47.4%,,total 56092; GA32").grad_reduce_dtype == "fp32");
+  // ... and so do its Llama recipes in performance mode at BF16 (pretrain_performance_optimizations); its
+  // DeepSeek-V3 script, built without that mode, keeps bf16_mixed's fp32.
+  CHECK(mapped("DGXC-05,NeMo 25.04.01,GB200,128,Llama3.1-405B,BF16,8192,1,64,4,8,8,2,-,DP2,,,,9.347,47.4%,,total 56092; GA32").grad_reduce_dtype == "bf16");
+  CHECK(mapped("DGXC-05,NeMo 25.04.01,H100,1024,DeepSeek-V3,BF16,4096,1,8192,2,16,1,1,64 (ETP1),DP32,,,163.7,52.04,16.55%,,").grad_reduce_dtype == "fp32");
   CHECK(c.dp == 8);  // 64 / (1 x 1 x 1 x 8): Megatron's data-parallel size 64 holds ep 8
   CHECK(c.fsdp == 1);
   CHECK(c.micro_batch == 2);
