@@ -316,16 +316,14 @@ RunMapping map_published_run(const PublishedRun& r) {
   if (deepseek && !contains(r.model, "no MTP")) c.mtp_layers = 1;
   // DeepSeek-V3's 61 layers. NeMo 25.04's script (7a8f1cc) sets num_layers_in_first_pipeline_stage to
   // 64 / pp - 1 and num_layers_in_last_pipeline_stage to 64 / pp - 2 (pp 4: 15, 16, 16, 14), the MTP module
-  // and the loss on the last stage.
+  // and the loss on the last stage. Megatron-Bridge's recipes give a layout per chunk count (its DeepSeek-V3
+  // layout map for 4, 8 and 16 chunks, and "Et*4|(t*4|)*14tmL" in the pp 2 x vp 8 performance recipes): each
+  // chunk ceil(61 / chunks) layers, the last one the rest with the MTP module and the loss.
   if (deepseek && nemo && r.pp > 1 && r.vp == 1 && 64 % r.pp == 0 && r.pp >= 4) {
     const std::int64_t mid = 64 / r.pp;
     c.pipeline_layout = "Et*" + str(mid - 1) + "|(t*" + str(mid) + "|)*" + str(r.pp - 2) + "t*" + str(mid - 2) +
                         std::string(static_cast<std::size_t>(c.mtp_layers), 'm') + "L";
-  }
-  // Megatron-Bridge's recipes give a layout per chunk count (its DeepSeek-V3 layout map for 4, 8 and 16 chunks,
-  // and "Et*4|(t*4|)*14tmL" in the pp 2 x vp 8 performance recipes): each chunk ceil(61 / chunks) layers, the
-  // last one the rest with the MTP module and the loss.
-  else if (r.pp > 1 && spec.num_layers % chunks != 0 && !c.embedding_as_layer && deepseek) {
+  } else if (r.pp > 1 && spec.num_layers % chunks != 0 && !c.embedding_as_layer && deepseek) {
     const std::int64_t per = (spec.num_layers + chunks - 1) / chunks, rest = spec.num_layers - per * (chunks - 1);
     if (rest > 0)
       c.pipeline_layout = "Et*" + str(per) + "|" + (chunks > 2 ? "(t*" + str(per) + "|)*" + str(chunks - 2) : std::string()) +
