@@ -337,11 +337,11 @@ py::dict plan_hbm_needed(const py::object& config) {
   return to_py(j);
 }
 
-py::dict validate(const std::string& calibration, const std::string& runs_path, int jobs) {
+py::dict validate(const std::string& calibration, const std::string& runs_path, int jobs, const std::string& rows_wanted) {
   json j;
   {
     py::gil_scoped_release nogil;
-    auto rows = hbmsim::validate_runs(hbmsim::load_published_runs(runs_path), calibration, jobs);
+    auto rows = hbmsim::validate_runs(hbmsim::select_rows(hbmsim::load_published_runs(runs_path), rows_wanted), calibration, jobs);
     j = hbmsim::validation_json(rows, hbmsim::summarize_validation(rows), calibration, hbmsim::published_runs_origin(runs_path));
   }
   return to_py(j);
@@ -421,9 +421,9 @@ PYBIND11_MODULE(_hbmsim, m) {
   m.def("plan_recompute_layers", [](const py::object& c) { return plan_layer_count(c, hbmsim::LayerCount::recompute); }, py::arg("config"),
         "Fewest layers per chunk recomputed in full for the config to fit, as `plan recompute-layers --json`.");
   m.def("plan_hbm_needed", &plan_hbm_needed, py::arg("config"), "HBM and pinned host memory a config needs, as `plan hbm-needed --json`.");
-  m.def("validate", &validate, py::arg("calibration") = "", py::arg("runs_path") = "", py::arg("jobs") = 2,
-        "The published measured runs (data/reference/published_runs.csv or runs_path), measured vs predicted tokens/s "
-        "per GPU, as `hbmsim validate --json`.");
+  m.def("validate", &validate, py::arg("calibration") = "", py::arg("runs_path") = "", py::arg("jobs") = 2, py::arg("rows") = "",
+        "The published measured runs (data/reference/published_runs.csv or runs_path; rows: only those data rows, e.g. "
+        "\"46,48-50\"), measured vs predicted tokens/s per GPU, as `hbmsim validate --json [--rows]`.");
   m.def("profile", &profile, py::arg("doc"), py::arg("origin") = "profile",
         "Validates a calibration profile document (dict) and returns it normalised (Profile::to_json).");
   m.def("data_files", &hbmsim::builtin_files, py::arg("prefix") = "",

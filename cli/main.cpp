@@ -47,7 +47,7 @@ const std::map<std::string, std::string>& examples() {
            "  hbmsim plan largest-batch --model deepseek-v3-671b --gpus 128 --ep 64 --seq 4096\n"
            "  hbmsim SUBCOMMAND --help   (each command's options and examples)\n"},
       {"validate", "  hbmsim validate\n  hbmsim validate --calibration gb200-fitted --markdown > docs/validation-gb200-fitted.md\n"
-                   "  hbmsim validate --runs my_runs.csv --json\n"},
+                   "  hbmsim validate --runs my_runs.csv --json\n  hbmsim validate --rows 46-50 --calibration corpus-fitted\n"},
       {"systems", "  hbmsim systems\n  hbmsim systems --json\n"},
       {"models", "  hbmsim models\n  hbmsim simulate --model path/to/huggingface/config.json --gpus 8\n"},
       {"fields", "  hbmsim fields\n  hbmsim fields --markdown > docs/run-fields.md\n"},

@@ -53,16 +53,18 @@ void register_validate_command(CLI::App& app) {
   auto calibration = std::make_shared<std::string>();
   auto runs = std::make_shared<std::string>();
   auto jobs = std::make_shared<int>(2);
+  auto rows_wanted = std::make_shared<std::string>();
   cmd->add_flag("--json", *json, "Machine-readable output");
   cmd->add_flag("--csv", *csv, "One CSV line per run");
   cmd->add_flag("--markdown", *markdown, "The Markdown report (docs/validation.md)");
   cmd->add_option("--calibration", *calibration, "Calibration profile (file or built-in name, e.g. gb200-fitted); default: datasheet figures");
   cmd->add_option("--runs", *runs, "Runs file (published_runs.csv columns); default: the built-in data/reference/published_runs.csv");
   cmd->add_option("--jobs", *jobs, "Worker threads (the output order is the file's either way)");
+  cmd->add_option("--rows", *rows_wanted, "Only these data rows, by the file's numbers (e.g. 46,48 or 15-18); default: all");
   cmd->callback([=] {
     if (*json + *csv + *markdown > 1) throw InputError("--json, --csv and --markdown (give at most one)");
     const std::string origin = published_runs_origin(*runs);
-    auto rows = validate_runs(load_published_runs(*runs), *calibration, *jobs);
+    auto rows = validate_runs(select_rows(load_published_runs(*runs), *rows_wanted), *calibration, *jobs);
     auto summary = summarize_validation(rows);
     if (*json) std::cout << dump_json(validation_json(rows, summary, *calibration, origin), 2) << "\n";
     else if (*csv) std::cout << validation_csv(rows);

@@ -186,4 +186,30 @@ std::vector<PublishedRun> load_published_runs(const std::string& path) {
   return parse_published_runs(ss.str(), path);
 }
 
+std::vector<PublishedRun> select_rows(const std::vector<PublishedRun>& runs, const std::string& rows) {
+  if (rows.empty()) return runs;
+  const std::string field = "rows = " + quote(rows);
+  const int last = runs.empty() ? 0 : runs.back().row;
+  auto number = [&](const std::string& s) {
+    if (s.empty() || s.size() > 6 || s.find_first_not_of("0123456789") != std::string::npos)
+      throw InputError(field + " (expected data row numbers and ranges, such as 46,48 or 15-18)");
+    const int n = std::stoi(s);
+    if (n < 1 || n > last) throw InputError(field + " (row " + s + ": the runs file has rows 1-" + std::to_string(last) + ")");
+    return n;
+  };
+  std::vector<bool> wanted(static_cast<std::size_t>(last) + 1, false);
+  std::stringstream list(rows);
+  for (std::string item; std::getline(list, item, ',');) {
+    const auto dash = item.find('-');
+    const int first = number(item.substr(0, dash)), end = dash == std::string::npos ? first : number(item.substr(dash + 1));
+    if (end < first) throw InputError(field + " (range " + item + ": the first row is after the last)");
+    for (int r = first; r <= end; ++r) wanted[static_cast<std::size_t>(r)] = true;
+  }
+  if (rows.back() == ',') throw InputError(field + " (expected data row numbers and ranges, such as 46,48 or 15-18)");
+  std::vector<PublishedRun> out;
+  for (const auto& r : runs)
+    if (wanted[static_cast<std::size_t>(r.row)]) out.push_back(r);
+  return out;
+}
+
 }  // namespace hbmsim

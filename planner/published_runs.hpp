@@ -33,5 +33,8 @@ std::vector<PublishedRun> parse_published_runs(const std::string& text, const st
 std::vector<PublishedRun> load_published_runs(const std::string& path = "");
 // "builtin:reference/published_runs.csv" or the path.
 std::string published_runs_origin(const std::string& path);
+// The runs whose data rows `rows` names ("46,48", "15-18", "1,15-18"; empty: all), in the file's order with the
+// file's row numbers. A malformed list, a reversed range or a row the file lacks is bad input naming `rows`.
+std::vector<PublishedRun> select_rows(const std::vector<PublishedRun>& runs, const std::string& rows);
 
 }  // namespace hbmsim

@@ -274,6 +274,20 @@ TEST_CASE("Validation mapping: a Megatron-Bridge DeepSeek-V3 row stating no reco
   CHECK(flag.recompute_unstated);
 }
 
+TEST_CASE("validate --rows: the rows named, with the file's numbers; a malformed list is bad input", "[validation]") {
+  const auto all = load_published_runs();
+  const auto picked = select_rows(all, "46,48-50");
+  REQUIRE(picked.size() == 4);
+  CHECK(picked[0].row == 46);
+  CHECK(picked[1].row == 48);
+  CHECK(picked[3].row == 50);
+  CHECK(picked[0].model == all[45].model);
+  CHECK(select_rows(all, "").size() == all.size());
+  CHECK(select_rows(all, "3,3,2-3").size() == 2);  // a row named twice is run once
+  for (const std::string bad : {"x", "0", "54", "5-3", "1,,2", "3,", "-4", "1-2-3"})
+    CHECK_THROWS_AS(select_rows(all, bad), InputError);
+}
+
 TEST_CASE("Validation mapping: dgxc-benchmarking 25.05's DeepSeek-V3 rows take NeMo 25.04's script", "[validation]") {
   // deepseek_v3/pretraining/launch.sh at v25.05 runs NeMo's pretrain_deepseek_v3.py (commit 7a8f1cc) with
   // --recompute_modules mla_up_proj on H100 and core_attn on GB200; the script splits the 61 layers 64 / pp - 1

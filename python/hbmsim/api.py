@@ -614,7 +614,7 @@ _VALIDATION_FLOATS = ["measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu"
                       "error", "predicted_tflops_per_gpu", "hbm_peak_gib"]
 
 
-def validate(calibration: str = "", runs_path: str = "", jobs: int = 2) -> pd.DataFrame:
+def validate(calibration: str = "", runs_path: str = "", jobs: int = 2, rows: str = "") -> pd.DataFrame:
     """The published measured runs (Megatron-Bridge, NeMo, DGX Cloud recipes, FlagPerf) against hbmsim.
 
     One row per run of ``data/reference/published_runs.csv`` (or ``runs_path``), in file order, as ``hbmsim
@@ -624,8 +624,9 @@ def validate(calibration: str = "", runs_path: str = "", jobs: int = 2) -> pd.Da
     ``config`` (None when not expressed). ``df.attrs`` holds ``calibration``, ``calibration_label``,
     ``runs_file`` and ``summary`` (MAPE, median and worst overall and per src, system, model).
     calibration: profile file path or built-in profile name ("" = datasheet figures).
+    rows: only these data rows, by the file's numbers ("46,48-50"; "" = all), as ``hbmsim validate --rows``.
     """
-    raw = _hbmsim.validate(calibration, os.fspath(runs_path), jobs)
+    raw = _hbmsim.validate(calibration, os.fspath(runs_path), jobs, rows)
     df = pd.DataFrame.from_records(raw["rows"], columns=VALIDATION_COLUMNS)
     for col in _VALIDATION_FLOATS:
         df[col] = df[col].astype("float64")  # None -> NaN

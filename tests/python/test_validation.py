@@ -84,6 +84,17 @@ def test_fitted_calibration_is_passed_through(cli, runs_subset):
     assert np.allclose(got, want, rtol=1e-12, equal_nan=True)
 
 
+def test_rows_select_as_the_cli_does(cli, runs_subset):
+    # Data rows 2 and 4-5 of the subset file: its numbering, not the corpus's.
+    df = hbmsim.validate(runs_path=str(runs_subset), rows="2,4-5")
+    raw = cli_json(cli, "validate", "--json", "--runs", str(runs_subset), "--rows", "2,4-5")
+    assert list(df["row"]) == [r["row"] for r in raw["rows"]] == [2, 4, 5]
+    assert np.allclose(df["predicted_tokens_per_s_per_gpu"].to_numpy(),
+                       [r["predicted_tokens_per_s_per_gpu"] for r in raw["rows"]], rtol=1e-12)
+    with pytest.raises(ValueError, match="the runs file has rows 1-13"):
+        hbmsim.validate(runs_path=str(runs_subset), rows="14")
+
+
 def test_bad_runs_file_is_value_error(tmp_path):
     bad = tmp_path / "runs.csv"
     bad.write_text("src,system\nMBA,DGX-H100\n")
