@@ -189,10 +189,11 @@ std::vector<PublishedRun> load_published_runs(const std::string& path) {
 std::vector<PublishedRun> select_rows(const std::vector<PublishedRun>& runs, const std::string& rows) {
   if (rows.empty()) return runs;
   const std::string field = "rows = " + quote(rows);
+  const std::string malformed = field + " (expected data row numbers and ranges, such as 46,48 or 15-18)";
+  if (rows.back() == ',') throw InputError(malformed);  // getline drops a trailing empty item
   const int last = runs.empty() ? 0 : runs.back().row;
   auto number = [&](const std::string& s) {
-    if (s.empty() || s.size() > 6 || s.find_first_not_of("0123456789") != std::string::npos)
-      throw InputError(field + " (expected data row numbers and ranges, such as 46,48 or 15-18)");
+    if (s.empty() || s.size() > 6 || s.find_first_not_of("0123456789") != std::string::npos) throw InputError(malformed);
     const int n = std::stoi(s);
     if (n < 1 || n > last) throw InputError(field + " (row " + s + ": the runs file has rows 1-" + std::to_string(last) + ")");
     return n;
@@ -205,7 +206,6 @@ std::vector<PublishedRun> select_rows(const std::vector<PublishedRun>& runs, con
     if (end < first) throw InputError(field + " (range " + item + ": the first row is after the last)");
     for (int r = first; r <= end; ++r) wanted[static_cast<std::size_t>(r)] = true;
   }
-  if (rows.back() == ',') throw InputError(field + " (expected data row numbers and ranges, such as 46,48 or 15-18)");
   std::vector<PublishedRun> out;
   for (const auto& r : runs)
     if (wanted[static_cast<std::size_t>(r.row)]) out.push_back(r);

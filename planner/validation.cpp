@@ -236,7 +236,7 @@ RunMapping map_published_run(const PublishedRun& r) {
   // Megatron-Core scripts (the container column names megatron-core) has Megatron's default: no overlap.
   // NeMo 25.04's DeepSeek-V3 script (scripts/performance/llm/pretrain_deepseek_v3.py at 7a8f1cc, the commit
   // dgxc-benchmarking 25.05 pins) turns it off (MegatronCommOverlapCallback(tp_comm_overlap=False)).
-  c.tp_comm_overlap = r.tp > 1 && r.container.rfind("megatron-core", 0) != 0 && !(deepseek && nemo);
+  c.tp_comm_overlap = r.tp > 1 && !bare && !(deepseek && nemo);
   // The MoE token dispatcher. Megatron-Bridge's DeepSeek-V3 performance configs name a flex backend for every
   // system (HybridEP; DeepEP for B200 MXFP8 at ep 32: configs/deepseek at 5776a6d and 2026-04). NeMo 25.04's
   // DeepSeek-V3 script keeps DeepSeekConfig's alltoall dispatcher on every system (with token drop at capacity
@@ -319,7 +319,7 @@ RunMapping map_published_run(const PublishedRun& r) {
   // and the loss on the last stage. Megatron-Bridge's recipes give a layout per chunk count (its DeepSeek-V3
   // layout map for 4, 8 and 16 chunks, and "Et*4|(t*4|)*14tmL" in the pp 2 x vp 8 performance recipes): each
   // chunk ceil(61 / chunks) layers, the last one the rest with the MTP module and the loss.
-  if (deepseek && nemo && r.pp > 1 && r.vp == 1 && 64 % r.pp == 0 && r.pp >= 4) {
+  if (deepseek && nemo && r.pp >= 4 && r.vp == 1 && 64 % r.pp == 0) {
     const std::int64_t mid = 64 / r.pp;
     c.pipeline_layout = "Et*" + str(mid - 1) + "|(t*" + str(mid) + "|)*" + str(r.pp - 2) + "t*" + str(mid - 2) +
                         std::string(static_cast<std::size_t>(c.mtp_layers), 'm') + "L";
