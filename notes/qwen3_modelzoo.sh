@@ -14,11 +14,11 @@ run() {
     "import json,sys; r=json.load(sys.stdin); print('%.2f s, %.1f GiB, fits %s' % (r['step_time_s'], r['hbm_peak_bytes'] / 2**30, r['fits']))"
 }
 P8="--tp 2 --ep 32 --expert-tp 1 --pp 8 --vp 4 --micro-batch 1 --fsdp 1 --embedding-as-layer on --loss-as-layer on
-    --moe-dispatcher flex --policy no_recompute"
+    --moe-dispatcher flex --policy no_recompute --tensor mlp_norm=remat --tensor moe_mlp_act=remat"
 echo -n "1 (measured 19.7 s): "; run $P8
 echo -n "2 (measured 17.6 s): "; run $P8 --ep-overlap on
 echo -n "3 (measured 17.6 s): "; run --tp 2 --ep 8 --expert-tp 1 --pp 1 --micro-batch 4 --moe-dispatcher flex --policy full
 echo -n "4 (measured 24.2 s): "; run --tp 2 --ep 8 --expert-tp 1 --pp 32 --vp 3 --micro-batch 1 --fsdp 1 --embedding-as-layer on \
-  --loss-as-layer on --policy no_recompute
+  --loss-as-layer on --policy no_recompute --tensor mlp_norm=remat --tensor moe_mlp_act=remat
 echo -n "5 (measured 29.0 s): "; run --tp 4 --ep 8 --expert-tp 1 --pp 8 --vp 4 --micro-batch 1 --fsdp 1 --dp 4 --embedding-as-layer on \
   --loss-as-layer on --moe-dispatcher flex --policy no_recompute

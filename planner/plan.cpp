@@ -430,21 +430,17 @@ std::optional<std::string> selective_recompute_modules(const RunConfig& c) {
     if (where != "remat") return std::nullopt;
     remat.insert(name);
   }
-  std::optional<bool> mla;  // read from the model only when a module needs it
+  std::optional<ModelSpec> model;  // unresolved: only the modules every model has
+  try {
+    model = resolve_model(c.model);
+  } catch (const InputError&) {
+  }
   std::string modules;
   for (const auto& k : megatron_recompute_modules()) {
-    if (!std::all_of(k.tensors.begin(), k.tensors.end(), [&](const std::string& t) { return remat.count(t) > 0; })) continue;
-    if (k.mla_only) {
-      if (!mla) {
-        try {
-          mla = resolve_model(c.model).is_mla();
-        } catch (const InputError&) {
-          mla = false;
-        }
-      }
-      if (!*mla) continue;
-    }
-    for (const auto& t : k.tensors) remat.erase(t);
+    const auto tensors = model ? k.tensors_in(*model) : k.tensors;
+    if (tensors.empty() || !std::all_of(tensors.begin(), tensors.end(), [&](const std::string& t) { return remat.count(t) > 0; }))
+      continue;
+    for (const auto& t : tensors) remat.erase(t);
     modules += (modules.empty() ? "" : " ") + std::string(k.name);
   }
   if (!remat.empty() || modules.empty()) return std::nullopt;

@@ -71,7 +71,7 @@ RunConfig RunConfig::from_json(const nlohmann::json& doc, const std::string& ori
     for (auto& item : x->raw().items()) {
       auto t = x->at(item.key());
       auto value = t.string();
-      if (!is_checkpoint_name(item.key())) t.fail("unknown checkpoint name");
+      if (!is_checkpoint_name(item.key()) && !is_module_tensor_name(item.key())) t.fail("unknown checkpoint name");
       if (value != "device" && value != "remat" && value != "offload") t.fail("expected device, remat or offload");
       c.tensors[item.key()] = value;
     }
@@ -290,9 +290,18 @@ LayoutReading read_layout(const RunConfig& c, const LayoutReading& framework) {
 
 const std::vector<RecomputeModule>& megatron_recompute_modules() {
   static const std::vector<RecomputeModule> modules = {
-      {"core_attn", "core attention", {"context"}, false},
-      {"mla_up_proj", "MLA up-projections", {"query_proj", "key_proj", "value_proj"}, true}};
+      {"core_attn", "core attention", {"context"}, {}, {}},
+      {"mla_up_proj", "MLA up-projections", {}, {"query_proj", "key_proj", "value_proj"}, {}},
+      {"moe_act", "expert activation function", {}, {}, {"moe_mlp_act"}},
+      {"layernorm", "norms outside a fused GEMM", {}, {"attn_norm"}, {"mlp_norm"}}};
   return modules;
+}
+
+std::vector<std::string> RecomputeModule::tensors_in(const ModelSpec& model) const {
+  std::vector<std::string> out = tensors;
+  if (model.is_mla()) out.insert(out.end(), mla_tensors.begin(), mla_tensors.end());
+  if (model.moe_layers() > 0) out.insert(out.end(), moe_tensors.begin(), moe_tensors.end());
+  return out;
 }
 
 LayoutReading layout_reading(const RunConfig& c) {

@@ -136,15 +136,22 @@ inline bool folds_experts(const RunConfig& c) { return c.expert_tp == 1 && c.tp 
 // The mesh's expert axis: under folding the expert group spans tp, and only ep / tp of it is an axis of its own.
 inline std::int64_t expert_axis(const RunConfig& c) { return folds_experts(c) ? c.ep / c.tp : c.ep; }
 
-// Megatron's selective-recompute modules that hbmsim has tensors for (recompute_modules): the checkpoint names
-// a module rematerializes, the rest kept as no_recompute keeps them. core_attn is the core attention's output;
-// mla_up_proj MLA's per-head q, k and v, recomputed from the kept latents (MLA models only). The validation
-// reads a row's module this way, and the Megatron arguments print a policy back.
+// Megatron's selective-recompute modules that hbmsim has tensors for (recompute_modules): the tensors a module
+// rematerializes, the rest kept as no_recompute keeps them. core_attn is the core attention's output;
+// mla_up_proj MLA's per-head q, k and v, recomputed from the kept latents; moe_act the experts' activation
+// output, recomputed from their first GEMMs' outputs; layernorm the outputs of the norms that are modules of
+// their own (Transformer Engine fuses the others into the GEMM after them): the pre-MLP norm of MoE layers,
+// which the router reads too, and MLA's input norm, which both down-projections read (a module of its own
+// until Megatron-LM fused the MLA down-projections, 8fd390d, 2026-03). The validation reads a row's module
+// this way, and the Megatron arguments print a policy back.
 struct RecomputeModule {
   const char* name;
-  const char* what;                   // for messages
-  std::vector<std::string> tensors;  // hbmsim checkpoint names, each remat
-  bool mla_only;
+  const char* what;                      // for messages
+  std::vector<std::string> tensors;      // rematerialized in every model
+  std::vector<std::string> mla_tensors;  // and in MLA models
+  std::vector<std::string> moe_tensors;  // and in MoE models
+  // The names this module rematerializes in `model`; empty: the model has nothing of it.
+  std::vector<std::string> tensors_in(const ModelSpec& model) const;
 };
 const std::vector<RecomputeModule>& megatron_recompute_modules();
 

@@ -61,6 +61,7 @@ nlohmann::json resolved_run(const RunConfig& c, const PreparedRun& run) {
       {"calibration_system", run.system.calibration_system},
       {"calibration_text", calibration_text(run.system)}};
   if (!run.policy.layer_rules.empty()) j["layer_policies"] = layer_rules_text(run.policy);
+  if (!c.tensors.empty()) j["tensors"] = c.tensors;  // the placements given on top of the preset
   if (p.expert_group() > 1) j["moe_dispatcher"] = c.moe_dispatcher;
   if (p.experts_fold_tp) j["expert_group"] = p.expert_group();
   if (p.pp > 1) {
@@ -91,6 +92,11 @@ std::vector<std::string> resolved_run_lines(const nlohmann::json& j) {
   lines.push_back("batch        " + per + ", global " + i("global_batch") + " sequences (" +
                   (pipelined ? i("grad_accum") + " micro-batches" : "grad accum " + i("grad_accum")) + "), seq " + i("seq"));
   std::string policy = "policy       " + s("policy");
+  if (j.contains("tensors")) {
+    std::string given;
+    for (const auto& [name, where] : j.at("tensors").items()) given += (given.empty() ? "" : ", ") + name + "=" + where.get<std::string>();
+    policy += " with " + given;
+  }
   if (j.contains("pp_schedule")) {
     if (!s("stage_policies").empty()) policy += " (stages: " + s("stage_policies") + ")";
     policy += ", pipeline " + s("pp_schedule");

@@ -93,9 +93,9 @@ std::string recipe_recompute(const PublishedRun& r, const std::string& system, b
 // remat_offload -> policy. "recipe@REV" only says where the setting was read. Nothing stated is Megatron's
 // default, no recompute: no_recompute, which keeps what each backward op reads (autograd's saved tensors).
 // Megatron's selective recompute (the --recompute-activations flag is recompute_granularity=selective, module
-// core_attn by default) recomputes the core attention: no_recompute with context=remat. Selective recompute of
-// a cheap module hbmsim has no name for (moe_act: the expert activation function; layernorm) keeps the rest:
-// no_recompute; mla_up_proj (MLA's up-projections) rematerializes their outputs, the per-head q, k and v.
+// core_attn by default) recomputes the core attention: no_recompute with context=remat; its other modules
+// (megatron_recompute_modules: mla_up_proj, moe_act, layernorm) rematerialize their tensors the same way. A
+// module the model has nothing of, or mlp in a model with a few dense layers, keeps all: no_recompute.
 // Full recompute: full; of N layers per chunk ("block N layers", fewer than the chunk's layers): recompute_layers
 // N. CPU activation offload of N layers: offload_layers N (the first N layers send what they keep to host).
 // flash-attn2 and TE name the kernels: hbmsim's attention is a fused flash kernel, its GEMMs TE's.
@@ -149,19 +149,20 @@ bool map_recompute(const std::string& text, const ModelSpec& model, std::int64_t
       m.recompute_unstated = false;
       if (module.empty()) module = "core_attn";
       const auto known = std::find_if(megatron_recompute_modules().begin(), megatron_recompute_modules().end(),
-                                      [&](const RecomputeModule& k) { return k.name == module && (!k.mla_only || model.is_mla()); });
-      if (known != megatron_recompute_modules().end()) {
-        c.policy = "no_recompute";
+                                      [&](const RecomputeModule& k) { return k.name == module; });
+      const auto tensors = known == megatron_recompute_modules().end() ? std::vector<std::string>{} : known->tensors_in(model);
+      c.policy = "no_recompute";
+      if (!tensors.empty()) {
         std::string names;
-        for (const auto& t : known->tensors) {
+        for (const auto& t : tensors) {
           c.tensors[t] = "remat";
           names += (names.empty() ? "" : ", ") + t;
         }
         m.recompute = "\"" + item + "\" (selective, " + known->what + "): no_recompute with " + names + "=remat";
-      } else if (module == "moe_act" || module == "layernorm" || module == "mla_up_proj" ||
+      } else if (known != megatron_recompute_modules().end() ||
                  (module == "mlp" && model.dense_layers() * 10 < model.num_layers)) {
-        // (mlp: the dense MLP submodule, of a few layers where the others are MoE: DeepSeek-V3's first 3 of 61.)
-        c.policy = "no_recompute";
+        // A module this model has nothing of; mlp: the dense MLP submodule, of a few layers where the others
+        // are MoE (DeepSeek-V3's first 3 of 61), which hbmsim cannot name apart from the shared experts' MLP.
         m.recompute = "\"" + item + "\" (selective, " + module + " only): no_recompute";
       } else {
         m.reason = "\"" + item + "\": no hbmsim preset recomputes only " + module;

@@ -218,8 +218,9 @@ void place_tensors(const LayerTemplate& t, const Policy& policy, std::vector<Pla
       else
         for (int in : gather->inputs) placement[static_cast<std::size_t>(in)] = Placement::device;
     }
+  // Keeping what autograd saves, a named tensor (checkpoint or module tensor) is placed only where named.
   for (std::size_t i = 0; i < nt; ++i)
-    if (t.tensors[i].checkpoint && (!policy.keep_backward_inputs || policy.placements.count(t.tensors[i].name)))
+    if (policy.keep_backward_inputs ? policy.placements.count(t.tensors[i].name) > 0 : t.tensors[i].checkpoint)
       placement[i] = policy.placement(t.tensors[i].name);
   placement[0] = Placement::device;
   if (policy.offload_kept)

@@ -36,6 +36,10 @@ std::vector<std::string> Policy::describe() const {
     auto p = placement(n);
     if (p != Placement::remat && n != "decoder_layer_input") out.push_back(n + "=" + to_string(p));
   }
+  for (auto& n : module_tensor_names()) {
+    auto it = placements.find(n);
+    if (it != placements.end() && it->second != Placement::remat) out.push_back(n + "=" + to_string(it->second));
+  }
   return out;
 }
 
@@ -194,9 +198,16 @@ const std::vector<std::string>& policy_presets() {
   return p;
 }
 
+bool keeps_backward_inputs(const std::string& preset) { return preset == "no_recompute" || preset == "selective"; }
+
+std::string module_tensor_not_kept(const std::string& name, const std::string& preset) {
+  return "policy " + preset + " keeps only MaxText checkpoint names; " + name + " is kept only by no_recompute or selective";
+}
+
 Policy make_policy(const std::string& preset, const std::map<std::string, std::string>& overrides) {
   Policy p;
   p.preset = preset;
+  p.keep_backward_inputs = keeps_backward_inputs(preset);
   // MaxText's minimal list (decoders.py): the projections and MLP matmul outputs.
   const std::vector<std::string> minimal = {"query_proj", "key_proj", "value_proj", "qkv_proj",
                                             "out_proj",   "mlpwi_0",  "mlpwi_1",    "mlpwo"};
@@ -217,11 +228,9 @@ Policy make_policy(const std::string& preset, const std::map<std::string, std::s
   } else if (preset == "minimal_offloaded") {
     set(minimal, Placement::offload);
   } else if (preset == "no_recompute") {
-    p.keep_backward_inputs = true;
   } else if (preset == "selective") {
     // Megatron's --recompute-granularity selective (recompute_modules core_attn, its default): what autograd
     // keeps, but the core attention is run again in the backward from the kept projections.
-    p.keep_backward_inputs = true;
     p.placements["context"] = Placement::remat;
   } else {
     std::string list;
@@ -229,12 +238,18 @@ Policy make_policy(const std::string& preset, const std::map<std::string, std::s
     throw InputError("policy = \"" + preset + "\" (unknown; expected one of " + list + ")");
   }
   for (auto& [name, value] : overrides) {
-    if (!is_checkpoint_name(name)) {
-      std::string list;
+    const bool module_tensor = is_module_tensor_name(name);
+    if (!is_checkpoint_name(name) && !module_tensor) {
+      std::string list, modules;
       for (auto& n : checkpoint_names()) list += (list.empty() ? "" : ", ") + n;
-      throw InputError("--tensor " + name + " (unknown checkpoint name; expected one of " + list + ")");
+      for (auto& n : module_tensor_names()) modules += (modules.empty() ? "" : ", ") + n;
+      throw InputError("--tensor " + name + " (unknown checkpoint name; expected one of " + list +
+                       ", or under no_recompute or selective one of " + modules + ")");
     }
     auto where = parse_placement(value, "--tensor " + name);
+    // A preset that rematerializes what it does not name never keeps these: only remat says the same there.
+    if (module_tensor && !p.keep_backward_inputs && where != Placement::remat)
+      throw InputError("--tensor " + name + "=" + value + " (" + module_tensor_not_kept(name, preset) + ")");
     if (name == "decoder_layer_input" && where != Placement::device)
       throw InputError("--tensor decoder_layer_input=" + value + " (the layer input is the remat boundary and stays on device)");
     p.placements[name] = where;

@@ -17,7 +17,8 @@ Placement parse_placement(const std::string& s, const std::string& where);
 
 struct Policy {
   std::string preset = "full";
-  std::map<std::string, Placement> placements;  // checkpoint names not listed are rematerialized
+  // Checkpoint names not listed are rematerialized; module tensor names only under keep_backward_inputs.
+  std::map<std::string, Placement> placements;
   // With pipeline parallelism, one policy per stage when they differ (the first stage offloading what the
   // last keeps); empty: this one everywhere.
   std::vector<Policy> stages;
@@ -59,6 +60,11 @@ struct Policy {
 std::string layer_rules_text(const Policy& p);
 
 const std::vector<std::string>& policy_presets();
+// Whether the preset keeps what autograd saves (no_recompute, selective): the only presets that place the
+// module tensor names.
+bool keeps_backward_inputs(const std::string& preset);
+// Why a module tensor name may not be placed on device or host under `preset` (one that does not keep it).
+std::string module_tensor_not_kept(const std::string& name, const std::string& preset);
 // `overrides` are "name=device|remat|offload" (from --tensor); they apply on top of the preset.
 Policy make_policy(const std::string& preset, const std::map<std::string, std::string>& overrides = {});
 // `stage_presets`: comma-separated presets, one per pipeline stage ("" for `preset` on all); the overrides

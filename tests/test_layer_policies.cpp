@@ -1,5 +1,6 @@
 // Per-layer policies (issue #19): layer ranges with a policy of their own, and the Megatron shorthands that map
 // onto them (cpu_offloading_num_layers, recompute_num_layers with the block method).
+#include <cmath>
 #include <random>
 #include <set>
 
@@ -259,6 +260,78 @@ TEST_CASE("selective is no_recompute with the core attention recomputed, as Mega
   CHECK_THAT(megatron_settings(c), Catch::Contains("--recompute-granularity selective") && !Catch::Contains("no Megatron equivalent"));
   CHECK_THAT(maxtext_settings(c), Catch::Contains("selective keeps what autograd saves but the core attention") &&
                                       Catch::Contains("nearest remat_policy=minimal)"));
+}
+
+TEST_CASE("Megatron's moe_act and layernorm recompute drop the experts' activation output and the pre-MLP norm", "[policy]") {
+  // Mixtral 8x7B on 8 H100s, tp 2 with sequence parallelism, ep 4 with the experts whole (expert tp 1), batch 1
+  // per device x seq 4096: a model replica (2 GPUs) runs T = 8192 tokens, each GPU a sequence shard of
+  // Ts = 4096. Megatron's recompute_modules moe_act discards the grouped MLP's activation output (the down
+  // projection's input) and layernorm the pre-MLP norm's output (a module of its own in MoE layers, since the
+  // router reads it; the input norm is fused into the QKV GEMM). By hand, per layer:
+  //   mlp_norm    Ts x d x 2 bytes           = 4096 x 4096 x 2           = 32 MiB
+  //   moe_mlp_act Ts x k x F x 2 (F whole)   = 4096 x 2 x 14336 x 2      = 224 MiB
+  RunConfig c;
+  c.model = "hf/mixtral-8x7b.config.json";
+  c.system = "h100-hgx";
+  c.gpus = 8;
+  c.tp = 2;
+  c.ep = 4;
+  c.expert_tp = 1;
+  c.batch = 1;
+  c.seq = 4096;
+  c.framework = "megatron";
+  c.policy = "no_recompute";
+  const auto keep_all = kept_on_device(c);
+  REQUIRE(keep_all.count("mlp_norm") == 1);
+  REQUIRE(keep_all.count("moe_mlp_act") == 1);
+  RunConfig modules = c;
+  modules.tensors = {{"mlp_norm", "remat"}, {"moe_mlp_act", "remat"}};
+  auto expected = keep_all;
+  expected.erase("mlp_norm");
+  expected.erase("moe_mlp_act");
+  CHECK(kept_on_device(modules) == expected);
+
+  // The backward runs the norm and the activation function again, and only those, on top of what it replays
+  // without them (the gathers of sharded inputs).
+  auto replayed = [](const RunConfig& r) {
+    const auto run = prepare_run(r);
+    const LayerTemplate& t = run.graph.layer(3);
+    const Network net(run.system, run.graph.mesh);
+    const Costs costs{run.system, net};
+    TemplatePlan plan;
+    plan_template(t, run.policy, costs, run.graph, run.options, plan);
+    std::set<std::string> names;
+    for (std::size_t o = 0; o < t.ops.size(); ++o)
+      if (plan.replay[o]) names.insert(t.ops[o].name);
+    return names;
+  };
+  auto more = replayed(modules);
+  for (const auto& n : replayed(c)) CHECK(more.erase(n) == 1);
+  CHECK(more == std::set<std::string>{"mlp_norm", "moe_swiglu"});
+
+  // The HBM peak falls in the backward of one of the last layers (the second-to-last here: the last has
+  // been freed, the one run back holds its recomputed tensors in both runs): each layer before it holds
+  // 256 MiB less, so the peak drops by a whole number of layers' 256 MiB, 30 to 32 of them.
+  const auto a = run_simulation(c), b = run_simulation(modules);
+  const double per_layer = (32.0 + 224.0) * (1 << 20);
+  const double layers = (a.hbm_peak_bytes - b.hbm_peak_bytes) / per_layer;
+  CHECK(layers == Approx(std::round(layers)).epsilon(1e-9));
+  CHECK(layers >= 30 - 1e-9);
+  CHECK(layers <= 32 + 1e-9);
+  CHECK(b.step_time_s >= a.step_time_s);  // the same work and two memory-bound ops more per layer
+  CHECK(b.model_flops_per_device == a.model_flops_per_device);
+
+  // Megatron's arguments say it back; a dense model has no such module (its pre-MLP norm is fused).
+  CHECK_THAT(megatron_settings(modules), Catch::Contains("--recompute-granularity selective --recompute-modules moe_act layernorm"));
+  RunConfig dense = test::llama8b_h200("no_recompute");
+  dense.tensors = {{"mlp_norm", "remat"}};
+  CHECK_THAT(megatron_settings(dense), Catch::Contains("no Megatron equivalent"));
+  // The module tensors are named only by a policy that keeps them: elsewhere anything but remat is bad input.
+  dense.policy = "full";
+  dense.tensors = {{"moe_mlp_act", "remat"}};
+  CHECK_NOTHROW(prepare_run(dense));
+  dense.tensors = {{"moe_mlp_act", "device"}};
+  CHECK_THROWS_WITH(prepare_run(dense), Catch::Contains("--tensor moe_mlp_act=device (policy full keeps only MaxText checkpoint names"));
 }
 
 TEST_CASE("optimizer state offload moves the state to pinned host memory and the update after the backward", "[policy][optimizer]") {

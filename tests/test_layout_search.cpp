@@ -588,6 +588,13 @@ TEST_CASE("a selective recompute hbmsim can express is printed as Megatron's rec
   for (const char* t : {"query_proj", "key_proj", "value_proj"}) c.tensors[t] = "remat";
   c.tensors.erase("context");
   CHECK_THAT(megatron_settings(c), Catch::Contains("no Megatron equivalent") && !Catch::Contains("mla_up_proj"));
+  // layernorm is the norms that are modules of their own: in DeepSeek-V3 (MLA and MoE) both the input norm
+  // and the pre-MLP norm, so the pre-MLP norm alone is no module there; moe_act the experts' activation.
+  c.model = "deepseek-v3-671b";
+  c.tensors = {{"attn_norm", "remat"}, {"mlp_norm", "remat"}, {"moe_mlp_act", "remat"}};
+  CHECK_THAT(megatron_settings(c), Catch::Contains("--recompute-modules moe_act layernorm"));
+  c.tensors.erase("attn_norm");
+  CHECK_THAT(megatron_settings(c), Catch::Contains("no Megatron equivalent"));
 }
 
 TEST_CASE("the MaxText keys carry a Megatron batch in MaxText's terms, accumulation included", "[layout][plan]") {

@@ -264,11 +264,13 @@ TEST_CASE("Validation mapping: a Megatron-Bridge DeepSeek-V3 row stating no reco
   auto b200_old = map_published_run(one_row("MBA,26.04,DGX-B200,256,DeepSeek-V3,MXFP8,4096,1,4096,1,16,-,1,8,DDP,,2815,732,,,,"));
   REQUIRE(b200_old.config);
   CHECK_FALSE(b200_old.config->ep_overlap);
-  // A stated setting wins, and other sources' rows keep "none stated".
+  // A stated setting wins (moe_act: the experts' activation output, Megatron's MoE layers' GroupedMLP
+  // activation_func), and other sources' rows keep "none stated".
   auto stated = map_published_run(one_row("MBA,25.11,DGX-GB300,256,DeepSeek-V3 (no MTP),BF16,4096,1,4096,1,2,4,1,32,DDP,"
                                           "recipe@5776a6d sel. recompute moe_act,3848,1000,,,,"));
   REQUIRE(stated.config);
-  CHECK(stated.config->tensors.empty());
+  CHECK(stated.config->policy == "no_recompute");
+  CHECK(stated.config->tensors == std::map<std::string, std::string>{{"moe_mlp_act", "remat"}});
   auto flag = map_published_run(one_row("FLAG,megatron-core 0.6.0,H100 SXM,8,Llama3-8B,BF16,8192,1,32,2,1,-,1,-,DP4,,8103,,,,,"));
   REQUIRE(flag.config);
   CHECK(flag.recompute_unstated);

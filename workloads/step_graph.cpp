@@ -22,6 +22,16 @@ bool is_checkpoint_name(const std::string& name) {
   return std::find(n.begin(), n.end(), name) != n.end();
 }
 
+const std::vector<std::string>& module_tensor_names() {
+  static const std::vector<std::string> names = {"attn_norm", "mlp_norm", "moe_mlp_act"};
+  return names;
+}
+
+bool is_module_tensor_name(const std::string& name) {
+  const auto& n = module_tensor_names();
+  return std::find(n.begin(), n.end(), name) != n.end();
+}
+
 const char* to_string(OpKind k) {
   switch (k) {
     case OpKind::gemm: return "gemm";

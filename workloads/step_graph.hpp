@@ -17,6 +17,11 @@ namespace hbmsim {
 // MaxText checkpoint names that a remat policy can address, in layer order.
 const std::vector<std::string>& checkpoint_names();
 bool is_checkpoint_name(const std::string& name);
+// Tensors without a MaxText name that Megatron's selective recompute modules drop (the norm outputs for
+// layernorm, the experts' activation output for moe_act). Only a policy that keeps what autograd saves
+// (no_recompute, selective) keeps them, so only such a policy places them.
+const std::vector<std::string>& module_tensor_names();
+bool is_module_tensor_name(const std::string& name);
 
 enum class OpKind { gemm, attention, memory, comm };
 const char* to_string(OpKind k);
