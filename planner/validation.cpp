@@ -64,26 +64,41 @@ std::optional<std::string> map_precision(const std::string& p, std::string& why)
   return std::nullopt;
 }
 
-// The recompute a DeepSeek-V3 row's recipe sets where the table states none, in the form the remat_offload
+// The recompute or offload a row's recipe sets where the table states none, in the form the remat_offload
 // column uses for rows read from a recipe.
-// - Megatron-Bridge (MBA): every DeepSeek-V3 performance config of the 26.04 containers sets
+// - Megatron-Bridge (MBA) DeepSeek-V3: every performance config of the 26.04 containers sets
 //   recompute_granularity selective (scripts/performance/configs/deepseek/deepseek_llm_pretrain.py) with the
 //   modules of deepseek_workload_base_configs.py beside it, unchanged from 2026-03-31 (801277876) to 2026-06-30
 //   (bf07e5678): mla_up_proj on GB300, B300 and B200; mlp (the dense MLP submodule: DeepSeek-V3's first 3 layers)
 //   on GB200. B200 MXFP8 at ep 32 recomputes both; its mlp is left out here as on GB200 (no hbmsim name:
 //   map_recompute reads it as no_recompute).
+// - Megatron-Bridge Llama FSDP rows: the FP8-CS configs with Megatron-FSDP offload the activations of their
+//   first layers (cpu_offloading_num_layers, which scripts/performance/utils/overrides.py applies as
+//   cpu_offloading on, weights not offloaded). 25.09 (llama3_70b_llm_pretrain.yaml and
+//   llama31_405b_llm_pretrain.yaml as cherry-picked for 25.09, a28844195): Llama 3 70B on GB200 40 layers,
+//   Llama 3.1 405B on GB200 (tp 2) 95. 26.04 (llama3_workload_base_configs.py, unchanged from v0.3.0 to
+//   v0.4.0, 0fbfe7d3e): Llama 3 70B 20 layers on GB300, 40 on GB200. The other Llama configs of those
+//   releases set neither recompute nor offload.
 // - dgxc-benchmarking 25.05 (DGXC-05, deepseek_v3/pretraining/launch.sh at v25.05) runs NeMo's
 //   scripts/performance/llm/pretrain_deepseek_v3.py at the NeMo commit its setup.sh pins (7a8f1cc) with
 //   --recompute_modules mla_up_proj on H100 and core_attn on GB200, which that script applies as selective
 //   recompute.
 // Other rows: as stated (nothing).
-std::string recipe_recompute(const PublishedRun& r, const std::string& system, bool deepseek) {
-  if (!deepseek) return "";
-  if (r.src == "MBA") {
+std::string recipe_setting(const PublishedRun& r, const std::string& system, const std::string& model) {
+  const bool fsdp = r.dp_fsdp.rfind("FSDP", 0) == 0, fp8 = r.prec == "FP8" || r.prec == "FP8-CS";
+  if (r.src == "MBA" && model == "deepseek-v3-671b") {
     if (system == "gb200-nvl72") return "recipe@d69b428 sel. recompute mlp";
     if (system == "gb300-nvl72" || system == "b300-hgx" || system == "b200-hgx") return "recipe@d69b428 sel. recompute mla_up_proj";
   }
-  if (r.src == "DGXC-05") {
+  if (r.src == "MBA" && fsdp && fp8 && r.container.rfind("25.09", 0) == 0 && system == "gb200-nvl72") {
+    if (model == "llama3.1-70b") return "recipe@a28844195 CPU act-offload 40 layers";
+    if (model == "llama3.1-405b") return "recipe@a28844195 CPU act-offload 95 layers";
+  }
+  if (r.src == "MBA" && fsdp && fp8 && r.container.rfind("26.04", 0) == 0 && model == "llama3.1-70b") {
+    if (system == "gb300-nvl72") return "recipe@0fbfe7d3e CPU act-offload 20 layers";
+    if (system == "gb200-nvl72") return "recipe@0fbfe7d3e CPU act-offload 40 layers";
+  }
+  if (r.src == "DGXC-05" && model == "deepseek-v3-671b") {
     if (system == "h100-hgx") return "recipe@7a8f1cc sel. recompute mla_up_proj";
     if (system == "gb200-nvl72") return "recipe@7a8f1cc sel. recompute core_attn";
   }
@@ -332,9 +347,12 @@ RunMapping map_published_run(const PublishedRun& r) {
   }
   const std::int64_t units = spec.num_layers + (c.embedding_as_layer ? 2 : 0);
   const std::int64_t layers_per_chunk = std::max<std::int64_t>(1, units / std::max<std::int64_t>(1, chunks));
-  const std::string recipe = r.remat_offload.empty() ? recipe_recompute(r, *system, deepseek) : "";
+  const std::string recipe = r.remat_offload.empty() ? recipe_setting(r, *system, m.model_id) : "";
   if (!map_recompute(recipe.empty() ? r.remat_offload : recipe, spec, layers_per_chunk, m, c)) return no(m.reason);
-  if (!recipe.empty()) m.recompute = "none stated, its recipe's (" + recipe + "): " + m.recompute;
+  if (!recipe.empty()) {
+    m.recompute = "none stated, its recipe's (" + recipe + "): " + m.recompute;
+    m.recompute_unstated = false;  // the config read says all it recomputes, nothing where it names only offload
+  }
   // Megatron-Bridge's B200 MXFP8 DeepSeek-V3 config since 2026-04-18 (#3368, the only B200 one at ep 32: pp 8 x
   // vp 2, DeepEP) sets moe_a2a_overlap, Megatron's combined 1F1B.
   c.ep_overlap = deepseek && mba && *system == "b200-hgx" && r.ep == 32;

@@ -276,6 +276,37 @@ TEST_CASE("Validation mapping: a Megatron-Bridge DeepSeek-V3 row stating no reco
   CHECK(flag.recompute_unstated);
 }
 
+TEST_CASE("Validation mapping: Megatron-Bridge's Llama FSDP rows stating nothing take their configs' CPU offload", "[validation]") {
+  // The FP8-CS Megatron-FSDP configs set cpu_offloading_num_layers (read in Megatron-Bridge's
+  // scripts/performance configs): 25.09 on GB200 40 layers (Llama 3 70B) and 95 (Llama 3.1 405B, tp 2);
+  // 26.04 Llama 3 70B 20 on GB300 and 40 on GB200. Rows 23, 24, 41, 42 of the corpus.
+  struct Case {
+    const char* line;
+    std::int64_t layers;
+  };
+  for (const Case& k : {Case{"MBA,26.04,DGX-GB300,64,Llama3-70B,FP8,8192,2,256,1,1,-,1,-,FSDP64,,5243,2355,,,,", 20},
+                        Case{"MBA,26.04,DGX-GB200,64,Llama3-70B,FP8,8192,2,256,1,1,-,1,-,FSDP64,,4143,1861,,,,", 40},
+                        Case{"MBA,25.09,DGX-GB200,64,Llama3-70B,FP8,8192,2,128,1,1,1,1,-,FSDP64,,3986,1791,,,,GA1", 40},
+                        Case{"MBA,25.09,DGX-GB200,128,Llama3.1-405B,FP8,8192,1,64,2,1,1,1,-,FSDP64,,729,1840,,,,", 95}}) {
+    INFO(k.line);
+    const auto m = map_published_run(one_row(k.line));
+    REQUIRE(m.config);
+    CHECK(m.config->offload_layers == k.layers);
+    CHECK(m.config->recompute_layers == 0);
+    CHECK(m.config->policy == "no_recompute");
+    CHECK_FALSE(m.recompute_unstated);
+    CHECK_THAT(m.recompute, Catch::Contains("none stated, its recipe's (recipe@") && Catch::Contains("offload_layers " + std::to_string(k.layers)));
+  }
+  // The same rows' DDP configs (pipeline parallel), and FSDP in another precision, set neither.
+  const auto ddp = map_published_run(one_row("MBA,26.04,DGX-GB200,64,Llama3-70B,MXFP8,8192,1,256,2,4,5,1,-,DDP,,3828,1721,,,,"));
+  REQUIRE(ddp.config);
+  CHECK(ddp.config->offload_layers == 0);
+  CHECK(ddp.recompute_unstated);
+  const auto bf16 = map_published_run(one_row("MBA,26.04,DGX-GB200,64,Llama3-70B,BF16,8192,2,256,1,1,-,1,-,FSDP64,,4143,1861,,,,"));
+  REQUIRE(bf16.config);
+  CHECK(bf16.config->offload_layers == 0);
+}
+
 TEST_CASE("validate --rows: the rows named, with the file's numbers; a malformed list is bad input", "[validation]") {
   const auto all = load_published_runs();
   const auto picked = select_rows(all, "46,48-50");
@@ -450,13 +481,14 @@ TEST_CASE("Validation CLI: output order does not depend on --jobs, and every out
 }
 
 TEST_CASE("Validation: a row that states no recompute and cannot fit without it gets the fewest recompute layers that fit", "[validation]") {
-  // Row 24: Llama 3 70B on 64 GB200s, FSDP 64, micro-batch 2 x 8192, FP8, nothing stated. Without recompute a
-  // layer keeps its inputs, q/k/v, the attention output and the SwiGLU tensors for 16384 tokens: well over
-  // the 173 GiB a GPU has, so the recipe that ran must have recomputed some layers.
-  const auto runs = load_published_runs();
-  std::vector<PublishedRun> one;
-  for (const auto& r : runs)
-    if (r.row == 24 || r.row == 51) one.push_back(r);
+  // Llama 3 70B on 64 GB200s, FSDP 64, micro-batch 2 x 8192, BF16 (row 24 in BF16, a config whose recipe
+  // hbmsim has not read), nothing stated. Without recompute a layer keeps its inputs, q/k/v, the attention
+  // output and the SwiGLU tensors for 16384 tokens: well over the 173 GiB a GPU has, so the recipe that ran
+  // must have recomputed some layers.
+  std::vector<PublishedRun> one = {one_row("MBA,26.04,DGX-GB200,64,Llama3-70B,BF16,8192,2,256,1,1,-,1,-,FSDP64,,4143,1861,,,,")};
+  one.back().row = 24;
+  for (const auto& r : load_published_runs())
+    if (r.row == 51) one.push_back(r);
   REQUIRE(one.size() == 2);
   const auto rows = validate_runs(one, "", 2);
   const ValidationRow& unstated = rows[0].run.row == 24 ? rows[0] : rows[1];
