@@ -182,7 +182,8 @@ void register_commands(CLI::App& app) {
       place_tensors(t, policy, placement, needed, producer);
       Table tab{{"tensor", "MiB", "checkpoint", "placement"}, {}};
       for (std::size_t k = 0; k < t.tensors.size(); ++k)
-        tab.rows.push_back({t.tensors[k].name, fixed(t.tensors[k].bytes / 1048576.0, 1), t.tensors[k].checkpoint ? "yes" : "",
+        tab.rows.push_back({t.tensors[k].name, fixed(t.tensors[k].bytes / 1048576.0, 1),
+                            t.tensors[k].checkpoint ? "yes" : is_module_tensor_name(t.tensors[k].name) ? "module" : "",
                             to_string(placement[k])});
       std::cout << tab.render();
     });
