@@ -83,7 +83,7 @@ inline RunConfig random_pipeline(std::mt19937& rng) {
 // The levers and settings the draws above leave at their defaults, on top of one: Megatron's state layout and
 // bf16 gradients, weights kept gathered, FP8 attention, one memory lever at a time (activation offload of the
 // first layers, recomputed layers, optimizer or parameter offload, FP8-saved activations, a layer range with a
-// policy of its own, the MoE batch split), and a model from a HuggingFace config (Qwen3-235B-A22B) for half
+// policy of its own, the MoE batch split, Megatron's selective recompute modules), and a model from a HuggingFace config (Qwen3-235B-A22B) for half
 // of the MoE draws. Some combinations are bad input; the caller skips those.
 inline void add_levers(std::mt19937& rng, RunConfig& c) {
   auto coin = [&] { return std::uniform_int_distribution<int>(0, 1)(rng) == 1; };
@@ -99,7 +99,11 @@ inline void add_levers(std::mt19937& rng, RunConfig& c) {
     case 4: c.fp8_saved_activations = true; break;
     case 5: c.layer_policies = "0-3:minimal_offloaded"; break;
     case 6: if (c.model == "deepseek-v3-671b") c.moe_batch_split = 2; break;
-    default: break;
+    default:  // Megatron's selective recompute: what autograd keeps, some of its modules' tensors recomputed
+      c.policy = pick<std::string>(rng, {"no_recompute", "selective"});
+      for (const char* name : {"attn_norm", "mlp_norm", "moe_mlp_act"})
+        if (coin()) c.tensors[name] = "remat";
+      break;
   }
   if (c.model == "deepseek-v3-671b" && coin()) c.model = "hf/qwen3-235b-a22b.config.json";
 }
