@@ -1,6 +1,7 @@
 // Per-layer policies (issue #19): layer ranges with a policy of their own, and the Megatron shorthands that map
 // onto them (cpu_offloading_num_layers, recompute_num_layers with the block method).
 #include <cmath>
+#include <map>
 #include <random>
 #include <set>
 
@@ -39,7 +40,22 @@ RunConfig llama405b_gb200() {
   return c;
 }
 
-// The tensors a config's policy keeps on device in layer 3 (a dense layer of every model used here).
+// The ops layer 3's backward replays under a config's policy, by name, with their kinds.
+std::map<std::string, OpKind> replayed_ops(const RunConfig& c) {
+  const auto run = prepare_run(c);
+  const LayerTemplate& t = run.graph.layer(3);
+  const Network net(run.system, run.graph.mesh);
+  const Costs costs{run.system, net};
+  TemplatePlan plan;
+  plan_template(t, run.policy, costs, run.graph, run.options, plan);
+  std::map<std::string, OpKind> ops;
+  for (std::size_t o = 0; o < t.ops.size(); ++o)
+    if (plan.replay[o]) ops[t.ops[o].name] = t.ops[o].kind;
+  return ops;
+}
+
+// The tensors a config's policy keeps on device in layer 3 (dense in the Llama and DeepSeek-V3 models used
+// here, MoE in Mixtral).
 std::set<std::string> kept_on_device(const RunConfig& c) {
   const auto run = prepare_run(c);
   const LayerTemplate& t = run.graph.layer(3);
@@ -216,20 +232,12 @@ TEST_CASE("no_recompute keeps what each backward op reads, a gathered input shar
   // The backward replays only the gathers (communication), no compute; so no more FLOPs than keeping every
   // checkpoint name with the internal tensors recomputed.
   c.tensors.clear();
-  const auto again = prepare_run(c);
-  const LayerTemplate& t = again.graph.layer(3);
-  const Network net(again.system, again.graph.mesh);
-  const Costs costs{again.system, net};
-  TemplatePlan plan;
-  plan_template(t, again.policy, costs, again.graph, again.options, plan);
-  int replayed = 0;
-  for (std::size_t o = 0; o < t.ops.size(); ++o)
-    if (plan.replay[o]) {
-      INFO(t.ops[o].name);
-      CHECK(t.ops[o].kind == OpKind::comm);
-      ++replayed;
-    }
-  CHECK(replayed == 2);  // the two norm outputs' all-gathers
+  const auto replayed = replayed_ops(c);
+  for (const auto& [name, kind] : replayed) {
+    INFO(name);
+    CHECK(kind == OpKind::comm);
+  }
+  CHECK(replayed.size() == 2);  // the two norm outputs' all-gathers
   RunConfig mwc = c;
   mwc.policy = "minimal_with_context";
   CHECK(run_simulation(c).executed_flops_per_device <= run_simulation(mwc).executed_flops_per_device);
@@ -293,21 +301,9 @@ TEST_CASE("Megatron's moe_act and layernorm recompute drop the experts' activati
 
   // The backward runs the norm and the activation function again, and only those, on top of what it replays
   // without them (the gathers of sharded inputs).
-  auto replayed = [](const RunConfig& r) {
-    const auto run = prepare_run(r);
-    const LayerTemplate& t = run.graph.layer(3);
-    const Network net(run.system, run.graph.mesh);
-    const Costs costs{run.system, net};
-    TemplatePlan plan;
-    plan_template(t, run.policy, costs, run.graph, run.options, plan);
-    std::set<std::string> names;
-    for (std::size_t o = 0; o < t.ops.size(); ++o)
-      if (plan.replay[o]) names.insert(t.ops[o].name);
-    return names;
-  };
-  auto more = replayed(modules);
-  for (const auto& n : replayed(c)) CHECK(more.erase(n) == 1);
-  CHECK(more == std::set<std::string>{"mlp_norm", "moe_swiglu"});
+  auto more = replayed_ops(modules);
+  for (const auto& [name, kind] : replayed_ops(c)) CHECK(more.erase(name) == 1);
+  CHECK(more == std::map<std::string, OpKind>{{"mlp_norm", OpKind::memory}, {"moe_swiglu", OpKind::memory}});
 
   // The HBM peak falls in the backward of one of the last layers (the second-to-last here: the last has
   // been freed, the one run back holds its recomputed tensors in both runs): each layer before it holds
