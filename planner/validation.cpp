@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <sstream>
 
 #include "hwmodels/json_view.hpp"
 #include "planner/layer_counts.hpp"
@@ -159,30 +160,40 @@ bool map_recompute(const std::string& text, const ModelSpec& model, std::int64_t
     }
     if (item == "recompute-activations" || item == "recompute-activations (selective)" || contains(item, "selective") ||
         item.rfind("sel. recompute", 0) == 0) {
-      std::string module = "core_attn";
-      if (item.rfind("sel. recompute", 0) == 0) module = trim(item.substr(14));
-      m.recompute_unstated = false;
-      if (module.empty()) module = "core_attn";
-      const auto known = std::find_if(megatron_recompute_modules().begin(), megatron_recompute_modules().end(),
-                                      [&](const RecomputeModule& k) { return k.name == module; });
-      const auto tensors = known == megatron_recompute_modules().end() ? std::vector<std::string>{} : known->tensors_in(model);
-      c.policy = "no_recompute";
-      if (!tensors.empty()) {
-        std::string names;
-        for (const auto& t : tensors) {
-          c.tensors[t] = "remat";
-          names += (names.empty() ? "" : ", ") + t;
-        }
-        m.recompute = "\"" + item + "\" (selective, " + known->what + "): no_recompute with " + names + "=remat";
-      } else if (known != megatron_recompute_modules().end() ||
-                 (module == "mlp" && model.dense_layers() * 10 < model.num_layers)) {
-        // A module this model has nothing of; mlp: the dense MLP submodule, of a few layers where the others
-        // are MoE (DeepSeek-V3's first 3 of 61), which hbmsim cannot name apart from the shared experts' MLP.
-        m.recompute = "\"" + item + "\" (selective, " + module + " only): no_recompute";
-      } else {
-        m.reason = "\"" + item + "\": no hbmsim preset recomputes only " + module;
-        return false;
+      // The modules named after "sel. recompute", separated by spaces or commas; none named: core_attn.
+      std::vector<std::string> modules;
+      if (item.rfind("sel. recompute", 0) == 0) {
+        std::string list = item.substr(14);
+        std::replace(list.begin(), list.end(), ',', ' ');
+        std::istringstream words(list);
+        for (std::string w; words >> w;) modules.push_back(w);
       }
+      if (modules.empty()) modules = {"core_attn"};
+      m.recompute_unstated = false;
+      c.policy = "no_recompute";
+      std::string names, what;
+      for (const std::string& module : modules) {
+        const auto known = std::find_if(megatron_recompute_modules().begin(), megatron_recompute_modules().end(),
+                                        [&](const RecomputeModule& k) { return k.name == module; });
+        const auto tensors = known == megatron_recompute_modules().end() ? std::vector<std::string>{} : known->tensors_in(model);
+        what += what.empty() ? "" : "; ";
+        if (!tensors.empty()) {
+          for (const auto& t : tensors) {
+            c.tensors[t] = "remat";
+            names += (names.empty() ? "" : ", ") + t;
+          }
+          what += known->what;
+        } else if (known != megatron_recompute_modules().end() ||
+                   (module == "mlp" && model.dense_layers() * 10 < model.num_layers)) {
+          // A module this model has nothing of; mlp: the dense MLP submodule, of a few layers where the others
+          // are MoE (DeepSeek-V3's first 3 of 61), which hbmsim cannot name apart from the shared experts' MLP.
+          what += module + (modules.size() == 1 ? " only" : " (nothing hbmsim recomputes)");
+        } else {
+          m.reason = "\"" + item + "\": no hbmsim preset recomputes only " + module;
+          return false;
+        }
+      }
+      m.recompute = "\"" + item + "\" (selective, " + what + "): no_recompute" + (names.empty() ? "" : " with " + names + "=remat");
       continue;
     }
     m.reason = "remat_offload item " + quote(item) + " not understood";

@@ -156,7 +156,7 @@ const std::vector<std::string>& validation_rules() {
       "-> `moe_mlp_act=remat` (the experts' activation output); `layernorm` -> `mlp_norm=remat` on a MoE model (the "
       "pre-MLP norm, a module of its own there) and `attn_norm=remat` on an MLA model (the input norm); a module the "
       "model has nothing of, or `mlp` where nearly every layer is MoE (the dense MLP, which hbmsim cannot name apart "
-      "from the shared experts') -> `no_recompute`. A DeepSeek-V3 row that states nothing takes its recipe's modules: "
+      "from the shared experts') -> `no_recompute`; several modules in one item, each so. A DeepSeek-V3 row that states nothing takes its recipe's modules: "
       "Megatron-Bridge's performance configs (the 26.04 containers': `mla_up_proj` on GB300, B300 and B200, `mlp` on "
       "GB200) and dgxc-benchmarking 25.05's launch script (`mla_up_proj` on H100, `core_attn` on GB200, applied by NeMo "
       "25.04's script at the commit it pins, 7a8f1cc); a Megatron-Bridge Llama FP8 row with Megatron-FSDP that states "

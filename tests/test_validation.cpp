@@ -307,6 +307,29 @@ TEST_CASE("Validation mapping: Megatron-Bridge's Llama FSDP rows stating nothing
   CHECK(bf16.config->offload_layers == 0);
 }
 
+TEST_CASE("Validation mapping: several selective recompute modules in one item", "[validation]") {
+  // Megatron's --recompute-modules takes a list; the remat_offload column may name several after "sel.
+  // recompute", separated by spaces or commas. DeepSeek-V3 (MLA and MoE): layernorm is its input norm and
+  // pre-MLP norm, moe_act the experts' activation output, mla_up_proj the per-head q, k, v; mlp (its 3 dense
+  // layers' MLP) has no hbmsim name and adds nothing.
+  const std::string head = "MBA,25.11,DGX-GB300,256,DeepSeek-V3 (no MTP),BF16,4096,1,4096,1,2,4,1,32,DDP,";
+  const std::string tail = ",3848,961,,,,";
+  auto both = map_published_run(one_row(head + "sel. recompute layernorm moe_act" + tail));
+  REQUIRE(both.config);
+  CHECK(both.config->policy == "no_recompute");
+  CHECK(both.config->tensors ==
+        std::map<std::string, std::string>{{"attn_norm", "remat"}, {"mlp_norm", "remat"}, {"moe_mlp_act", "remat"}});
+  auto with_mlp = map_published_run(one_row(head + "\"sel. recompute mla_up_proj, mlp\"" + tail));
+  REQUIRE(with_mlp.config);
+  CHECK(with_mlp.config->tensors ==
+        std::map<std::string, std::string>{{"key_proj", "remat"}, {"query_proj", "remat"}, {"value_proj", "remat"}});
+  CHECK_THAT(with_mlp.recompute, Catch::Contains("mlp (nothing hbmsim recomputes)"));
+  // A module Megatron has that hbmsim cannot express leaves the row unexpressed, naming it.
+  auto unknown = map_published_run(one_row(head + "sel. recompute core_attn shared_experts" + tail));
+  CHECK_FALSE(unknown.config);
+  CHECK_THAT(unknown.reason, Catch::Contains("shared_experts"));
+}
+
 TEST_CASE("validate --rows: the rows named, with the file's numbers; a malformed list is bad input", "[validation]") {
   const auto all = load_published_runs();
   const auto picked = select_rows(all, "46,48-50");
