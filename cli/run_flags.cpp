@@ -13,7 +13,6 @@
 #include "planner/run_fields.hpp"
 #include "sim/policy.hpp"
 #include "workloads/model.hpp"
-#include "workloads/step_graph.hpp"
 #include "workloads/training.hpp"
 
 namespace hbmsim::cli {
@@ -129,8 +128,8 @@ void check_run_config(const RunConfig& c, const Sources& s, const std::set<std::
       throw InputError(s.tensor_name(it->first) + " = " + quote(it->second) +
                        " (the layer input is the remat boundary and stays on device)");
     for (const auto& [name, where] : c.tensors)
-      if (is_module_tensor_name(name) && where != "remat" && !keeps_backward_inputs(c.policy) && !s.flag_tensors.count(name))
-        throw InputError(s.tensor_name(name) + " = " + quote(where) + " (" + module_tensor_not_kept(name, c.policy) + ")");
+      if (const std::string why = module_tensor_refused(name, where, c.policy); !why.empty() && !s.flag_tensors.count(name))
+        throw InputError(s.tensor_name(name) + " = " + quote(where) + " (" + why + ")");
     attributed(s, {"policy"}, [&] { return make_policy(c.policy, c.tensors); });
     if (fixed("stage_policies") && fixed("pp"))
       attributed(s, {"stage_policies"}, [&] { return make_stage_policy(c.policy, c.stage_policies, c.tensors, c.pp); });

@@ -430,6 +430,7 @@ std::optional<std::string> selective_recompute_modules(const RunConfig& c) {
     if (where != "remat") return std::nullopt;
     remat.insert(name);
   }
+  if (remat.empty()) return std::nullopt;  // no_recompute alone: no module to name, no model to read
   std::optional<ModelSpec> model;  // unresolved: only the modules every model has
   try {
     model = resolve_model(c.model);

@@ -200,7 +200,8 @@ const std::vector<std::string>& policy_presets() {
 
 bool keeps_backward_inputs(const std::string& preset) { return preset == "no_recompute" || preset == "selective"; }
 
-std::string module_tensor_not_kept(const std::string& name, const std::string& preset) {
+std::string module_tensor_refused(const std::string& name, const std::string& where, const std::string& preset) {
+  if (!is_module_tensor_name(name) || where == "remat" || keeps_backward_inputs(preset)) return "";
   return "policy " + preset + " keeps only MaxText checkpoint names; " + name + " is kept only by no_recompute or selective";
 }
 
@@ -238,8 +239,7 @@ Policy make_policy(const std::string& preset, const std::map<std::string, std::s
     throw InputError("policy = \"" + preset + "\" (unknown; expected one of " + list + ")");
   }
   for (auto& [name, value] : overrides) {
-    const bool module_tensor = is_module_tensor_name(name);
-    if (!is_checkpoint_name(name) && !module_tensor) {
+    if (!is_checkpoint_name(name) && !is_module_tensor_name(name)) {
       std::string list, modules;
       for (auto& n : checkpoint_names()) list += (list.empty() ? "" : ", ") + n;
       for (auto& n : module_tensor_names()) modules += (modules.empty() ? "" : ", ") + n;
@@ -247,9 +247,8 @@ Policy make_policy(const std::string& preset, const std::map<std::string, std::s
                        ", or under no_recompute or selective one of " + modules + ")");
     }
     auto where = parse_placement(value, "--tensor " + name);
-    // A preset that rematerializes what it does not name never keeps these: only remat says the same there.
-    if (module_tensor && !p.keep_backward_inputs && where != Placement::remat)
-      throw InputError("--tensor " + name + "=" + value + " (" + module_tensor_not_kept(name, preset) + ")");
+    if (const std::string why = module_tensor_refused(name, value, preset); !why.empty())
+      throw InputError("--tensor " + name + "=" + value + " (" + why + ")");
     if (name == "decoder_layer_input" && where != Placement::device)
       throw InputError("--tensor decoder_layer_input=" + value + " (the layer input is the remat boundary and stays on device)");
     p.placements[name] = where;

@@ -63,8 +63,9 @@ const std::vector<std::string>& policy_presets();
 // Whether the preset keeps what autograd saves (no_recompute, selective): the only presets that place the
 // module tensor names.
 bool keeps_backward_inputs(const std::string& preset);
-// Why a module tensor name may not be placed on device or host under `preset` (one that does not keep it).
-std::string module_tensor_not_kept(const std::string& name, const std::string& preset);
+// Why `name` may not be placed `where` under `preset` ("" when it may): a module tensor name is kept only by a
+// preset that keeps what autograd saves; elsewhere only remat, what it gets anyway, says the same.
+std::string module_tensor_refused(const std::string& name, const std::string& where, const std::string& preset);
 // `overrides` are "name=device|remat|offload" (from --tensor); they apply on top of the preset.
 Policy make_policy(const std::string& preset, const std::map<std::string, std::string>& overrides = {});
 // `stage_presets`: comma-separated presets, one per pipeline stage ("" for `preset` on all); the overrides
