@@ -40,7 +40,10 @@ struct Sources {
   }
   // A library message that starts with one of `fields` ("system = ...", "tp = 3 (...)") starts with the
   // name of where that field came from instead.
+  // A policy message that starts "tensors.NAME " names the tensor the same way.
   std::string attribute(const std::string& message, std::initializer_list<std::string_view> fields) const {
+    if (const auto end = message.find(' '); message.rfind("tensors.", 0) == 0 && end != std::string::npos)
+      return tensor_name(message.substr(8, end - 8)) + message.substr(end);
     for (auto f : fields) {
       const std::string field(f);
       if (message.rfind(field + " = ", 0) == 0 || message.rfind(field + " (", 0) == 0)
@@ -121,15 +124,6 @@ void check_run_config(const RunConfig& c, const Sources& s, const std::set<std::
         });
 
   if (fixed("policy") && tensors_fixed) {
-    // A config file's tensor names and placements were checked when it was read; the remat boundary rule
-    // is the policy's, so name the file here.
-    if (auto it = c.tensors.find("decoder_layer_input");
-        it != c.tensors.end() && it->second != "device" && !s.flag_tensors.count(it->first))
-      throw InputError(s.tensor_name(it->first) + " = " + quote(it->second) +
-                       " (the layer input is the remat boundary and stays on device)");
-    for (const auto& [name, where] : c.tensors)
-      if (const std::string why = module_tensor_refused(name, where, c.policy); !why.empty() && !s.flag_tensors.count(name))
-        throw InputError(s.tensor_name(name) + " = " + quote(where) + " (" + why + ")");
     attributed(s, {"policy"}, [&] { return make_policy(c.policy, c.tensors); });
     if (fixed("stage_policies") && fixed("pp"))
       attributed(s, {"stage_policies"}, [&] { return make_stage_policy(c.policy, c.stage_policies, c.tensors, c.pp); });

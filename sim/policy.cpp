@@ -243,14 +243,16 @@ Policy make_policy(const std::string& preset, const std::map<std::string, std::s
       std::string list, modules;
       for (auto& n : checkpoint_names()) list += (list.empty() ? "" : ", ") + n;
       for (auto& n : module_tensor_names()) modules += (modules.empty() ? "" : ", ") + n;
-      throw InputError("--tensor " + name + " (unknown checkpoint name; expected one of " + list +
+      throw InputError("tensors." + name + " = \"" + value + "\" (unknown checkpoint name; expected one of " + list +
                        ", or under no_recompute or selective one of " + modules + ")");
     }
-    auto where = parse_placement(value, "--tensor " + name);
+    // Messages name the tensor by its config path; the CLI renames it to the flag or file it came from.
+    const std::string field = "tensors." + name;
+    auto where = parse_placement(value, field);
     if (const std::string why = module_tensor_refused(name, value, preset); !why.empty())
-      throw InputError("--tensor " + name + "=" + value + " (" + why + ")");
+      throw InputError(field + " = \"" + value + "\" (" + why + ")");
     if (name == "decoder_layer_input" && where != Placement::device)
-      throw InputError("--tensor decoder_layer_input=" + value + " (the layer input is the remat boundary and stays on device)");
+      throw InputError(field + " = \"" + value + "\" (the layer input is the remat boundary and stays on device)");
     p.placements[name] = where;
   }
   return p;

@@ -84,7 +84,7 @@ TEST_CASE("bad flags and bad run configs exit with status 2 and one line naming 
   std::vector<Case> cases = {
       {"simulate --policy bogus", "policy = \"bogus\""},
       {"simulate --tensor mla_q=disk", "--tensor mla_q = \"disk\""},
-      {"simulate --tensor warp=device", "--tensor warp (unknown checkpoint name"},
+      {"simulate --tensor warp=device", "--tensor warp = \"device\" (unknown checkpoint name"},
       {"simulate --lhs maybe", "--lhs = \"maybe\""},
       {"simulate --batch two", "--batch = \"two\""},
       {"simulate --config " + (dir / "unknown.json").string(), "unknown.json: colour"},

@@ -327,7 +327,7 @@ TEST_CASE("Megatron's moe_act and layernorm recompute drop the experts' activati
   dense.tensors = {{"moe_mlp_act", "remat"}};
   CHECK_NOTHROW(prepare_run(dense));
   dense.tensors = {{"moe_mlp_act", "device"}};
-  CHECK_THROWS_WITH(prepare_run(dense), Catch::Contains("--tensor moe_mlp_act=device (policy full keeps only MaxText checkpoint names"));
+  CHECK_THROWS_WITH(prepare_run(dense), Catch::Contains("tensors.moe_mlp_act = \"device\" (policy full keeps only MaxText checkpoint names"));
 }
 
 TEST_CASE("optimizer state offload moves the state to pinned host memory and the update after the backward", "[policy][optimizer]") {
