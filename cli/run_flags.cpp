@@ -180,9 +180,11 @@ std::shared_ptr<RunFlags> make_run_flags(CLI::App* cmd) {
            std::string(field.flag), [raw, name](const std::string& v) { raw->values[name] = v; }, help)
         ->type_name(field.type() == "on/off" ? "on|off" : field.type() == "text" ? "TEXT" : field.type() == "integer" ? "INT" : "NUMBER");
   }
+  std::string modules;
+  for (const auto& n : module_tensor_names()) modules += (modules.empty() ? "" : ", ") + n;
   cmd->add_option("--tensor", f->tensors,
                   "Per checkpoint name: NAME=device|remat|offload (repeatable); under no_recompute and selective also "
-                  "Megatron's module tensors moe_mlp_act, mlp_norm, attn_norm");
+                  "Megatron's module tensors " + modules);
   return f;
 }
 

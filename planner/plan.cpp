@@ -439,7 +439,7 @@ std::optional<std::string> selective_recompute_modules(const RunConfig& c) {
   std::string modules;
   for (const auto& k : megatron_recompute_modules()) {
     const auto tensors = model ? k.tensors_in(*model) : k.tensors;
-    if (tensors.empty() || !std::all_of(tensors.begin(), tensors.end(), [&](const std::string& t) { return remat.count(t) > 0; }))
+    if (tensors.empty() || (model && !k.inexpressible_in(*model).empty()) || !std::all_of(tensors.begin(), tensors.end(), [&](const std::string& t) { return remat.count(t) > 0; }))
       continue;
     for (const auto& t : tensors) remat.erase(t);
     modules += (modules.empty() ? "" : " ") + std::string(k.name);

@@ -292,6 +292,8 @@ const std::vector<RecomputeModule>& megatron_recompute_modules() {
   static const std::vector<RecomputeModule> modules = {
       {"core_attn", "core attention", {"context"}, {}, {}},
       {"mla_up_proj", "MLA up-projections", {}, {"query_proj", "key_proj", "value_proj"}, {}},
+      // Before moe_act, whose tensor it includes: a policy that recomputes the whole layer is named moe.
+      {"moe", "MoE layer", {}, {}, {"router_logits", "moe_dispatched", "moe_mlpwi_0", "moe_mlpwi_1", "moe_mlp_act", "moe_returned"}, true},
       {"moe_act", "expert activation function", {}, {}, {"moe_mlp_act"}},
       {"layernorm", "norms outside a fused GEMM", {}, {"attn_norm"}, {"mlp_norm"}}};
   return modules;
@@ -302,6 +304,11 @@ std::vector<std::string> RecomputeModule::tensors_in(const ModelSpec& model) con
   if (model.is_mla()) out.insert(out.end(), mla_tensors.begin(), mla_tensors.end());
   if (model.moe_layers() > 0) out.insert(out.end(), moe_tensors.begin(), moe_tensors.end());
   return out;
+}
+
+std::string RecomputeModule::inexpressible_in(const ModelSpec& model) const {
+  if (!shared_experts_inside || model.shared_experts == 0 || model.moe_layers() == 0) return "";
+  return std::string(name) + " recomputes the shared experts too, whose tensors hbmsim names as the dense MLP's";
 }
 
 LayoutReading layout_reading(const RunConfig& c) {

@@ -110,7 +110,7 @@ std::string recipe_setting(const PublishedRun& r, const std::string& system, con
 // default, no recompute: no_recompute, which keeps what each backward op reads (autograd's saved tensors).
 // Megatron's selective recompute (the --recompute-activations flag is recompute_granularity=selective, module
 // core_attn by default) recomputes the core attention: no_recompute with context=remat; its other modules
-// (megatron_recompute_modules: mla_up_proj, moe_act, layernorm) rematerialize their tensors the same way. A
+// (megatron_recompute_modules: mla_up_proj, moe, moe_act, layernorm) rematerialize their tensors the same way. A
 // module the model has nothing of, or mlp in a model with a few dense layers, keeps all: no_recompute.
 // Full recompute: full; of N layers per chunk ("block N layers", fewer than the chunk's layers): recompute_layers
 // N. CPU activation offload of N layers: offload_layers N (the first N layers send what they keep to host).
@@ -176,6 +176,11 @@ bool map_recompute(const std::string& text, const ModelSpec& model, std::int64_t
         const auto known = std::find_if(megatron_recompute_modules().begin(), megatron_recompute_modules().end(),
                                         [&](const RecomputeModule& k) { return k.name == module; });
         const auto tensors = known == megatron_recompute_modules().end() ? std::vector<std::string>{} : known->tensors_in(model);
+        if (known != megatron_recompute_modules().end())
+          if (const std::string why = known->inexpressible_in(model); !why.empty()) {
+            m.reason = "\"" + item + "\": " + why;
+            return false;
+          }
         what += what.empty() ? "" : "; ";
         if (!tensors.empty()) {
           for (const auto& t : tensors) {

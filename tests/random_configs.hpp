@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "planner/run_config.hpp"
+#include "workloads/step_graph.hpp"
 
 namespace test {
 
@@ -101,7 +102,7 @@ inline void add_levers(std::mt19937& rng, RunConfig& c) {
     case 6: if (c.model == "deepseek-v3-671b") c.moe_batch_split = 2; break;
     default:  // Megatron's selective recompute: what autograd keeps, some of its modules' tensors recomputed
       c.policy = pick<std::string>(rng, {"no_recompute", "selective"});
-      for (const char* name : {"attn_norm", "mlp_norm", "moe_mlp_act"})
+      for (const auto& name : hbmsim::module_tensor_names())
         if (coin()) c.tensors[name] = "remat";
       break;
   }

@@ -330,6 +330,64 @@ TEST_CASE("Megatron's moe_act and layernorm recompute drop the experts' activati
   CHECK_THROWS_WITH(prepare_run(dense), Catch::Contains("tensors.moe_mlp_act = \"device\" (policy full keeps only MaxText checkpoint names"));
 }
 
+TEST_CASE("Megatron's moe recompute runs the whole MoE layer again from the pre-MLP norm's output", "[policy]") {
+  // The Mixtral 8x7B run of the test above (Ts = 4096 tokens per GPU, k = 2 of X = 8 experts, d = 4096, experts
+  // whole with F = 14336). Megatron's recompute_modules moe checkpoints MoELayer's forward: it keeps only its
+  // input and runs the router, the dispatch all-to-all, the experts and the combine all-to-all again in the
+  // backward. What no_recompute keeps of it, by hand, per layer:
+  //   router_logits             Ts x X x 4 bytes (fp32)    = 4096 x 8 x 4              = 0.125 MiB
+  //   moe_dispatched            Ts x k x d x 2             = 4096 x 2 x 4096 x 2       = 64 MiB
+  //   moe_mlpwi_0, moe_mlpwi_1  (Ts x k) x F x 2 each      = 8192 x 14336 x 2          = 224 MiB each
+  //   moe_mlp_act               the same                                               = 224 MiB
+  //   moe_returned              as moe_dispatched                                      = 64 MiB
+  RunConfig c;
+  c.model = "hf/mixtral-8x7b.config.json";
+  c.system = "h100-hgx";
+  c.gpus = 8;
+  c.tp = 2;
+  c.ep = 4;
+  c.expert_tp = 1;
+  c.batch = 1;
+  c.seq = 4096;
+  c.framework = "megatron";
+  c.policy = "no_recompute";
+  const std::vector<std::string> dropped = {"router_logits", "moe_dispatched", "moe_mlpwi_0",
+                                            "moe_mlpwi_1",   "moe_mlp_act",    "moe_returned"};
+  RunConfig moe = c;
+  for (const auto& n : dropped) moe.tensors[n] = "remat";
+  auto expected = kept_on_device(c);
+  for (const auto& n : dropped) CHECK(expected.erase(n) == 1);
+  CHECK(kept_on_device(moe) == expected);
+  CHECK(expected.count("mlp_norm") == 1);  // the layer's input stays
+
+  // The backward replays every op of the MoE layer's forward, both all-to-alls included, and nothing else.
+  auto more = replayed_ops(moe);
+  for (const auto& [name, kind] : replayed_ops(c)) CHECK(more.erase(name) == 1);
+  CHECK(more == std::map<std::string, OpKind>{{"router", OpKind::gemm},         {"route_permute", OpKind::memory},
+                                              {"dispatch_a2a", OpKind::comm},   {"moe_wi_0", OpKind::gemm},
+                                              {"moe_wi_1", OpKind::gemm},       {"moe_swiglu", OpKind::memory},
+                                              {"moe_wo", OpKind::gemm},         {"combine_a2a", OpKind::comm}});
+
+  // As for moe_act, the peak drops by a whole number of layers' worth, 800.125 MiB each, 30 to 32 of them.
+  const auto a = run_simulation(c), b = run_simulation(moe);
+  const double per_layer = (0.125 + 64 + 3 * 224.0 + 64) * (1 << 20);
+  const double layers = (a.hbm_peak_bytes - b.hbm_peak_bytes) / per_layer;
+  CHECK(layers == Approx(std::round(layers)).epsilon(1e-9));
+  CHECK(layers >= 30 - 1e-9);
+  CHECK(layers <= 32 + 1e-9);
+  CHECK(b.step_time_s > a.step_time_s);  // the experts' forward GEMMs and two all-to-alls more per layer
+  CHECK(b.executed_flops_per_device > a.executed_flops_per_device);
+  CHECK(b.model_flops_per_device == a.model_flops_per_device);
+
+  // Megatron's arguments say it back as moe, the module that includes moe_act's tensor, with layernorm beside it.
+  moe.tensors["mlp_norm"] = "remat";
+  CHECK_THAT(megatron_settings(moe), Catch::Contains("--recompute-granularity selective --recompute-modules moe layernorm"));
+  // DeepSeek-V3's moe would recompute its shared experts too, named as the dense MLP: no Megatron equivalent.
+  RunConfig dsv3 = moe;
+  dsv3.model = "deepseek-v3-671b";
+  CHECK_THAT(megatron_settings(dsv3), Catch::Contains("no Megatron equivalent"));
+}
+
 TEST_CASE("optimizer state offload moves the state to pinned host memory and the update after the backward", "[policy][optimizer]") {
   // Llama 3.1 405B on 128 GB200s (the README's run): the HBM peak is in the forward pass, before the optimizer,
   // so offloading the state lowers it by exactly the state, and pinned host memory holds it for the whole step.

@@ -328,6 +328,10 @@ TEST_CASE("Validation mapping: several selective recompute modules in one item",
   auto unknown = map_published_run(one_row(head + "sel. recompute core_attn shared_experts" + tail));
   CHECK_FALSE(unknown.config);
   CHECK_THAT(unknown.reason, Catch::Contains("shared_experts"));
+  // moe recomputes the shared experts inside the MoE layer too, which hbmsim names as the dense MLP: unexpressed.
+  auto moe = map_published_run(one_row(head + "sel. recompute moe" + tail));
+  CHECK_FALSE(moe.config);
+  CHECK_THAT(moe.reason, Catch::Contains("moe recomputes the shared experts too"));
 }
 
 TEST_CASE("validate --rows: the rows named, with the file's numbers; a malformed list is bad input", "[validation]") {

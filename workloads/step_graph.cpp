@@ -23,7 +23,8 @@ bool is_checkpoint_name(const std::string& name) {
 }
 
 const std::vector<std::string>& module_tensor_names() {
-  static const std::vector<std::string> names = {"attn_norm", "mlp_norm", "moe_mlp_act"};
+  static const std::vector<std::string> names = {"attn_norm",      "mlp_norm",     "moe_mlp_act",
+                                                 "router_logits", "moe_dispatched", "moe_returned"};
   return names;
 }
 

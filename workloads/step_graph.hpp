@@ -18,7 +18,8 @@ namespace hbmsim {
 const std::vector<std::string>& checkpoint_names();
 bool is_checkpoint_name(const std::string& name);
 // Tensors without a MaxText name that Megatron's selective recompute modules drop (the norm outputs for
-// layernorm, the experts' activation output for moe_act). Only a policy that keeps what autograd saves
+// layernorm, the experts' activation output for moe_act, the router's logits and the tokens dispatched to and
+// returned from the experts for moe). Only a policy that keeps what autograd saves
 // (no_recompute, selective) keeps them, so only such a policy places them.
 const std::vector<std::string>& module_tensor_names();
 bool is_module_tensor_name(const std::string& name);
