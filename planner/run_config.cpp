@@ -165,6 +165,7 @@ TrainingSpec training_shape(const RunConfig& c) {
   t.grad_accum = c.grad_accum;
   t.microbatches = c.microbatches;
   t.moe_batch_split = c.moe_batch_split;
+  t.moe_load_imbalance = c.moe_load_imbalance;
   t.mtp_layers = c.mtp_layers;
   t.fp8_saved_activations = c.fp8_saved_activations;
   auto& p = t.parallelism;

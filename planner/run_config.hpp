@@ -64,6 +64,7 @@ struct RunConfig {
   bool dp_overlap = true;
   bool ep_overlap = false;  // Megatron overlap_moe_expert_parallel_comm: combined 1F1B
   std::int64_t moe_batch_split = 1;     // MoE layers run as this many micro-batches (MaxText batch split)
+  double moe_load_imbalance = 1;        // the busiest expert rank's tokens over the mean (dropless routing)
   std::int64_t mtp_layers = 0;          // multi-token prediction modules after the decoder layers (DeepSeek-V3)
   std::string weights = "bf16";         // MLP GEMM dtype: bf16, fp8, mxfp8, nvfp4
   std::string attention_dtype = "bf16"; // projection/attention GEMM dtype

@@ -137,6 +137,11 @@ const std::vector<RunField> kFields = {
     {"moe_batch_split", "--moe-batch-split",
      "MoE layers as this many micro-batches, so one's all-to-all overlaps another's compute under LHS",
      &C::moe_batch_split, FieldCheck::positive},
+    {"moe_load_imbalance", "--moe-load-imbalance",
+     "Dropless routing's imbalance: the tokens the busiest rank of an expert group receives in a MoE layer over the "
+     "mean, >= 1 (1: balanced, as Megatron's --moe-router-force-load-balancing benchmarks run); every rank waits for "
+     "the busiest, so the all-to-alls and the experts' GEMMs take this much longer (memory: the mean)",
+     &C::moe_load_imbalance, FieldCheck::positive},
     {"mtp_layers", "--mtp-layers",
      "Multi-token prediction modules trained after the decoder layers, on the last pipeline stage (DeepSeek-V3's "
      "MTP; Megatron and MaxText mtp_num_layers): each a decoder layer of the last layer's kind, two input norms, "

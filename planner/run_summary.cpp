@@ -64,6 +64,7 @@ nlohmann::json resolved_run(const RunConfig& c, const PreparedRun& run) {
   if (!c.tensors.empty()) j["tensors"] = c.tensors;  // the placements given on top of the preset
   if (p.expert_group() > 1) j["moe_dispatcher"] = c.moe_dispatcher;
   if (p.experts_fold_tp) j["expert_group"] = p.expert_group();
+  if (c.moe_load_imbalance != 1) j["moe_load_imbalance"] = c.moe_load_imbalance;
   if (p.pp > 1) {
     j["pp_schedule"] = c.pp_schedule;
     j["stage_policies"] = c.stage_policies;
@@ -78,7 +79,8 @@ std::vector<std::string> resolved_run_lines(const nlohmann::json& j) {
   lines.push_back("run          " + s("model") + " on " + i("gpus") + " x " + s("system") + " GPUs");
   lines.push_back("layout       " + s("layout") +
                   (j.contains("expert_group") ? ", experts whole over ep x tp = " + i("expert_group") + " GPUs (expert_tp 1)" : "") +
-                  (j.contains("moe_dispatcher") ? ", MoE dispatcher " + s("moe_dispatcher") : ""));
+                  (j.contains("moe_dispatcher") ? ", MoE dispatcher " + s("moe_dispatcher") : "") +
+                  (j.contains("moe_load_imbalance") ? ", busiest expert rank " + number(j.at("moe_load_imbalance").get<double>()) + "x the mean tokens" : ""));
   const auto& d = j.at("degrees");
   const bool replica_spans_devices = d.at("tp").get<std::int64_t>() * d.at("cp").get<std::int64_t>() * d.at("pp").get<std::int64_t>() > 1;
   // MaxText's per-device batch is per step under pipelining (split into micro-batches), per micro-step otherwise.

@@ -1,6 +1,8 @@
 // Tensor, sequence, data and context parallelism against hand-derived figures.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+
 #include "hwmodels/builtin.hpp"
 #include "planner/plan.hpp"
 #include "planner/run_config.hpp"
@@ -350,6 +352,50 @@ TEST_CASE("expert_tp 1 folds the experts over tp: whole experts, one all-to-all 
   c.expert_tp = 1;
   c.ep = 6;
   CHECK_THROWS_WITH(run_simulation(c), Catch::Contains("ep = 6 (with expert_tp = 1 the expert group spans tp = 4"));
+}
+
+TEST_CASE("dropless routing's load imbalance slows the busiest expert rank's all-to-alls and GEMMs, not its memory",
+          "[parallel][ep]") {
+  // Mixtral 8x7B on 8 H100s, tp 2 with sequence parallelism, ep 4 with whole experts (expert tp 1), batch 1 x
+  // seq 4096, Megatron, no recompute: each GPU routes Ts = 4096 tokens to k = 2 of 8 experts, so it receives
+  // Ts x k = 8192 rows on average. With moe_load_imbalance f the device simulated is the busiest rank: f x 8192
+  // rows through its experts (d = 4096, F = 14336: three GEMMs of 2 x rows x d x F FLOPs forward, twice that
+  // backward) and its activation (a memory op over its 3 x 224 MiB, counted as FLOPs one per byte, twice
+  // backward), and f times the bytes over ep in each all-to-all. By hand, per MoE layer and unit of f:
+  //   GEMMs      3 x (2 x 8192 x 4096 x 14336) x 3 (forward, two backward dots)
+  //   activation 3 x 224 MiB x 3
+  RunConfig c;
+  c.model = "hf/mixtral-8x7b.config.json";
+  c.system = "h100-hgx";
+  c.gpus = 8;
+  c.tp = 2;
+  c.ep = 4;
+  c.expert_tp = 1;
+  c.batch = 1;
+  c.seq = 4096;
+  c.framework = "megatron";
+  c.policy = "no_recompute";
+  const auto balanced = run_simulation(c);
+  c.moe_load_imbalance = 1.5;
+  const auto skewed = run_simulation(c);
+  const double gemm = 3 * (2 * 8192.0 * 4096 * 14336) * 3, act = 3 * 224.0 * (1 << 20) * 3;
+  CHECK(skewed.executed_flops_per_device - balanced.executed_flops_per_device == Approx(0.5 * 32 * (gemm + act)).epsilon(1e-9));
+  CHECK(skewed.comm_bytes.at("ep") == Approx(1.5 * balanced.comm_bytes.at("ep")).epsilon(1e-12));
+  CHECK(skewed.comm_bytes.at("tp") == balanced.comm_bytes.at("tp"));
+  CHECK(skewed.model_flops_per_device == balanced.model_flops_per_device);
+  CHECK(skewed.hbm_breakdown_bytes.at("saved_activations") == balanced.hbm_breakdown_bytes.at("saved_activations"));
+  CHECK(skewed.step_time_s > balanced.step_time_s);
+  // Bad input: below 1, not a number, more than the expert group (4 GPUs) could concentrate, or no experts.
+  for (const auto& [f, why] : std::vector<std::pair<double, std::string>>{
+           {0.9, "moe_load_imbalance = 0.9 (must be >= 1"},
+           {std::nan(""), "(must be >= 1"},
+           {4.5, "moe_load_imbalance = 4.5 (more than the expert group's 4 GPUs"}}) {
+    c.moe_load_imbalance = f;
+    CHECK_THROWS_WITH(run_simulation(c), Catch::Contains(why));
+  }
+  RunConfig dense = llama8b_h100(2);
+  dense.moe_load_imbalance = 1.2;
+  CHECK_THROWS_WITH(run_simulation(dense), Catch::Contains("moe_load_imbalance = 1.2 (the model has no MoE layers)"));
 }
 
 TEST_CASE("context parallelism divides activations by cp and exchanges keys and values by hand formula", "[parallel][cp]") {

@@ -93,14 +93,16 @@ class TemplateBuilder {
   double traffic(int tensor) const { return tensor == 0 ? bytes(tensor) * input_share_ : bytes(tensor); }
 
   // A GEMM [rows x k] x [k x n]: backward is dgrad + wgrad, twice the forward work; it reads its input.
-  void gemm(const std::string& name, int in, int out, double rows, double k, double n, Dtype dtype, double act_bytes) {
+  // `load`: the rows this device runs over the rows its tensors hold (the busiest rank of a MoE layer).
+  void gemm(const std::string& name, int in, int out, double rows, double k, double n, Dtype dtype, double act_bytes,
+            double load = 1) {
     OpDef op;
     op.name = prefix_ + name;
     op.kind = OpKind::gemm;
     op.dtype = dtype;
-    op.flops = 2 * rows * k * n;
+    op.flops = 2 * rows * load * k * n;
     double weight_bytes = k * n * dtype_bytes(dtype);
-    op.bytes = traffic(in) + weight_bytes + rows * n * act_bytes;
+    op.bytes = (traffic(in) + rows * n * act_bytes) * load + weight_bytes;
     op.bwd_flops = 2 * op.flops;
     op.bwd_bytes = 2 * op.bytes;
     op.inputs = {in};
@@ -109,13 +111,14 @@ class TemplateBuilder {
     t_.ops.push_back(op);
   }
   // Elementwise/norm kernels: HBM-bound; backward reads the saved tensors and the incoming gradient.
-  void memory(const std::string& name, std::vector<int> in, std::vector<int> out, std::vector<int> saved) {
+  void memory(const std::string& name, std::vector<int> in, std::vector<int> out, std::vector<int> saved, double load = 1) {
     OpDef op;
     op.name = prefix_ + name;
     op.kind = OpKind::memory;
     op.dtype = Dtype::bf16;
     for (int i : in) op.bytes += traffic(i);
     for (int o : out) op.bytes += bytes(o);
+    op.bytes *= load;
     op.bwd_bytes = 2 * op.bytes;
     op.flops = op.bytes;  // a few FLOPs per byte; irrelevant next to the bandwidth term
     op.bwd_flops = 2 * op.flops;
@@ -196,6 +199,7 @@ class BodyBuilder {
     attn_dt_ = t.attention_gemm_dtype;
     mlp_dt_ = t.mlp_gemm_dtype;
     quantized_gather_ = t.fp8_saved_activations;
+    load_ = t.moe_load_imbalance;
   }
 
   // Tokens of the norm/residual activations: sharded over tp with sequence parallelism.
@@ -383,16 +387,16 @@ class BodyBuilder {
     return res;
   }
 
-  // A gated MLP of width F (this rank's share) over `rows` rows; returns its output.
-  int mlp(const std::string& prefix, int in, double rows, double F) {
+  // A gated MLP of width F (this rank's share) over `rows` rows, run `load` times over; returns its output.
+  int mlp(const std::string& prefix, int in, double rows, double F, double load = 1) {
     int w0 = b_.tensor(prefix + "mlpwi_0", rows * F * a_);
     int w1 = b_.tensor(prefix + "mlpwi_1", rows * F * a_);
-    b_.gemm(prefix + "wi_0", in, w0, rows, d_, F, mlp_dt_, a_);
-    b_.gemm(prefix + "wi_1", in, w1, rows, d_, F, mlp_dt_, a_);
+    b_.gemm(prefix + "wi_0", in, w0, rows, d_, F, mlp_dt_, a_, load);
+    b_.gemm(prefix + "wi_1", in, w1, rows, d_, F, mlp_dt_, a_, load);
     int act = b_.tensor(prefix + "mlp_act", rows * F * a_);
-    b_.memory(prefix + "swiglu", {w0, w1}, {act}, {w0, w1});
+    b_.memory(prefix + "swiglu", {w0, w1}, {act}, {w0, w1}, load);
     int out = b_.tensor(prefix + "mlpwo", rows * d_ * a_);
-    b_.gemm(prefix + "wo", act, out, rows, F, d_, mlp_dt_, a_);
+    b_.gemm(prefix + "wo", act, out, rows, F, d_, mlp_dt_, a_, load);
     return out;
   }
 
@@ -422,13 +426,15 @@ class BodyBuilder {
     const double Fm = static_cast<double>(m_.moe_mlp_dim) / (fold_ ? 1 : tp_);
     const double Ts = sharded(T);
     const bool tp_gather = tp_ > 1 && !fold_;
+    // The busiest rank of the expert group receives `load` times the mean tokens and sends as many back.
+    const double load = load_;
     int mnorm = mlp_norm(res, T);
     int logits = b_.tensor("router_logits", Ts * X * 4);
     b_.gemm("router", mnorm, logits, Ts, d, X, Dtype::bf16, 4);
     int disp = b_.tensor("moe_permuted", Ts * k * d * a);
     b_.memory("route_permute", {logits, mnorm}, {disp}, {logits});
     const AxisSet group = fold_ ? AxisSet{Axis::ep, Axis::tp} : AxisSet{Axis::ep};
-    CommDef a2a{CommKind::all_to_all, CommKind::all_to_all, Axis::ep, group, Ts * k * d * a, false, {}};
+    CommDef a2a{CommKind::all_to_all, CommKind::all_to_all, Axis::ep, group, Ts * k * d * a * load, false, {}};
     if (dispatcher_ == MoeDispatcher::flex) a2a.routing = {X, k};
     const bool exchange = ep_ > 1 || fold_;
     int moe_in = disp;
@@ -438,13 +444,13 @@ class BodyBuilder {
     }
     if (tp_gather) {
       int g = b_.tensor("moe_dispatched_gathered", T * k * d * a);
-      b_.comm("moe_all_gather", {moe_in}, g, tp_comm(CommKind::all_gather, CommKind::reduce_scatter, T * k * d * a));
+      b_.comm("moe_all_gather", {moe_in}, g, tp_comm(CommKind::all_gather, CommKind::reduce_scatter, T * k * d * a * load));
       moe_in = g;
     }
-    int back = mlp("moe_", moe_in, (tp_gather ? T : Ts) * k, Fm);
+    int back = mlp("moe_", moe_in, (tp_gather ? T : Ts) * k, Fm, load);
     if (tp_gather) {
       int s = b_.tensor("moe_returned_scattered", Ts * k * d * a);
-      b_.comm("moe_reduce_scatter", {back}, s, tp_comm(CommKind::reduce_scatter, CommKind::all_gather, T * k * d * a));
+      b_.comm("moe_reduce_scatter", {back}, s, tp_comm(CommKind::reduce_scatter, CommKind::all_gather, T * k * d * a * load));
       back = s;
     }
     if (exchange) {
@@ -471,6 +477,7 @@ class BodyBuilder {
   double a_ = 2, d_ = 0, tp_ = 1, heads_ = 0, seq_ = 0;
   std::int64_t cp_ = 1, ep_ = 1;
   bool sp_ = false, fold_ = false;
+  double load_ = 1;  // TrainingSpec::moe_load_imbalance
   bool quantized_gather_ = false;  // TE gathers a low-precision GEMM's input quantized (fp8_saved_activations)
   CpExchange cp_exchange_ = CpExchange::all_gather;
   MoeDispatcher dispatcher_ = MoeDispatcher::alltoall;

@@ -191,6 +191,19 @@ void check_pipeline(const TrainingSpec& t) {
     throw InputError(count_field + "not a multiple of pp = " + str(p.pp) + ", which the interleaved schedule needs)");
 }
 
+// At most every token of the expert group lands on one rank.
+void check_load_imbalance(const TrainingSpec& t, const ModelSpec& m) {
+  const double f = t.moe_load_imbalance;
+  const std::string field = "moe_load_imbalance = " + format_number(f);
+  if (!(f >= 1)) throw InputError(field + " (must be >= 1: the busiest rank's tokens over the mean)");
+  if (f == 1) return;
+  if (m.num_experts == 0) throw InputError(field + " (the model has no MoE layers)");
+  const auto group = t.parallelism.expert_group();
+  if (group <= 1) throw InputError(field + " (needs an expert group of more than one GPU: ep > 1)");
+  if (f > static_cast<double>(group))
+    throw InputError(field + " (more than the expert group's " + str(group) + " GPUs: at most every token on one rank)");
+}
+
 }  // namespace
 
 void validate_training(TrainingSpec& t, const ModelSpec& m) {
@@ -205,6 +218,7 @@ void validate_training(TrainingSpec& t, const ModelSpec& m) {
   ModelSpec trained = m;
   trained.mtp_layers = t.mtp_layers;
   pipeline_chunks(trained, t.parallelism);  // the layer split's errors
+  check_load_imbalance(t, m);
   if (t.moe_batch_split <= 0) throw InputError("moe_batch_split = " + str(t.moe_batch_split) + " (must be > 0)");
   if (t.moe_batch_split > 1 && m.num_experts == 0)
     throw InputError("moe_batch_split = " + str(t.moe_batch_split) + " (the model has no MoE layers to split)");

@@ -86,6 +86,12 @@ struct TrainingSpec {
   // MaxText use_batch_split_schedule/batch_split_factor (DeepSeek): each MoE layer runs as this many
   // micro-batches so that one micro-batch's all-to-all can overlap another's compute.
   std::int64_t moe_batch_split = 1;
+  // Dropless routing's load imbalance: the tokens the busiest rank of an expert group receives in a MoE layer,
+  // over the mean (1: balanced, as Megatron's --moe-router-force-load-balancing measures). Every rank waits for
+  // the busiest at the combine all-to-all, so the device simulated does its work: the all-to-alls and the
+  // experts' GEMMs and activation scale by it. Saved tensors keep the mean size: the busiest rank changes from
+  // layer to layer, and memory sums over many.
+  double moe_load_imbalance = 1;
   // Multi-token prediction modules trained after the decoder layers (ModelSpec::mtp_layers), on the last
   // pipeline stage (Megatron mtp_num_layers, MaxText mtp_num_layers).
   std::int64_t mtp_layers = 0;
