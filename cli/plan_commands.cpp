@@ -479,11 +479,12 @@ void register_plan(CLI::App& app) {
       // The legend names the ep marks the list uses; the winner's line its own.
       std::string legend = "dp*: optimizer state sharded over dp", best_extra;
       if (std::any_of(r.top.begin(), r.top.end(), [](const LayoutResult& x) { return folds_experts(x.config); }))
-        legend += "; ep Nf: expert tensor parallelism 1, experts whole over an expert group of N GPUs spanning tp";
+        legend += "; ep Nf: expert tensor parallelism 1, experts whole over an expert group of N GPUs spanning tp (and cp)";
       if (std::any_of(r.top.begin(), r.top.end(), [](const LayoutResult& x) { return x.config.ep_overlap; }))
         legend += "; ep No: expert all-to-alls overlapped with another micro-batch's compute (combined 1F1B, ep_overlap)";
       const RunConfig& best = r.top[0].config;
-      if (folds_experts(best)) best_extra += ", experts whole over ep x tp = " + std::to_string(best.ep) + " GPUs";
+      if (folds_experts(best))
+        best_extra += std::string(", experts whole over ") + (best.cp > 1 ? "ep x cp x tp" : "ep x tp") + " = " + std::to_string(best.ep) + " GPUs";
       if (best.ep_overlap) best_extra += ", combined 1F1B";
       std::printf("(%s)\n\nfastest: %s%s, policy %s, micro-batch %lld\n", legend.c_str(), r.top[0].report.mesh.c_str(),
                   best_extra.c_str(), best.policy.c_str(), static_cast<long long>(best.micro_batch));

@@ -62,7 +62,7 @@ double kept_bytes(const LayerTemplate& t, const Policy& policy, const StepGraph&
 }
 
 // Expert tensor parallelism to try: as tp (0) always; also 1, Megatron's MoE parallel folding (experts whole
-// over an expert group that spans tp), for an MoE model under Megatron's state or when the base asks for it.
+// over an expert group that spans tp and cp), for an MoE model under Megatron's state or when the base asks for it.
 // With expert_tp 1 given, every layout with tp > 1 folds.
 std::vector<std::int64_t> expert_tp_choices(const RunConfig& base, const ModelSpec& model) {
   if (model.num_experts == 0) return {0};
@@ -107,6 +107,8 @@ std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSear
     for (std::int64_t e : {8, 16, 32, 64})
       if (model.num_experts % e == 0) eps.push_back(e);
   const std::vector<std::int64_t> etps = expert_tp_choices(base, model);
+  // Experts folded over cp too need cp ranks holding the other weights whole (Megatron's reading).
+  const bool folds_over_cp = !layout_reading(base).cp_shards_weights;
   const std::vector<bool> overlaps = ep_overlap_choices(base, model);
   // Megatron's combined 1F1B takes no full recompute and no activation offload.
   std::vector<char> overlappable;
@@ -135,15 +137,15 @@ std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSear
           for (std::int64_t ep_axis : eps)
             for (std::int64_t etp : etps) {
               if ((pp == 1 && vp > 1) || (cp > 1 && base.seq / cp < 2048)) continue;
-              // Folding puts whole experts over an expert group of ep_axis x tp GPUs (needs tp > 1, cp 1).
+              // Folding puts whole experts over an expert group of ep_axis x tp x cp GPUs (needs tp > 1).
               const bool fold = etp == 1 && tp > 1;
               if (etp == 1 && !fold && etps.size() > 1) continue;  // at tp 1 the folded layout is the plain one
-              if (fold && (cp > 1 || model.num_experts % (ep_axis * tp) != 0)) continue;
+              if (fold && ((cp > 1 && !folds_over_cp) || model.num_experts % (ep_axis * tp * cp) != 0)) continue;
               const std::int64_t group = tp * cp * pp * ep_axis;
               if (base.gpus % group != 0) continue;
               RunConfig layout = base;
               layout.tp = tp, layout.cp = cp, layout.pp = pp, layout.vp = vp;
-              layout.ep = fold ? ep_axis * tp : ep_axis;
+              layout.ep = fold ? ep_axis * tp * cp : ep_axis;
               layout.expert_tp = fold ? 1 : 0;
               for (const DataAxes& d : data_axes(base.gpus / group, tp * cp, sys.scale_up.domain_gpus))
                 for (std::int64_t mbs : o.micro_batches) {

@@ -187,11 +187,13 @@ TrainingSpec training_shape(const RunConfig& c) {
   p.sharded_optimizer = c.sharded_optimizer;
   p.cp_shards_weights = reading.cp_shards_weights;
   p.ep_shards_weights = reading.ep_shards_weights;
-  // Folding: the user's ep is Megatron's expert group (expert_model_parallel_size), which spans tp; the mesh's
-  // ep axis is the part of it carved out of data parallelism.
+  // Folding: the user's ep is Megatron's expert group (expert_model_parallel_size), which spans tp and cp; the
+  // mesh's ep axis is the part of it carved out of data parallelism. (An expert group inside tp x cp, as ep 8
+  // at tp 4 x cp 4, would need part of an axis: not modelled.)
   if (folds_experts(c)) {
-    if (c.ep % c.tp != 0)
-      throw InputError("ep = " + std::to_string(c.ep) + " (with expert_tp = 1 the expert group spans tp = " + std::to_string(c.tp) +
+    const std::string span = c.cp > 1 ? "tp x cp = " + std::to_string(c.tp * c.cp) : "tp = " + std::to_string(c.tp);
+    if (c.ep % (c.tp * c.cp) != 0)
+      throw InputError("ep = " + std::to_string(c.ep) + " (with expert_tp = 1 the expert group spans " + span +
                        ": ep must be a multiple of it)");
     p.ep = expert_axis(c);
     p.experts_fold_tp = true;

@@ -131,11 +131,11 @@ PreparedRun prepare_run(const RunConfig& config, const Profile* extra = nullptr)
 void check_gpu_dtype(const System& system, const std::string& field, Dtype dtype);
 // The config's policy for that step: its preset, stage policies and layer rules (errors name the field).
 Policy resolve_policy(const RunConfig& config, const StepGraph& graph);
-// Megatron's MoE parallel folding: experts whole over an expert group of ep GPUs that spans tp (expert_tp 1
-// under tp > 1); the mesh's expert axis is then ep / tp.
+// Megatron's MoE parallel folding: experts whole over an expert group of ep GPUs that spans tp and cp
+// (expert_tp 1 under tp > 1); the mesh's expert axis is then ep / (tp x cp).
 inline bool folds_experts(const RunConfig& c) { return c.expert_tp == 1 && c.tp > 1; }
-// The mesh's expert axis: under folding the expert group spans tp, and only ep / tp of it is an axis of its own.
-inline std::int64_t expert_axis(const RunConfig& c) { return folds_experts(c) ? c.ep / c.tp : c.ep; }
+// The mesh's expert axis: under folding the expert group spans tp x cp, and only the rest is an axis of its own.
+inline std::int64_t expert_axis(const RunConfig& c) { return folds_experts(c) ? c.ep / (c.tp * c.cp) : c.ep; }
 
 // Megatron's selective-recompute modules that hbmsim has tensors for (recompute_modules): the tensors a module
 // rematerializes, the rest kept as no_recompute keeps them. core_attn is the core attention's output;

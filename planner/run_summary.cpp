@@ -78,7 +78,10 @@ std::vector<std::string> resolved_run_lines(const nlohmann::json& j) {
   std::vector<std::string> lines;
   lines.push_back("run          " + s("model") + " on " + i("gpus") + " x " + s("system") + " GPUs");
   lines.push_back("layout       " + s("layout") +
-                  (j.contains("expert_group") ? ", experts whole over ep x tp = " + i("expert_group") + " GPUs (expert_tp 1)" : "") +
+                  (j.contains("expert_group") ? std::string(", experts whole over ") +
+                                                    (j.at("degrees").at("cp").get<std::int64_t>() > 1 ? "ep x cp x tp" : "ep x tp") +
+                                                    " = " + i("expert_group") + " GPUs (expert_tp 1)"
+                                              : "") +
                   (j.contains("moe_dispatcher") ? ", MoE dispatcher " + s("moe_dispatcher") : "") +
                   (j.contains("moe_load_imbalance") ? ", busiest expert rank " + number(j.at("moe_load_imbalance").get<double>()) + "x the mean tokens" : ""));
   const auto& d = j.at("degrees");

@@ -289,20 +289,20 @@ RunMapping map_published_run(const PublishedRun& r) {
     return no("gpus = " + str(r.gpus) + " is not divisible by tp x cp x pp = " + str(model_parallel));
   const std::int64_t replicas = r.gpus / model_parallel;
   // Expert tensor parallelism 1 under tp > 1 (Megatron's MoE parallel folding, "ep (ETP1)"): whole experts over
-  // an expert group of ep GPUs that spans tp, so ep / tp of it is carved out of data parallelism. Other ETPs
-  // (neither 1 nor tp) are not modelled.
+  // an expert group of ep GPUs that spans tp and cp, so ep / (tp x cp) of it is carved out of data parallelism.
+  // Other ETPs (neither 1 nor tp) are not modelled.
   const bool fold = r.etp == 1 && r.tp > 1;
   if (r.etp > 0 && r.etp != r.tp && !fold)
     return no("expert tensor parallel ETP" + str(r.etp) + " is neither 1 nor tp = " + str(r.tp) +
               " (Megatron's MoE parallel folding with expert tensor parallelism: not modelled)");
-  if (fold && r.ep % r.tp != 0)
-    return no("ep = " + str(r.ep) + " with ETP1 is not a multiple of tp = " + str(r.tp));
-  if (fold && r.cp > 1) return no("ETP1 with cp = " + str(r.cp) + " (experts folded over tp and cp: not modelled)");
-  const std::int64_t carved = fold ? r.ep / r.tp : r.ep;  // the part of the expert group outside tp
+  if (fold && r.ep % (r.tp * r.cp) != 0)
+    return no("ep = " + str(r.ep) + " with ETP1 is not a multiple of tp x cp = " + str(r.tp * r.cp) +
+              " (an expert group inside tp x cp: not modelled)");
+  const std::int64_t carved = fold ? r.ep / (r.tp * r.cp) : r.ep;  // the part of the expert group outside tp x cp
   if (fold) c.expert_tp = 1;
   if (replicas % carved != 0)
     return no("ep = " + str(r.ep) + " does not divide the data-parallel size gpus / (tp x cp x pp) = " + str(replicas) +
-              (fold ? " x tp" : ""));
+              (fold ? (r.cp > 1 ? " x tp x cp" : " x tp") : ""));
   const std::int64_t left = replicas / carved;
   const std::string& d = r.dp_fsdp;
   if (d == "DDP") {

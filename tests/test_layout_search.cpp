@@ -211,9 +211,15 @@ TEST_CASE("under Megatron's state a layout that cannot fit is retried with Megat
     CHECK(l.config.optimizer_offload != "device");
     CHECK(!l.config.parameter_offload);
   }
-  // On 64 nothing fits that way (the state and fp32 gradients, 225 GiB per GPU, exceed the 179 GiB of pinned
-  // host memory per GPU): a result that says so.
+  // On 64 only a layout whose experts are folded over tp x cp fits that way: cp ranks then hold different
+  // experts instead of the same ones, halving the experts' state per GPU; every other layout's state and fp32
+  // gradients (225 GiB per GPU) exceed the 179 GiB of pinned host memory per GPU.
   base.gpus = 64;
+  const LayoutSearch folded = search_layouts(base, o);
+  REQUIRE(!folded.top.empty());
+  for (const LayoutResult& l : folded.top) CHECK((folds_experts(l.config) && l.config.cp > 1));
+  // On 32 nothing fits at all (671 B parameters' state over 32 GPUs): a result that says so.
+  base.gpus = 32;
   const LayoutSearch none = search_layouts(base, o);
   CHECK(none.top.empty());
   CHECK_THAT(none.none_fit, Catch::StartsWith("nothing fits"));
@@ -225,9 +231,10 @@ TEST_CASE("under Megatron's state a layout that cannot fit is retried with Megat
 
 TEST_CASE("under Megatron's state the layout search also folds an MoE model's experts over tp", "[layout][parallel]") {
   // DeepSeek-V3 (256 routed experts) on 64 GB200s. Folding (expert_tp 1) is a second reading of a mesh with
-  // tp > 1 and cp 1: the same tp x cp x pp x ep-axis x data axes, the experts whole over an expert group of
-  // ep-axis x tp GPUs, which must divide the 256 experts. So the folded candidates are exactly the unfolded
-  // ones with tp > 1, cp 1 and 256 % (ep x tp) == 0, each with ep multiplied by tp; MaxText's state has none.
+  // tp > 1: the same tp x cp x pp x ep-axis x data axes, the experts whole over an expert group of
+  // ep-axis x tp x cp GPUs, which must divide the 256 experts. So the folded candidates are exactly the unfolded
+  // ones with tp > 1 and 256 % (ep x tp x cp) == 0, each with ep multiplied by tp x cp; MaxText's state has
+  // none, and asked for under MaxText's reading (cp shards the weights) only those with cp 1.
   RunConfig base;
   base.model = "deepseek-v3-671b";
   base.system = "gb200-nvl72";
@@ -237,7 +244,7 @@ TEST_CASE("under Megatron's state the layout search also folds an MoE model's ex
   o.policies = {"full"};
   o.micro_batches = {1};
   auto key = [](RunConfig c) {
-    if (folds_experts(c)) c.ep /= c.tp;  // the folded layout's mesh
+    if (folds_experts(c)) c.ep /= c.tp * c.cp;  // the folded layout's mesh
     c.expert_tp = 0;
     c.framework = "maxtext";  // the layout, whichever training state it keeps
     return config_id(c);
@@ -245,10 +252,15 @@ TEST_CASE("under Megatron's state the layout search also folds an MoE model's ex
   const auto maxtext = layout_candidates(base, o);
   REQUIRE(!maxtext.empty());
   std::set<std::string> expected_folds;
+  std::size_t folds_cp1 = 0;
   for (const RunConfig& c : maxtext) {
     CHECK(c.expert_tp == 0);
-    if (c.tp > 1 && c.cp == 1 && 256 % (c.ep * c.tp) == 0) expected_folds.insert(key(c));
+    if (c.tp > 1 && 256 % (c.ep * c.tp * c.cp) == 0) {
+      expected_folds.insert(key(c));
+      folds_cp1 += c.cp == 1;
+    }
   }
+  REQUIRE(folds_cp1 < expected_folds.size());
   REQUIRE(expected_folds.size() > 10);
   base.framework = "megatron";
   const auto megatron = layout_candidates(base, o);
@@ -260,16 +272,16 @@ TEST_CASE("under Megatron's state the layout search also folds an MoE model's ex
       plain.insert(key(c));
       continue;
     }
-    CHECK(c.cp == 1);
-    CHECK(c.ep % c.tp == 0);
+    CHECK(c.ep % (c.tp * c.cp) == 0);
     CHECK(256 % c.ep == 0);
-    CHECK(c.tp * c.cp * c.pp * (c.ep / c.tp) * c.fsdp * c.dp == 64);
+    CHECK(c.tp * c.cp * c.pp * (c.ep / (c.tp * c.cp)) * c.fsdp * c.dp == 64);
     CHECK(folds.insert(key(c)).second);  // one fold per mesh
   }
   CHECK(folds == expected_folds);
   CHECK(plain.size() + folds.size() == megatron.size());
   CHECK(plain.size() == maxtext.size());  // every unfolded layout is still tried
-  // expert_tp 1 asked for: every layout with tp > 1 folds (those that cannot, cp > 1, are not tried).
+  // expert_tp 1 asked for under MaxText's reading: every layout with tp > 1 folds (those that cannot, cp > 1,
+  // are not tried).
   base.framework = "maxtext";
   base.expert_tp = 1;
   const auto asked = layout_candidates(base, o);
@@ -279,7 +291,7 @@ TEST_CASE("under Megatron's state the layout search also folds an MoE model's ex
     CHECK((c.tp == 1 ? c.expert_tp == 0 : folds_experts(c)));
     tp1 += c.tp == 1;
   }
-  CHECK(asked.size() == tp1 + expected_folds.size());
+  CHECK(asked.size() == tp1 + folds_cp1);
   // A dense model has no experts to fold.
   base.model = "llama3.1-8b";
   base.framework = "megatron";

@@ -343,6 +343,38 @@ TEST_CASE("expert_tp 1 folds the experts over tp: whole experts, one all-to-all 
     if (op.name == "dispatch_a2a") CHECK(op.comm.group == (AxisSet{Axis::ep, Axis::tp}));
   }
   CHECK(megatron_settings(c).find("--expert-tensor-parallel-size 1") != std::string::npos);
+
+  // Folded over cp too (Megatron's folding maps the expert group onto tp x cp x dp ranks): cp 2 halves each
+  // GPU's tokens, so the expert group of 64 now spans tp 2 x cp 2 x an ep axis of 16, with dp 1. By hand:
+  // - the same bytes per GPU: the dense weights split over tp only (cp ranks hold them whole, as Megatron's
+  //   do), every expert whole on one of the 64 GPUs;
+  // - half the tokens per GPU, so half the FLOPs (attention too: causal load balancing) and half the bytes into
+  //   the same group's all-to-all;
+  // - the dense gradients summed over cp x ep = 32 ranks as before over ep; the experts' over nothing (each
+  //   cp rank holds other experts), as before.
+  RunConfig cp = c;
+  cp.cp = 2;
+  cp.cp_shards_weights = false;
+  const auto with_cp = run_simulation(cp);
+  const auto cp_graph = prepare_run(cp).graph;
+  CHECK(cp_graph.mesh.size(Axis::ep) == 16);
+  CHECK(cp_graph.mesh.size(Axis::dp) == 1);
+  CHECK(with_cp.hbm_breakdown_bytes.at("parameters") == Approx(folded.hbm_breakdown_bytes.at("parameters")).epsilon(1e-12));
+  CHECK(with_cp.executed_flops_per_device == Approx(0.5 * folded.executed_flops_per_device).epsilon(1e-12));
+  CHECK(with_cp.comm_bytes.at("ep") == Approx(0.5 * folded.comm_bytes.at("ep")).epsilon(1e-12));
+  CHECK(with_cp.comm_bytes.at("dp") == Approx(folded.comm_bytes.at("dp")).epsilon(1e-12));
+  const LayerTemplate& cp_moe = cp_graph.templates[static_cast<std::size_t>(cp_graph.layer_template.back())];
+  for (const OpDef& op : cp_moe.ops)
+    if (op.name == "dispatch_a2a") CHECK(op.comm.group == (AxisSet{Axis::ep, Axis::cp, Axis::tp}));
+  // MaxText's reading shards the weights over cp, which experts partitioned over cp cannot be.
+  cp.cp_shards_weights = true;
+  CHECK_THROWS_WITH(run_simulation(cp), Catch::Contains("expert_tp = 1 (experts folded over tp and cp = 2 while cp shards"));
+  // An expert group inside tp x cp would need part of an axis.
+  cp.cp_shards_weights = false;
+  cp.cp = 4;
+  cp.ep = 4;
+  CHECK_THROWS_WITH(run_simulation(cp), Catch::Contains("ep = 4 (with expert_tp = 1 the expert group spans tp x cp = 8"));
+
   // The expert group must be a multiple of tp, and only 1 or tp are expert tensor parallel degrees hbmsim runs.
   c.ep = 8;
   c.tp = 4;

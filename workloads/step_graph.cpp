@@ -433,7 +433,8 @@ class BodyBuilder {
     b_.gemm("router", mnorm, logits, Ts, d, X, Dtype::bf16, 4);
     int disp = b_.tensor("moe_permuted", Ts * k * d * a);
     b_.memory("route_permute", {logits, mnorm}, {disp}, {logits});
-    const AxisSet group = fold_ ? AxisSet{Axis::ep, Axis::tp} : AxisSet{Axis::ep};
+    const AxisSet folded = cp_ > 1 ? AxisSet{Axis::ep, Axis::cp, Axis::tp} : AxisSet{Axis::ep, Axis::tp};
+    const AxisSet group = fold_ ? folded : AxisSet{Axis::ep};
     CommDef a2a{CommKind::all_to_all, CommKind::all_to_all, Axis::ep, group, Ts * k * d * a * load, false, {}};
     if (dispatcher_ == MoeDispatcher::flex) a2a.routing = {X, k};
     const bool exchange = ep_ > 1 || fold_;
@@ -484,6 +485,12 @@ class BodyBuilder {
   Dtype attn_dt_ = Dtype::bf16, mlp_dt_ = Dtype::bf16;
 };
 
+// The GPUs one routed expert's weights are divided over: split over tp (expert tensor parallelism = tp) and
+// partitioned over ep, or whole and partitioned over the folded expert group.
+double expert_split(const Parallelism& p) {
+  return static_cast<double>(p.experts_fold_tp ? p.expert_group() : p.tp * p.ep);
+}
+
 LayerTemplate build_template(const ModelSpec& model, const TrainingSpec& training, bool moe, bool mtp = false) {
   TemplateBuilder b(mtp ? "mtp" : moe ? "moe" : "dense");
   BodyBuilder body(b, model, training);
@@ -514,7 +521,7 @@ LayerTemplate build_template(const ModelSpec& model, const TrainingSpec& trainin
   const double tp = static_cast<double>(p.tp);
   double attn_params = (model.attention_params_per_layer() + (mtp ? model.mtp_extra_params() : 0)) / tp;
   double mlp_params = moe ? model.moe_nonexpert_params_per_layer() / tp : model.dense_mlp_params_per_layer() / tp;
-  double expert_params = moe ? model.expert_params_per_layer() / (tp * static_cast<double>(p.ep)) : 0;
+  double expert_params = moe ? model.expert_params_per_layer() / expert_split(p) : 0;
   t.gathered_dense_bytes = attn_params * dtype_bytes(training.attention_gemm_dtype) + mlp_params * dtype_bytes(training.mlp_gemm_dtype);
   t.gathered_expert_bytes = expert_params * dtype_bytes(training.mlp_gemm_dtype);
   auto cast = [&](double params, Dtype gemm) { return gemm == training.weight_storage_dtype ? 0.0 : params * dtype_bytes(gemm); };
@@ -565,7 +572,7 @@ StepGraph build_step_graph(const ModelSpec& decoder, TrainingSpec training) {
     g.expert_shard = g.expert_shard | cp;
   } else {
     g.grad_sync = g.grad_sync | cp;
-    g.expert_grad_sync = g.expert_grad_sync | cp;
+    if (!p.experts_fold_tp) g.expert_grad_sync = g.expert_grad_sync | cp;  // folded, cp ranks hold other experts
   }
   if (p.ep_shards_weights) g.dense_shard = g.dense_shard | ep;
   else g.grad_sync = g.grad_sync | ep;
@@ -595,7 +602,7 @@ StepGraph build_step_graph(const ModelSpec& decoder, TrainingSpec training) {
   // Every weight is split over tp and sharded over its shard axes; the routed experts are also partitioned
   // over ep. What a device stores of each, and of its optimizer state (sharded over the sync axes too).
   const double tp_dense = tp * static_cast<double>(g.mesh.size(g.dense_shard));
-  const double tp_expert = tp * static_cast<double>(p.ep * g.mesh.size(g.expert_shard));
+  const double tp_expert = expert_split(p) * static_cast<double>(g.mesh.size(g.expert_shard));
   const double dense_sync = static_cast<double>(g.mesh.size(g.grad_sync)), expert_sync = static_cast<double>(g.mesh.size(g.expert_grad_sync));
   g.chunks = pipeline_chunks(model, p);
   g.stages.resize(static_cast<std::size_t>(p.pp));

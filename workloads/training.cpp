@@ -62,16 +62,17 @@ void check_degrees(TrainingSpec& t) {
     if (v <= 0) throw InputError(std::string(name) + " = " + str(v) + " (must be > 0)");
   if (p.fsdp < 0) throw InputError("fsdp = " + str(p.fsdp) + " (must be > 0)");
   // Each degree divides the GPU count, so none may exceed it (and the products below cannot overflow). The
-  // expert group is named as given: with experts folded over tp it spans tp, and the mesh's axis is ep / tp.
+  // expert group is named as given: with experts folded it spans tp x cp, and the mesh's axis is ep / (tp x cp).
   for (auto [name, v] : {std::pair{"fsdp", p.fsdp}, {"tp", p.tp}, {"ep", p.expert_group()}, {"dp", p.dp}, {"cp", p.cp}, {"pp", p.pp}})
     if (v > t.gpus) throw InputError(std::string(name) + " = " + str(v) + " (exceeds gpus = " + str(t.gpus) + ")");
   // The degrees' product as errors spell it: "tp*ep*dp*cp*pp = 2*4*1*1*1" (only when one is thrown).
   auto product = [&](const std::string& lead, const std::string& lead_value) {
     std::string out = lead;
-    out += p.experts_fold_tp ? "tp*(ep/tp)*dp*cp*pp = " : "tp*ep*dp*cp*pp = ";
+    const std::string span = p.cp > 1 ? "(tp*cp)" : "tp";
+    out += p.experts_fold_tp ? "tp*(ep/" + span + ")*dp*cp*pp = " : "tp*ep*dp*cp*pp = ";
     out += lead_value;
     out += str(p.tp) + "*";
-    out += p.experts_fold_tp ? "(" + str(p.expert_group()) + "/" + str(p.tp) + ")" : str(p.ep);
+    out += p.experts_fold_tp ? "(" + str(p.expert_group()) + "/" + str(p.fold_span()) + ")" : str(p.ep);
     out += "*" + str(p.dp) + "*" + str(p.cp) + "*" + str(p.pp);
     return out;
   };
@@ -107,8 +108,10 @@ void check_model_split(const TrainingSpec& t, const ModelSpec& m) {
   if (p.expert_group() > 1 && m.num_experts == 0) throw InputError("ep = " + str(p.expert_group()) + " (the model has no experts)");
   if (m.num_experts > 0 && m.num_experts % p.expert_group() != 0)
     throw InputError("ep = " + str(p.expert_group()) + " (num_experts = " + str(m.num_experts) + " is not divisible by it)");
-  if (p.experts_fold_tp && p.cp > 1)
-    throw InputError("expert_tp = 1 (experts folded over tp with cp = " + str(p.cp) + ": not modelled; use cp = 1)");
+  // Folded over cp the experts are partitioned there; MaxText's reading shards every weight over cp instead.
+  if (p.experts_fold_tp && p.cp > 1 && p.cp_shards_weights)
+    throw InputError("expert_tp = 1 (experts folded over tp and cp = " + str(p.cp) +
+                     " while cp shards the other weights, MaxText's reading: not modelled; cp_shards_weights off is Megatron's)");
   // Causal load balancing gives each context rank two chunks of the sequence, one from each end.
   if (p.cp > 1 && t.seq_len % (2 * p.cp) != 0)
     throw InputError("cp = " + str(p.cp) + " (seq = " + str(t.seq_len) + " is not divisible by 2 x cp = " + str(2 * p.cp) +

@@ -60,11 +60,14 @@ struct Parallelism {
   bool ep_shards_weights = true;
   MoeDispatcher moe_dispatcher = MoeDispatcher::alltoall;
   // Megatron's MoE parallel folding with expert_tensor_parallel_size 1 under tp > 1: the routed experts are
-  // whole on each GPU and partitioned over ep x tp (the ep axis is the expert group divided by tp); each tp
-  // rank routes its own sequence shard over that group, with no tp gather of the dispatched tokens.
+  // whole on each GPU and partitioned over ep x cp x tp (the ep axis is the expert group divided by tp x cp);
+  // each tp and cp rank routes its own sequence shard over that group, with no tp gather of the dispatched
+  // tokens.
   bool experts_fold_tp = false;
-  // The GPUs the routed experts are partitioned over: the ep axis, times tp when folded.
-  std::int64_t expert_group() const { return experts_fold_tp ? ep * tp : ep; }
+  // The GPUs of the expert group that are also tp and cp ranks (1 unless folded).
+  std::int64_t fold_span() const { return experts_fold_tp ? tp * cp : 1; }
+  // The GPUs the routed experts are partitioned over: the ep axis, times tp x cp when folded.
+  std::int64_t expert_group() const { return ep * fold_span(); }
 
   Mesh mesh() const;  // needs fsdp resolved
 };
