@@ -85,7 +85,7 @@ inline RunConfig random_pipeline(std::mt19937& rng) {
 // bf16 gradients, weights kept gathered, FP8 attention, one memory lever at a time (activation offload of the
 // first layers, recomputed layers, optimizer or parameter offload, FP8-saved activations, a layer range with a
 // policy of its own, the MoE batch split, Megatron's selective recompute modules), and a model from a HuggingFace config (Qwen3-235B-A22B) for half
-// of the MoE draws. Some combinations are bad input; the caller skips those.
+// of the MoE draws, half of which route with a busiest expert rank 1.5x the mean. Some combinations are bad input; the caller skips those.
 inline void add_levers(std::mt19937& rng, RunConfig& c) {
   auto coin = [&] { return std::uniform_int_distribution<int>(0, 1)(rng) == 1; };
   if (coin()) c.framework = "megatron";
@@ -107,6 +107,8 @@ inline void add_levers(std::mt19937& rng, RunConfig& c) {
       break;
   }
   if (c.model == "deepseek-v3-671b" && coin()) c.model = "hf/qwen3-235b-a22b.config.json";
+  const bool moe = c.model == "deepseek-v3-671b" || c.model == "hf/qwen3-235b-a22b.config.json";
+  if (moe && c.ep > 1 && coin()) c.moe_load_imbalance = 1.5;  // dropless routing's busiest expert rank
 }
 
 }  // namespace test
