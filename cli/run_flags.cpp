@@ -185,7 +185,7 @@ std::shared_ptr<RunFlags> make_run_flags(CLI::App* cmd) {
   for (const auto& n : module_tensor_names()) modules += (modules.empty() ? "" : ", ") + n;
   cmd->add_option("--tensor", f->tensors,
                   "Per checkpoint name: NAME=device|remat|offload (repeatable); under no_recompute and selective also "
-                  "Megatron's module tensors " + modules);
+                  "Megatron's module tensors " + modules + "; NAME@dense or NAME@moe: that kind of layer only");
   return f;
 }
 

@@ -366,6 +366,9 @@ RunConfig offload_as(const RunConfig& c, Placement instead) {
     const Placement p = policy.placement(name);
     out.tensors[name] = to_string(p == Placement::offload ? instead : p);
   }
+  for (const auto& [key, p] : policy.placements)  // NAME@kind: that kind of layer's own placement
+    if (key.find('@') != std::string::npos && is_checkpoint_name(split_tensor_key(key).name))
+      out.tensors[key] = to_string(p == Placement::offload ? instead : p);
   return out;
 }
 
@@ -439,7 +442,7 @@ std::optional<std::string> selective_recompute_modules(const RunConfig& c) {
   std::string modules;
   for (const auto& k : megatron_recompute_modules()) {
     const auto tensors = model ? k.tensors_in(*model) : k.tensors;
-    if (tensors.empty() || (model && !k.inexpressible_in(*model).empty()) || !std::all_of(tensors.begin(), tensors.end(), [&](const std::string& t) { return remat.count(t) > 0; }))
+    if (tensors.empty() || !std::all_of(tensors.begin(), tensors.end(), [&](const std::string& t) { return remat.count(t) > 0; }))
       continue;
     for (const auto& t : tensors) remat.erase(t);
     modules += (modules.empty() ? "" : " ") + std::string(k.name);
@@ -578,6 +581,8 @@ std::string maxtext_settings(const RunConfig& c) {
     auto p = policy.placement(n);
     if (p != Placement::remat) out += " " + n + "=" + to_string(p);
   }
+  if (std::any_of(c.tensors.begin(), c.tensors.end(), [](const auto& t) { return t.first.find('@') != std::string::npos; }))
+    out += " (NAME@dense / NAME@moe: MaxText places a checkpoint name alike in every kind of layer)";
   if (!c.stage_policies.empty()) out += " (the first stage's policy: MaxText has one remat policy for every stage)";
   if (c.optimizer_offload == "device") out += " optimizer_memory_host_offload=true";
   if (c.parameter_offload) out += " parameter_memory_host_offload=true";

@@ -71,7 +71,7 @@ RunConfig RunConfig::from_json(const nlohmann::json& doc, const std::string& ori
     for (auto& item : x->raw().items()) {
       auto t = x->at(item.key());
       auto value = t.string();
-      if (!is_checkpoint_name(item.key()) && !is_module_tensor_name(item.key())) t.fail("unknown checkpoint name");
+      if (const std::string why = tensor_key_error(item.key()); !why.empty()) t.fail(why);
       if (value != "device" && value != "remat" && value != "offload") t.fail("expected device, remat or offload");
       c.tensors[item.key()] = value;
     }
@@ -293,25 +293,31 @@ LayoutReading read_layout(const RunConfig& c, const LayoutReading& framework) {
 
 const std::vector<RecomputeModule>& megatron_recompute_modules() {
   static const std::vector<RecomputeModule> modules = {
-      {"core_attn", "core attention", {"context"}, {}, {}},
-      {"mla_up_proj", "MLA up-projections", {}, {"query_proj", "key_proj", "value_proj"}, {}},
-      // Before moe_act, whose tensor it includes: a policy that recomputes the whole layer is named moe.
-      {"moe", "MoE layer", {}, {}, {"router_logits", "moe_dispatched", "moe_mlpwi_0", "moe_mlpwi_1", "moe_mlp_act", "moe_returned"}, true},
-      {"moe_act", "expert activation function", {}, {}, {"moe_mlp_act"}},
-      {"layernorm", "norms outside a fused GEMM", {}, {"attn_norm"}, {"mlp_norm"}}};
+      // name, what; tensors in every model, in MLA models, in MoE models, with shared experts, with dense layers
+      {"core_attn", "core attention", {"context"}, {}, {}, {}, {}},
+      {"mla_up_proj", "MLA up-projections", {}, {"query_proj", "key_proj", "value_proj"}, {}, {}, {}},
+      {"mlp", "dense MLP", {}, {}, {}, {}, {"mlp_norm@dense", "mlpwi_0@dense", "mlpwi_1@dense", "mlp_act@dense"}},
+      // Before moe_act and shared_experts, whose tensors it includes: a policy that recomputes the whole layer
+      // is named moe.
+      {"moe", "MoE layer", {}, {}, {"router_logits", "moe_dispatched", "moe_mlpwi_0", "moe_mlpwi_1", "moe_mlp_act", "moe_returned"},
+       {"mlpwi_0@moe", "mlpwi_1@moe", "mlp_act@moe"}, {}},
+      {"moe_act", "expert activation function", {}, {}, {"moe_mlp_act"}, {}, {}},
+      {"shared_experts", "shared experts", {}, {}, {}, {"mlpwi_0@moe", "mlpwi_1@moe", "mlp_act@moe"}, {}},
+      {"layernorm", "norms outside a fused GEMM", {}, {"attn_norm"}, {"mlp_norm@moe"}, {}, {}}};
   return modules;
 }
 
 std::vector<std::string> RecomputeModule::tensors_in(const ModelSpec& model) const {
   std::vector<std::string> out = tensors;
-  if (model.is_mla()) out.insert(out.end(), mla_tensors.begin(), mla_tensors.end());
-  if (model.moe_layers() > 0) out.insert(out.end(), moe_tensors.begin(), moe_tensors.end());
+  auto add = [&](const std::vector<std::string>& v) { out.insert(out.end(), v.begin(), v.end()); };
+  if (model.is_mla()) add(mla_tensors);
+  if (model.moe_layers() > 0) add(moe_tensors);
+  if (model.moe_layers() > 0 && model.shared_experts > 0) add(shared_tensors);
+  if (model.dense_layers() > 0) add(dense_tensors);
+  // A model of one kind of layer needs no kind: its names go unqualified.
+  if (model.dense_layers() == 0 || model.moe_layers() == 0)
+    for (auto& key : out) key = split_tensor_key(key).name;
   return out;
-}
-
-std::string RecomputeModule::inexpressible_in(const ModelSpec& model) const {
-  if (!shared_experts_inside || model.shared_experts == 0 || model.moe_layers() == 0) return "";
-  return std::string(name) + " recomputes the shared experts too, whose tensors hbmsim names as the dense MLP's";
 }
 
 LayoutReading layout_reading(const RunConfig& c) {

@@ -144,20 +144,22 @@ inline std::int64_t expert_axis(const RunConfig& c) { return folds_experts(c) ? 
 // their own (Transformer Engine fuses the others into the GEMM after them): the pre-MLP norm of MoE layers,
 // which the router reads too, and MLA's input norm, which both down-projections read (a module of its own
 // until Megatron-LM fused the MLA down-projections, 8fd390d, 2026-03); moe the whole MoE layer from its
-// input, the pre-MLP norm's output (MoELayer's checkpointed forward: router, dispatch, experts, combine, and
-// the shared experts, whose tensors hbmsim names as the dense MLP's, so not in a model that has them). The
-// validation reads a row's module this way, and the Megatron arguments print a policy back.
+// input, the pre-MLP norm's output (MoELayer's checkpointed forward: router, dispatch, experts, combine, and the
+// shared experts); shared_experts the shared experts alone; mlp a dense layer's MLP from the layer's residual
+// (Transformer Engine fuses its norm into the first GEMM). The shared experts carry the dense MLP's names, so
+// these name them for one kind of layer (NAME@moe, NAME@dense). The validation reads a row's module this way,
+// and the Megatron arguments print a policy back.
 struct RecomputeModule {
   const char* name;
-  const char* what;                      // for messages
-  std::vector<std::string> tensors;      // rematerialized in every model
-  std::vector<std::string> mla_tensors;  // and in MLA models
-  std::vector<std::string> moe_tensors;  // and in MoE models
-  bool shared_experts_inside = false;    // the module recomputes shared experts too
-  // The names this module rematerializes in `model`; empty: the model has nothing of it.
+  const char* what;                         // for messages
+  std::vector<std::string> tensors;         // rematerialized in every model
+  std::vector<std::string> mla_tensors;     // and in MLA models
+  std::vector<std::string> moe_tensors;     // and in MoE models
+  std::vector<std::string> shared_tensors;  // and in models with shared experts
+  std::vector<std::string> dense_tensors;   // and in models with dense layers
+  // The names this module rematerializes in `model`, qualified by layer kind only where the model has both
+  // kinds; empty: the model has nothing of it.
   std::vector<std::string> tensors_in(const ModelSpec& model) const;
-  // Why hbmsim cannot rematerialize what this module does in `model`; empty: it can.
-  std::string inexpressible_in(const ModelSpec& model) const;
 };
 const std::vector<RecomputeModule>& megatron_recompute_modules();
 

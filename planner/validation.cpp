@@ -110,8 +110,8 @@ std::string recipe_setting(const PublishedRun& r, const std::string& system, con
 // default, no recompute: no_recompute, which keeps what each backward op reads (autograd's saved tensors).
 // Megatron's selective recompute (the --recompute-activations flag is recompute_granularity=selective, module
 // core_attn by default) recomputes the core attention: no_recompute with context=remat; its other modules
-// (megatron_recompute_modules: mla_up_proj, moe, moe_act, layernorm) rematerialize their tensors the same way. A
-// module the model has nothing of, or mlp in a model with a few dense layers, keeps all: no_recompute.
+// (megatron_recompute_modules: mla_up_proj, mlp, moe, moe_act, shared_experts, layernorm) rematerialize their
+// tensors the same way. A module the model has nothing of keeps all: no_recompute.
 // Full recompute: full; of N layers per chunk ("block N layers", fewer than the chunk's layers): recompute_layers
 // N. CPU activation offload of N layers: offload_layers N (the first N layers send what they keep to host).
 // flash-attn2 and TE name the kernels: hbmsim's attention is a fused flash kernel, its GEMMs TE's.
@@ -176,11 +176,6 @@ bool map_recompute(const std::string& text, const ModelSpec& model, std::int64_t
         const auto known = std::find_if(megatron_recompute_modules().begin(), megatron_recompute_modules().end(),
                                         [&](const RecomputeModule& k) { return k.name == module; });
         const auto tensors = known == megatron_recompute_modules().end() ? std::vector<std::string>{} : known->tensors_in(model);
-        if (known != megatron_recompute_modules().end())
-          if (const std::string why = known->inexpressible_in(model); !why.empty()) {
-            m.reason = "\"" + item + "\": " + why;
-            return false;
-          }
         what += what.empty() ? "" : "; ";
         if (!tensors.empty()) {
           for (const auto& t : tensors) {
@@ -188,10 +183,8 @@ bool map_recompute(const std::string& text, const ModelSpec& model, std::int64_t
             names += (names.empty() ? "" : ", ") + t;
           }
           what += known->what;
-        } else if (known != megatron_recompute_modules().end() ||
-                   (module == "mlp" && model.dense_layers() * 10 < model.num_layers)) {
-          // A module this model has nothing of; mlp: the dense MLP submodule, of a few layers where the others
-          // are MoE (DeepSeek-V3's first 3 of 61), which hbmsim cannot name apart from the shared experts' MLP.
+        } else if (known != megatron_recompute_modules().end()) {
+          // A module this model has nothing of.
           what += module + (modules.size() == 1 ? " only" : " (nothing hbmsim recomputes)");
         } else {
           m.reason = "\"" + item + "\": no hbmsim preset recomputes only " + module;

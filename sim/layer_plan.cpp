@@ -218,10 +218,11 @@ void place_tensors(const LayerTemplate& t, const Policy& policy, std::vector<Pla
       else
         for (int in : gather->inputs) placement[static_cast<std::size_t>(in)] = Placement::device;
     }
-  // Keeping what autograd saves, a named tensor (checkpoint or module tensor) is placed only where named.
+  // Keeping what autograd saves, a named tensor (checkpoint or module tensor) is placed only where named (for
+  // every layer, or for this kind of layer).
   for (std::size_t i = 0; i < nt; ++i)
-    if (policy.keep_backward_inputs ? policy.placements.count(t.tensors[i].name) > 0 : t.tensors[i].checkpoint)
-      placement[i] = policy.placement(t.tensors[i].name);
+    if (policy.keep_backward_inputs ? policy.places(t.tensors[i].name, t.kind) : t.tensors[i].checkpoint)
+      placement[i] = policy.placement(t.tensors[i].name, t.kind);
   placement[0] = Placement::device;
   if (policy.offload_kept)
     for (auto& where : placement)

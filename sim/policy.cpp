@@ -30,6 +30,11 @@ Placement Policy::placement(const std::string& name) const {
   return it == placements.end() ? Placement::remat : it->second;
 }
 
+Placement Policy::placement(const std::string& name, const std::string& kind) const {
+  auto it = placements.find(name + "@" + kind);
+  return it == placements.end() ? placement(name) : it->second;
+}
+
 std::vector<std::string> Policy::describe() const {
   std::vector<std::string> out;
   for (auto& n : checkpoint_names()) {
@@ -40,6 +45,9 @@ std::vector<std::string> Policy::describe() const {
     auto it = placements.find(n);
     if (it != placements.end() && it->second != Placement::remat) out.push_back(n + "=" + to_string(it->second));
   }
+  // Kind-qualified keys, every one: remat there may differ from the name's placement elsewhere.
+  for (const auto& [key, where] : placements)
+    if (key.find('@') != std::string::npos) out.push_back(key + "=" + to_string(where));
   return out;
 }
 
@@ -238,22 +246,24 @@ Policy make_policy(const std::string& preset, const std::map<std::string, std::s
     for (auto& n : policy_presets()) list += (list.empty() ? "" : ", ") + n;
     throw InputError("policy = \"" + preset + "\" (unknown; expected one of " + list + ")");
   }
-  for (auto& [name, value] : overrides) {
-    if (!is_checkpoint_name(name) && !is_module_tensor_name(name)) {
+  for (auto& [key, value] : overrides) {
+    // Messages name the tensor by its config path; the CLI renames it to the flag or file it came from.
+    const std::string field = "tensors." + key;
+    const std::string name = split_tensor_key(key).name;
+    if (const std::string why = tensor_key_error(key); !why.empty()) {
+      if (is_checkpoint_name(name) || is_module_tensor_name(name)) throw InputError(field + " = \"" + value + "\" (" + why + ")");
       std::string list, modules;
       for (auto& n : checkpoint_names()) list += (list.empty() ? "" : ", ") + n;
       for (auto& n : module_tensor_names()) modules += (modules.empty() ? "" : ", ") + n;
-      throw InputError("tensors." + name + " = \"" + value + "\" (unknown checkpoint name; expected one of " + list +
-                       ", or under no_recompute or selective one of " + modules + ")");
+      throw InputError(field + " = \"" + value + "\" (" + why + "; expected one of " + list +
+                       ", or under no_recompute or selective one of " + modules + ", each optionally @dense or @moe)");
     }
-    // Messages name the tensor by its config path; the CLI renames it to the flag or file it came from.
-    const std::string field = "tensors." + name;
     auto where = parse_placement(value, field);
     if (const std::string why = module_tensor_refused(name, value, preset); !why.empty())
       throw InputError(field + " = \"" + value + "\" (" + why + ")");
     if (name == "decoder_layer_input" && where != Placement::device)
       throw InputError(field + " = \"" + value + "\" (the layer input is the remat boundary and stays on device)");
-    p.placements[name] = where;
+    p.placements[key] = where;
   }
   return p;
 }

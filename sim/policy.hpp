@@ -52,6 +52,12 @@ struct Policy {
   // The preset, or the stages' presets joined by "/"; layer rules follow as " [0-39 name, ...]".
   std::string name() const;
   Placement placement(const std::string& name) const;
+  // In a layer of `kind` ("dense", "moe"): NAME@kind where given, else NAME.
+  Placement placement(const std::string& name, const std::string& kind) const;
+  // Whether NAME or NAME@kind is placed outright.
+  bool places(const std::string& name, const std::string& kind) const {
+    return placements.count(name) > 0 || placements.count(name + "@" + kind) > 0;
+  }
   // Names whose placement is not remat, as "name=placement" (stable order), for reports.
   std::vector<std::string> describe() const;
 };

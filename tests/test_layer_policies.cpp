@@ -382,10 +382,81 @@ TEST_CASE("Megatron's moe recompute runs the whole MoE layer again from the pre-
   // Megatron's arguments say it back as moe, the module that includes moe_act's tensor, with layernorm beside it.
   moe.tensors["mlp_norm"] = "remat";
   CHECK_THAT(megatron_settings(moe), Catch::Contains("--recompute-granularity selective --recompute-modules moe layernorm"));
-  // DeepSeek-V3's moe would recompute its shared experts too, named as the dense MLP: no Megatron equivalent.
+  // DeepSeek-V3's moe also recomputes its shared experts (mlpwi_0@moe, ...): without them, no Megatron module.
   RunConfig dsv3 = moe;
   dsv3.model = "deepseek-v3-671b";
   CHECK_THAT(megatron_settings(dsv3), Catch::Contains("no Megatron equivalent"));
+}
+
+TEST_CASE("NAME@dense and NAME@moe place a tensor in one kind of layer: DeepSeek-V3's dense MLP apart from its shared experts",
+          "[policy]") {
+  // DeepSeek-V3's first 3 layers are dense, the others MoE with one shared expert; both MLPs carry MaxText's
+  // names mlpwi_0, mlpwi_1 (and the activation mlp_act). Megatron recomputes them as different modules: mlp
+  // (the dense layers') and shared_experts (or moe, the whole MoE layer).
+  RunConfig c;
+  c.model = "deepseek-v3-671b";
+  c.system = "gb200-nvl72";
+  c.gpus = 64;
+  c.ep = 64;
+  c.seq = 1024;
+  c.framework = "megatron";
+  c.policy = "no_recompute";
+  auto kept_in = [](const RunConfig& rc, const std::string& kind) {
+    const auto run = prepare_run(rc);
+    for (const LayerTemplate& t : run.graph.templates) {
+      if (t.kind != kind) continue;
+      std::vector<Placement> placement;
+      std::vector<bool> needed;
+      std::vector<int> producer;
+      place_tensors(t, run.policy, placement, needed, producer);
+      std::set<std::string> kept;
+      for (std::size_t k = 0; k < t.tensors.size(); ++k)
+        if (placement[k] == Placement::device) kept.insert(t.tensors[k].name);
+      return kept;
+    }
+    FAIL("no " << kind << " template");
+    return std::set<std::string>{};
+  };
+  const auto dense = kept_in(c, "dense"), moe = kept_in(c, "moe");
+  for (const char* t : {"mlpwi_0", "mlpwi_1", "mlp_act"}) {
+    REQUIRE(dense.count(t) == 1);
+    REQUIRE(moe.count(t) == 1);
+  }
+  RunConfig mlp = c;  // Megatron's mlp: the dense layers' MLP, norm included (fused into its first GEMM)
+  for (const char* t : {"mlp_norm@dense", "mlpwi_0@dense", "mlpwi_1@dense", "mlp_act@dense"}) mlp.tensors[t] = "remat";
+  auto expected = dense;
+  for (const char* t : {"mlp_norm", "mlpwi_0", "mlpwi_1", "mlp_act"}) CHECK(expected.erase(t) == 1);
+  CHECK(kept_in(mlp, "dense") == expected);
+  CHECK(kept_in(mlp, "moe") == moe);  // the shared experts and the MoE layers' norm untouched
+  CHECK_THAT(megatron_settings(mlp), Catch::Contains("--recompute-modules mlp"));
+  RunConfig shared = c;  // shared_experts: the MoE layers' shared expert only
+  for (const char* t : {"mlpwi_0@moe", "mlpwi_1@moe", "mlp_act@moe"}) shared.tensors[t] = "remat";
+  expected = moe;
+  for (const char* t : {"mlpwi_0", "mlpwi_1", "mlp_act"}) CHECK(expected.erase(t) == 1);
+  CHECK(kept_in(shared, "moe") == expected);
+  CHECK(kept_in(shared, "dense") == dense);
+  CHECK_THAT(megatron_settings(shared), Catch::Contains("--recompute-modules shared_experts"));
+  // A kind's own placement wins over the name's: offloaded everywhere but kept in MoE layers.
+  RunConfig both = c;
+  both.policy = "custom";
+  both.tensors = {{"mlpwi_0", "offload"}, {"mlpwi_0@moe", "device"}};
+  const auto run = prepare_run(both);
+  CHECK(run.policy.placement("mlpwi_0", "dense") == Placement::offload);
+  CHECK(run.policy.placement("mlpwi_0", "moe") == Placement::device);
+  CHECK(run.policy.placement("mlpwi_0", "mtp") == Placement::offload);
+  // The dense layers' recompute costs work and saves memory; the model's FLOPs stay.
+  const auto a = run_simulation(c), b = run_simulation(mlp);
+  CHECK(b.executed_flops_per_device > a.executed_flops_per_device);
+  CHECK(b.model_flops_per_device == a.model_flops_per_device);
+  // Bad input names the key and why.
+  RunConfig bad = c;
+  bad.tensors = {{"mlpwi_0@attention", "remat"}};
+  CHECK_THROWS_WITH(prepare_run(bad), Catch::Contains("tensors.mlpwi_0@attention = \"remat\" (unknown layer kind \"attention\" after @"));
+  bad.tensors = {{"warp@moe", "remat"}};
+  CHECK_THROWS_WITH(prepare_run(bad), Catch::Contains("tensors.warp@moe = \"remat\" (unknown checkpoint name"));
+  bad.policy = "full";
+  bad.tensors = {{"mlp_act@dense", "device"}};
+  CHECK_THROWS_WITH(prepare_run(bad), Catch::Contains("tensors.mlp_act@dense = \"device\" (policy full keeps only MaxText"));
 }
 
 TEST_CASE("optimizer state offload moves the state to pinned host memory and the update after the backward", "[policy][optimizer]") {

@@ -600,12 +600,15 @@ TEST_CASE("a selective recompute hbmsim can express is printed as Megatron's rec
   for (const char* t : {"query_proj", "key_proj", "value_proj"}) c.tensors[t] = "remat";
   c.tensors.erase("context");
   CHECK_THAT(megatron_settings(c), Catch::Contains("no Megatron equivalent") && !Catch::Contains("mla_up_proj"));
-  // layernorm is the norms that are modules of their own: in DeepSeek-V3 (MLA and MoE) both the input norm
-  // and the pre-MLP norm, so the pre-MLP norm alone is no module there; moe_act the experts' activation.
+  // layernorm is the norms that are modules of their own: in DeepSeek-V3 (MLA, MoE and 3 dense layers) the
+  // input norm and the MoE layers' pre-MLP norm (the dense layers' is fused into their first GEMM), so the
+  // pre-MLP norm alone, or of every layer, is no module there; moe_act the experts' activation.
   c.model = "deepseek-v3-671b";
-  c.tensors = {{"attn_norm", "remat"}, {"mlp_norm", "remat"}, {"moe_mlp_act", "remat"}};
+  c.tensors = {{"attn_norm", "remat"}, {"mlp_norm@moe", "remat"}, {"moe_mlp_act", "remat"}};
   CHECK_THAT(megatron_settings(c), Catch::Contains("--recompute-modules moe_act layernorm"));
-  c.tensors.erase("attn_norm");
+  c.tensors = {{"attn_norm", "remat"}, {"mlp_norm", "remat"}, {"moe_mlp_act", "remat"}};
+  CHECK_THAT(megatron_settings(c), Catch::Contains("no Megatron equivalent"));
+  c.tensors = {{"mlp_norm@moe", "remat"}};
   CHECK_THAT(megatron_settings(c), Catch::Contains("no Megatron equivalent"));
 }
 

@@ -242,7 +242,7 @@ TEST_CASE("Validation mapping: selective recompute of MLA's up-projections remat
 
 TEST_CASE("Validation mapping: a Megatron-Bridge DeepSeek-V3 row stating no recompute takes its config's", "[validation]") {
   // Megatron-Bridge's DeepSeek-V3 performance configs (26.04 era) recompute selectively: mla_up_proj on GB300,
-  // B300 and B200, mlp (the 3 dense layers' MLP, no hbmsim name) on GB200. Rows 15 and 16 of the corpus.
+  // B300 and B200, mlp (the 3 dense layers' MLP, named for dense layers only) on GB200. Rows 15 and 16 of the corpus.
   const std::map<std::string, std::string> mla = {{"key_proj", "remat"}, {"query_proj", "remat"}, {"value_proj", "remat"}};
   auto gb300 = map_published_run(one_row("MBA,26.04.01,DGX-GB300,256,DeepSeek-V3,MXFP8,4096,2,4096,1,2,8,1,32,DDP,,4992,1298,,,,"));
   REQUIRE(gb300.config);
@@ -253,8 +253,9 @@ TEST_CASE("Validation mapping: a Megatron-Bridge DeepSeek-V3 row stating no reco
   auto gb200 = map_published_run(one_row("MBA,26.04.01,DGX-GB200,256,DeepSeek-V3,MXFP8,4096,1,4096,1,4,4,1,64,DDP,,4256,1106,,,,"));
   REQUIRE(gb200.config);
   CHECK(gb200.config->policy == "no_recompute");
-  CHECK(gb200.config->tensors.empty());
-  CHECK_THAT(gb200.recompute, Catch::Contains("mlp only"));
+  CHECK(gb200.config->tensors == std::map<std::string, std::string>{{"mlp_norm@dense", "remat"}, {"mlpwi_0@dense", "remat"},
+                                                                     {"mlpwi_1@dense", "remat"}, {"mlp_act@dense", "remat"}});
+  CHECK_THAT(gb200.recompute, Catch::Contains("dense MLP"));
   // B200 at ep 32 (row 18: the config since 2026-04-18) also overlaps its all-to-alls (moe_a2a_overlap).
   auto b200 = map_published_run(one_row("MBA,26.04.01,DGX-B200,256,DeepSeek-V3,MXFP8,4096,1,4096,1,8,2,1,32,DDP,,3328,864,,,,"));
   REQUIRE(b200.config);
@@ -309,29 +310,36 @@ TEST_CASE("Validation mapping: Megatron-Bridge's Llama FSDP rows stating nothing
 
 TEST_CASE("Validation mapping: several selective recompute modules in one item", "[validation]") {
   // Megatron's --recompute-modules takes a list; the remat_offload column may name several after "sel.
-  // recompute", separated by spaces or commas. DeepSeek-V3 (MLA and MoE): layernorm is its input norm and
-  // pre-MLP norm, moe_act the experts' activation output, mla_up_proj the per-head q, k, v; mlp (its 3 dense
-  // layers' MLP) has no hbmsim name and adds nothing.
+  // recompute", separated by spaces or commas. DeepSeek-V3 (MLA, MoE, 3 dense layers): layernorm is its input
+  // norm and its MoE layers' pre-MLP norm, moe_act the experts' activation output, mla_up_proj the per-head q,
+  // k, v; mlp its dense layers' MLP, shared_experts its MoE layers' shared experts (the same MaxText names, so
+  // qualified by layer kind); moe the whole MoE layer, shared experts included.
   const std::string head = "MBA,25.11,DGX-GB300,256,DeepSeek-V3 (no MTP),BF16,4096,1,4096,1,2,4,1,32,DDP,";
   const std::string tail = ",3848,961,,,,";
   auto both = map_published_run(one_row(head + "sel. recompute layernorm moe_act" + tail));
   REQUIRE(both.config);
   CHECK(both.config->policy == "no_recompute");
   CHECK(both.config->tensors ==
-        std::map<std::string, std::string>{{"attn_norm", "remat"}, {"mlp_norm", "remat"}, {"moe_mlp_act", "remat"}});
+        std::map<std::string, std::string>{{"attn_norm", "remat"}, {"mlp_norm@moe", "remat"}, {"moe_mlp_act", "remat"}});
   auto with_mlp = map_published_run(one_row(head + "\"sel. recompute mla_up_proj, mlp\"" + tail));
   REQUIRE(with_mlp.config);
   CHECK(with_mlp.config->tensors ==
-        std::map<std::string, std::string>{{"key_proj", "remat"}, {"query_proj", "remat"}, {"value_proj", "remat"}});
-  CHECK_THAT(with_mlp.recompute, Catch::Contains("mlp (nothing hbmsim recomputes)"));
-  // A module Megatron has that hbmsim cannot express leaves the row unexpressed, naming it.
-  auto unknown = map_published_run(one_row(head + "sel. recompute core_attn shared_experts" + tail));
-  CHECK_FALSE(unknown.config);
-  CHECK_THAT(unknown.reason, Catch::Contains("shared_experts"));
-  // moe recomputes the shared experts inside the MoE layer too, which hbmsim names as the dense MLP: unexpressed.
+        std::map<std::string, std::string>{{"key_proj", "remat"}, {"query_proj", "remat"}, {"value_proj", "remat"},
+                                           {"mlp_norm@dense", "remat"}, {"mlpwi_0@dense", "remat"}, {"mlpwi_1@dense", "remat"},
+                                           {"mlp_act@dense", "remat"}});
+  const std::map<std::string, std::string> shared = {{"mlpwi_0@moe", "remat"}, {"mlpwi_1@moe", "remat"}, {"mlp_act@moe", "remat"}};
+  auto experts = map_published_run(one_row(head + "sel. recompute shared_experts" + tail));
+  REQUIRE(experts.config);
+  CHECK(experts.config->tensors == shared);
   auto moe = map_published_run(one_row(head + "sel. recompute moe" + tail));
-  CHECK_FALSE(moe.config);
-  CHECK_THAT(moe.reason, Catch::Contains("moe recomputes the shared experts too"));
+  REQUIRE(moe.config);
+  auto routed = shared;
+  for (const char* t : {"router_logits", "moe_dispatched", "moe_mlpwi_0", "moe_mlpwi_1", "moe_mlp_act", "moe_returned"}) routed[t] = "remat";
+  CHECK(moe.config->tensors == routed);
+  // A module hbmsim does not know leaves the row unexpressed, naming it.
+  auto unknown = map_published_run(one_row(head + "sel. recompute core_attn mamba" + tail));
+  CHECK_FALSE(unknown.config);
+  CHECK_THAT(unknown.reason, Catch::Contains("no hbmsim preset recomputes only mamba"));
 }
 
 TEST_CASE("validate --rows: the rows named, with the file's numbers; a malformed list is bad input", "[validation]") {

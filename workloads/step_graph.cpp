@@ -23,7 +23,7 @@ bool is_checkpoint_name(const std::string& name) {
 }
 
 const std::vector<std::string>& module_tensor_names() {
-  static const std::vector<std::string> names = {"attn_norm",      "mlp_norm",     "moe_mlp_act",
+  static const std::vector<std::string> names = {"attn_norm",     "mlp_norm",       "mlp_act",     "moe_mlp_act",
                                                  "router_logits", "moe_dispatched", "moe_returned"};
   return names;
 }
@@ -31,6 +31,20 @@ const std::vector<std::string>& module_tensor_names() {
 bool is_module_tensor_name(const std::string& name) {
   const auto& n = module_tensor_names();
   return std::find(n.begin(), n.end(), name) != n.end();
+}
+
+TensorKey split_tensor_key(const std::string& key) {
+  const auto at = key.find('@');
+  if (at == std::string::npos) return {key, ""};
+  return {key.substr(0, at), key.substr(at + 1)};
+}
+
+std::string tensor_key_error(const std::string& key) {
+  const TensorKey k = split_tensor_key(key);
+  if (!is_checkpoint_name(k.name) && !is_module_tensor_name(k.name)) return "unknown checkpoint name";
+  if (key.find('@') != std::string::npos && k.kind != "dense" && k.kind != "moe")
+    return "unknown layer kind \"" + k.kind + "\" after @; expected dense or moe";
+  return "";
 }
 
 const char* to_string(OpKind k) {

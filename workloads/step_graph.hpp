@@ -19,10 +19,18 @@ const std::vector<std::string>& checkpoint_names();
 bool is_checkpoint_name(const std::string& name);
 // Tensors without a MaxText name that Megatron's selective recompute modules drop (the norm outputs for
 // layernorm, the experts' activation output for moe_act, the router's logits and the tokens dispatched to and
-// returned from the experts for moe). Only a policy that keeps what autograd saves
+// returned from the experts for moe, an MLP's activation output for mlp and shared_experts). Only a policy that keeps what autograd saves
 // (no_recompute, selective) keeps them, so only such a policy places them.
 const std::vector<std::string>& module_tensor_names();
 bool is_module_tensor_name(const std::string& name);
+// A placement's key: a tensor name, or NAME@dense / NAME@moe for that kind of layer only (a dense MLP and a
+// MoE layer's shared experts carry the same MaxText names; Megatron recomputes them as different modules).
+struct TensorKey {
+  std::string name, kind;  // kind "" : every layer
+};
+TensorKey split_tensor_key(const std::string& key);
+// Why `key` names no tensor a policy can place ("unknown checkpoint name", "unknown layer kind ..."); "" if it does.
+std::string tensor_key_error(const std::string& key);
 
 enum class OpKind { gemm, attention, memory, comm };
 const char* to_string(OpKind k);

@@ -140,6 +140,7 @@ def test_systems_and_models_equal_cli(cli):
     ({"gpus": 8, "bogus_field": 1}, ["bogus_field"]),
     ({"tensors": {"not_a_tensor": "offload"}}, ["tensors.not_a_tensor"]),
     ({"tensors": {"mla_q": "elsewhere"}}, ["tensors.mla_q", "elsewhere"]),
+    ({"tensors": {"mlpwi_0@attention": "remat"}}, ["tensors.mlpwi_0@attention", "unknown layer kind"]),
     # Rules the policy applies name the tensor by its config path too, not by the CLI's flag.
     ({"policy": "full", "tensors": {"mlp_norm": "device"}}, ['tensors.mlp_norm = "device"', "no_recompute or selective"]),
     ({"tensors": {"decoder_layer_input": "remat"}}, ['tensors.decoder_layer_input = "remat"', "remat boundary"]),
