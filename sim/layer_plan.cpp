@@ -220,9 +220,13 @@ void place_tensors(const LayerTemplate& t, const Policy& policy, std::vector<Pla
     }
   // Keeping what autograd saves, a named tensor (checkpoint or module tensor) is placed only where named (for
   // every layer, or for this kind of layer).
-  for (std::size_t i = 0; i < nt; ++i)
-    if (policy.keep_backward_inputs ? policy.places(t.tensors[i].name, t.kind) : t.tensors[i].checkpoint)
-      placement[i] = policy.placement(t.tensors[i].name, t.kind);
+  const bool kinds = policy.has_kind_keys();
+  for (std::size_t i = 0; i < nt; ++i) {
+    const std::string& name = t.tensors[i].name;
+    const bool placed = kinds ? policy.places(name, t.kind) : policy.placements.count(name) > 0;
+    if (policy.keep_backward_inputs ? placed : t.tensors[i].checkpoint)
+      placement[i] = kinds ? policy.placement(name, t.kind) : policy.placement(name);
+  }
   placement[0] = Placement::device;
   if (policy.offload_kept)
     for (auto& where : placement)

@@ -58,6 +58,10 @@ struct Policy {
   bool places(const std::string& name, const std::string& kind) const {
     return placements.count(name) > 0 || placements.count(name + "@" + kind) > 0;
   }
+  // Whether any placement is for one kind of layer (else the name alone decides, without building keys).
+  bool has_kind_keys() const {
+    return std::any_of(placements.begin(), placements.end(), [](const auto& p) { return p.first.find('@') != std::string::npos; });
+  }
   // Names whose placement is not remat, as "name=placement" (stable order), for reports.
   std::vector<std::string> describe() const;
 };
