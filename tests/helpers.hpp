@@ -87,4 +87,21 @@ inline hbmsim::RunConfig llama70b_gb200(const std::string& policy) {
   return c;
 }
 
+// Mixtral 8x7B on 8 H100s under Megatron with no recompute: tp 2 with sequence parallelism, ep 4 with the
+// experts whole (expert tp 1), batch 1 x seq 4096, so each GPU routes Ts = 4096 tokens to k = 2 of 8 experts.
+inline hbmsim::RunConfig mixtral_h100_folded() {
+  hbmsim::RunConfig c;
+  c.model = "hf/mixtral-8x7b.config.json";
+  c.system = "h100-hgx";
+  c.gpus = 8;
+  c.tp = 2;
+  c.ep = 4;
+  c.expert_tp = 1;
+  c.batch = 1;
+  c.seq = 4096;
+  c.framework = "megatron";
+  c.policy = "no_recompute";
+  return c;
+}
+
 }  // namespace test

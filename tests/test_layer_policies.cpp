@@ -54,11 +54,8 @@ std::map<std::string, OpKind> replayed_ops(const RunConfig& c) {
   return ops;
 }
 
-// The tensors a config's policy keeps on device in layer 3 (dense in the Llama and DeepSeek-V3 models used
-// here, MoE in Mixtral).
-std::set<std::string> kept_on_device(const RunConfig& c) {
-  const auto run = prepare_run(c);
-  const LayerTemplate& t = run.graph.layer(3);
+// The tensors a run's policy keeps on device in template `t`.
+std::set<std::string> kept_in(const PreparedRun& run, const LayerTemplate& t) {
   std::vector<Placement> placement;
   std::vector<bool> needed;
   std::vector<int> producer;
@@ -67,6 +64,21 @@ std::set<std::string> kept_on_device(const RunConfig& c) {
   for (std::size_t k = 0; k < t.tensors.size(); ++k)
     if (placement[k] == Placement::device) kept.insert(t.tensors[k].name);
   return kept;
+}
+
+// ... in layer 3 (dense in the Llama models used here, MoE in Mixtral and DeepSeek-V3).
+std::set<std::string> kept_on_device(const RunConfig& c) {
+  const auto run = prepare_run(c);
+  return kept_in(run, run.graph.layer(3));
+}
+
+// ... in the layers of `kind` ("dense", "moe").
+std::set<std::string> kept_in_kind(const RunConfig& c, const std::string& kind) {
+  const auto run = prepare_run(c);
+  for (const LayerTemplate& t : run.graph.templates)
+    if (t.kind == kind) return kept_in(run, t);
+  FAIL("no " << kind << " template");
+  return {};
 }
 
 }  // namespace
@@ -278,17 +290,7 @@ TEST_CASE("Megatron's moe_act and layernorm recompute drop the experts' activati
   // router reads it; the input norm is fused into the QKV GEMM). By hand, per layer:
   //   mlp_norm    Ts x d x 2 bytes           = 4096 x 4096 x 2           = 32 MiB
   //   moe_mlp_act Ts x k x F x 2 (F whole)   = 4096 x 2 x 14336 x 2      = 224 MiB
-  RunConfig c;
-  c.model = "hf/mixtral-8x7b.config.json";
-  c.system = "h100-hgx";
-  c.gpus = 8;
-  c.tp = 2;
-  c.ep = 4;
-  c.expert_tp = 1;
-  c.batch = 1;
-  c.seq = 4096;
-  c.framework = "megatron";
-  c.policy = "no_recompute";
+  RunConfig c = test::mixtral_h100_folded();
   const auto keep_all = kept_on_device(c);
   REQUIRE(keep_all.count("mlp_norm") == 1);
   REQUIRE(keep_all.count("moe_mlp_act") == 1);
@@ -340,17 +342,7 @@ TEST_CASE("Megatron's moe recompute runs the whole MoE layer again from the pre-
   //   moe_mlpwi_0, moe_mlpwi_1  (Ts x k) x F x 2 each      = 8192 x 14336 x 2          = 224 MiB each
   //   moe_mlp_act               the same                                               = 224 MiB
   //   moe_returned              as moe_dispatched                                      = 64 MiB
-  RunConfig c;
-  c.model = "hf/mixtral-8x7b.config.json";
-  c.system = "h100-hgx";
-  c.gpus = 8;
-  c.tp = 2;
-  c.ep = 4;
-  c.expert_tp = 1;
-  c.batch = 1;
-  c.seq = 4096;
-  c.framework = "megatron";
-  c.policy = "no_recompute";
+  RunConfig c = test::mixtral_h100_folded();
   const std::vector<std::string> dropped = {"router_logits", "moe_dispatched", "moe_mlpwi_0",
                                             "moe_mlpwi_1",   "moe_mlp_act",    "moe_returned"};
   RunConfig moe = c;
@@ -401,23 +393,7 @@ TEST_CASE("NAME@dense and NAME@moe place a tensor in one kind of layer: DeepSeek
   c.seq = 1024;
   c.framework = "megatron";
   c.policy = "no_recompute";
-  auto kept_in = [](const RunConfig& rc, const std::string& kind) {
-    const auto run = prepare_run(rc);
-    for (const LayerTemplate& t : run.graph.templates) {
-      if (t.kind != kind) continue;
-      std::vector<Placement> placement;
-      std::vector<bool> needed;
-      std::vector<int> producer;
-      place_tensors(t, run.policy, placement, needed, producer);
-      std::set<std::string> kept;
-      for (std::size_t k = 0; k < t.tensors.size(); ++k)
-        if (placement[k] == Placement::device) kept.insert(t.tensors[k].name);
-      return kept;
-    }
-    FAIL("no " << kind << " template");
-    return std::set<std::string>{};
-  };
-  const auto dense = kept_in(c, "dense"), moe = kept_in(c, "moe");
+  const auto dense = kept_in_kind(c, "dense"), moe = kept_in_kind(c, "moe");
   for (const char* t : {"mlpwi_0", "mlpwi_1", "mlp_act"}) {
     REQUIRE(dense.count(t) == 1);
     REQUIRE(moe.count(t) == 1);
@@ -426,15 +402,15 @@ TEST_CASE("NAME@dense and NAME@moe place a tensor in one kind of layer: DeepSeek
   for (const char* t : {"mlp_norm@dense", "mlpwi_0@dense", "mlpwi_1@dense", "mlp_act@dense"}) mlp.tensors[t] = "remat";
   auto expected = dense;
   for (const char* t : {"mlp_norm", "mlpwi_0", "mlpwi_1", "mlp_act"}) CHECK(expected.erase(t) == 1);
-  CHECK(kept_in(mlp, "dense") == expected);
-  CHECK(kept_in(mlp, "moe") == moe);  // the shared experts and the MoE layers' norm untouched
+  CHECK(kept_in_kind(mlp, "dense") == expected);
+  CHECK(kept_in_kind(mlp, "moe") == moe);  // the shared experts and the MoE layers' norm untouched
   CHECK_THAT(megatron_settings(mlp), Catch::Contains("--recompute-modules mlp"));
   RunConfig shared = c;  // shared_experts: the MoE layers' shared expert only
   for (const char* t : {"mlpwi_0@moe", "mlpwi_1@moe", "mlp_act@moe"}) shared.tensors[t] = "remat";
   expected = moe;
   for (const char* t : {"mlpwi_0", "mlpwi_1", "mlp_act"}) CHECK(expected.erase(t) == 1);
-  CHECK(kept_in(shared, "moe") == expected);
-  CHECK(kept_in(shared, "dense") == dense);
+  CHECK(kept_in_kind(shared, "moe") == expected);
+  CHECK(kept_in_kind(shared, "dense") == dense);
   CHECK_THAT(megatron_settings(shared), Catch::Contains("--recompute-modules shared_experts"));
   // A kind's own placement wins over the name's: offloaded everywhere but kept in MoE layers.
   RunConfig both = c;

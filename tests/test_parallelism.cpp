@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "helpers.hpp"
 #include "hwmodels/builtin.hpp"
 #include "planner/plan.hpp"
 #include "planner/run_config.hpp"
@@ -396,17 +397,7 @@ TEST_CASE("dropless routing's load imbalance slows the busiest expert rank's all
   // backward), and f times the bytes over ep in each all-to-all. By hand, per MoE layer and unit of f:
   //   GEMMs      3 x (2 x 8192 x 4096 x 14336) x 3 (forward, two backward dots)
   //   activation 3 x 224 MiB x 3
-  RunConfig c;
-  c.model = "hf/mixtral-8x7b.config.json";
-  c.system = "h100-hgx";
-  c.gpus = 8;
-  c.tp = 2;
-  c.ep = 4;
-  c.expert_tp = 1;
-  c.batch = 1;
-  c.seq = 4096;
-  c.framework = "megatron";
-  c.policy = "no_recompute";
+  RunConfig c = test::mixtral_h100_folded();
   const auto balanced = run_simulation(c);
   c.moe_load_imbalance = 1.5;
   const auto skewed = run_simulation(c);
