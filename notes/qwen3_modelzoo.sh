@@ -38,3 +38,22 @@ echo -n "L, dropless (measured 237 TFLOP/s), --moe-load-imbalance 1.59: "; B="${
 echo -n "L cp 2, forced balance (measured 335 TFLOP/s): "; B="${B/--global-batch 2048 --seq 4096/--global-batch 256 --seq 32768}" run $L --cp 2
 # shellcheck disable=SC2086
 echo -n "L cp 2, dropless (measured 277 TFLOP/s), --moe-load-imbalance 1.59: "; B="${B/--global-batch 2048 --seq 4096/--global-batch 256 --seq 32768}" run $L --cp 2 --moe-load-imbalance 1.59
+# Blackwell (the zoo's qwen3/readme.md at 020b813): 4-GPU nodes, HybridEP (flex), forced balance; TFLOP/s.
+BW="--model data/hf/qwen3-235b-a22b.config.json --framework megatron --mesh-order megatron --sharded-optimizer on
+    --ep-shards-weights off --grad-reduce-dtype bf16 --calibration ${1:-corpus-fitted} --embedding-as-layer on
+    --loss-as-layer on --moe-dispatcher flex --fsdp 1 ${EXTRA:-}"
+MX="--weights mxfp8 --attention-dtype mxfp8 --fp8-saved-activations on"
+# shellcheck disable=SC2086
+echo -n "GB200 BF16, tp 1 pp 8 ep 8, GBS 8192 (measured 750 TFLOP/s): "; B="$BW" run --system gb200-nvl72 --gpus 256 \
+  --tp 1 --pp 8 --ep 8 --dp 4 --micro-batch 1 --global-batch 8192 --seq 4096 --policy no_recompute
+# shellcheck disable=SC2086
+echo -n "GB300 MXFP8, tp 1 pp 4 ep 32, micro-batch 2, GBS 8192 (measured 974 TFLOP/s): "; B="$BW $MX" run --system gb300-nvl72 \
+  --gpus 256 --tp 1 --pp 4 --ep 32 --dp 2 --micro-batch 2 --global-batch 8192 --seq 4096 --policy no_recompute
+# seq 131072 on 128 GB300s, tp 4 x cp 4 x pp 4 x vp 12, ep 32 folded over tp x cp, "moe_act layernorm". Its GBS 1024
+# (512 micro-batches) exceeds the simulated-op budget; GBS 256 and 512 bracket it (the step is linear in them).
+for g in 256 512; do
+  # shellcheck disable=SC2086
+  echo -n "GB300 MXFP8 128k, GBS $g of the measured 1024 (measured 1150 TFLOP/s): "; B="$BW $MX" run --system gb300-nvl72 \
+    --gpus 128 --tp 4 --cp 4 --pp 4 --vp 12 --ep 32 --expert-tp 1 --dp 1 --micro-batch 1 --global-batch "$g" --seq 131072 \
+    --policy no_recompute --tensor mlp_norm=remat --tensor moe_mlp_act=remat
+done
