@@ -422,7 +422,9 @@ void register_plan(CLI::App& app) {
         "the sharded optimizer, the micro-batch and the policy, and keeps every other field given. For an MoE model under\n"
         "--framework megatron it also tries expert tensor parallelism 1 wherever tp > 1 (experts whole over an expert\n"
         "group spanning tp, listed as ep Nf) and combined 1F1B where Megatron allows it (ep No); --expert-tp 1 folds\n"
-        "every such layout, --ep-overlap on overlaps every one it can.\n"
+        "every such layout, --ep-overlap on overlaps every one it can. A policy may name Megatron recompute modules\n"
+        "after no_recompute or selective, joined by +: no_recompute+moe_act+layernorm (tried by default where the\n"
+        "model has them under --framework megatron).\n"
         "Examples:\n"
         "  hbmsim plan layout --model llama3.1-405b --gpus 1024 --system gb200-nvl72 --seq 8192\n"
         "  hbmsim plan layout --model llama3.1-70b --gpus 64 --global-batch 256 --seq 8192 --weights fp8 --top 5");
@@ -431,9 +433,9 @@ void register_plan(CLI::App& app) {
         throw InputError("--progress = " + quote(*progress) + " (expected auto, on or off)");
       for (auto m : *mbs)
         if (m < 1) throw InputError("--micro-batches " + std::to_string(m) + " (must be at least 1)");
-      for (auto& p : *policies) (void)make_policy(p);
       auto base = resolve_run_flags(*flags, {"tp", "cp", "pp", "vp", "ep", "fsdp", "dp", "batch", "micro_batch", "grad_accum",
                                              "sharded_optimizer", "policy", "microbatches"});
+      for (auto& p : *policies) (void)with_layout_policy(base, p, resolve_model(base.model));
       LayoutSearchOptions o;
       o.top = *top;
       o.jobs = *jobs;
@@ -472,7 +474,7 @@ void register_plan(CLI::App& app) {
         const auto& [c, rep, limit] = r.top[i];
         t.rows.push_back({std::to_string(i + 1), std::to_string(c.tp), std::to_string(c.cp), std::to_string(c.pp), std::to_string(c.vp),
                           std::to_string(c.ep) + (folds_experts(c) ? "f" : "") + (c.ep_overlap ? "o" : ""), std::to_string(c.fsdp), std::to_string(c.dp) + (c.sharded_optimizer ? "*" : ""),
-                          std::to_string(c.micro_batch), std::to_string(rep.grad_accum), c.policy, in_host(c), fixed(rep.tokens_per_s_per_device, 0),
+                          std::to_string(c.micro_batch), std::to_string(rep.grad_accum), layout_policy_label(c), in_host(c), fixed(rep.tokens_per_s_per_device, 0),
                           fixed(rep.tflops_per_device, 1), gib(rep.hbm_peak_bytes), gib(rep.host_peak_bytes), limit});
       }
       std::cout << t.render();
@@ -487,7 +489,7 @@ void register_plan(CLI::App& app) {
         best_extra += std::string(", experts whole over ") + (best.cp > 1 ? "ep x cp x tp" : "ep x tp") + " = " + std::to_string(best.ep) + " GPUs";
       if (best.ep_overlap) best_extra += ", combined 1F1B";
       std::printf("(%s)\n\nfastest: %s%s, policy %s, micro-batch %lld\n", legend.c_str(), r.top[0].report.mesh.c_str(),
-                  best_extra.c_str(), best.policy.c_str(), static_cast<long long>(best.micro_batch));
+                  best_extra.c_str(), layout_policy_label(best).c_str(), static_cast<long long>(best.micro_batch));
       print_settings(r.top[0].config);
     });
   }

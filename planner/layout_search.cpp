@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <deque>
+#include <sstream>
 
+#include "planner/plan.hpp"
 #include "planner/sweep.hpp"
 #include "sim/bounds.hpp"
 #include "sim/layer_plan.hpp"
@@ -93,8 +95,58 @@ const std::vector<std::pair<std::string, bool>>& state_offload_retries(const Run
 }  // namespace
 
 std::vector<std::string> default_layout_policies(const RunConfig& base) {
-  if (base.framework == "megatron") return {"no_recompute", "selective", "full"};
-  return {"full", "minimal", "save_qkv_proj", "minimal_with_context", "qkv_proj_offloaded", "minimal_offloaded"};
+  if (base.framework != "megatron")
+    return {"full", "minimal", "save_qkv_proj", "minimal_with_context", "qkv_proj_offloaded", "minimal_offloaded"};
+  std::vector<std::string> out = {"no_recompute", "selective", "full"};
+  // The module sets published Megatron recipes use (the MoE zoo's "norm, act" and long-context "layernorm moe",
+  // Megatron-Bridge's DeepSeek-V3 mla_up_proj), where the model has them.
+  const ModelSpec model = resolve_model(base.model);
+  for (const char* p : {"no_recompute+moe_act+layernorm", "no_recompute+moe+layernorm", "no_recompute+mla_up_proj"}) {
+    try {
+      (void)with_layout_policy(base, p, model);
+      out.push_back(p);
+    } catch (const InputError&) {  // a module the model has nothing of
+    }
+  }
+  return out;
+}
+
+RunConfig with_layout_policy(RunConfig c, const std::string& policy, const ModelSpec& model) {
+  const auto plus = policy.find('+');
+  c.policy = policy.substr(0, plus);
+  (void)make_policy(c.policy);  // an unknown preset names policy
+  if (plus == std::string::npos) return c;
+  if (!keeps_backward_inputs(c.policy))
+    throw InputError("policies = " + quote(policy) + " (recompute modules follow no_recompute or selective)");
+  std::size_t start = plus + 1;
+  while (start <= policy.size()) {
+    const auto next = policy.find('+', start);
+    const std::string name = policy.substr(start, next == std::string::npos ? std::string::npos : next - start);
+    start = next == std::string::npos ? policy.size() + 1 : next + 1;
+    const auto& modules = megatron_recompute_modules();
+    const auto m = std::find_if(modules.begin(), modules.end(), [&](const RecomputeModule& k) { return k.name == name; });
+    if (m == modules.end()) {
+      std::string list;
+      for (const auto& k : modules) list += (list.empty() ? "" : ", ") + std::string(k.name);
+      throw InputError("policies = " + quote(policy) + " (unknown recompute module " + quote(name) + "; expected " + list + ")");
+    }
+    const auto tensors = m->tensors_in(model);
+    if (tensors.empty())
+      throw InputError("policies = " + quote(policy) + " (" + model.name + " has nothing module " + name + " recomputes)");
+    for (const auto& t : tensors) c.tensors.emplace(t, "remat");  // a placement the config gives wins
+  }
+  return c;
+}
+
+std::string layout_policy_label(const RunConfig& c) {
+  if (c.tensors.empty()) return c.policy;
+  const auto modules = selective_recompute_modules(c);
+  if (!modules) return c.policy + "*";
+  std::string out = c.policy;
+  std::istringstream words(*modules);
+  for (std::string m; words >> m;)
+    if (!(c.policy == "selective" && m == "core_attn")) out += "+" + m;  // selective is core_attn already
+  return out;
 }
 
 std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSearchOptions& o) {
@@ -112,9 +164,11 @@ std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSear
   const std::vector<bool> overlaps = ep_overlap_choices(base, model);
   // Megatron's combined 1F1B takes no full recompute and no activation offload.
   std::vector<char> overlappable;
-  for (const std::string& policy : policies)
-    overlappable.push_back(policy != "full" && !make_policy(policy, base.tensors).offloads_any() && base.offload_layers == 0 &&
+  for (const std::string& policy : policies) {
+    const RunConfig c = with_layout_policy(base, policy, model);
+    overlappable.push_back(c.policy != "full" && !make_policy(c.policy, c.tensors).offloads_any() && base.offload_layers == 0 &&
                            base.recompute_layers == 0);
+  }
   std::vector<RunConfig> out;
   // The base with the search's fields set, kept when its layers split over its pipeline chunks.
   auto add = [&](RunConfig c, const DataAxes& d, std::int64_t mbs, const std::string& policy) {
@@ -127,7 +181,7 @@ std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSear
     c.first_stage_layers = c.last_stage_layers = 0;
     c.pipeline_layout.clear();
     c.stage_policies.clear();
-    c.policy = policy;
+    c = with_layout_policy(std::move(c), policy, model);
     if (set_split(c, L)) out.push_back(std::move(c));
   };
   for (std::int64_t tp : {1, 2, 4, 8})

@@ -49,8 +49,19 @@ struct LayoutSearch {
 };
 
 // The policies a search tries when none are given: MaxText's presets (remat policies, and offloading ones),
-// or under framework megatron Megatron's choices (no recompute, selective, full).
+// or under framework megatron Megatron's choices (no recompute, selective, full, and for a model that has them
+// the selective recompute modules recipes use: "no_recompute+moe_act+layernorm", "no_recompute+moe+layernorm",
+// "no_recompute+mla_up_proj").
 std::vector<std::string> default_layout_policies(const RunConfig& base);
+
+// A search policy: a preset, or no_recompute / selective followed by Megatron recompute modules joined by "+"
+// ("no_recompute+moe_act+layernorm"), whose tensors in `model` are rematerialized on top of the config's.
+// Throws InputError naming `policies` for an unknown preset or module, a module after another preset, or a
+// module the model has nothing of.
+RunConfig with_layout_policy(RunConfig config, const std::string& policy, const ModelSpec& model);
+// A config's policy as a search policy names it: the preset, "+" the modules its tensors are when they are
+// exactly some (selective_recompute_modules), else the preset with "*" for other placements.
+std::string layout_policy_label(const RunConfig& config);
 
 // Every candidate the search considers, before pruning (configs hbmsim may still refuse).
 std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSearchOptions& options);

@@ -422,35 +422,6 @@ std::string mixed_dtype_note(const RunConfig& c) {
   return std::string(" (MLP GEMMs ") + to_string(mlp) + ", projections " + to_string(projections) +
          ": one recipe covers every linear layer, so these settings run both as " + to_string(linear_dtype(c)) + ")";
 }
-// Megatron's selective recompute modules that a policy is (megatron_recompute_modules): the modules whose
-// tensors, and only those, it rematerializes, the rest kept (no_recompute). "core_attn" alone is Megatron's
-// default module. nullopt: not such a policy.
-std::optional<std::string> selective_recompute_modules(const RunConfig& c) {
-  if (c.policy != "no_recompute" && c.policy != "selective") return std::nullopt;
-  std::set<std::string> remat;
-  if (c.policy == "selective") remat.insert("context");
-  for (const auto& [name, where] : c.tensors) {
-    if (where != "remat") return std::nullopt;
-    remat.insert(name);
-  }
-  if (remat.empty()) return std::nullopt;  // no_recompute alone: no module to name, no model to read
-  std::optional<ModelSpec> model;  // unresolved: only the modules every model has
-  try {
-    model = resolve_model(c.model);
-  } catch (const InputError&) {
-  }
-  std::string modules;
-  for (const auto& k : megatron_recompute_modules()) {
-    const auto tensors = model ? k.tensors_in(*model) : k.tensors;
-    if (tensors.empty() || !std::all_of(tensors.begin(), tensors.end(), [&](const std::string& t) { return remat.count(t) > 0; }))
-      continue;
-    for (const auto& t : tensors) remat.erase(t);
-    modules += (modules.empty() ? "" : " ") + std::string(k.name);
-  }
-  if (!remat.empty() || modules.empty()) return std::nullopt;
-  return modules;
-}
-
 // What hbmsim resolves from a config that the frameworks' settings must spell out: the FSDP degree filling the
 // GPUs left over (fsdp 0), and the batch in both frameworks' terms. Empty when the config does not resolve.
 struct ResolvedShape {
@@ -484,6 +455,35 @@ RunConfig with_megatron_batch_and_fsdp(RunConfig c) {
 }
 
 }  // namespace
+
+// Megatron's selective recompute modules that a policy is (megatron_recompute_modules): the modules whose
+// tensors, and only those, it rematerializes, the rest kept (no_recompute). "core_attn" alone is Megatron's
+// default module. nullopt: not such a policy.
+std::optional<std::string> selective_recompute_modules(const RunConfig& c) {
+  if (c.policy != "no_recompute" && c.policy != "selective") return std::nullopt;
+  std::set<std::string> remat;
+  if (c.policy == "selective") remat.insert("context");
+  for (const auto& [name, where] : c.tensors) {
+    if (where != "remat") return std::nullopt;
+    remat.insert(name);
+  }
+  if (remat.empty()) return std::nullopt;  // no_recompute alone: no module to name, no model to read
+  std::optional<ModelSpec> model;  // unresolved: only the modules every model has
+  try {
+    model = resolve_model(c.model);
+  } catch (const InputError&) {
+  }
+  std::string modules;
+  for (const auto& k : megatron_recompute_modules()) {
+    const auto tensors = model ? k.tensors_in(*model) : k.tensors;
+    if (tensors.empty() || !std::all_of(tensors.begin(), tensors.end(), [&](const std::string& t) { return remat.count(t) > 0; }))
+      continue;
+    for (const auto& t : tensors) remat.erase(t);
+    modules += (modules.empty() ? "" : " ") + std::string(k.name);
+  }
+  if (!remat.empty() || modules.empty()) return std::nullopt;
+  return modules;
+}
 
 BreakEven break_even_bandwidth(const RunConfig& offload, double tolerance, double lo, double hi) {
   if (!offload.layer_policies.empty() || offload.offload_layers > 0 || offload.recompute_layers > 0 || !offload.stage_policies.empty())

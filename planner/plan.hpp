@@ -2,6 +2,7 @@
 // break-even host-link bandwidth, HBM needed for a target. Each answer carries runnable settings.
 #pragma once
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,10 @@ nlohmann::json runnable_settings(const RunConfig& config);
 std::string maxtext_settings(const RunConfig& config);
 // The Megatron-LM arguments that realise a config, with a note where a setting has no Megatron equivalent.
 std::string megatron_settings(const RunConfig& config);
+// Megatron's selective recompute modules a config's policy is, space-separated ("moe_act layernorm"): under
+// no_recompute or selective, the modules whose tensors, and only those, its tensors rematerialize. nullopt: not
+// such a policy (or no module at all).
+std::optional<std::string> selective_recompute_modules(const RunConfig& config);
 std::string xla_flags(const RunConfig& config);
 
 }  // namespace hbmsim

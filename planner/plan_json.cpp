@@ -60,7 +60,7 @@ nlohmann::json layout_search_json(const LayoutSearch& r) {
                    {"ep_overlap", c.ep_overlap},
                    {"optimizer_offload", c.optimizer_offload},
                    {"parameter_offload", c.parameter_offload},
-                   {"policy", c.policy},
+                   {"policy", layout_policy_label(c)},
                    {"micro_batch", c.micro_batch},
                    {"grad_accum", r.top[i].report.grad_accum},
                    {"limit", r.top[i].limit},

@@ -1,5 +1,6 @@
 // plan layout (issue #19): the bounds it prunes with, the search, and what it prints.
 #include <algorithm>
+#include <map>
 #include <random>
 #include <set>
 
@@ -182,11 +183,63 @@ TEST_CASE("the search's policies follow the framework: MaxText's presets, or Meg
   };
   CHECK(tried() == std::set<std::string>{"full", "minimal", "save_qkv_proj", "minimal_with_context", "qkv_proj_offloaded", "minimal_offloaded"});
   base.framework = "megatron";
-  CHECK(tried() == std::set<std::string>{"no_recompute", "selective", "full"});
+  CHECK(tried() == std::set<std::string>{"no_recompute", "selective", "full"});  // a dense model: no MoE or MLA modules
   // Given policies are kept whatever the framework.
   LayoutSearchOptions o;
   o.policies = {"minimal"};
   for (const RunConfig& c : layout_candidates(base, o)) CHECK(c.policy == "minimal");
+}
+
+TEST_CASE("under Megatron's state the search also tries the recompute modules recipes use, where the model has them",
+          "[layout][policy]") {
+  // "no_recompute+moe_act+layernorm" is Megatron's --recompute-modules moe_act layernorm (the MoE zoo's "norm,
+  // act"): no_recompute with those modules' tensors rematerialized, said back under the same name.
+  RunConfig base;
+  base.framework = "megatron";
+  base.model = "hf/mixtral-8x7b.config.json";
+  const ModelSpec mixtral = resolve_model(base.model);
+  const RunConfig act = with_layout_policy(base, "no_recompute+moe_act+layernorm", mixtral);
+  CHECK(act.policy == "no_recompute");
+  CHECK(act.tensors == std::map<std::string, std::string>{{"mlp_norm", "remat"}, {"moe_mlp_act", "remat"}});
+  CHECK(layout_policy_label(act) == "no_recompute+moe_act+layernorm");
+  const RunConfig sel = with_layout_policy(base, "selective+moe", mixtral);
+  CHECK(sel.tensors.size() == 6);  // router_logits, moe_dispatched, moe_mlpwi_0/1, moe_mlp_act, moe_returned
+  CHECK(layout_policy_label(sel) == "selective+moe");
+  CHECK(layout_policy_label(with_layout_policy(base, "selective", mixtral)) == "selective");
+  RunConfig custom = base;
+  custom.policy = "no_recompute";
+  custom.tensors = {{"moe_mlpwi_0", "offload"}};
+  CHECK(layout_policy_label(custom) == "no_recompute*");
+  // The defaults: the presets, then the module sets the model has (Mixtral no MLA; DeepSeek-V3 all three;
+  // Llama none); MaxText's presets unchanged.
+  CHECK(default_layout_policies(base) == std::vector<std::string>{"no_recompute", "selective", "full", "no_recompute+moe_act+layernorm",
+                                                                   "no_recompute+moe+layernorm"});
+  base.model = "deepseek-v3-671b";
+  CHECK(default_layout_policies(base).size() == 6);
+  base.model = "llama3.1-8b";
+  CHECK(default_layout_policies(base) == std::vector<std::string>{"no_recompute", "selective", "full"});
+  // Bad search policies name the field and the value.
+  CHECK_THROWS_WITH(with_layout_policy(base, "full+moe_act", mixtral), Catch::Contains("policies = \"full+moe_act\" (recompute modules follow"));
+  CHECK_THROWS_WITH(with_layout_policy(base, "no_recompute+attention", mixtral),
+                    Catch::Contains("(unknown recompute module \"attention\"; expected core_attn"));
+  CHECK_THROWS_WITH(with_layout_policy(base, "no_recompute+moe_act", resolve_model("llama3.1-8b")),
+                    Catch::Contains("has nothing module moe_act recomputes"));
+  CHECK_THROWS_WITH(with_layout_policy(base, "fastest", mixtral), Catch::Contains("policy = \"fastest\" (unknown"));
+  // A search over them: every candidate carries its policy's tensors, and the listed label is the policy tried.
+  base.model = "hf/mixtral-8x7b.config.json";
+  base.system = "h100-hgx";
+  base.gpus = 8;
+  base.seq = 4096;
+  LayoutSearchOptions o;
+  o.policies = {"no_recompute+moe_act+layernorm", "full"};
+  o.micro_batches = {1};
+  o.top = 50;
+  std::set<std::string> labels;
+  for (const LayoutResult& r : search_layouts(base, o).top) {
+    labels.insert(layout_policy_label(r.config));
+    if (r.config.policy == "no_recompute") CHECK(r.config.tensors == act.tensors);
+  }
+  CHECK(labels.count("no_recompute+moe_act+layernorm") == 1);
 }
 
 TEST_CASE("under Megatron's state a layout that cannot fit is retried with Megatron's CPU optimizer only", "[layout]") {

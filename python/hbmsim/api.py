@@ -519,7 +519,8 @@ def plan_layout(config: Mapping[str, Any] | str | os.PathLike | None = None, *, 
     limit (what limits it) and settings (simulate config, MaxText, XLA flags, Megatron arguments). The search's
     counts (candidates, offloaded, pruned, skipped, refused, simulated, fitting, none_fit) are in
     ``DataFrame.attrs``; no row and ``attrs["none_fit"]`` when nothing fits. ``policies`` defaults to the
-    CLI's: MaxText's presets, or under framework megatron no_recompute, selective and full.
+    CLI's: MaxText's presets, or under framework megatron no_recompute, selective and full, and the recompute
+    modules the model has as "no_recompute+moe_act+layernorm" (preset, then Megatron modules joined by "+").
 
     client: a ``dask.distributed.Client``: one task per (policy, micro-batch), each an exact search of its
     share (``jobs`` threads each), merged into the same top list (the counts add up; each share prunes against
