@@ -406,7 +406,9 @@ __doc__ += "\n" + "\n".join(
 
 
 def checkpoint_names() -> list[str]:
-    """Checkpoint (tensor) names a custom policy can place with ``tensors`` / ``tensor.NAME``."""
+    """Checkpoint (tensor) names a custom policy can place with ``tensors`` / ``tensor.NAME``. Under no_recompute
+    and selective Megatron's module tensors may be placed too (the CLI's ``--tensor`` help lists them), and any
+    name may be given for one kind of layer as ``NAME@dense`` or ``NAME@moe``."""
     return list(_hbmsim.checkpoint_names())
 
 
