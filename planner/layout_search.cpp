@@ -123,11 +123,10 @@ RunConfig with_layout_policy(RunConfig c, const std::string& policy, const Model
     const auto next = policy.find('+', start);
     const std::string name = policy.substr(start, next == std::string::npos ? std::string::npos : next - start);
     start = next == std::string::npos ? policy.size() + 1 : next + 1;
-    const auto& modules = megatron_recompute_modules();
-    const auto m = std::find_if(modules.begin(), modules.end(), [&](const RecomputeModule& k) { return k.name == name; });
-    if (m == modules.end()) {
+    const RecomputeModule* m = find_recompute_module(name);
+    if (!m) {
       std::string list;
-      for (const auto& k : modules) list += (list.empty() ? "" : ", ") + std::string(k.name);
+      for (const auto& k : megatron_recompute_modules()) list += (list.empty() ? "" : ", ") + std::string(k.name);
       throw InputError("policies = " + quote(policy) + " (unknown recompute module " + quote(name) + "; expected " + list + ")");
     }
     const auto tensors = m->tensors_in(model);
@@ -162,16 +161,18 @@ std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSear
   // Experts folded over cp too need cp ranks holding the other weights whole (Megatron's reading).
   const bool folds_over_cp = !layout_reading(base).cp_shards_weights;
   const std::vector<bool> overlaps = ep_overlap_choices(base, model);
-  // Megatron's combined 1F1B takes no full recompute and no activation offload.
+  // Each policy read once (preset and tensors); Megatron's combined 1F1B takes no full recompute and no
+  // activation offload.
+  std::vector<RunConfig> chosen;
   std::vector<char> overlappable;
   for (const std::string& policy : policies) {
-    const RunConfig c = with_layout_policy(base, policy, model);
+    const RunConfig& c = chosen.emplace_back(with_layout_policy(base, policy, model));
     overlappable.push_back(c.policy != "full" && !make_policy(c.policy, c.tensors).offloads_any() && base.offload_layers == 0 &&
                            base.recompute_layers == 0);
   }
   std::vector<RunConfig> out;
   // The base with the search's fields set, kept when its layers split over its pipeline chunks.
-  auto add = [&](RunConfig c, const DataAxes& d, std::int64_t mbs, const std::string& policy) {
+  auto add = [&](RunConfig c, const DataAxes& d, std::int64_t mbs, const RunConfig& policy) {
     c.fsdp = d.fsdp, c.dp = d.dp, c.sharded_optimizer = d.sharded_optimizer;
     c.batch.reset();
     c.grad_accum = 1;
@@ -181,7 +182,8 @@ std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSear
     c.first_stage_layers = c.last_stage_layers = 0;
     c.pipeline_layout.clear();
     c.stage_policies.clear();
-    c = with_layout_policy(std::move(c), policy, model);
+    c.policy = policy.policy;
+    c.tensors = policy.tensors;
     if (set_split(c, L)) out.push_back(std::move(c));
   };
   for (std::int64_t tp : {1, 2, 4, 8})
@@ -210,7 +212,7 @@ std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSear
                     for (bool overlap : overlaps) {
                       if (overlap && !(mergeable && overlappable[k])) continue;
                       layout.ep_overlap = overlap;
-                      add(layout, d, mbs, policies[k]);
+                      add(layout, d, mbs, chosen[k]);
                     }
                 }
             }

@@ -1,5 +1,6 @@
 #include "planner/run_config.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <map>
 #include <mutex>
@@ -305,6 +306,12 @@ const std::vector<RecomputeModule>& megatron_recompute_modules() {
       {"shared_experts", "shared experts", {}, {}, {}, {"mlpwi_0@moe", "mlpwi_1@moe", "mlp_act@moe"}, {}},
       {"layernorm", "norms outside a fused GEMM", {}, {"attn_norm"}, {"mlp_norm@moe"}, {}, {}}};
   return modules;
+}
+
+const RecomputeModule* find_recompute_module(const std::string& name) {
+  const auto& modules = megatron_recompute_modules();
+  const auto m = std::find_if(modules.begin(), modules.end(), [&](const RecomputeModule& k) { return k.name == name; });
+  return m == modules.end() ? nullptr : &*m;
 }
 
 std::vector<std::string> RecomputeModule::tensors_in(const ModelSpec& model) const {

@@ -162,6 +162,8 @@ struct RecomputeModule {
   std::vector<std::string> tensors_in(const ModelSpec& model) const;
 };
 const std::vector<RecomputeModule>& megatron_recompute_modules();
+// The module Megatron names `name`; nullptr: none hbmsim knows.
+const RecomputeModule* find_recompute_module(const std::string& name);
 
 // How the layout fields read a config: as given, or (auto) as its framework does: Megatron-Core's rank order
 // (tp innermost, then cp, ep, dp, pp), its ring context exchange, and context and expert ranks holding the

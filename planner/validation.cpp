@@ -71,8 +71,8 @@ std::optional<std::string> map_precision(const std::string& p, std::string& why)
 //   recompute_granularity selective (scripts/performance/configs/deepseek/deepseek_llm_pretrain.py) with the
 //   modules of deepseek_workload_base_configs.py beside it, unchanged from 2026-03-31 (801277876) to 2026-06-30
 //   (bf07e5678): mla_up_proj on GB300, B300 and B200; mlp (the dense MLP submodule: DeepSeek-V3's first 3 layers)
-//   on GB200. B200 MXFP8 at ep 32 recomputes both; its mlp is left out here as on GB200 (no hbmsim name:
-//   map_recompute reads it as no_recompute).
+//   on GB200. B200 MXFP8 at ep 32 recomputes both; its mlp is not read here (it had no hbmsim name when this
+//   reading was made; map_recompute now expresses mlp, as on GB200, so adding it would move row 18).
 // - Megatron-Bridge Llama FSDP rows: the FP8-CS configs with Megatron-FSDP offload the activations of their
 //   first layers (cpu_offloading_num_layers, which scripts/performance/utils/overrides.py applies as
 //   cpu_offloading on, weights not offloaded). 25.09 (llama3_70b_llm_pretrain.yaml and
@@ -173,9 +173,8 @@ bool map_recompute(const std::string& text, const ModelSpec& model, std::int64_t
       c.policy = "no_recompute";
       std::string names, what;
       for (const std::string& module : modules) {
-        const auto known = std::find_if(megatron_recompute_modules().begin(), megatron_recompute_modules().end(),
-                                        [&](const RecomputeModule& k) { return k.name == module; });
-        const auto tensors = known == megatron_recompute_modules().end() ? std::vector<std::string>{} : known->tensors_in(model);
+        const RecomputeModule* known = find_recompute_module(module);
+        const auto tensors = known ? known->tensors_in(model) : std::vector<std::string>{};
         what += what.empty() ? "" : "; ";
         if (!tensors.empty()) {
           for (const auto& t : tensors) {
@@ -183,7 +182,7 @@ bool map_recompute(const std::string& text, const ModelSpec& model, std::int64_t
             names += (names.empty() ? "" : ", ") + t;
           }
           what += known->what;
-        } else if (known != megatron_recompute_modules().end()) {
+        } else if (known) {
           // A module this model has nothing of.
           what += module + (modules.size() == 1 ? " only" : " (nothing hbmsim recomputes)");
         } else {
