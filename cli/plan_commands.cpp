@@ -486,7 +486,7 @@ void register_plan(CLI::App& app) {
         legend += "; ep No: expert all-to-alls overlapped with another micro-batch's compute (combined 1F1B, ep_overlap)";
       const RunConfig& best = r.top[0].config;
       if (folds_experts(best))
-        best_extra += std::string(", experts whole over ") + (best.cp > 1 ? "ep x cp x tp" : "ep x tp") + " = " + std::to_string(best.ep) + " GPUs";
+        best_extra += ", experts whole over " + expert_group_span(training_shape(best).parallelism) + " = " + std::to_string(best.ep) + " GPUs";
       if (best.ep_overlap) best_extra += ", combined 1F1B";
       std::printf("(%s)\n\nfastest: %s%s, policy %s, micro-batch %lld\n", legend.c_str(), r.top[0].report.mesh.c_str(),
                   best_extra.c_str(), layout_policy_label(best).c_str(), static_cast<long long>(best.micro_batch));

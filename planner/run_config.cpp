@@ -189,15 +189,20 @@ TrainingSpec training_shape(const RunConfig& c) {
   p.cp_shards_weights = reading.cp_shards_weights;
   p.ep_shards_weights = reading.ep_shards_weights;
   // Folding: the user's ep is Megatron's expert group (expert_model_parallel_size), which spans tp and cp; the
-  // mesh's ep axis is the part of it carved out of data parallelism. (An expert group inside tp x cp, as ep 8
-  // at tp 4 x cp 4, would need part of an axis: not modelled.)
+  // mesh's ep axis is the part of it carved out of data parallelism, or, for a group inside tp x cp (ep 8 at
+  // tp 4 x cp 4), the part of cp it spans.
   if (folds_experts(c)) {
     const std::string span = c.cp > 1 ? "tp x cp = " + std::to_string(c.tp * c.cp) : "tp = " + std::to_string(c.tp);
-    if (c.ep % (c.tp * c.cp) != 0)
+    const bool inside = experts_inside_cp(c);
+    if (inside ? c.ep % c.tp != 0 || c.cp % (c.ep / c.tp) != 0 : c.ep % (c.tp * c.cp) != 0)
       throw InputError("ep = " + std::to_string(c.ep) + " (with expert_tp = 1 the expert group spans " + span +
-                       ": ep must be a multiple of it)");
+                       ": ep must be a multiple of it" + (c.cp > 1 ? ", or tp times a divisor of cp" : "") + ")");
+    if (inside && reading.ep_shards_weights)
+      throw InputError("ep = " + std::to_string(c.ep) + " (an expert group inside " + span +
+                       " is part of the cp ranks, which hold the other weights whole: needs ep_shards_weights off, as Megatron's)");
     p.ep = expert_axis(c);
     p.experts_fold_tp = true;
+    p.experts_inside_cp = inside;
   } else if (c.expert_tp != 0 && c.expert_tp != c.tp) {
     throw InputError("expert_tp = " + std::to_string(c.expert_tp) + " (expected 0 or tp = " + std::to_string(c.tp) +
                      ", or 1: experts folded over tp)");

@@ -134,8 +134,14 @@ Policy resolve_policy(const RunConfig& config, const StepGraph& graph);
 // Megatron's MoE parallel folding: experts whole over an expert group of ep GPUs that spans tp and cp
 // (expert_tp 1 under tp > 1); the mesh's expert axis is then ep / (tp x cp).
 inline bool folds_experts(const RunConfig& c) { return c.expert_tp == 1 && c.tp > 1; }
-// The mesh's expert axis: under folding the expert group spans tp x cp, and only the rest is an axis of its own.
-inline std::int64_t expert_axis(const RunConfig& c) { return folds_experts(c) ? c.ep / (c.tp * c.cp) : c.ep; }
+// Folded with an expert group smaller than tp x cp: it spans tp and ep / tp of the cp ranks (ep 8 at tp 4 x cp 4).
+inline bool experts_inside_cp(const RunConfig& c) { return folds_experts(c) && c.cp > 1 && c.ep < c.tp * c.cp; }
+// The mesh's expert axis: under folding the expert group spans tp x cp, and only the rest is an axis of its own
+// (carved out of data parallelism); inside tp x cp it is the part of cp the group spans.
+inline std::int64_t expert_axis(const RunConfig& c) {
+  if (experts_inside_cp(c)) return c.ep / c.tp;
+  return folds_experts(c) ? c.ep / (c.tp * c.cp) : c.ep;
+}
 
 // Megatron's selective-recompute modules that hbmsim has tensors for (recompute_modules): the tensors a module
 // rematerializes, the rest kept as no_recompute keeps them. core_attn is the core attention's output;

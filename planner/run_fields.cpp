@@ -90,7 +90,8 @@ const std::vector<RunField> kFields = {
     {"expert_tp", "--expert-tp",
      "Expert tensor parallelism (Megatron expert_tensor_parallel_size): 0 (as tp: each tp rank holds a slice of "
      "every local expert) or 1 with tp > 1 (MoE parallel folding: experts whole, partitioned over an expert group "
-     "of ep GPUs that spans tp, ep a multiple of tp; each rank routes its own sequence shard)",
+     "of ep GPUs that spans tp and cp, ep a multiple of tp x cp, or inside them: tp times a divisor of cp; each "
+     "rank routes its own sequence shard)",
      &C::expert_tp, FieldCheck::non_negative},
     {"grad_reduce_dtype", "--grad-reduce-dtype",
      "The gradient buffer's dtype and its reductions' (Megatron's grad_reduce_in_fp32): fp32 (MaxText; Megatron-LM "

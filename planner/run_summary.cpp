@@ -63,7 +63,10 @@ nlohmann::json resolved_run(const RunConfig& c, const PreparedRun& run) {
   if (!run.policy.layer_rules.empty()) j["layer_policies"] = layer_rules_text(run.policy);
   if (!c.tensors.empty()) j["tensors"] = c.tensors;  // the placements given on top of the preset
   if (p.expert_group() > 1) j["moe_dispatcher"] = c.moe_dispatcher;
-  if (p.experts_fold_tp) j["expert_group"] = p.expert_group();
+  if (p.experts_fold_tp) {
+    j["expert_group"] = p.expert_group();
+    j["expert_group_span"] = expert_group_span(p);
+  }
   if (c.moe_load_imbalance != 1) j["moe_load_imbalance"] = c.moe_load_imbalance;
   if (p.pp > 1) {
     j["pp_schedule"] = c.pp_schedule;
@@ -78,9 +81,7 @@ std::vector<std::string> resolved_run_lines(const nlohmann::json& j) {
   std::vector<std::string> lines;
   lines.push_back("run          " + s("model") + " on " + i("gpus") + " x " + s("system") + " GPUs");
   lines.push_back("layout       " + s("layout") +
-                  (j.contains("expert_group") ? std::string(", experts whole over ") +
-                                                    (j.at("degrees").at("cp").get<std::int64_t>() > 1 ? "ep x cp x tp" : "ep x tp") +
-                                                    " = " + i("expert_group") + " GPUs (expert_tp 1)"
+                  (j.contains("expert_group") ? ", experts whole over " + s("expert_group_span") + " = " + i("expert_group") + " GPUs (expert_tp 1)"
                                               : "") +
                   (j.contains("moe_dispatcher") ? ", MoE dispatcher " + s("moe_dispatcher") : "") +
                   (j.contains("moe_load_imbalance") ? ", busiest expert rank " + number(j.at("moe_load_imbalance").get<double>()) + "x the mean tokens" : ""));

@@ -287,10 +287,12 @@ RunMapping map_published_run(const PublishedRun& r) {
   if (r.etp > 0 && r.etp != r.tp && !fold)
     return no("expert tensor parallel ETP" + str(r.etp) + " is neither 1 nor tp = " + str(r.tp) +
               " (Megatron's MoE parallel folding with expert tensor parallelism: not modelled)");
-  if (fold && r.ep % (r.tp * r.cp) != 0)
-    return no("ep = " + str(r.ep) + " with ETP1 is not a multiple of tp x cp = " + str(r.tp * r.cp) +
-              " (an expert group inside tp x cp: not modelled)");
-  const std::int64_t carved = fold ? r.ep / (r.tp * r.cp) : r.ep;  // the part of the expert group outside tp x cp
+  // A group inside tp x cp spans tp and part of cp: nothing is carved out of data parallelism.
+  const bool inside = fold && r.ep < r.tp * r.cp;
+  if (inside ? r.ep % r.tp != 0 || r.cp % (r.ep / r.tp) != 0 : fold && r.ep % (r.tp * r.cp) != 0)
+    return no("ep = " + str(r.ep) + " with ETP1 is neither a multiple of tp x cp = " + str(r.tp * r.cp) +
+              " nor tp times a divisor of cp");
+  const std::int64_t carved = inside ? 1 : fold ? r.ep / (r.tp * r.cp) : r.ep;  // the part of the expert group outside tp x cp
   if (fold) c.expert_tp = 1;
   if (replicas % carved != 0)
     return no("ep = " + str(r.ep) + " does not divide the data-parallel size gpus / (tp x cp x pp) = " + str(replicas) +

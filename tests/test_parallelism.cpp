@@ -7,6 +7,7 @@
 #include "hwmodels/builtin.hpp"
 #include "planner/plan.hpp"
 #include "planner/run_config.hpp"
+#include "planner/run_summary.hpp"
 #include "sim/layer_plan.hpp"
 #include "workloads/model.hpp"
 
@@ -370,11 +371,52 @@ TEST_CASE("expert_tp 1 folds the experts over tp: whole experts, one all-to-all 
   // MaxText's reading shards the weights over cp, which experts partitioned over cp cannot be.
   cp.cp_shards_weights = true;
   CHECK_THROWS_WITH(run_simulation(cp), Catch::Contains("expert_tp = 1 (experts folded over tp and cp = 2 while cp shards"));
-  // An expert group inside tp x cp would need part of an axis.
+
+  // An expert group inside tp x cp (ep 4 at tp 2 x cp 4): Megatron's ranks run tp innermost, then cp, so the
+  // group is tp 2 x the first 2 of each 4 cp ranks; the mesh splits cp into an inner ep axis of 2 and an outer
+  // cp axis of 2, inside dp 8 (fsdp 1). Against the whole group over tp x cp (ep 64 = ep axis 8 x tp 2 x cp 4), by hand:
+  // - the same tokens per GPU (cp 4 in both), so the same FLOPs;
+  // - the all-to-all's group is 4 GPUs, not 64: (4 - 1) / 4 of the same bytes leave instead of 63 / 64;
+  // - each GPU holds 256 / 4 experts, not 256 / 64: parameters 2 x ((P - P_expert) / 2 + P_expert / 4);
+  // - the dense gradients summed over dp 8 x cp 4 = 32 ranks as before; the experts' over the 16 ranks that
+  //   hold the same ones (dp 8 x the 2 outer cp ranks), where the whole group had none.
   cp.cp_shards_weights = false;
   cp.cp = 4;
-  cp.ep = 4;
-  CHECK_THROWS_WITH(run_simulation(cp), Catch::Contains("ep = 4 (with expert_tp = 1 the expert group spans tp x cp = 8"));
+  const auto over = run_simulation(cp);
+  RunConfig inside = cp;
+  inside.ep = 4;
+  inside.fsdp = 1;
+  inside.dp = 8;
+  const auto in = run_simulation(inside);
+  const auto in_graph = prepare_run(inside).graph;
+  CHECK(in_graph.mesh.size(Axis::ep) == 2);
+  CHECK(in_graph.mesh.size(Axis::cp) == 2);
+  CHECK(in_graph.mesh.size(AxisSet{Axis::dp, Axis::fsdp}) == 8);
+  CHECK(in_graph.mesh.order == (MeshOrder{Axis::pp, Axis::dp, Axis::fsdp, Axis::cp, Axis::ep, Axis::tp}));
+  CHECK(in_graph.mesh.size(in_graph.grad_sync) == 32);
+  CHECK(in_graph.mesh.size(in_graph.expert_grad_sync) == 16);
+  CHECK(prepare_run(cp).graph.mesh.size(prepare_run(cp).graph.expert_grad_sync) == 1);
+  CHECK(in.executed_flops_per_device == Approx(over.executed_flops_per_device).epsilon(1e-12));
+  CHECK(in.comm_bytes.at("ep") == Approx(over.comm_bytes.at("ep") * (3.0 / 4) / (63.0 / 64)).epsilon(1e-12));
+  CHECK(in.hbm_breakdown_bytes.at("parameters") == Approx(2 * ((P - P_expert) / 2 + P_expert / 4)).epsilon(1e-12));
+  CHECK(in.comm_bytes.at("dp") > over.comm_bytes.at("dp"));  // the experts' gradients are summed now
+  const LayerTemplate& in_moe = in_graph.templates[static_cast<std::size_t>(in_graph.layer_template.back())];
+  int a2a = 0, cp_steps = 0;  // every all-to-all over the group, every context exchange over all cp ranks
+  for (const OpDef& op : in_moe.ops) {
+    if (op.name == "dispatch_a2a") a2a += op.comm.group == (AxisSet{Axis::ep, Axis::tp}) ? 1 : -100;
+    if (op.comm.axis == Axis::cp) cp_steps += op.comm.group == (AxisSet{Axis::cp, Axis::ep}) ? 1 : -100;
+  }
+  CHECK(a2a == 1);
+  CHECK(cp_steps > 0);
+  CHECK(resolved_run_lines(resolved_run(inside, prepare_run(inside)))[1].find("experts whole over tp x 2 of the 4 cp ranks = 4 GPUs") !=
+        std::string::npos);
+  // Refused: a group that is not tp times a divisor of cp, and the cp ranks sharding the other weights.
+  inside.ep = 6;
+  CHECK_THROWS_WITH(run_simulation(inside), Catch::Contains("ep = 6 (with expert_tp = 1 the expert group spans tp x cp = 8: "
+                                                            "ep must be a multiple of it, or tp times a divisor of cp)"));
+  inside.ep = 4;
+  inside.ep_shards_weights = true;
+  CHECK_THROWS_WITH(run_simulation(inside), Catch::Contains("needs ep_shards_weights off"));
 
   // The expert group must be a multiple of tp, and only 1 or tp are expert tensor parallel degrees hbmsim runs.
   c.ep = 8;

@@ -421,6 +421,16 @@ TEST_CASE("Validation mapping: ETP1 under tp 2 folds the experts over tp (derive
   CHECK(c.tp == 2);
   CHECK(c.dp == 1);
   CHECK(prepare_run(c).graph.mesh.size(Axis::ep) == 16);
+  // An expert group inside tp x cp: tp 2, pp 4, cp 4 and ep 4 (ETP1) leave 128 / (2 x 4 x 4) = 4 replicas, none
+  // of them carved (the group is tp 2 x 2 of the 4 cp ranks), so dp 4; the mesh's ep axis is those 2 cp ranks.
+  auto in = mapped("X,1,GB200,128,DeepSeek-V3,BF16,4096,1,1024,2,4,1,4,4 (ETP1),DP4,,,,10,,,");
+  CHECK(in.expert_tp == 1);
+  CHECK(in.dp == 4);
+  const Mesh mesh = prepare_run(in).graph.mesh;
+  CHECK(mesh.size(Axis::ep) == 2);
+  CHECK(mesh.size(Axis::cp) == 2);
+  CHECK_THAT(not_expressed("X,1,GB200,128,DeepSeek-V3,BF16,4096,1,1024,2,4,1,4,6 (ETP1),DP4,,,,10,,,"),
+             Catch::Contains("nor tp times a divisor of cp"));
   // ETP equal to tp is today's split: nothing folded.
   CHECK(mapped("X,1,GB200,128,DeepSeek-V3,BF16,4096,1,1024,2,4,1,1,16 (ETP2),DP16,,,,10,,,").expert_tp == 0);
 }

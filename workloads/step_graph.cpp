@@ -207,6 +207,8 @@ class BodyBuilder {
     cp_exchange_ = p.cp_exchange;
     ep_ = p.ep;
     fold_ = p.experts_fold_tp && p.tp > 1;
+    context_ = p.context_axes();
+    expert_axes_ = p.expert_axes();
     dispatcher_ = p.moe_dispatcher;
     heads_ = static_cast<double>(m.num_query_heads) / tp_;
     seq_ = static_cast<double>(t.seq_len);
@@ -307,7 +309,7 @@ class BodyBuilder {
       return ctx;
     }
     const double kv_bytes = b_.bytes(k) + b_.bytes(v);
-    const CommDef base{CommKind::none, CommKind::none, Axis::cp, AxisSet{Axis::cp}, 0, false, {}};
+    const CommDef base{CommKind::none, CommKind::none, Axis::cp, context_, 0, false, {}};
     if (cp_exchange_ == CpExchange::all_gather) {
       const double gathered = kv_bytes * static_cast<double>(cp_);
       int kvg = b_.tensor("kv_gathered", gathered);
@@ -447,9 +449,7 @@ class BodyBuilder {
     b_.gemm("router", mnorm, logits, Ts, d, X, Dtype::bf16, 4);
     int disp = b_.tensor("moe_permuted", Ts * k * d * a);
     b_.memory("route_permute", {logits, mnorm}, {disp}, {logits});
-    const AxisSet folded = cp_ > 1 ? AxisSet{Axis::ep, Axis::cp, Axis::tp} : AxisSet{Axis::ep, Axis::tp};
-    const AxisSet group = fold_ ? folded : AxisSet{Axis::ep};
-    CommDef a2a{CommKind::all_to_all, CommKind::all_to_all, Axis::ep, group, Ts * k * d * a * load, false, {}};
+    CommDef a2a{CommKind::all_to_all, CommKind::all_to_all, Axis::ep, expert_axes_, Ts * k * d * a * load, false, {}};
     if (dispatcher_ == MoeDispatcher::flex) a2a.routing = {X, k};
     const bool exchange = ep_ > 1 || fold_;
     int moe_in = disp;
@@ -496,6 +496,7 @@ class BodyBuilder {
   bool quantized_gather_ = false;  // TE gathers a low-precision GEMM's input quantized (fp8_saved_activations)
   CpExchange cp_exchange_ = CpExchange::all_gather;
   MoeDispatcher dispatcher_ = MoeDispatcher::alltoall;
+  AxisSet context_, expert_axes_;
   Dtype attn_dt_ = Dtype::bf16, mlp_dt_ = Dtype::bf16;
 };
 
@@ -580,13 +581,14 @@ StepGraph build_step_graph(const ModelSpec& decoder, TrainingSpec training) {
   g.mesh = p.mesh();
   g.dense_shard = g.expert_shard = AxisSet{Axis::fsdp};
   g.grad_sync = g.expert_grad_sync = AxisSet{Axis::dp};
-  const AxisSet cp{Axis::cp}, ep{Axis::ep};
+  const AxisSet cp = p.context_axes(), ep{Axis::ep};
   if (p.cp_shards_weights) {
     g.dense_shard = g.dense_shard | cp;
     g.expert_shard = g.expert_shard | cp;
   } else {
     g.grad_sync = g.grad_sync | cp;
-    if (!p.experts_fold_tp) g.expert_grad_sync = g.expert_grad_sync | cp;  // folded, cp ranks hold other experts
+    // Folded over cp, cp ranks hold other experts; folded inside it, the cp axis (cp's outer part) repeats them.
+    if (!p.experts_fold_tp || p.experts_inside_cp) g.expert_grad_sync = g.expert_grad_sync | AxisSet{Axis::cp};
   }
   if (p.ep_shards_weights) g.dense_shard = g.dense_shard | ep;
   else g.grad_sync = g.grad_sync | ep;

@@ -1,5 +1,6 @@
 #include "workloads/training.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "hwmodels/json_view.hpp"
@@ -29,9 +30,26 @@ Mesh Parallelism::mesh() const {
   Mesh m;
   m.order = order;
   for (auto [axis, size] : {std::pair{Axis::dp, dp}, {Axis::pp, pp}, {Axis::fsdp, fsdp}, {Axis::ep, ep},
-                            {Axis::cp, cp}, {Axis::tp, tp}})
+                            {Axis::cp, experts_inside_cp ? cp / ep : cp}, {Axis::tp, tp}})
     m.sizes[static_cast<std::size_t>(axis)] = size;
+  if (experts_inside_cp) {  // the ep axis is cp's inner part: right inside the cp axis
+    auto rest = std::remove(m.order.begin(), m.order.end(), Axis::ep);
+    auto at = std::find(m.order.begin(), rest, Axis::cp) + 1;
+    std::move_backward(at, rest, rest + 1);
+    *at = Axis::ep;
+  }
   return m;
+}
+
+std::string expert_group_span(const Parallelism& p) {
+  if (p.experts_inside_cp) return "tp x " + std::to_string(p.ep) + " of the " + std::to_string(p.cp) + " cp ranks";
+  return p.experts_fold_tp && p.cp > 1 ? "ep x cp x tp" : p.experts_fold_tp ? "ep x tp" : "ep";
+}
+
+AxisSet Parallelism::expert_axes() const {
+  if (!experts_fold_tp) return AxisSet{Axis::ep};
+  if (experts_inside_cp || cp == 1) return AxisSet{Axis::ep, Axis::tp};
+  return AxisSet{Axis::ep, Axis::cp, Axis::tp};
 }
 
 std::int64_t TrainingSpec::replicas() const {
@@ -68,6 +86,7 @@ void check_degrees(TrainingSpec& t) {
   // The degrees' product as errors spell it: "tp*ep*dp*cp*pp = 2*4*1*1*1" (only when one is thrown).
   auto product = [&](const std::string& lead, const std::string& lead_value) {
     std::string out = lead;
+    if (p.experts_inside_cp) return out + "tp*dp*cp*pp = " + lead_value + str(p.tp) + "*" + str(p.dp) + "*" + str(p.cp) + "*" + str(p.pp);
     const std::string span = p.cp > 1 ? "(tp*cp)" : "tp";
     out += p.experts_fold_tp ? "tp*(ep/" + span + ")*dp*cp*pp = " : "tp*ep*dp*cp*pp = ";
     out += lead_value;
@@ -76,8 +95,11 @@ void check_degrees(TrainingSpec& t) {
     out += "*" + str(p.dp) + "*" + str(p.cp) + "*" + str(p.pp);
     return out;
   };
+  if (p.experts_inside_cp && (!p.experts_fold_tp || p.cp % p.ep != 0 || p.ep_shards_weights))
+    throw InputError("ep = " + str(p.expert_group()) + " (an expert group inside tp x cp needs experts folded over tp, ep / tp "
+                     "dividing cp = " + str(p.cp) + " and ep_shards_weights off)");
   std::int64_t other = 1;
-  for (std::int64_t v : {p.tp, p.ep, p.dp, p.cp, p.pp}) {
+  for (std::int64_t v : {p.tp, p.experts_inside_cp ? 1 : p.ep, p.dp, p.cp, p.pp}) {
     other *= v;
     if (other > t.gpus) throw InputError("gpus = " + str(t.gpus) + " (fewer than " + product("", "") + ")");
   }

@@ -64,13 +64,23 @@ struct Parallelism {
   // each tp and cp rank routes its own sequence shard over that group, with no tp gather of the dispatched
   // tokens.
   bool experts_fold_tp = false;
-  // The GPUs of the expert group that are also tp and cp ranks (1 unless folded).
-  std::int64_t fold_span() const { return experts_fold_tp ? tp * cp : 1; }
-  // The GPUs the routed experts are partitioned over: the ep axis, times tp x cp when folded.
+  // Folded with an expert group smaller than tp x cp (ep 8 at tp 4 x cp 4): Megatron's rank order puts tp
+  // innermost, then cp, so the group is tp times the first ep / tp cp ranks. The mesh splits cp there: its ep
+  // axis is the inner part of cp (ep / tp ranks, inside the cp axis and outside tp), its cp axis the outer part.
+  bool experts_inside_cp = false;
+  // The GPUs of the expert group that are also tp and cp ranks besides the ep axis (1 unless folded).
+  std::int64_t fold_span() const { return experts_fold_tp ? (experts_inside_cp ? tp : tp * cp) : 1; }
+  // The GPUs the routed experts are partitioned over: the ep axis, times tp (x cp) when folded.
   std::int64_t expert_group() const { return ep * fold_span(); }
+  // The mesh axes of the context-parallel ranks, and of the expert group (its all-to-all).
+  AxisSet context_axes() const { return experts_inside_cp ? AxisSet{Axis::cp, Axis::ep} : AxisSet{Axis::cp}; }
+  AxisSet expert_axes() const;
 
   Mesh mesh() const;  // needs fsdp resolved
 };
+
+// What a folded expert group spans, for reports: "ep x cp x tp", "ep x tp", or "tp x 2 of the 4 cp ranks".
+std::string expert_group_span(const Parallelism& p);
 
 struct TrainingSpec {
   std::int64_t gpus = 0;
