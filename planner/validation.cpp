@@ -71,8 +71,8 @@ std::optional<std::string> map_precision(const std::string& p, std::string& why)
 //   recompute_granularity selective (scripts/performance/configs/deepseek/deepseek_llm_pretrain.py) with the
 //   modules of deepseek_workload_base_configs.py beside it, unchanged from 2026-03-31 (801277876) to 2026-06-30
 //   (bf07e5678): mla_up_proj on GB300, B300 and B200; mlp (the dense MLP submodule: DeepSeek-V3's first 3 layers)
-//   on GB200. B200 MXFP8 at ep 32 recomputes both; its mlp is not read here (it had no hbmsim name when this
-//   reading was made; map_recompute now expresses mlp, as on GB200, so adding it would move row 18).
+//   on GB200. B200 MXFP8 at ep 32 (pp 8 x vp 2, DeepEP) recomputes both (so does perf_recipes/deepseek/b200 at
+//   067f987df, which replaced that file).
 // - Megatron-Bridge Llama FSDP rows: the FP8-CS configs with Megatron-FSDP offload the activations of their
 //   first layers (cpu_offloading_num_layers, which scripts/performance/utils/overrides.py applies as
 //   cpu_offloading on, weights not offloaded). 25.09 (llama3_70b_llm_pretrain.yaml and
@@ -89,6 +89,7 @@ std::string recipe_setting(const PublishedRun& r, const std::string& system, con
   const bool fsdp = r.dp_fsdp.rfind("FSDP", 0) == 0, fp8 = r.prec == "FP8" || r.prec == "FP8-CS";
   if (r.src == "MBA" && model == "deepseek-v3-671b") {
     if (system == "gb200-nvl72") return "recipe@d69b428 sel. recompute mlp";
+    if (system == "b200-hgx" && r.prec == "MXFP8" && r.ep == 32) return "recipe@d69b428 sel. recompute mla_up_proj mlp";
     if (system == "gb300-nvl72" || system == "b300-hgx" || system == "b200-hgx") return "recipe@d69b428 sel. recompute mla_up_proj";
   }
   if (r.src == "MBA" && fsdp && fp8 && r.container.rfind("25.09", 0) == 0 && system == "gb200-nvl72") {

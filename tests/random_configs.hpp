@@ -85,7 +85,8 @@ inline RunConfig random_pipeline(std::mt19937& rng) {
 // bf16 gradients, weights kept gathered, FP8 attention, one memory lever at a time (activation offload of the
 // first layers, recomputed layers, optimizer or parameter offload, FP8-saved activations, a layer range with a
 // policy of its own, the MoE batch split, Megatron's selective recompute modules), and a model from a HuggingFace config (Qwen3-235B-A22B) for half
-// of the MoE draws, half of which route with a busiest expert rank 1.5x the mean. Some combinations are bad input; the caller skips those.
+// of the MoE draws, half of which route with a busiest expert rank 1.5x the mean, and half of those with tp and cp > 1 fold
+// their experts over or inside tp x cp. Some combinations are bad input; the caller skips those.
 inline void add_levers(std::mt19937& rng, RunConfig& c) {
   auto coin = [&] { return std::uniform_int_distribution<int>(0, 1)(rng) == 1; };
   if (coin()) c.framework = "megatron";
@@ -109,6 +110,13 @@ inline void add_levers(std::mt19937& rng, RunConfig& c) {
   if (c.model == "deepseek-v3-671b" && coin()) c.model = "hf/qwen3-235b-a22b.config.json";
   const bool moe = c.model == "deepseek-v3-671b" || c.model == "hf/qwen3-235b-a22b.config.json";
   if (moe && c.ep > 1 && coin()) c.moe_load_imbalance = 1.5;  // dropless routing's busiest expert rank
+  // Experts folded over tp x cp (times an ep axis of 1 or 2), or inside it (tp x half the cp ranks), under
+  // Megatron's reading: cp and ep ranks hold the other weights whole.
+  if (moe && c.tp > 1 && c.cp > 1 && coin()) {
+    c.expert_tp = 1;
+    c.cp_shards_weights = c.ep_shards_weights = false;
+    c.ep = c.tp * pick<std::int64_t>(rng, {c.cp / 2, c.cp, 2 * c.cp});
+  }
 }
 
 }  // namespace test

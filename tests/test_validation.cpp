@@ -256,14 +256,18 @@ TEST_CASE("Validation mapping: a Megatron-Bridge DeepSeek-V3 row stating no reco
   CHECK(gb200.config->tensors == std::map<std::string, std::string>{{"mlp_norm@dense", "remat"}, {"mlpwi_0@dense", "remat"},
                                                                      {"mlpwi_1@dense", "remat"}, {"mlp_act@dense", "remat"}});
   CHECK_THAT(gb200.recompute, Catch::Contains("dense MLP"));
-  // B200 at ep 32 (row 18: the config since 2026-04-18) also overlaps its all-to-alls (moe_a2a_overlap).
+  // B200 at ep 32 (row 18: the config since 2026-04-18) recomputes mla_up_proj and mlp, the union of the two
+  // sets above, and overlaps its all-to-alls (moe_a2a_overlap).
   auto b200 = map_published_run(one_row("MBA,26.04.01,DGX-B200,256,DeepSeek-V3,MXFP8,4096,1,4096,1,8,2,1,32,DDP,,3328,864,,,,"));
   REQUIRE(b200.config);
-  CHECK(b200.config->tensors == mla);
+  auto both = mla;
+  both.insert(gb200.config->tensors.begin(), gb200.config->tensors.end());
+  CHECK(b200.config->tensors == both);
   CHECK(b200.config->ep_overlap);
-  // ... and its pp 16 x ep 8 config before it (row 35) does not.
+  // ... and its pp 16 x ep 8 config before it (row 35) does neither: mla_up_proj alone.
   auto b200_old = map_published_run(one_row("MBA,26.04,DGX-B200,256,DeepSeek-V3,MXFP8,4096,1,4096,1,16,-,1,8,DDP,,2815,732,,,,"));
   REQUIRE(b200_old.config);
+  CHECK(b200_old.config->tensors == mla);
   CHECK_FALSE(b200_old.config->ep_overlap);
   // A stated setting wins (moe_act: the experts' activation output, Megatron's MoE layers' GroupedMLP
   // activation_func), and other sources' rows keep "none stated".
