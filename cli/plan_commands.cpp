@@ -481,7 +481,7 @@ void register_plan(CLI::App& app) {
       // The legend names the ep marks the list uses; the winner's line its own.
       std::string legend = "dp*: optimizer state sharded over dp", best_extra;
       if (std::any_of(r.top.begin(), r.top.end(), [](const LayoutResult& x) { return folds_experts(x.config); }))
-        legend += "; ep Nf: expert tensor parallelism 1, experts whole over an expert group of N GPUs spanning tp (and cp)";
+        legend += "; ep Nf: expert tensor parallelism 1, experts whole over an expert group of N GPUs spanning tp (and cp, or part of it)";
       if (std::any_of(r.top.begin(), r.top.end(), [](const LayoutResult& x) { return x.config.ep_overlap; }))
         legend += "; ep No: expert all-to-alls overlapped with another micro-batch's compute (combined 1F1B, ep_overlap)";
       const RunConfig& best = r.top[0].config;

@@ -72,6 +72,17 @@ std::vector<std::int64_t> expert_tp_choices(const RunConfig& base, const ModelSp
   return base.framework == "megatron" ? std::vector<std::int64_t>{0, 1} : std::vector<std::int64_t>{0};
 }
 
+// The expert groups a folded layout tries: ep_axis x tp x cp GPUs; with no ep axis carved out and cp > 1, also
+// tp x k for every k dividing cp below it (the group inside tp x cp, as Megatron's ep 8 at tp 4 x cp 4).
+std::vector<std::int64_t> folded_groups(std::int64_t tp, std::int64_t cp, std::int64_t ep_axis, bool inside) {
+  std::vector<std::int64_t> groups;
+  if (inside && ep_axis == 1)
+    for (std::int64_t k = 1; k < cp; ++k)
+      if (cp % k == 0) groups.push_back(tp * k);
+  groups.push_back(ep_axis * tp * cp);
+  return groups;
+}
+
 // Combined 1F1B to try: off always; also on for an MoE model under Megatron's state; only on when the base
 // sets it. Tried only where Megatron allows it (layout_candidates).
 std::vector<bool> ep_overlap_choices(const RunConfig& base, const ModelSpec& model) {
@@ -158,8 +169,10 @@ std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSear
     for (std::int64_t e : {8, 16, 32, 64})
       if (model.num_experts % e == 0) eps.push_back(e);
   const std::vector<std::int64_t> etps = expert_tp_choices(base, model);
-  // Experts folded over cp too need cp ranks holding the other weights whole (Megatron's reading).
-  const bool folds_over_cp = !layout_reading(base).cp_shards_weights;
+  // Experts folded over cp too need cp ranks holding the other weights whole (Megatron's reading); inside tp x cp,
+  // ep ranks too.
+  const LayoutReading reading = layout_reading(base);
+  const bool folds_over_cp = !reading.cp_shards_weights, folds_inside_cp = folds_over_cp && !reading.ep_shards_weights;
   const std::vector<bool> overlaps = ep_overlap_choices(base, model);
   // Each policy read once (preset and tensors); Megatron's combined 1F1B takes no full recompute and no
   // activation offload.
@@ -186,6 +199,22 @@ std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSear
     c.tensors = policy.tensors;
     if (set_split(c, L)) out.push_back(std::move(c));
   };
+  // A layout over every data-axes split, micro-batch, policy and overlap choice; `group`: the GPUs of one replica.
+  auto add_batches = [&](RunConfig& layout, std::int64_t group) {
+    const std::int64_t tp = layout.tp, cp = layout.cp;
+    for (const DataAxes& d : data_axes(base.gpus / group, tp * cp, sys.scale_up.domain_gpus))
+      for (std::int64_t mbs : o.micro_batches) {
+        // Megatron merges passes with experts over ep > 1 and, pipelined, interleaved; without pipelining a
+        // micro-batch's backward with the next one's forward, so it needs two of them.
+        const bool mergeable = layout.ep > 1 && (layout.pp > 1 ? layout.vp > 1 : G > mbs * (base.gpus / (tp * cp)));
+        for (std::size_t k = 0; k < policies.size(); ++k)
+          for (bool overlap : overlaps) {
+            if (overlap && !(mergeable && overlappable[k])) continue;
+            layout.ep_overlap = overlap;
+            add(layout, d, mbs, chosen[k]);
+          }
+      }
+  };
   for (std::int64_t tp : {1, 2, 4, 8})
     for (std::int64_t cp : {1, 2, 4})
       for (std::int64_t pp : {1, 2, 4, 8, 16})
@@ -193,28 +222,21 @@ std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSear
           for (std::int64_t ep_axis : eps)
             for (std::int64_t etp : etps) {
               if ((pp == 1 && vp > 1) || (cp > 1 && base.seq / cp < 2048)) continue;
-              // Folding puts whole experts over an expert group of ep_axis x tp x cp GPUs (needs tp > 1).
+              // Folding puts whole experts over an expert group of ep_axis x tp x cp GPUs (needs tp > 1), or,
+              // with no ep axis carved out, over tp and a part of cp (tp x k of the cp ranks, k dividing cp).
               const bool fold = etp == 1 && tp > 1;
               if (etp == 1 && !fold && etps.size() > 1) continue;  // at tp 1 the folded layout is the plain one
-              if (fold && ((cp > 1 && !folds_over_cp) || model.num_experts % (ep_axis * tp * cp) != 0)) continue;
+              if (fold && cp > 1 && !folds_over_cp) continue;
               const std::int64_t group = tp * cp * pp * ep_axis;
               if (base.gpus % group != 0) continue;
-              RunConfig layout = base;
-              layout.tp = tp, layout.cp = cp, layout.pp = pp, layout.vp = vp;
-              layout.ep = fold ? ep_axis * tp * cp : ep_axis;
-              layout.expert_tp = fold ? 1 : 0;
-              for (const DataAxes& d : data_axes(base.gpus / group, tp * cp, sys.scale_up.domain_gpus))
-                for (std::int64_t mbs : o.micro_batches) {
-                  // Megatron merges passes with experts over ep > 1 and, pipelined, interleaved; without
-                  // pipelining a micro-batch's backward with the next one's forward, so it needs two of them.
-                  const bool mergeable = layout.ep > 1 && (pp > 1 ? vp > 1 : G > mbs * (base.gpus / (tp * cp)));
-                  for (std::size_t k = 0; k < policies.size(); ++k)
-                    for (bool overlap : overlaps) {
-                      if (overlap && !(mergeable && overlappable[k])) continue;
-                      layout.ep_overlap = overlap;
-                      add(layout, d, mbs, chosen[k]);
-                    }
-                }
+              for (std::int64_t ep : fold ? folded_groups(tp, cp, ep_axis, folds_inside_cp) : std::vector<std::int64_t>{ep_axis}) {
+                if (fold && model.num_experts % ep != 0) continue;
+                RunConfig layout = base;
+                layout.tp = tp, layout.cp = cp, layout.pp = pp, layout.vp = vp;
+                layout.ep = ep;
+                layout.expert_tp = fold ? 1 : 0;
+                add_batches(layout, group);
+              }
             }
   return out;
 }

@@ -287,7 +287,8 @@ TEST_CASE("under Megatron's state the layout search also folds an MoE model's ex
   // tp > 1: the same tp x cp x pp x ep-axis x data axes, the experts whole over an expert group of
   // ep-axis x tp x cp GPUs, which must divide the 256 experts. So the folded candidates are exactly the unfolded
   // ones with tp > 1 and 256 % (ep x tp x cp) == 0, each with ep multiplied by tp x cp; MaxText's state has
-  // none, and asked for under MaxText's reading (cp shards the weights) only those with cp 1.
+  // none, and asked for under MaxText's reading (cp shards the weights) only those with cp 1. Those with no ep
+  // axis and cp > 1 also fold inside tp x cp: an expert group of tp x k for each k dividing cp below it.
   RunConfig base;
   base.model = "deepseek-v3-671b";
   base.system = "gb200-nvl72";
@@ -304,7 +305,7 @@ TEST_CASE("under Megatron's state the layout search also folds an MoE model's ex
   };
   const auto maxtext = layout_candidates(base, o);
   REQUIRE(!maxtext.empty());
-  std::set<std::string> expected_folds;
+  std::set<std::string> expected_folds, expected_inside;
   std::size_t folds_cp1 = 0;
   for (const RunConfig& c : maxtext) {
     CHECK(c.expert_tp == 0);
@@ -312,17 +313,28 @@ TEST_CASE("under Megatron's state the layout search also folds an MoE model's ex
       expected_folds.insert(key(c));
       folds_cp1 += c.cp == 1;
     }
+    if (c.tp > 1 && c.ep == 1)
+      for (std::int64_t k = 1; k < c.cp; ++k)
+        if (c.cp % k == 0) expected_inside.insert(key(c) + " tp x " + std::to_string(k));
   }
+  REQUIRE(expected_inside.size() > 4);
   REQUIRE(folds_cp1 < expected_folds.size());
   REQUIRE(expected_folds.size() > 10);
   base.framework = "megatron";
   const auto megatron = layout_candidates(base, o);
-  std::set<std::string> plain, folds;
+  std::set<std::string> plain, folds, inside;
   for (const RunConfig& c : megatron) {
     INFO(config_id(c));
     if (!folds_experts(c)) {
       CHECK(c.expert_tp == 0);
       plain.insert(key(c));
+      continue;
+    }
+    if (experts_inside_cp(c)) {
+      RunConfig mesh = c;
+      mesh.ep = 1;
+      mesh.expert_tp = 0;
+      CHECK(inside.insert(key(mesh) + " tp x " + std::to_string(c.ep / c.tp)).second);
       continue;
     }
     CHECK(c.ep % (c.tp * c.cp) == 0);
@@ -331,7 +343,8 @@ TEST_CASE("under Megatron's state the layout search also folds an MoE model's ex
     CHECK(folds.insert(key(c)).second);  // one fold per mesh
   }
   CHECK(folds == expected_folds);
-  CHECK(plain.size() + folds.size() == megatron.size());
+  CHECK(inside == expected_inside);
+  CHECK(plain.size() + folds.size() + inside.size() == megatron.size());
   CHECK(plain.size() == maxtext.size());  // every unfolded layout is still tried
   // expert_tp 1 asked for under MaxText's reading: every layout with tp > 1 folds (those that cannot, cp > 1,
   // are not tried).
