@@ -121,6 +121,7 @@ void check_what_ifs(const RunConfig& c, const std::function<std::string(const st
   auto checked = [&](const std::string& field) { return !skip || !skip(field); };
   if (checked("memory_limit_slop") && !(c.memory_limit_slop > 0 && c.memory_limit_slop <= 1))
     throw InputError(named("memory_limit_slop") + " = " + format_number(c.memory_limit_slop) + " (must be in (0, 1])");
+  if (checked("max_ops") && c.max_ops <= 0) throw InputError(named("max_ops") + " = " + std::to_string(c.max_ops) + " (must be > 0)");
   for (const auto& w : what_if_fields()) {
     const auto& v = c.*w.value;
     if (!v || !checked(w.field)) continue;
@@ -376,6 +377,7 @@ PreparedRun prepare_run(const RunConfig& c, const Profile* extra) {
   r.options.pipelined_collectives = c.pipelined_collectives;
   r.options.double_buffering = c.double_buffering;
   r.options.memory_limit_slop = c.memory_limit_slop;
+  r.options.max_ops = c.max_ops;
   r.options.tp_comm_overlap = c.tp_comm_overlap;
   r.options.dp_overlap = c.dp_overlap;
   r.options.ep_overlap = c.ep_overlap;

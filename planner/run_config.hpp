@@ -82,6 +82,7 @@ struct RunConfig {
   bool pipelined_collectives = true;    // FSDP all-gathers issued one layer ahead (XLA collective pipeliner)
   bool double_buffering = false;        // XLA while-loop double buffering: two layers per scan body
   double memory_limit_slop = 0.95;
+  std::int64_t max_ops = 4'000'000;  // the simulated-op budget (SimOptions::max_ops)
   // What-if overrides of the system's figures (what_if_fields() below).
   std::optional<double> host_link_bytes_per_s;  // per GPU, per direction
   std::optional<double> scale_up_bytes_per_s;   // per GPU, per direction
@@ -118,7 +119,7 @@ const WhatIfField* find_what_if(const std::string& field);  // nullptr: not a wh
 // Why a what-if override cannot be used, e.g. "must be > 0"; nullopt when it can. One rule for every front end:
 // flags, config files, sweep axes, Python.
 std::optional<std::string> what_if_problem(const std::string& field, double value);
-// Throws for memory_limit_slop or a what-if figure that cannot be used, the message starting with `name(field)`
+// Throws for memory_limit_slop, max_ops or a what-if figure that cannot be used, the message starting with `name(field)`
 // (the field itself when `name` is empty). Fields `skip` says yes to are left out (a sweep's varied axes).
 void check_what_ifs(const RunConfig& config, const std::function<std::string(const std::string&)>& name = {},
                     const std::function<bool(const std::string&)>& skip = {});

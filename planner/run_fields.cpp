@@ -196,6 +196,10 @@ const std::vector<RunField> kFields = {
      &C::double_buffering},
     {"memory_limit_slop", "--memory-limit-slop", "Fraction of HBM the LHS may plan for", &C::memory_limit_slop,
      FieldCheck::fraction},
+    {"max_ops", "--max-ops",
+     "Simulated-op budget: a step estimated to need more ops is refused before it is built (each op costs about "
+     "160 bytes and 0.5 us; 4 M ops: about 0.7 GB and 2 s)",
+     &C::max_ops, FieldCheck::positive},
     {"host_link_bytes_per_s", "--host-link-bw", "What-if: host-link bytes/s per GPU per direction",
      &C::host_link_bytes_per_s, FieldCheck::positive},
     {"scale_up_bytes_per_s", "--scale-up-bw", "What-if: scale-up (NVLink) bytes/s per GPU per direction",

@@ -12,6 +12,8 @@ struct SimOptions {
   bool lhs = true;                   // xla_gpu_enable_latency_hiding_scheduler
   bool pipelined_transfers = false;  // xla_gpu_enable_pipelined_host_offloading
   double memory_limit_slop = 0.95;   // xla_gpu_memory_limit_slop_factor / 100
+  // A step estimated to need more simulated ops is refused before it is built (seconds and gigabytes above it).
+  std::int64_t max_ops = 4'000'000;
   bool pipelined_collectives = true; // xla_gpu_enable_pipelined_all_gather: FSDP gathers one layer ahead
   bool double_buffering = false;     // xla_gpu_enable_while_loop_double_buffering: scan bodies hold two layers
   // Tensor-parallel all-gathers and reduce-scatters run chunk by chunk beside their GEMM (Transformer

@@ -95,7 +95,7 @@ class ProgramBuilder {
     prog_.iterations.clear();
   }
 
-  // Event budget: a step larger than this would take seconds and gigabytes; refuse it up front. The op list
+  // Event budget (max_ops): a step larger than it would take seconds and gigabytes; refuse it up front. The op list
   // is reserved at an upper bound so that a thread's first step does not relocate it halfway.
   void reserve() {
     std::size_t ops_estimate = 0, ops_bound = 0;
@@ -103,12 +103,12 @@ class ProgramBuilder {
       ops_estimate += 3 * g_.layer(l).ops.size() + 8;
       ops_bound += 5 * g_.layer(l).ops.size() + 3 * g_.layer(l).tensors.size() + 10;
     }
-    constexpr std::size_t kMaxOps = 4'000'000;
     const double total_ops = static_cast<double>(ops_estimate) * static_cast<double>(g_.training.grad_accum);
-    if (total_ops > kMaxOps)
+    if (total_ops > static_cast<double>(opt_.max_ops))
       throw InputError("layers x grad_accum = " + std::to_string(g_.model.stack_layers()) + " x " +
                        std::to_string(g_.training.grad_accum) + " (the step would need about " +
-                       std::to_string(static_cast<long long>(total_ops)) + " simulated ops; the budget is 4000000)");
+                       std::to_string(static_cast<long long>(total_ops)) + " simulated ops; the budget, max_ops, is " +
+                       std::to_string(opt_.max_ops) + ")");
     const std::size_t stages = g_.stages.size();
     prog_.ops.reserve(ops_bound * static_cast<std::size_t>(g_.training.grad_accum) + 32 * stages);
     prog_.buffers.reserve(ops_bound * static_cast<std::size_t>(g_.training.grad_accum) + 32 * stages);

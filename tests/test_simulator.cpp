@@ -421,3 +421,37 @@ TEST_CASE("a double-buffered loop body never spans two scans", "[sim][lhs]") {
   CHECK(waits_for("attn_norm L5", "d2h mla_q L3"));
   CHECK(waits_for("attn_norm L5", "d2h mla_q L4"));
 }
+
+TEST_CASE("a step over the simulated-op budget (max_ops) is refused before it is built, naming the budget", "[sim][errors]") {
+  // The estimate is the layers' ops times the micro-steps, so twice the accumulation estimates exactly twice the
+  // ops; a budget below it refuses the step, one above it runs it.
+  RunConfig c;
+  c.model = "llama3.1-8b";
+  c.system = "h100-hgx";
+  c.gpus = 8;
+  c.max_ops = 1000;
+  auto estimate = [&](std::int64_t accumulation) {
+    c.grad_accum = accumulation;
+    try {
+      run_simulation(c);
+    } catch (const InputError& e) {
+      const std::string what = e.what();
+      INFO(what);
+      CHECK(what.find("simulated ops; the budget, max_ops, is 1000)") != std::string::npos);
+      const auto at = what.find("about ");
+      REQUIRE(at != std::string::npos);
+      return std::stod(what.substr(at + 6));
+    }
+    FAIL("not refused");
+    return 0.0;
+  };
+  const double one = estimate(1), two = estimate(2);
+  CHECK(one > 1000);
+  CHECK(two == 2 * one);
+  c.max_ops = static_cast<std::int64_t>(two);
+  CHECK(run_simulation(c).step_time_s > 0);
+  c.max_ops = 0;
+  CHECK_THROWS_WITH(run_simulation(c), Catch::Contains("max_ops = 0 (must be > 0)"));
+  CHECK_THROWS_WITH(RunConfig::from_json(nlohmann::json::parse(R"({"max_ops": 0})"), "run.json"),
+                    Catch::Contains("max_ops") && Catch::Contains("must be > 0"));
+}
