@@ -112,13 +112,10 @@ std::vector<std::string> default_layout_policies(const RunConfig& base) {
   // The module sets published Megatron recipes use (the MoE zoo's "norm, act" and long-context "layernorm moe",
   // Megatron-Bridge's DeepSeek-V3 mla_up_proj), where the model has them.
   const ModelSpec model = resolve_model(base.model);
-  for (const char* p : {"no_recompute+moe_act+layernorm", "no_recompute+moe+layernorm", "no_recompute+mla_up_proj"}) {
-    try {
-      (void)with_layout_policy(base, p, model);
-      out.push_back(p);
-    } catch (const InputError&) {  // a module the model has nothing of
-    }
-  }
+  auto has = [&](const char* module) { return !find_recompute_module(module)->tensors_in(model).empty(); };
+  if (has("moe_act") && has("layernorm")) out.push_back("no_recompute+moe_act+layernorm");
+  if (has("moe") && has("layernorm")) out.push_back("no_recompute+moe+layernorm");
+  if (has("mla_up_proj")) out.push_back("no_recompute+mla_up_proj");
   return out;
 }
 
