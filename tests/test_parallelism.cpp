@@ -429,6 +429,39 @@ TEST_CASE("expert_tp 1 folds the experts over tp: whole experts, one all-to-all 
   CHECK_THROWS_WITH(run_simulation(c), Catch::Contains("ep = 6 (with expert_tp = 1 the expert group spans tp = 4"));
 }
 
+TEST_CASE("an expert group inside tp x cp splits the cp axis in place, whatever the mesh order", "[parallel][ep]") {
+  // ep 4 at tp 2 x cp 4: the ep axis (2 ranks) becomes the inner part of cp, right inside the cp axis (2 ranks), the
+  // other axes where the order puts them; the product of the mesh is the GPU count (8 x 2 x 2 x 2 = 64).
+  Parallelism p;
+  p.tp = 2, p.cp = 4, p.ep = 2, p.dp = 8, p.fsdp = 1;
+  p.experts_fold_tp = p.experts_inside_cp = true;
+  p.cp_shards_weights = p.ep_shards_weights = false;
+  for (const auto& [order, split] : {std::pair{megatron_mesh_order(), MeshOrder{Axis::pp, Axis::dp, Axis::fsdp, Axis::cp, Axis::ep, Axis::tp}},
+                                     {maxtext_mesh_order(), MeshOrder{Axis::dp, Axis::pp, Axis::fsdp, Axis::cp, Axis::ep, Axis::tp}},
+                                     {parse_mesh_order("cp,dp,pp,fsdp,tp,ep", "test"),
+                                      MeshOrder{Axis::cp, Axis::ep, Axis::dp, Axis::pp, Axis::fsdp, Axis::tp}}}) {
+    p.order = order;
+    const Mesh m = p.mesh();
+    CHECK(m.order == split);
+    CHECK(m.size(Axis::cp) == 2);
+    CHECK(m.size(Axis::ep) == 2);
+    CHECK(m.devices() == 64);
+    CHECK(m.size(p.context_axes()) == 4);  // every context rank
+    CHECK(m.size(p.expert_axes()) == 4);   // the expert group: tp x 2 of the cp ranks
+  }
+  CHECK(p.expert_group() == 4);
+  CHECK(expert_group_span(p) == "tp x 2 of the 4 cp ranks");
+  p.experts_inside_cp = false;
+  p.ep = 1;  // the whole group over tp x cp: 8 GPUs, no ep axis of its own
+  CHECK(p.expert_group() == 8);
+  CHECK(p.expert_axes() == (AxisSet{Axis::ep, Axis::cp, Axis::tp}));
+  CHECK(expert_group_span(p) == "ep x cp x tp");
+  p.cp = 1;
+  CHECK(expert_group_span(p) == "ep x tp");
+  p.experts_fold_tp = false;
+  CHECK(expert_group_span(p) == "ep");
+}
+
 TEST_CASE("dropless routing's load imbalance slows the busiest expert rank's all-to-alls and GEMMs, not its memory",
           "[parallel][ep]") {
   // Mixtral 8x7B on 8 H100s, tp 2 with sequence parallelism, ep 4 with whole experts (expert tp 1), batch 1 x
