@@ -384,6 +384,10 @@ PreparedRun prepare_run(const RunConfig& c, const Profile* extra) {
   r.options.program_order = c.framework == "megatron";
   r.options.blocking_p2p = blocking_p2p(c);
   if (c.ep_overlap) check_ep_overlap(c, r);
+  if (c.delay_wgrad && !(c.ep_overlap && c.framework == "megatron"))
+    throw InputError("delay_wgrad = on (Megatron's delay_wgrad_compute: needs ep_overlap on and framework megatron, as "
+                     "Megatron-Core requires overlap_moe_expert_parallel_comm)");
+  r.options.delay_wgrad = c.delay_wgrad;
   r.options.reshard_weights = c.reshard_weights;
   if (c.optimizer_offload == "device") r.options.optimizer_offload = OptimizerOffload::device;
   else if (c.optimizer_offload == "host") r.options.optimizer_offload = OptimizerOffload::host;

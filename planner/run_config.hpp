@@ -63,6 +63,7 @@ struct RunConfig {
   bool tp_comm_overlap = false;
   bool dp_overlap = true;
   bool ep_overlap = false;  // Megatron overlap_moe_expert_parallel_comm: combined 1F1B
+  bool delay_wgrad = false; // Megatron delay_wgrad_compute (with ep_overlap)
   std::int64_t moe_batch_split = 1;     // MoE layers run as this many micro-batches (MaxText batch split)
   double moe_load_imbalance = 1;        // the busiest expert rank's tokens over the mean (dropless routing)
   std::int64_t mtp_layers = 0;          // multi-token prediction modules after the decoder layers (DeepSeek-V3)

@@ -131,6 +131,11 @@ const std::vector<RunField> kFields = {
      "a backward of different micro-batches run layer by layer together, each one's all-to-alls beside the other's "
      "compute (MoE with ep > 1; 1f1b, interleaved when pp > 1; no full recompute, no offload)",
      &C::ep_overlap},
+    {"delay_wgrad", "--delay-wgrad",
+     "Megatron's delay_wgrad_compute (needs ep_overlap and framework megatron): each module's weight-gradient GEMMs "
+     "after its input-gradient chain, the experts' before the dispatch all-to-all's backward, the attention's at the "
+     "layer's end, so those all-to-alls run beside them",
+     &C::delay_wgrad},
     {"reshard_weights", "--reshard-weights",
      "FSDP gathers a layer's weights for every micro-batch's forward and backward and frees them after use (off: once "
      "per step, kept until the layer's last backward, as PyTorch FSDP reshard_after_forward=False)",

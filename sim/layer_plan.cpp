@@ -52,14 +52,27 @@ void plan_backward_steps(const LayerTemplate& t, TemplatePlan& p) {
   steps.clear();
   for (int o : p.order)
     if (p.replay[static_cast<std::size_t>(o)]) steps.push_back({Kind::replay, static_cast<std::size_t>(o)});
+  // Megatron's delay_wgrad_compute: a module's weight gradients wait until its input-gradient chain is done,
+  // the MLP's (experts) just before the dispatch all-to-all's backward, the attention's at the layer's end.
+  const bool delay = p.delay_wgrad && !schedule && !p.split_weight_grads;
+  std::vector<TemplatePlan::Step> delayed;
+  auto flush = [&] {
+    steps.insert(steps.end(), delayed.begin(), delayed.end());
+    delayed.clear();
+  };
+  const int mlp_norm = t.find_tensor("mlp_norm");
   for (std::size_t o = no; o-- > 0;) {
-    if ((schedule || p.split_weight_grads || p.dgrad_first) && t.ops[o].kind == OpKind::gemm) {
+    const OpDef& op = t.ops[o];
+    const bool a2a = op.kind == OpKind::comm && op.comm.axis == Axis::ep && op.comm.backward == CommKind::all_to_all;
+    if (delay && (a2a || std::find(op.outputs.begin(), op.outputs.end(), mlp_norm) != op.outputs.end())) flush();
+    if ((schedule || p.split_weight_grads || p.dgrad_first || delay) && op.kind == OpKind::gemm) {
       steps.push_back({Kind::bwd_x, o});
-      steps.push_back({Kind::bwd_w, o});
+      (delay ? delayed : steps).push_back({Kind::bwd_w, o});
     } else {
       steps.push_back({Kind::bwd, o});
     }
   }
+  flush();
   if (schedule) {
     const auto n = steps.size();
     std::vector<int> replay_step(no, -1), grad_step(no, -1);  // grad_step: writes the op's input gradients
@@ -300,6 +313,7 @@ void plan_template(const LayerTemplate& t, const Policy& policy, const Costs& c,
   }
   p.scheduled = opt.lhs && !opt.program_order && has_comm(t);
   p.dgrad_first = opt.program_order && opt.tp_comm_overlap;
+  p.delay_wgrad = opt.program_order && opt.delay_wgrad;
   p.split_weight_grads = splits_backward(g.training.parallelism.schedule) && g.training.parallelism.pp > 1;
   plan_forward_order(t, p);
   for (int o : p.order)

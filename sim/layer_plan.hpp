@@ -38,6 +38,10 @@ struct TemplatePlan {
   // A GEMM's backward is two steps in program order, input gradient first, so that the collective of the input
   // gradient runs beside the weight-gradient GEMM (Transformer Engine's bulk overlap under Megatron).
   bool dgrad_first = false;
+  // Megatron's delay_wgrad_compute (under ep_overlap): a GEMM's weight gradient waits until its module's
+  // input-gradient chain is done (the MLP's just before the dispatch all-to-all's backward, the attention's at
+  // the layer's end), so the all-to-all and the next layer's combine run beside weight-gradient GEMMs.
+  bool delay_wgrad = false;
 
   // One backward iteration: replays of forward ops, and backward ops. In a scheduled layer (or with the
   // weight gradients split off) a GEMM's backward is two steps (input-gradient and weight-gradient dots).

@@ -41,6 +41,9 @@ struct SimOptions {
   // layer, each pass's expert all-to-alls issued beside the other pass's compute (the build's issue order,
   // sim/program_builder.cpp).
   bool ep_overlap = false;
+  // Megatron's delay_wgrad_compute (needs ep_overlap): each module's weight-gradient GEMMs after its
+  // input-gradient chain (TemplatePlan::delay_wgrad).
+  bool delay_wgrad = false;
   // Megatron (PyTorch) runs a layer's ops in program order, with no latency-hiding scheduler: `lhs` does not
   // apply, and a collective blocks the compute stream unless a library overlaps it (the CP ring; the expert
   // all-to-all under ep_overlap; with tp_comm_overlap Transformer Engine's userbuffers, which expose one of tp

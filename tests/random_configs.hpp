@@ -86,7 +86,7 @@ inline RunConfig random_pipeline(std::mt19937& rng) {
 // first layers, recomputed layers, optimizer or parameter offload, FP8-saved activations, a layer range with a
 // policy of its own, the MoE batch split, Megatron's selective recompute modules), and a model from a HuggingFace config (Qwen3-235B-A22B) for half
 // of the MoE draws, half of which route with a busiest expert rank 1.5x the mean, and half of those with tp and cp > 1 fold
-// their experts over or inside tp x cp. Some combinations are bad input; the caller skips those.
+// their experts over or inside tp x cp; half the Megatron draws with ep_overlap delay their weight gradients. Some combinations are bad input; the caller skips those.
 inline void add_levers(std::mt19937& rng, RunConfig& c) {
   auto coin = [&] { return std::uniform_int_distribution<int>(0, 1)(rng) == 1; };
   if (coin()) c.framework = "megatron";
@@ -117,6 +117,7 @@ inline void add_levers(std::mt19937& rng, RunConfig& c) {
     c.cp_shards_weights = c.ep_shards_weights = false;
     c.ep = c.tp * pick<std::int64_t>(rng, {c.cp / 2, c.cp, 2 * c.cp});
   }
+  if (c.ep_overlap && c.framework == "megatron" && coin()) c.delay_wgrad = true;  // Megatron-Bridge's MoE recipes' pair
 }
 
 }  // namespace test

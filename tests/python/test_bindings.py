@@ -328,6 +328,8 @@ TEXT_VALUES = {"policy": "save_qkv_proj", "weights": "fp8", "attention_dtype": "
 
 # On/off fields that are bad input on the default config get the fields they need (as flags and keywords).
 FIELD_CONTEXT = {"ep_overlap": {"model": "deepseek-v3-671b", "gpus": "8", "ep": "8", "policy": "minimal"},
+                 "delay_wgrad": {"model": "deepseek-v3-671b", "gpus": "8", "ep": "8", "policy": "minimal", "ep_overlap": "on",
+                                 "framework": "megatron"},
                  "moe_load_imbalance": {"model": "deepseek-v3-671b", "gpus": "8", "ep": "8"}}
 
 
