@@ -365,8 +365,9 @@ RunMapping map_published_run(const PublishedRun& r) {
     m.recompute_unstated = false;  // the config read says all it recomputes, nothing where it names only offload
   }
   // Megatron-Bridge's B200 MXFP8 DeepSeek-V3 config since 2026-04-18 (#3368, the only B200 one at ep 32: pp 8 x
-  // vp 2, DeepEP) sets moe_a2a_overlap, Megatron's combined 1F1B.
-  c.ep_overlap = deepseek && mba && *system == "b200-hgx" && r.ep == 32;
+  // vp 2, DeepEP) sets moe_a2a_overlap, Megatron's combined 1F1B, which its overrides.py (d69b428) applies with
+  // delay_wgrad_compute.
+  c.ep_overlap = c.delay_wgrad = deepseek && mba && *system == "b200-hgx" && r.ep == 32;
 
   // A GAn note is the source's own accumulation count: say when the batch and layout give another.
   if (auto ga = r.notes.find("GA"); ga != std::string::npos) {

@@ -67,6 +67,7 @@ std::string validation_layout(const ValidationRow& row) {
                     std::to_string(c.cp) + " ep" + std::to_string(c.ep) + " dp" + std::to_string(c.dp);
     if (c.fsdp > 1) s += " fsdp" + std::to_string(c.fsdp);
     if (c.ep_overlap) s += " ep-overlap";  // Megatron's combined 1F1B
+    if (c.delay_wgrad) s += " delay-wgrad";
     return s;
   }
   const auto& r = row.run;
