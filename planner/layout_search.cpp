@@ -208,6 +208,8 @@ std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSear
           for (bool overlap : overlaps) {
             if (overlap && !(mergeable && overlappable[k])) continue;
             layout.ep_overlap = overlap;
+            // Megatron-Bridge's moe_a2a_overlap turns on both (overrides.py); MaxText's reading has neither.
+            layout.delay_wgrad = overlap && base.framework == "megatron";
             add(layout, d, mbs, chosen[k]);
           }
       }

@@ -637,6 +637,7 @@ std::string megatron_settings(const RunConfig& given) {
                                       : " --moe-token-dispatcher-type alltoall";
   if (folds_experts(c)) out += " --expert-tensor-parallel-size 1";
   if (c.ep_overlap) out += " --overlap-moe-expert-parallel-comm";
+  if (c.delay_wgrad) out += " --delay-wgrad-compute";
   if (c.tp > 1 && c.sequence_parallel) out += " --sequence-parallel";
   if (c.tp_comm_overlap) out += " --tp-comm-overlap";
   if (c.mtp_layers > 0) out += " --mtp-num-layers " + std::to_string(c.mtp_layers);

@@ -387,9 +387,11 @@ TEST_CASE("an MoE search under Megatron's state prunes to the exhaustive answer,
   o.micro_batches = {1};
   const LayoutSearch exhaustive = search_both_ways(base, o).exhaustive;
   CHECK(exhaustive.top[0].config.ep_overlap);
+  // As Megatron-Bridge's recipes run the overlap: with the weight gradients delayed.
+  for (const LayoutResult& l : exhaustive.top) CHECK(l.config.delay_wgrad == l.config.ep_overlap);
   // Its twin without the overlap is slower.
   RunConfig twin = exhaustive.top[0].config;
-  twin.ep_overlap = false;
+  twin.ep_overlap = twin.delay_wgrad = false;
   CHECK(run_simulation(twin).tokens_per_s_per_device < exhaustive.top[0].report.tokens_per_s_per_device);
 }
 
@@ -595,6 +597,9 @@ TEST_CASE("the Megatron arguments say what a config sets", "[layout][plan]") {
   CHECK_THAT(megatron_settings(c), !Catch::Contains("overlap-moe"));
   c.ep_overlap = true;
   CHECK_THAT(megatron_settings(c), Catch::Contains("--overlap-moe-expert-parallel-comm"));
+  CHECK_THAT(megatron_settings(c), !Catch::Contains("--delay-wgrad-compute"));
+  c.delay_wgrad = true;
+  CHECK_THAT(megatron_settings(c), Catch::Contains("--overlap-moe-expert-parallel-comm --delay-wgrad-compute"));
   CHECK_THAT(maxtext_settings(c), Catch::Contains("combined 1F1B, which MaxText does not have"));
   // A config simulated otherwise than Megatron runs it ends in the flags that would simulate it Megatron's way.
   // Its layout fields are auto, so the framework alone reads them Megatron's way.
