@@ -195,7 +195,7 @@ TrainingSpec training_shape(const RunConfig& c) {
   if (folds_experts(c)) {
     const std::string span = c.cp > 1 ? "tp x cp = " + std::to_string(c.tp * c.cp) : "tp = " + std::to_string(c.tp);
     const bool inside = experts_inside_cp(c);
-    if (inside ? c.ep % c.tp != 0 || c.cp % (c.ep / c.tp) != 0 : c.ep % (c.tp * c.cp) != 0)
+    if (!folded_group_fits(c.tp, c.cp, c.ep))
       throw InputError("ep = " + std::to_string(c.ep) + " (with expert_tp = 1 the expert group spans " + span +
                        ": ep must be a multiple of it" + (c.cp > 1 ? ", or tp times a divisor of cp" : "") + ")");
     if (inside && reading.ep_shards_weights)

@@ -136,6 +136,11 @@ Policy resolve_policy(const RunConfig& config, const StepGraph& graph);
 // Megatron's MoE parallel folding: experts whole over an expert group of ep GPUs that spans tp and cp
 // (expert_tp 1 under tp > 1); the mesh's expert axis is then ep / (tp x cp).
 inline bool folds_experts(const RunConfig& c) { return c.expert_tp == 1 && c.tp > 1; }
+// Whether a folded expert group of ep GPUs sits on tp x cp ranks: a multiple of tp x cp, or inside them as tp
+// times a divisor of cp (the config's check and the validation mapping's).
+inline bool folded_group_fits(std::int64_t tp, std::int64_t cp, std::int64_t ep) {
+  return ep < tp * cp ? ep % tp == 0 && cp % (ep / tp) == 0 : ep % (tp * cp) == 0;
+}
 // Folded with an expert group smaller than tp x cp: it spans tp and ep / tp of the cp ranks (ep 8 at tp 4 x cp 4).
 inline bool experts_inside_cp(const RunConfig& c) { return folds_experts(c) && c.cp > 1 && c.ep < c.tp * c.cp; }
 // The mesh's expert axis: under folding the expert group spans tp x cp, and only the rest is an axis of its own

@@ -290,7 +290,7 @@ RunMapping map_published_run(const PublishedRun& r) {
               " (Megatron's MoE parallel folding with expert tensor parallelism: not modelled)");
   // A group inside tp x cp spans tp and part of cp: nothing is carved out of data parallelism.
   const bool inside = fold && r.ep < r.tp * r.cp;
-  if (inside ? r.ep % r.tp != 0 || r.cp % (r.ep / r.tp) != 0 : fold && r.ep % (r.tp * r.cp) != 0)
+  if (fold && !folded_group_fits(r.tp, r.cp, r.ep))
     return no("ep = " + str(r.ep) + " with ETP1 is neither a multiple of tp x cp = " + str(r.tp * r.cp) +
               " nor tp times a divisor of cp");
   const std::int64_t carved = inside ? 1 : fold ? r.ep / (r.tp * r.cp) : r.ep;  // the part of the expert group outside tp x cp
