@@ -402,8 +402,8 @@ PYBIND11_MODULE(_hbmsim, m) {
         "`hbmsim reproduce --json`). calibration: profile file or built-in name (\"\" = datasheet figures).");
   m.def("plan_largest_batch", &plan_largest_batch, py::arg("config"), py::arg("variants") = std::vector<std::string>{},
         py::arg("max_batch") = 1024, py::arg("powers_of_two") = false,
-        "Largest per-device batch that fits, per variant (\"LABEL=field:value;...\"; none: the default variants), as\n"
-        "`plan largest-batch --json`: list of {variant, largest_batch, stopped, report, settings}.");
+        "Largest batch that fits, per variant (\"LABEL=field:value;...\"; none: the default variants), as\n"
+        "`plan largest-batch --json`: list of {variant, field, largest_batch, micro_batch, stopped, report, settings}.");
   m.def("plan_best_policy", &plan_best_policy, py::arg("config"), py::arg("names") = std::vector<std::string>{},
         py::arg("jobs") = 1, "Best device/remat/offload placement of `names`, as `plan best-policy --json`.");
   m.def("plan_break_even", &plan_break_even, py::arg("config"), py::arg("tolerance") = 0.01,

@@ -226,13 +226,13 @@ void register_plan(CLI::App& app) {
   auto* plan = app.add_subcommand("plan", "Capacity questions: largest batch, best policy, Pareto front, break-even link, HBM needed");
   plan->require_subcommand(0, 1);
   {
-    auto* cmd = plan->add_subcommand("largest-batch", "Largest per-device batch that fits, per policy variant");
+    auto* cmd = plan->add_subcommand("largest-batch", "Largest batch that fits (per device, or Megatron's micro-batch), per policy variant");
     auto flags = make_run_flags(cmd);
     auto variants = std::make_shared<std::vector<std::string>>();
     auto max_batch = std::make_shared<std::int64_t>(1024);
     auto json = std::make_shared<bool>(false);
     cmd->add_option("--variant", *variants, "LABEL=field:value;field:value (repeatable); default: device/remat/offload of the --tensor names, or the presets (Megatron's no_recompute, selective and full under --framework megatron; MaxText's otherwise)");
-    cmd->add_option("--max-batch", *max_batch, "Upper end of the search");
+    cmd->add_option("--max-batch", *max_batch, "Upper end of the search (the per-device batch, or the micro-batch with --micro-batch)");
     auto pow2 = std::make_shared<bool>(false);
     cmd->add_flag("--powers-of-two", *pow2, "Only batches 1, 2, 4, ... (the grid capacity experiments usually step through)");
     cmd->add_flag("--json", *json, "Machine-readable output");
@@ -249,7 +249,10 @@ void register_plan(CLI::App& app) {
       for (auto& v : *variants) vs.push_back(parse_variant(base, v));
       if (vs.empty()) vs = default_variants(base);
       auto arr = nlohmann::json::array();
-      Table t{{"variant", "largest batch", "TFLOP/s there", "HBM GiB there", "stopped at"}, {}};
+      // The search steps the base's own batch field: the per-device batch, or Megatron's micro-batch.
+      const bool micro_form = base.micro_batch > 0;
+      Table t{{"variant", micro_form ? "largest micro-batch" : "largest batch", micro_form ? "global batch" : "micro-batch",
+               "TFLOP/s there", "HBM GiB there", "stopped at"}, {}};
       t.text_last = true;
       std::optional<Candidate> winner;  // the fastest variant at its largest batch (a copy: `r` is per variant)
       std::string winner_label;
@@ -263,13 +266,14 @@ void register_plan(CLI::App& app) {
           if (variants->empty()) throw;
           throw InputError("--variant " + (*variants)[i] + ": " + e.what());
         }
-        const Candidate* at = r.batch > 0 ? r.at(static_cast<double>(r.batch)) : nullptr;
+        const Candidate* at = r.answer();
         if (at && (!winner || at->report.tflops_per_device > winner->report.tflops_per_device)) {
           winner = *at;
           winner_label = label;
         }
         arr.push_back(largest_batch_json(label, r));
-        t.rows.push_back({label, std::to_string(r.batch), at ? fixed(at->report.tflops_per_device, 1) : "-",
+        const std::string other = !at ? "-" : micro_form ? std::to_string(at->report.global_batch) : std::to_string(r.micro_batch);
+        t.rows.push_back({label, format_number(r.batch), other, at ? fixed(at->report.tflops_per_device, 1) : "-",
                           at ? gib(at->report.hbm_peak_bytes) : "-", r.stopped});
       }
       if (*json) { std::cout << dump_json(arr, 2) << "\n"; return; }
@@ -278,8 +282,9 @@ void register_plan(CLI::App& app) {
         std::printf("\nno variant fits even the smallest batch\n");
         return;
       }
-      std::printf("\nfastest: %s at batch %s, %.1f TFLOP/s/device, HBM %s GiB\n", winner_label.c_str(),
-                  format_number(*winner->config.batch).c_str(), winner->report.tflops_per_device,
+      std::printf("\nfastest: %s at %s %s, %.1f TFLOP/s/device, HBM %s GiB\n", winner_label.c_str(), micro_form ? "micro-batch" : "batch",
+                  micro_form ? std::to_string(winner->config.micro_batch).c_str() : format_number(*winner->config.batch).c_str(),
+                  winner->report.tflops_per_device,
                   gib(winner->report.hbm_peak_bytes).c_str());
       print_settings(winner->config);
     });

@@ -16,7 +16,7 @@ namespace hbmsim {
 namespace {
 
 // The memory a batch that does not fit ran out of, with the figures ("batch 6: pinned host 183.0 > 178.8 GiB").
-std::string ran_out(std::int64_t batch, const StepReport& r) {
+std::string ran_out(const std::string& batch, const StepReport& r) {
   auto over = [](const char* what, double need, double have) {
     char buf[96];
     std::snprintf(buf, sizeof buf, "%s %.1f > %.1f GiB", what, need / 1073741824.0, have / 1073741824.0);
@@ -26,40 +26,80 @@ std::string ran_out(std::int64_t batch, const StepReport& r) {
   if (r.hbm_peak_bytes > r.hbm_capacity_bytes) text = over("HBM", r.hbm_peak_bytes, r.hbm_capacity_bytes);
   if (r.host_peak_bytes > r.host_capacity_bytes)
     text += (text.empty() ? "" : ", ") + over("pinned host", r.host_peak_bytes, r.host_capacity_bytes);
-  return "batch " + std::to_string(batch) + ": " + (text.empty() ? r.fits_reason : text);
+  return batch + ": " + (text.empty() ? r.fits_reason : text);
 }
+
+// The configs largest_batch steps through: step k runs k x moe_batch_split sequences per model replica's
+// micro-batch, set in the base's own field.
+class BatchSteps {
+ public:
+  explicit BatchSteps(const RunConfig& base) : base_(base), split_(std::max<std::int64_t>(1, base.moe_batch_split)) {
+    // Per-device batch form: a replica spans tp x cp x pp devices, and with pp > 1 its step is m micro-batches.
+    const std::int64_t m = base.pp > 1 ? (base.microbatches > 0 ? base.microbatches : base.pp) : 1;
+    devices_per_sequence_ = static_cast<double>(std::max<std::int64_t>(1, base.tp * base.cp * base.pp)) / static_cast<double>(m);
+  }
+  bool micro_form() const { return base_.micro_batch > 0; }
+  std::int64_t micro_batch(std::int64_t k) const { return k * split_; }
+  // The field's value at step k: per-device batch, or micro-batch.
+  double value(std::int64_t k) const {
+    return micro_form() ? static_cast<double>(micro_batch(k)) : static_cast<double>(micro_batch(k)) / devices_per_sequence_;
+  }
+  // The last step whose value is within max_batch.
+  std::int64_t max_step(std::int64_t max_batch) const {
+    std::int64_t k = static_cast<std::int64_t>(std::floor(static_cast<double>(max_batch) / value(1) + 1e-9));
+    while (k > 0 && value(k) > static_cast<double>(max_batch)) --k;
+    return k;
+  }
+  // A global batch given is scaled with the step, keeping the accumulation (micro-batch) count: a step's
+  // sequences per replica are whole, so the scaled global batch is too.
+  RunConfig config(std::int64_t k) const {
+    RunConfig c = base_;
+    const double given = micro_form() ? static_cast<double>(base_.micro_batch) : base_.batch.value_or(1.0);
+    if (micro_form()) c.micro_batch = micro_batch(k);
+    else c.batch = value(k);
+    if (base_.global_batch > 0)
+      c.global_batch = std::llround(static_cast<double>(base_.global_batch) * value(k) / given);
+    return c;
+  }
+  std::string label(std::int64_t k) const {
+    return micro_form() ? "micro-batch " + std::to_string(micro_batch(k)) : "batch " + format_number(value(k));
+  }
+
+ private:
+  const RunConfig& base_;
+  std::int64_t split_;
+  double devices_per_sequence_ = 1;  // per-device batch form: devices per sequence of a replica's micro-batch
+};
 
 }  // namespace
 
-const Candidate* LargestBatch::at(double per_device_batch) const {
+const Candidate* LargestBatch::answer() const {
+  if (micro_batch == 0) return nullptr;
   for (const auto& t : tried)
-    if (t.config.batch == per_device_batch) return &t;
+    if (field == "micro_batch" ? t.config.micro_batch == micro_batch : t.config.batch == batch) return &t;
   return nullptr;
 }
 
 LargestBatch largest_batch(const RunConfig& base, std::int64_t max_batch, bool powers_of_two) {
   LargestBatch out;
-  // A batch split needs a batch it divides, and a pipeline's micro-batches a replica batch they divide:
-  // search in units of the smallest per-device batch that gives both (batch = k * unit).
-  const std::int64_t split = std::max<std::int64_t>(1, base.moe_batch_split);
-  const std::int64_t m = base.pp > 1 ? (base.microbatches > 0 ? base.microbatches : base.pp) : 1;
-  const std::int64_t unit = split * (m / std::gcd(m, std::max<std::int64_t>(1, base.tp * base.cp * base.pp)));
-  const std::int64_t max_k = max_batch / unit;
-  std::map<std::int64_t, bool> fits;
+  const BatchSteps steps(base);
+  if (steps.micro_form()) out.field = "micro_batch";
+  const std::int64_t max_k = steps.max_step(max_batch);
+  std::map<std::int64_t, std::size_t> run;  // step -> its index in out.tried
   auto test = [&](std::int64_t k) {
-    auto it = fits.find(k);
-    if (it != fits.end()) return it->second;
-    RunConfig c = base;
-    c.batch = k * unit;
-    auto r = run_simulation(c);
-    out.tried.push_back({c, r});
-    return fits[k] = r.fits;
+    auto it = run.find(k);
+    if (it == run.end()) {
+      RunConfig c = steps.config(k);
+      auto r = run_simulation(c);
+      out.tried.push_back({std::move(c), std::move(r)});
+      it = run.emplace(k, out.tried.size() - 1).first;
+    }
+    return out.tried[it->second].report.fits;
   };
-  // Why a batch does not fit: the memory it ran out of, with the figures ("batch 6: pinned host 183.0 > 178.8 GiB").
-  // Why a tried batch does not fit ("batch 6: pinned host 183.0 > 178.8 GiB").
-  auto why = [&](std::int64_t k) { return ran_out(k * unit, out.at(static_cast<double>(k * unit))->report); };
+  // Why a tried step does not fit ("batch 6: pinned host 183.0 > 178.8 GiB").
+  auto why = [&](std::int64_t k) { return ran_out(steps.label(k), out.tried[run.at(k)].report); };
   if (max_k < 1) {
-    out.stopped = "max_batch " + std::to_string(max_batch) + " is below the smallest candidate, " + std::to_string(unit);
+    out.stopped = "max_batch " + std::to_string(max_batch) + " is below the smallest candidate, " + format_number(steps.value(1));
     return out;
   }
   if (!test(1)) {
@@ -82,10 +122,11 @@ LargestBatch largest_batch(const RunConfig& base, std::int64_t max_batch, bool p
       else bad = mid;
     }
   }
-  out.batch = good * unit;
-  std::int64_t first_bad = 0;  // the smallest batch tried above the answer that does not fit
-  for (const auto& [k, f] : fits)
-    if (!f && k > good && (first_bad == 0 || k < first_bad)) first_bad = k;
+  out.batch = steps.value(good);
+  out.micro_batch = steps.micro_batch(good);
+  std::int64_t first_bad = 0;  // the smallest step tried above the answer that does not fit
+  for (const auto& [k, i] : run)
+    if (!out.tried[i].report.fits && k > good && (first_bad == 0 || k < first_bad)) first_bad = k;
   out.stopped = first_bad > 0 ? why(first_bad) : "reached max_batch " + std::to_string(max_batch);
   return out;
 }

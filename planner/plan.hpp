@@ -17,19 +17,23 @@ struct Candidate {
   StepReport report;
 };
 
-// Largest per-device batch in [1, max_batch] that fits (0 if even the smallest does not), assuming fitting
-// is monotone in batch: doubling, then bisection. Candidates are multiples of the config's moe_batch_split
-// (and, with pp > 1, of what makes a replica's sequences divide into its micro-batches).
-// `tried` lists every batch simulated. With `powers_of_two` only split * (1, 2, 4, ...) are candidates (the
-// grid capacity experiments usually step through).
+// Largest batch that fits (assuming fitting is monotone in batch: doubling, then bisection), stepping one
+// sequence per model replica's micro-batch at a time (or moe_batch_split of them): the smallest step any
+// parallel layout runs, so with tp x cp x pp > 1 the per-device batch may be a fraction (1 / tp: one sequence
+// per tensor-parallel replica). The answer is in the base's own field: the per-device batch (MaxText), or the
+// micro-batch when the base gives micro_batch (Megatron's form). A global batch given scales with it, keeping
+// the accumulation (micro-batch) count. max_batch bounds that field. `tried` lists every run simulated. With
+// `powers_of_two` only 1, 2, 4, ... steps are candidates (the grid capacity experiments usually step through).
 struct LargestBatch {
-  std::int64_t batch = 0;
+  std::string field = "batch";  // what `batch` is: "batch" (per device) or "micro_batch" (per model replica)
+  double batch = 0;             // the answer (0: not even the smallest step fits)
+  std::int64_t micro_batch = 0; // sequences per model replica per micro-step there (0: none fits)
   std::vector<Candidate> tried;
   // Why the search stopped: the smallest batch tried that does not fit and what it ran out of ("batch 6:
   // pinned host 183.0 > 178.8 GiB"), or that max_batch was reached.
   std::string stopped;
-  // The run tried at `per_device_batch` (nullptr if that batch was not tried); at(batch) is the answer's.
-  const Candidate* at(double per_device_batch) const;
+  // The run at the answer (nullptr when nothing fits).
+  const Candidate* answer() const;
 };
 LargestBatch largest_batch(const RunConfig& base, std::int64_t max_batch = 4096, bool powers_of_two = false);
 

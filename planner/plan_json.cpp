@@ -1,6 +1,7 @@
 #include "planner/plan_json.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "sim/policy.hpp"
 
@@ -15,8 +16,11 @@ std::string placement_label(const RunConfig& c) {
 }
 
 nlohmann::json largest_batch_json(const std::string& label, const LargestBatch& r) {
-  nlohmann::json j = {{"variant", label}, {"largest_batch", r.batch}, {"stopped", r.stopped}};
-  if (const Candidate* t = r.batch > 0 ? r.at(static_cast<double>(r.batch)) : nullptr) {
+  // A whole answer is written as an integer (a fraction only where tp x cp x pp makes one).
+  const nlohmann::json batch = r.batch == std::floor(r.batch) ? nlohmann::json(static_cast<std::int64_t>(r.batch)) : nlohmann::json(r.batch);
+  nlohmann::json j = {{"variant", label}, {"field", r.field}, {"largest_batch", batch}, {"micro_batch", r.micro_batch},
+                      {"stopped", r.stopped}};
+  if (const Candidate* t = r.answer()) {
     j["report"] = t->report.to_json();
     j["settings"] = runnable_settings(t->config);
   }

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <map>
 #include <sstream>
 #include <thread>
@@ -475,6 +477,96 @@ TEST_CASE("largest-batch says why it stopped: the first batch that does not fit 
   auto capped = largest_batch(c, 2);
   CHECK(capped.batch == 2);
   CHECK(capped.stopped == "reached max_batch 2");
+}
+
+namespace {
+
+// Llama 3.1 70B on two H100 nodes at tp 8: one replica per node, so a per-device batch of 1/8 is one sequence per
+// replica (the smallest run there is).
+RunConfig llama70b_tp8() {
+  RunConfig c;
+  c.model = "llama3.1-70b";
+  c.system = "h100-hgx";
+  c.gpus = 16;
+  c.tp = 8;
+  c.seq = 8192;
+  c.policy = "full";
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("largest-batch steps one sequence per replica: with tp 8 the per-device batch goes in eighths", "[planner][plan]") {
+  RunConfig c = llama70b_tp8();
+  auto r = largest_batch(c, 64);
+  CHECK(r.field == "batch");
+  // The first run is one sequence per replica, 1/8 per device; every step is a whole number of sequences.
+  REQUIRE_FALSE(r.tried.empty());
+  CHECK(*r.tried.front().config.batch == 0.125);
+  for (const auto& t : r.tried) CHECK(std::fmod(*t.config.batch * 8, 1.0) == 0);
+  // An integer batch (8 sequences per replica) does not fit: the answer is a fraction, checked by simulating it
+  // and the next eighth directly.
+  REQUIRE(r.batch > 0);
+  CHECK(r.batch < 1);
+  CHECK(r.micro_batch == static_cast<std::int64_t>(r.batch * 8));
+  REQUIRE(r.answer() != nullptr);
+  c.batch = r.batch;
+  CHECK(run_simulation(c).fits);
+  c.batch = r.batch + 0.125;
+  const auto over = run_simulation(c);
+  CHECK_FALSE(over.fits);
+  char expected[128];
+  std::snprintf(expected, sizeof expected, "batch %g: HBM %.1f > %.1f GiB", r.batch + 0.125, over.hbm_peak_bytes / 1073741824.0,
+                over.hbm_capacity_bytes / 1073741824.0);
+  CHECK(r.stopped == expected);
+  c.batch = 1;
+  CHECK_FALSE(run_simulation(c).fits);
+}
+
+TEST_CASE("largest-batch answers in Megatron's micro-batch when the base gives one, keeping its micro-batch count", "[planner][plan]") {
+  RunConfig per_device = llama70b_tp8();
+  RunConfig megatron = per_device;
+  megatron.micro_batch = 1;
+  megatron.global_batch = 16;  // 2 replicas x 1 sequence x 8 micro-batches
+  auto m = largest_batch(megatron, 64);
+  CHECK(m.field == "micro_batch");
+  // The same runs as the per-device search, one sequence per replica = 1/8 per device.
+  auto d = largest_batch(per_device, 64);
+  REQUIRE(m.micro_batch > 0);
+  CHECK(m.batch == static_cast<double>(m.micro_batch));
+  CHECK(m.micro_batch == d.micro_batch);
+  // At the answer the accumulation is still 8: the global batch is 2 replicas x micro-batch x 8.
+  const Candidate* at = m.answer();
+  REQUIRE(at != nullptr);
+  CHECK(at->config.micro_batch == m.micro_batch);
+  CHECK(at->config.global_batch == 16 * m.micro_batch);
+  CHECK(at->report.grad_accum == 8);
+  CHECK(m.stopped.rfind("micro-batch " + std::to_string(m.micro_batch + 1) + ": HBM ", 0) == 0);
+}
+
+TEST_CASE("a pipeline's largest batch starts at one sequence per micro-batch (Megatron's micro-batch 1 fits no_recompute)", "[planner][plan]") {
+  // Llama 3.1 70B on 64 H100s at tp 4 x pp 4 x vp 5 without recompute (corpus rows 7 and 25 run tp 4 x pp 8 so):
+  // micro-batch 1 fits; a per-device batch of 1 would be micro-batches of 4 sequences, which do not.
+  RunConfig c;
+  c.model = "llama3.1-70b";
+  c.system = "h100-hgx";
+  c.framework = "megatron";
+  c.gpus = 64;
+  c.tp = 4;
+  c.pp = 4;
+  c.vp = 5;
+  c.seq = 8192;
+  c.policy = "no_recompute";
+  auto r = largest_batch(c, 64);
+  // 4 micro-batches of one sequence per replica of 16 GPUs: 4 / 16 per device.
+  CHECK(*r.tried.front().config.batch == 0.25);
+  CHECK(r.micro_batch >= 1);
+  RunConfig one = c;
+  one.micro_batch = 1;
+  one.global_batch = 16;  // 4 replicas x 4 micro-batches
+  CHECK(run_simulation(one).fits);
+  c.batch = 1;
+  CHECK_FALSE(run_simulation(c).fits);
 }
 
 TEST_CASE("largest-batch's default variants are the framework's own choices", "[planner][plan]") {

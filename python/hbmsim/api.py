@@ -437,18 +437,21 @@ def _summary(config: Mapping[str, Any]) -> str:
 def plan_largest_batch(config: Mapping[str, Any] | str | os.PathLike | None = None, *,
                        variants: Sequence[str] = (), max_batch: int = 1024, powers_of_two: bool = False,
                        **fields: Any) -> pd.DataFrame:
-    """Largest per-device batch that fits, per policy variant (as ``hbmsim plan largest-batch --json``).
+    """Largest batch that fits, per policy variant (as ``hbmsim plan largest-batch --json``).
 
     variants: ``"LABEL=field:value;field:value"`` strings; none: on device / remat / offload of the config's
     ``tensors``, or the presets (under framework megatron no_recompute, selective and full; MaxText's
-    otherwise). Returns one row per variant: variant, largest_batch, stopped (the first batch that does not
+    otherwise). Returns one row per variant: variant, largest_batch (in the config's own batch field: the
+    per-device batch, a fraction with tp x cp x pp > 1, or Megatron's micro_batch when the config gives one),
+    micro_batch (sequences per model replica per micro-step there), stopped (the first batch that does not
     fit and what ran out, or that max_batch was reached), tflops_per_device and hbm_peak_bytes at the
     largest batch, and settings (simulate config, MaxText keys, XLA flags, Megatron arguments).
     """
     rows = []
     for v in _hbmsim.plan_largest_batch(_config_with(config, fields)[0], list(variants), max_batch, powers_of_two):
         rep = v.get("report", {})
-        rows.append({"variant": v["variant"], "largest_batch": v["largest_batch"], "stopped": v["stopped"],
+        rows.append({"variant": v["variant"], "largest_batch": v["largest_batch"], "micro_batch": v["micro_batch"],
+                     "stopped": v["stopped"],
                      "tflops_per_device": rep.get("tflops_per_device", np.nan),
                      "hbm_peak_bytes": rep.get("hbm_peak_bytes", np.nan), "settings": v.get("settings")})
     return pd.DataFrame(rows)

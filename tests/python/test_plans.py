@@ -22,6 +22,23 @@ def test_largest_batch_equals_cli(cli):
     assert "pinned host" in offload["stopped"]
 
 
+def test_largest_batch_in_megatron_micro_batches_equals_cli(cli):
+    # Llama 3.1 70B at tp 8 on 16 H100s: the search answers in micro-batches when the config gives one, and the
+    # per-device search steps in eighths (one sequence per tensor-parallel replica) to the same micro-batch.
+    args = ["--model", "llama3.1-70b", "--system", "h100-hgx", "--gpus", "16", "--tp", "8", "--seq", "8192",
+            "--policy", "full", "--variant", "full=policy:full"]
+    expected = cli_json(cli, "plan", "largest-batch", *args, "--micro-batch", "1", "--global-batch", "16", "--json")
+    got = hbmsim.plan_largest_batch(model="llama3.1-70b", system="h100-hgx", gpus=16, tp=8, seq=8192, policy="full",
+                                    micro_batch=1, global_batch=16, variants=["full=policy:full"])
+    assert [v["field"] for v in expected] == ["micro_batch"]
+    assert list(got["largest_batch"]) == [v["largest_batch"] for v in expected]
+    assert list(got["micro_batch"]) == [v["micro_batch"] for v in expected]
+    per_device = hbmsim.plan_largest_batch(model="llama3.1-70b", system="h100-hgx", gpus=16, tp=8, seq=8192,
+                                           policy="full", variants=["full=policy:full"])
+    assert per_device["largest_batch"][0] == expected[0]["micro_batch"] / 8
+    assert per_device["micro_batch"][0] == expected[0]["micro_batch"]
+
+
 def test_break_even_and_hbm_needed_equal_cli(cli):
     args = ["--model", "llama3.1-8b", "--policy", "qkv_proj_offloaded"]
     assert hbmsim.plan_break_even(model="llama3.1-8b", policy="qkv_proj_offloaded") == \
