@@ -357,7 +357,15 @@ void register_plan(CLI::App& app) {
       std::printf("searched %s at the batch above%s; %zu placements evaluated\n", res.method.c_str(),
                   base.batch || base.micro_batch > 0 ? "" : " (--batch not given: 1 per device)",
                   res.evaluated.size());
-      if (!res.found) { std::printf("no placement fits\n"); return; }
+      if (!res.found) {
+        std::printf("no placement fits\n");
+        // The default batch of 1 per device is tp x cp x pp sequences per replica: say what smaller batches exist.
+        const double smallest = smallest_batch(base);
+        if (!base.batch && base.micro_batch == 0 && smallest < 1)
+          std::printf("smaller batches run: from %s per device (one sequence per model replica's micro-batch); try --batches %s,%s or plan largest-batch\n",
+                      format_number(smallest).c_str(), format_number(smallest).c_str(), format_number(2 * smallest).c_str());
+        return;
+      }
       std::printf("best: %s\n  %.1f TFLOP/s/device, HBM %s GiB, host %s GiB\n", placement_label(res.best.config).c_str(),
                   res.best.report.tflops_per_device, gib(res.best.report.hbm_peak_bytes).c_str(), gib(res.best.report.host_peak_bytes).c_str());
       print_settings(res.best.config);

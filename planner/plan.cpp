@@ -80,6 +80,12 @@ const Candidate* LargestBatch::answer() const {
   return nullptr;
 }
 
+double smallest_batch(const RunConfig& base) {
+  RunConfig per_device = base;
+  per_device.micro_batch = 0;
+  return BatchSteps(per_device).value(1);
+}
+
 LargestBatch largest_batch(const RunConfig& base, std::int64_t max_batch, bool powers_of_two) {
   LargestBatch out;
   const BatchSteps steps(base);

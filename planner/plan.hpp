@@ -36,6 +36,9 @@ struct LargestBatch {
   const Candidate* answer() const;
 };
 LargestBatch largest_batch(const RunConfig& base, std::int64_t max_batch = 4096, bool powers_of_two = false);
+// The smallest per-device batch `base`'s layout runs: one sequence (or moe_batch_split) per model replica's
+// micro-batch, 1 / tp without pipelining or cp.
+double smallest_batch(const RunConfig& base);
 
 // Policy variants for largest-batch: "label=field:value;field:value".
 struct VariantSpec {

@@ -146,6 +146,17 @@ TEST_CASE("plan commands print the base run they searched from", "[cli][output]"
   CHECK(has_line(r.out, "calibration  datasheet (uncalibrated)"));
 }
 
+TEST_CASE("best-policy that fits nothing at the default batch names the smaller batches the layout runs", "[cli][output]") {
+  // Llama 3.1 70B at tp 8 on 16 H100s: batch 1 per device is 8 sequences per replica and fits no placement;
+  // one sequence per replica is 1/8 per device.
+  auto r = test::cli("plan best-policy --model llama3.1-70b --system h100-hgx --gpus 16 --tp 8 --seq 8192 --names query_proj");
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  CHECK(has_line(r.out, "no placement fits"));
+  CHECK(has_line(r.out, "smaller batches run: from 0.125 per device (one sequence per model replica's micro-batch); try --batches "
+                        "0.125,0.25 or plan largest-batch"));
+}
+
 TEST_CASE("a pipelined MaxText batch is printed as given: per device per step, then the micro-batch", "[cli][output]") {
   auto r = test::cli("simulate --model llama3.1-8b --gpus 16 --tp 2 --pp 2 --batch 1");
   INFO(r.err);
