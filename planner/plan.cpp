@@ -683,6 +683,8 @@ std::string megatron_settings(const RunConfig& given) {
     out += c.moe_dispatcher == "flex" ? " --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep (or hybridep)"
                                       : " --moe-token-dispatcher-type alltoall";
   if (folds_experts(c)) out += " --expert-tensor-parallel-size 1";
+  if (c.moe_capacity_factor > 0) out += " --moe-expert-rank-capacity-factor " + format_number(c.moe_capacity_factor);
+  if (c.moe_paged_stash > 0) out += " --moe-paged-stash --moe-paged-stash-buffer-size-factor-cuda " + format_number(c.moe_paged_stash);
   if (c.ep_overlap) out += " --overlap-moe-expert-parallel-comm";
   if (c.delay_wgrad) out += " --delay-wgrad-compute";
   if (c.tp > 1 && c.sequence_parallel) out += " --sequence-parallel";

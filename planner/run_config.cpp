@@ -168,6 +168,8 @@ TrainingSpec training_shape(const RunConfig& c) {
   t.microbatches = c.microbatches;
   t.moe_batch_split = c.moe_batch_split;
   t.moe_load_imbalance = c.moe_load_imbalance;
+  t.moe_capacity_factor = c.moe_capacity_factor;
+  t.moe_stash_factor = c.moe_paged_stash;
   t.mtp_layers = c.mtp_layers;
   t.fp8_saved_activations = c.fp8_saved_activations;
   auto& p = t.parallelism;
@@ -282,6 +284,26 @@ void check_ep_overlap(const RunConfig& c, const PreparedRun& r) {
   if (r.policy.offloads_any() || c.offload_layers > 0) no("with host offload: not modelled");
 }
 
+// Megatron's sync-free experts (moe_expert_rank_capacity_factor) need HybridEP and its paged stash no CPU
+// offload of the layers or of the tensors it pages (Megatron-LM docs/user-guide/features/paged_stash.md).
+void check_expert_buffers(const RunConfig& c, const PreparedRun& r) {
+  if (c.moe_capacity_factor == 0 && c.moe_paged_stash == 0) return;
+  const std::string field = c.moe_capacity_factor > 0 ? "moe_capacity_factor = " + format_number(c.moe_capacity_factor)
+                                                      : "moe_paged_stash = " + format_number(c.moe_paged_stash);
+  auto no = [&](const std::string& why) { throw InputError(field + " (" + why + ")"); };
+  if (c.framework != "megatron") no("Megatron's sync-free experts: needs framework megatron");
+  if (r.graph.training.parallelism.expert_group() <= 1) no("sizes the buffers experts are dispatched into: needs ep > 1");
+  if (c.moe_dispatcher != "flex") no("Megatron sizes HybridEP's buffers with it: needs moe_dispatcher flex, not " + c.moe_dispatcher);
+  if (c.moe_paged_stash == 0) return;
+  const std::string stash = "moe_paged_stash = " + format_number(c.moe_paged_stash);
+  if (c.offload_layers > 0)
+    throw InputError(stash + " (with offload_layers = " + std::to_string(c.offload_layers) + ": Megatron refuses cpu_offloading with the paged stash)");
+  for (const char* name : {"moe_dispatched", "moe_dispatched_gathered", "moe_mlpwi_0", "moe_mlpwi_1", "moe_mlp_act"})
+    if (r.policy.any_applied([&](const Policy& q) { return q.placement(name, "moe") == Placement::offload; }))
+      throw InputError(stash + " (with " + name + " offloaded: the paged stash keeps the expert MLP's saved tensors, which "
+                       "Megatron then refuses to offload)");
+}
+
 }  // namespace
 
 namespace {
@@ -384,6 +406,7 @@ PreparedRun prepare_run(const RunConfig& c, const Profile* extra) {
   r.options.program_order = c.framework == "megatron";
   r.options.blocking_p2p = blocking_p2p(c);
   if (c.ep_overlap) check_ep_overlap(c, r);
+  check_expert_buffers(c, r);
   if (c.delay_wgrad && !(c.ep_overlap && c.framework == "megatron"))
     throw InputError("delay_wgrad = on (Megatron's delay_wgrad_compute: needs ep_overlap on and framework megatron, as "
                      "Megatron-Core requires overlap_moe_expert_parallel_comm)");

@@ -66,6 +66,8 @@ struct RunConfig {
   bool delay_wgrad = false; // Megatron delay_wgrad_compute (with ep_overlap)
   std::int64_t moe_batch_split = 1;     // MoE layers run as this many micro-batches (MaxText batch split)
   double moe_load_imbalance = 1;        // the busiest expert rank's tokens over the mean (dropless routing)
+  double moe_capacity_factor = 0;       // Megatron moe_expert_rank_capacity_factor: expert buffers' size (0: none)
+  double moe_paged_stash = 0;           // Megatron moe_paged_stash's CUDA buffer factor (0: off)
   std::int64_t mtp_layers = 0;          // multi-token prediction modules after the decoder layers (DeepSeek-V3)
   std::string weights = "bf16";         // MLP GEMM dtype: bf16, fp8, mxfp8, nvfp4
   std::string attention_dtype = "bf16"; // projection/attention GEMM dtype

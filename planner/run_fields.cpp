@@ -148,6 +148,18 @@ const std::vector<RunField> kFields = {
      "mean, >= 1 (1: balanced, as Megatron's --moe-router-force-load-balancing benchmarks run); every rank waits for "
      "the busiest, so the all-to-alls and the experts' GEMMs take this much longer (memory: the mean)",
      &C::moe_load_imbalance, FieldCheck::positive},
+    {"moe_capacity_factor", "--moe-capacity-factor",
+     "Megatron's moe_expert_rank_capacity_factor (sync-free experts: HybridEP, framework megatron): the dispatched "
+     "tokens' buffers and the expert MLP's tensors are sized for this many times the balanced tokens, >= "
+     "moe_load_imbalance (Megatron reruns a step whose busiest rank overflows them); the GEMMs still run the tokens "
+     "routed. 0: none (buffers of the tokens routed)",
+     &C::moe_capacity_factor, FieldCheck::non_negative},
+    {"moe_paged_stash", "--moe-paged-stash",
+     "Megatron's moe_paged_stash with this CUDA buffer factor (moe_paged_stash_buffer_size_factor_cuda; Megatron's "
+     "default 1.1, the 26.08 recipes 1.2): the expert MLP's saved inputs and activations are packed into pages of a "
+     "pool this many times the balanced tokens, so they keep that size instead of moe_capacity_factor's (which it "
+     "needs); no activation offload with it. 0: off",
+     &C::moe_paged_stash, FieldCheck::non_negative},
     {"mtp_layers", "--mtp-layers",
      "Multi-token prediction modules trained after the decoder layers, on the last pipeline stage (DeepSeek-V3's "
      "MTP; Megatron and MaxText mtp_num_layers): each a decoder layer of the last layer's kind, two input norms, "

@@ -68,6 +68,8 @@ nlohmann::json resolved_run(const RunConfig& c, const PreparedRun& run) {
     j["expert_group_span"] = expert_group_span(p);
   }
   if (c.moe_load_imbalance != 1) j["moe_load_imbalance"] = c.moe_load_imbalance;
+  if (c.moe_capacity_factor > 0) j["moe_capacity_factor"] = c.moe_capacity_factor;
+  if (c.moe_paged_stash > 0) j["moe_paged_stash"] = c.moe_paged_stash;
   if (p.pp > 1) {
     j["pp_schedule"] = c.pp_schedule;
     j["stage_policies"] = c.stage_policies;
@@ -84,7 +86,9 @@ std::vector<std::string> resolved_run_lines(const nlohmann::json& j) {
                   (j.contains("expert_group") ? ", experts whole over " + s("expert_group_span") + " = " + i("expert_group") + " GPUs (expert_tp 1)"
                                               : "") +
                   (j.contains("moe_dispatcher") ? ", MoE dispatcher " + s("moe_dispatcher") : "") +
-                  (j.contains("moe_load_imbalance") ? ", busiest expert rank " + number(j.at("moe_load_imbalance").get<double>()) + "x the mean tokens" : ""));
+                  (j.contains("moe_load_imbalance") ? ", busiest expert rank " + number(j.at("moe_load_imbalance").get<double>()) + "x the mean tokens" : "") +
+                  (j.contains("moe_capacity_factor") ? ", expert buffers for " + number(j.at("moe_capacity_factor").get<double>()) + "x the mean tokens" : "") +
+                  (j.contains("moe_paged_stash") ? " (paged stash " + number(j.at("moe_paged_stash").get<double>()) + "x)" : ""));
   const auto& d = j.at("degrees");
   const bool replica_spans_devices = d.at("tp").get<std::int64_t>() * d.at("cp").get<std::int64_t>() * d.at("pp").get<std::int64_t>() > 1;
   // MaxText's per-device batch is per step under pipelining (split into micro-batches), per micro-step otherwise.

@@ -118,6 +118,11 @@ inline void add_levers(std::mt19937& rng, RunConfig& c) {
     c.ep = c.tp * pick<std::int64_t>(rng, {c.cp / 2, c.cp, 2 * c.cp});
   }
   if (c.ep_overlap && c.framework == "megatron" && coin()) c.delay_wgrad = true;  // Megatron-Bridge's MoE recipes' pair
+  // Megatron's sync-free experts (the 26.08 recipes: capacity 1.5, paged stash 1.2), on HybridEP.
+  if (moe && c.framework == "megatron" && c.moe_dispatcher == "flex" && coin()) {
+    c.moe_capacity_factor = 1.5;
+    if (coin()) c.moe_paged_stash = 1.2;
+  }
 }
 
 }  // namespace test

@@ -93,11 +93,16 @@ class TemplateBuilder {
  public:
   explicit TemplateBuilder(std::string kind) { t_.kind = std::move(kind); }
 
-  int tensor(const std::string& name, double bytes) {
-    t_.tensors.push_back(TensorDef{name, bytes, is_checkpoint_name(name)});
+  // A tensor of `bytes` in a buffer `padding` times as large.
+  int tensor(const std::string& name, double bytes, double padding = 1) {
+    t_.tensors.push_back(TensorDef{name, bytes * padding, is_checkpoint_name(name), padding});
     return static_cast<int>(t_.tensors.size()) - 1;
   }
-  double bytes(int tensor) const { return t_.tensors[static_cast<std::size_t>(tensor)].bytes; }
+  // What kernels read or write of it.
+  double bytes(int tensor) const {
+    const TensorDef& t = t_.tensors[static_cast<std::size_t>(tensor)];
+    return t.bytes / t.padding;
+  }
   // With a batch split, each micro-batch's ops carry a name prefix and read only their share of the layer
   // input (one buffer, sliced).
   void micro_batch(int index, std::int64_t count) {
@@ -193,6 +198,12 @@ class TemplateBuilder {
 
 namespace {
 
+// How many rows an expert MLP's buffers hold per row routed on average: its tensors kept for the backward
+// (`saved`: fc1's input and outputs, the activation) and the rest (`transient`).
+struct BufferRows {
+  double saved = 1, transient = 1;
+};
+
 // The blocks of one layer body over T tokens (the tensor-parallel group's tokens of one micro-batch slice),
 // on this device's share of the heads and MLP width. Each block returns the tensor it produces.
 class BodyBuilder {
@@ -216,6 +227,8 @@ class BodyBuilder {
     mlp_dt_ = t.mlp_gemm_dtype;
     quantized_gather_ = t.fp8_saved_activations;
     load_ = t.moe_load_imbalance;
+    capacity_ = t.moe_capacity_factor;
+    stash_ = t.moe_stash_factor;
   }
 
   // Tokens of the norm/residual activations: sharded over tp with sequence parallelism.
@@ -404,14 +417,14 @@ class BodyBuilder {
   }
 
   // A gated MLP of width F (this rank's share) over `rows` rows, run `load` times over; returns its output.
-  int mlp(const std::string& prefix, int in, double rows, double F, double load = 1) {
-    int w0 = b_.tensor(prefix + "mlpwi_0", rows * F * a_);
-    int w1 = b_.tensor(prefix + "mlpwi_1", rows * F * a_);
+  int mlp(const std::string& prefix, int in, double rows, double F, double load = 1, BufferRows buffers = {}) {
+    int w0 = b_.tensor(prefix + "mlpwi_0", rows * F * a_, buffers.saved);
+    int w1 = b_.tensor(prefix + "mlpwi_1", rows * F * a_, buffers.saved);
     b_.gemm(prefix + "wi_0", in, w0, rows, d_, F, mlp_dt_, a_, load);
     b_.gemm(prefix + "wi_1", in, w1, rows, d_, F, mlp_dt_, a_, load);
-    int act = b_.tensor(prefix + "mlp_act", rows * F * a_);
+    int act = b_.tensor(prefix + "mlp_act", rows * F * a_, buffers.saved);
     b_.memory(prefix + "swiglu", {w0, w1}, {act}, {w0, w1}, load);
-    int out = b_.tensor(prefix + "mlpwo", rows * d_ * a_);
+    int out = b_.tensor(prefix + "mlpwo", rows * d_ * a_, buffers.transient);
     b_.gemm(prefix + "wo", act, out, rows, F, d_, mlp_dt_, a_, load);
     return out;
   }
@@ -442,8 +455,12 @@ class BodyBuilder {
     const double Fm = static_cast<double>(m_.moe_mlp_dim) / (fold_ ? 1 : tp_);
     const double Ts = sharded(T);
     const bool tp_gather = tp_ > 1 && !fold_;
-    // The busiest rank of the expert group receives `load` times the mean tokens and sends as many back.
+    // The busiest rank of the expert group receives `load` times the mean tokens and sends as many back. Its
+    // buffers hold the mean (the busiest rank changes from layer to layer), or with Megatron's sync-free experts
+    // the capacity, and what the paged stash keeps of the saved ones (TrainingSpec).
     const double load = load_;
+    const BufferRows buffers = expert_buffers();
+    auto dispatched = [&](bool feeds_mlp) { return feeds_mlp ? buffers.saved : buffers.transient; };
     int mnorm = mlp_norm(res, T);
     int logits = b_.tensor("router_logits", Ts * X * 4);
     b_.gemm("router", mnorm, logits, Ts, d, X, Dtype::bf16, 4);
@@ -454,22 +471,22 @@ class BodyBuilder {
     const bool exchange = ep_ > 1 || fold_;
     int moe_in = disp;
     if (exchange) {
-      moe_in = b_.tensor("moe_dispatched", Ts * k * d * a);
+      moe_in = b_.tensor("moe_dispatched", Ts * k * d * a, dispatched(!tp_gather));
       b_.comm("dispatch_a2a", {disp}, moe_in, a2a);
     }
     if (tp_gather) {
-      int g = b_.tensor("moe_dispatched_gathered", T * k * d * a);
+      int g = b_.tensor("moe_dispatched_gathered", T * k * d * a, buffers.saved);
       b_.comm("moe_all_gather", {moe_in}, g, tp_comm(CommKind::all_gather, CommKind::reduce_scatter, T * k * d * a * load));
       moe_in = g;
     }
-    int back = mlp("moe_", moe_in, (tp_gather ? T : Ts) * k, Fm, load);
+    int back = mlp("moe_", moe_in, (tp_gather ? T : Ts) * k, Fm, load, buffers);
     if (tp_gather) {
-      int s = b_.tensor("moe_returned_scattered", Ts * k * d * a);
+      int s = b_.tensor("moe_returned_scattered", Ts * k * d * a, buffers.transient);
       b_.comm("moe_reduce_scatter", {back}, s, tp_comm(CommKind::reduce_scatter, CommKind::all_gather, T * k * d * a * load));
       back = s;
     }
     if (exchange) {
-      int ret = b_.tensor("moe_returned", Ts * k * d * a);
+      int ret = b_.tensor("moe_returned", Ts * k * d * a, buffers.transient);
       b_.comm("combine_a2a", {back}, ret, a2a);
       back = ret;
     }
@@ -487,12 +504,18 @@ class BodyBuilder {
     return out;
   }
 
+  BufferRows expert_buffers() const {
+    const double transient = capacity_ > 0 ? capacity_ : 1;
+    return {stash_ > 0 ? stash_ : transient, transient};
+  }
+
   TemplateBuilder& b_;
   const ModelSpec& m_;
   double a_ = 2, d_ = 0, tp_ = 1, heads_ = 0, seq_ = 0;
   std::int64_t cp_ = 1, ep_ = 1;
   bool sp_ = false, fold_ = false;
   double load_ = 1;  // TrainingSpec::moe_load_imbalance
+  double capacity_ = 0, stash_ = 0;  // TrainingSpec::moe_capacity_factor, moe_stash_factor
   bool quantized_gather_ = false;  // TE gathers a low-precision GEMM's input quantized (fp8_saved_activations)
   CpExchange cp_exchange_ = CpExchange::all_gather;
   MoeDispatcher dispatcher_ = MoeDispatcher::alltoall;

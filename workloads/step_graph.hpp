@@ -68,8 +68,10 @@ struct CommDef {
 
 struct TensorDef {
   std::string name;
-  double bytes = 0;
+  double bytes = 0;         // its buffer
   bool checkpoint = false;  // a MaxText checkpoint name a policy can save or offload
+  // The buffer over the bytes kernels read and write (> 1: Megatron's expert buffers sized for a capacity).
+  double padding = 1;
 };
 
 struct OpDef {

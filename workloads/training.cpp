@@ -229,6 +229,28 @@ void check_load_imbalance(const TrainingSpec& t, const ModelSpec& m) {
     throw InputError(field + " (more than the expert group's " + str(group) + " GPUs: at most every token on one rank)");
 }
 
+// Megatron's sync-free expert buffers: sized for at least the busiest rank's tokens (over them Megatron drops the
+// tokens and reruns the step without padding), and the paged stash needs them.
+void check_expert_buffers(const TrainingSpec& t, const ModelSpec& m) {
+  const double c = t.moe_capacity_factor, s = t.moe_stash_factor, f = t.moe_load_imbalance;
+  const std::string cap = "moe_capacity_factor = " + format_number(c), stash = "moe_paged_stash = " + format_number(s);
+  if (!std::isfinite(c) || c < 0) throw InputError(cap + " (must be 0, none, or >= 1)");
+  if (!std::isfinite(s) || s < 0) throw InputError(stash + " (must be 0, off, or >= 1)");
+  if (c > 0) {
+    if (m.num_experts == 0) throw InputError(cap + " (the model has no MoE layers)");
+    if (c < 1) throw InputError(cap + " (below 1: the balanced tokens would not fit the buffers)");
+    if (c < f)
+      throw InputError(cap + " (below moe_load_imbalance = " + format_number(f) + ": the busiest rank's tokens overflow the "
+                       "buffers, and Megatron reruns such a step without padding)");
+  }
+  if (s > 0) {
+    if (c == 0) throw InputError(stash + " (Megatron's paged stash needs moe_capacity_factor: its pool pages the capacity-sized buffers)");
+    if (s < f)
+      throw InputError(stash + " (below moe_load_imbalance = " + format_number(f) + ": the busiest rank's saved tokens overflow "
+                       "the pool, and Megatron reruns such a step without it)");
+  }
+}
+
 }  // namespace
 
 void validate_training(TrainingSpec& t, const ModelSpec& m) {
@@ -244,6 +266,7 @@ void validate_training(TrainingSpec& t, const ModelSpec& m) {
   trained.mtp_layers = t.mtp_layers;
   pipeline_chunks(trained, t.parallelism);  // the layer split's errors
   check_load_imbalance(t, m);
+  check_expert_buffers(t, m);
   if (t.moe_batch_split <= 0) throw InputError("moe_batch_split = " + str(t.moe_batch_split) + " (must be > 0)");
   if (t.moe_batch_split > 1 && m.num_experts == 0)
     throw InputError("moe_batch_split = " + str(t.moe_batch_split) + " (the model has no MoE layers to split)");

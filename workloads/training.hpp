@@ -105,6 +105,12 @@ struct TrainingSpec {
   // experts' GEMMs and activation scale by it. Saved tensors keep the mean size: the busiest rank changes from
   // layer to layer, and memory sums over many.
   double moe_load_imbalance = 1;
+  // Megatron's sync-free experts (moe_expert_rank_capacity_factor): the dispatched tokens' and the expert MLP's
+  // buffers are allocated for this many times the balanced tokens (0: for the tokens routed, the mean as above).
+  double moe_capacity_factor = 0;
+  // Megatron's paged stash (moe_paged_stash_buffer_size_factor_cuda): the expert MLP's saved tensors live in a
+  // page pool of this many times the balanced tokens rather than in the capacity-sized buffers (0: off).
+  double moe_stash_factor = 0;
   // Multi-token prediction modules trained after the decoder layers (ModelSpec::mtp_layers), on the last
   // pipeline stage (Megatron mtp_num_layers, MaxText mtp_num_layers).
   std::int64_t mtp_layers = 0;

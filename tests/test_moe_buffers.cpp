@@ -1,0 +1,106 @@
+// Megatron's sync-free experts: buffers sized for a capacity (moe_capacity_factor) and the paged stash of their
+// saved tensors (moe_paged_stash). They change what the expert tensors hold, not what kernels move.
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "helpers.hpp"
+#include "planner/plan.hpp"
+#include "planner/run_config.hpp"
+
+using namespace hbmsim;
+
+namespace {
+
+// Qwen3-30B-A3B (48 MoE layers, 128 experts, top 8) on 8 GB200s, experts over ep 8 with HybridEP.
+RunConfig qwen3_ep8(std::int64_t tp = 1) {
+  RunConfig c;
+  c.model = "hf/qwen3-30b-a3b.config.json";
+  c.system = "gb200-nvl72";
+  c.framework = "megatron";
+  c.gpus = 8 * tp;
+  c.tp = tp;
+  c.ep = 8;
+  c.fsdp = 1;
+  c.seq = 4096;
+  c.micro_batch = 1;
+  c.policy = "no_recompute";
+  c.moe_dispatcher = "flex";
+  return c;
+}
+
+const LayerTemplate& moe_template(const StepGraph& g) {
+  for (const auto& t : g.templates)
+    if (t.kind == "moe") return t;
+  FAIL("no MoE template");
+  return g.templates.front();
+}
+
+}  // namespace
+
+TEST_CASE("expert buffers take the capacity, and with the paged stash the saved ones take the pool's factor", "[moe]") {
+  for (std::int64_t tp : {1, 2}) {
+    INFO("tp " << tp);
+    RunConfig base = qwen3_ep8(tp), capacity = base, stash = base;
+    capacity.moe_capacity_factor = 1.5;
+    stash.moe_capacity_factor = 1.5;
+    stash.moe_paged_stash = 1.2;
+    const StepGraph g0 = prepare_run(base).graph, gc = prepare_run(capacity).graph, gs = prepare_run(stash).graph;
+    // fc1's input (the dispatched tokens, or with the experts split over tp their all-gather), fc1's two outputs
+    // and the activation are what the backward reads; the rest of the expert side is working space.
+    const std::string fc1_input = tp == 1 ? "moe_dispatched" : "moe_dispatched_gathered";
+    for (const std::string& name : {fc1_input, std::string("moe_mlpwi_0"), std::string("moe_mlpwi_1"), std::string("moe_mlp_act")}) {
+      INFO(name);
+      REQUIRE(g0.tensor_bytes(name, "moe") > 0);
+      CHECK(gc.tensor_bytes(name, "moe") == Approx(1.5 * g0.tensor_bytes(name, "moe")).epsilon(1e-12));
+      CHECK(gs.tensor_bytes(name, "moe") == Approx(1.2 * g0.tensor_bytes(name, "moe")).epsilon(1e-12));
+    }
+    std::vector<std::string> working = {"moe_mlpwo", "moe_returned"};
+    if (tp > 1) {
+      working.push_back("moe_dispatched");
+      working.push_back("moe_returned_scattered");
+    }
+    for (const std::string& name : working) {
+      INFO(name);
+      CHECK(gs.tensor_bytes(name, "moe") == Approx(1.5 * g0.tensor_bytes(name, "moe")).epsilon(1e-12));
+    }
+    // The tokens before the dispatch and every attention tensor are not the experts'.
+    for (const char* name : {"moe_permuted", "router_logits", "query_proj", "context"}) {
+      INFO(name);
+      CHECK(gs.tensor_bytes(name, "moe") == g0.tensor_bytes(name, "moe"));
+    }
+    // Kernels move the tokens routed: every op's bytes and FLOPs are the same.
+    const auto &t0 = moe_template(g0), &ts = moe_template(gs);
+    REQUIRE(t0.ops.size() == ts.ops.size());
+    for (std::size_t i = 0; i < t0.ops.size(); ++i) {
+      INFO(t0.ops[i].name);
+      CHECK(ts.ops[i].bytes == Approx(t0.ops[i].bytes).epsilon(1e-12));
+      CHECK(ts.ops[i].flops == t0.ops[i].flops);
+    }
+  }
+}
+
+TEST_CASE("padded expert buffers raise the HBM peak and leave the step's time as it was", "[moe]") {
+  RunConfig base = qwen3_ep8();
+  base.global_batch = 16;  // 8 replicas x 2 micro-batches
+  RunConfig capacity = base, stash = base;
+  capacity.moe_capacity_factor = 1.5;
+  stash.moe_capacity_factor = 1.5;
+  stash.moe_paged_stash = 1.2;
+  const auto r0 = run_simulation(base), rc = run_simulation(capacity), rs = run_simulation(stash);
+  CHECK(rc.step_time_s == Approx(r0.step_time_s).epsilon(1e-12));
+  CHECK(rs.step_time_s == Approx(r0.step_time_s).epsilon(1e-12));
+  CHECK(rc.hbm_peak_bytes > rs.hbm_peak_bytes);
+  CHECK(rs.hbm_peak_bytes > r0.hbm_peak_bytes);
+}
+
+TEST_CASE("the Megatron arguments printed for a run carry its expert buffer sizes", "[moe]") {
+  RunConfig c = qwen3_ep8();
+  c.moe_capacity_factor = 1.5;
+  c.moe_paged_stash = 1.2;
+  const std::string args = megatron_settings(c);
+  CHECK(args.find(" --moe-expert-rank-capacity-factor 1.5") != std::string::npos);
+  CHECK(args.find(" --moe-paged-stash --moe-paged-stash-buffer-size-factor-cuda 1.2") != std::string::npos);
+  c.moe_paged_stash = 0;
+  CHECK(megatron_settings(c).find("--moe-paged-stash") == std::string::npos);
+}
