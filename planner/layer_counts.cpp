@@ -21,8 +21,13 @@ std::int64_t& count_of(RunConfig& c, LayerCount what) { return what == LayerCoun
 std::int64_t most_layers(const RunConfig& base, LayerCount what) {
   RunConfig c = base;
   c.offload_layers = c.recompute_layers = 0;
-  const StepGraph g = prepare_run(c).graph;
+  const PreparedRun run = prepare_run(c);
+  const StepGraph& g = run.graph;
   if (what == LayerCount::offload) return g.model.stack_layers();
+  // Recomputing a layer in full changes nothing where every layer's policy already does.
+  if (!run.policy.any_applied([](const Policy& q) { return q.preset != "full"; }))
+    throw InputError("policy = " + base.policy + " (recomputes every layer in full already: recompute_layers searches how many "
+                     "layers per chunk must be, the others keeping the policy given, e.g. no_recompute or selective)");
   std::int64_t most = 0;
   for (const PipelineChunk& chunk : g.chunks) most = std::max(most, chunk.layers());
   return most;
