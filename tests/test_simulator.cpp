@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <map>
 
 #include "helpers.hpp"
@@ -454,4 +455,37 @@ TEST_CASE("a step over the simulated-op budget (max_ops) is refused before it is
   CHECK_THROWS_WITH(run_simulation(c), Catch::Contains("max_ops = 0 (must be > 0)"));
   CHECK_THROWS_WITH(RunConfig::from_json(nlohmann::json::parse(R"({"max_ops": 0})"), "run.json"),
                     Catch::Contains("max_ops") && Catch::Contains("must be > 0"));
+}
+
+TEST_CASE("a query-key norm runs over each head after the projections and keeps its inputs for the backward", "[simulator][qk_norm]") {
+  // Llama 3.1 8B's shape with Qwen3's per-head RMSNorm of the queries and keys: on one H200 at batch 2 x 4096,
+  // T = 8192 tokens, 32 query and 8 KV heads of 128, bf16 (2 bytes).
+  RunConfig c = test::llama8b_h200("no_recompute");
+  c.gpus = 1;
+  const auto plain_graph = prepare_run(c).graph;
+  const auto plain = run_simulation(c);
+  const auto path = test::temp_dir() / "llama8b_qk_norm.json";
+  std::string model = test::slurp(std::string(HBMSIM_SOURCE_DIR) + "/data/models/llama3.1-8b.json");
+  model.replace(model.rfind('}'), 1, ",\n  \"qk_norm\": true\n}");
+  test::write(path, model);
+  c.model = path.string();
+  const auto graph = prepare_run(c).graph;
+  const double T = 8192, q_bytes = T * 32 * 128 * 2, k_bytes = T * 8 * 128 * 2;
+  CHECK(graph.tensor_bytes("query_norm") == q_bytes);
+  CHECK(graph.tensor_bytes("key_norm") == k_bytes);
+  CHECK(plain_graph.tensor_bytes("query_norm") == 0);
+  // One memory-bound op reads both projections and writes both normed tensors.
+  const auto& ops = graph.layer(0).ops;
+  auto norm = std::find_if(ops.begin(), ops.end(), [](const OpDef& op) { return op.name == "qk_norm"; });
+  REQUIRE(norm != ops.end());
+  CHECK(norm->bytes == 2 * (q_bytes + k_bytes));
+  CHECK(norm->kind == OpKind::memory);
+  // Without recompute every layer keeps the normed heads (the attention's backward reads them) beside the
+  // projections (the norm's backward reads those): 32 layers more of them at the end of the forward (the peak's
+  // transient part moves by a few hundred KB of 2.7 GB).
+  const auto normed = run_simulation(c);
+  CHECK(normed.hbm_peak_bytes - plain.hbm_peak_bytes >= 32 * (q_bytes + k_bytes));
+  CHECK(normed.hbm_peak_bytes - plain.hbm_peak_bytes == Approx(32 * (q_bytes + k_bytes)).epsilon(1e-4));
+  CHECK(normed.step_time_s > plain.step_time_s);
+  CHECK(normed.model_flops_per_device == plain.model_flops_per_device);
 }

@@ -405,6 +405,15 @@ class BodyBuilder {
       b_.gemm("wq", x, q, T, d, H * hd, attn_dt_, a);
       b_.gemm("wk", x, k, T, d, Hkv * hd, attn_dt_, a);
       b_.gemm("wv", x, v, T, d, Hkv * hd, attn_dt_, a);
+      // Qwen3's and OLMo 2's RMSNorm over each query and key head (Megatron q_layernorm / k_layernorm, MaxText
+      // query_norm / key_norm) after the projections: its backward reads the projections.
+      if (m_.qk_norm) {
+        int qn = b_.tensor("query_norm", T * H * hd * a);
+        int kn = b_.tensor("key_norm", T * Hkv * hd * a);
+        b_.memory("qk_norm", {q, k}, {qn, kn}, {q, k});
+        q = qn;
+        k = kn;
+      }
       ctx = attention_core(q, k, v, T * H * hd * a, 4.0 * T * seq_ * H * hd / 2);
       ctx_width = H * hd;
     }
