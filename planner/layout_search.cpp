@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <deque>
+#include <map>
 #include <sstream>
 
 #include "planner/plan.hpp"
@@ -301,6 +302,7 @@ LayoutSearch search_layouts(const RunConfig& base, const LayoutSearchOptions& o)
   const RunConfig* closest = nullptr;
   std::deque<RunConfig> variants;  // state-offload retries (a deque: the queue points into it)
   const bool retry = o.state_offload && base.optimizer_offload == "off" && !base.parameter_offload;
+  std::map<std::string, std::size_t> refusals;  // why candidates were refused, and how many for each reason
   // Bounds a candidate and queues it unless its bound exceeds HBM or hbmsim refuses it.
   enum class Verdict { queued, over, refused };
   auto consider = [&](const RunConfig& c) {
@@ -309,8 +311,9 @@ LayoutSearch search_layouts(const RunConfig& base, const LayoutSearchOptions& o)
       const PreparedRun run = prepare_run(c);
       hbm = hbm_lower_bound_bytes(run);
       step = o.prune ? step_lower_bound(run.graph, run.system, run.policy, run.options).step_s : 0;
-    } catch (const InputError&) {
+    } catch (const InputError& e) {
       ++out.refused;
+      ++refusals[e.what()];
       return Verdict::refused;
     }
     if (hbm > capacity) {
@@ -387,7 +390,13 @@ LayoutSearch search_layouts(const RunConfig& base, const LayoutSearchOptions& o)
     else if (closest) out.none_fit = "nothing fits; every candidate needs more HBM than " + fixed(capacity / 1073741824.0, 1) +
                                      " GiB before simulating (the least: " + fixed(closest_bound / 1073741824.0, 1) + " GiB, policy " +
                                      closest->policy + ")";
-    else out.none_fit = "no candidate layout: every combination was refused (GPUs " + str(base.gpus) + ")";
+    else {
+      // Say the most common reason: a base setting no layout can take shows as every candidate's.
+      auto most = std::max_element(refusals.begin(), refusals.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+      out.none_fit = "no candidate layout: every combination was refused (GPUs " + str(base.gpus) + ")" +
+                     (most == refusals.end() ? "" : "; the most common reason (" + str(static_cast<std::int64_t>(most->second)) + " of " +
+                                                        str(static_cast<std::int64_t>(out.refused)) + "): " + most->first);
+    }
   }
   return out;
 }

@@ -730,3 +730,26 @@ TEST_CASE("best-policy over a batch list answers each batch as the single-batch 
   CHECK_THAT(text.out, Catch::Contains("fastest: batch"));
   CHECK(test::cli("plan best-policy --model llama3.1-8b --batches 0").status == 2);
 }
+
+TEST_CASE("a search whose every candidate is refused says the most common reason", "[layout]") {
+  // Megatron's sync-free expert buffers need the flex dispatcher; the base keeps alltoall, so every layout with
+  // experts over ep > 1 is refused for it, and those with ep 1 for needing ep > 1.
+  RunConfig base;
+  base.system = "gb300-nvl72";
+  base.model = "deepseek-v3-671b";
+  base.framework = "megatron";
+  base.gpus = 64;
+  base.seq = 4096;
+  base.moe_capacity_factor = 1.5;
+  LayoutSearchOptions o;
+  o.top = 3;
+  o.policies = {"no_recompute"};
+  o.micro_batches = {1};
+  const LayoutSearch r = search_layouts(base, o);
+  CHECK(r.top.empty());
+  CHECK(r.simulated == 0);
+  REQUIRE(r.refused == r.candidates);
+  CHECK_THAT(r.none_fit, Catch::StartsWith("no candidate layout: every combination was refused (GPUs 64); the most common reason ("));
+  CHECK_THAT(r.none_fit, Catch::EndsWith("): moe_capacity_factor = 1.5 (Megatron sizes HybridEP's buffers with it: needs moe_dispatcher "
+                                         "flex, not alltoall)"));
+}
