@@ -72,12 +72,14 @@ std::string chrome_trace(const sim::Program& program, const sim::EngineResult& r
     j.raw("{\"args\":{\"name\":").string(name).raw("},\"name\":\"process_name\",\"ph\":\"M\",\"pid\":").integer(d).raw("}");
   }
   for (std::size_t q = 0; q < program.queues.size(); ++q) {
+    if (program.queues[q].marks) continue;
     next();
     j.raw("{\"args\":{\"name\":").string(program.queues[q].name).raw("},\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":");
     j.integer(program.queues[q].device).raw(",\"tid\":").integer(static_cast<long long>(q)).raw("}");
   }
   for (std::size_t i = 0; i < program.ops.size(); ++i) {
     const auto& o = program.ops[i];
+    if (program.queues[static_cast<std::size_t>(o.queue)].marks) continue;
     next();
     j.raw("{\"args\":{");
     if (o.bytes_sent > 0) j.raw("\"bytes_sent\":").number(o.bytes_sent).raw(",");

@@ -24,6 +24,7 @@ struct Queue {
   int device = 0;          // the GPU it belongs to (a pipeline stage; 0 without pipeline parallelism)
   bool compute = false;    // the device's compute stream: its idle time is blamed on what it waited for
   bool receives = false;   // charged with the compute stream's waits on another device (pipeline receives)
+  bool marks = false;      // its ops mark program points (where a collective is issued), not work: traces leave them out
 };
 
 constexpr int kUnusedLink = -1, kSharedLink = -2;  // Resource::sole_queue

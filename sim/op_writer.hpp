@@ -121,6 +121,20 @@ class Writer {
     if (both_links_ >= 0) p_.use(id, both_links_, bytes / seconds);
     return id;
   }
+  // The point where a collective is issued: a zero-length op that starts once `after` completes (at the step's
+  // start without it), on a concurrent queue of its own, whenever the collective's queue gets to run it. The
+  // buffers it allocates come alive there, as XLA's static buffer assignment and PyTorch's allocator on the
+  // issuing thread take them, so a faster network does not change when they do.
+  int issue(int after, char phase, int layer, std::string name) {
+    if (issue_ < 0) {
+      issue_ = p_.queue("issue", sim::QueueKind::concurrent, false, device_);
+      p_.queues[static_cast<std::size_t>(issue_)].marks = true;
+    }
+    emplace(issue_, 0.0, phase, layer);
+    const int id = named(std::move(name));
+    if (after >= 0) op(id).deps.push_back(after);
+    return id;
+  }
   // Work on the host CPU, a queue of its own (the CPU optimizer update).
   int host(double seconds, char phase, std::string name) {
     if (host_cpu_ < 0) host_cpu_ = p_.queue("host_cpu", sim::QueueKind::serial, false, device_);
@@ -170,7 +184,7 @@ class Writer {
   std::vector<std::string>* names_;
   int device_, compute_;
   int last_compute_ = -1;
-  int d2h_ = -1, h2d_ = -1, d2h_link_ = -1, h2d_link_ = -1, both_links_ = -1, host_cpu_ = -1;
+  int d2h_ = -1, h2d_ = -1, d2h_link_ = -1, h2d_link_ = -1, both_links_ = -1, host_cpu_ = -1, issue_ = -1;
   std::array<int, kAxisCount> queues_{-1, -1, -1, -1, -1, -1};
   std::vector<std::uint16_t>& queue_of_ = thread_queue_of();
   std::array<std::pair<int, int>, 2> links_{std::pair{-1, -1}, std::pair{-1, -1}};  // per path level: out, in

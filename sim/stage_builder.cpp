@@ -185,10 +185,9 @@ Gather StageBuilder::gather_layer(std::int64_t l, int after, char phase) {
   const double shard = t.gathered_dense_bytes / static_cast<double>(g_.mesh.size(g_.dense_shard)) +
                        t.gathered_expert_bytes / static_cast<double>(g_.mesh.size(g_.expert_shard));
   const int in = parameters_in(shard, after, static_cast<int>(l), label("parameters in", l));
-  ag.op = w_.comm2(Axis::fsdp, p.gather, p.gather_experts, 1.0, phase, static_cast<int>(l),
-                   label(phase == 'f' ? "all_gather" : "all_gather bwd", l));
-  w_.op(ag.op).allocs = {ag.buf};
-  gather_after(ag.op, in, after);
+  const std::string name = label(phase == 'f' ? "all_gather" : "all_gather bwd", l);
+  ag.op = w_.comm2(Axis::fsdp, p.gather, p.gather_experts, 1.0, phase, static_cast<int>(l), name);
+  gather_after(ag, in, after, phase, static_cast<int>(l), name);
   if (!opt_.reshard_weights) kept_weights_[at(l)] = ag;
   return ag;
 }
@@ -197,8 +196,7 @@ Gather StageBuilder::gather_table(const char* name, int after) {
   const CommCost cost = net_.cost(CommKind::all_gather, g_.table_gathered_bytes, g_.dense_shard);
   const int in = parameters_in(table_shard_bytes(g_.table_gathered_bytes), after, -1, std::string("parameters in ") + name);
   Gather ag{w_.comm(Axis::fsdp, cost, 1.0, 'f', -1, name), w_.add_buffer(g_.table_buffer_bytes(), MemCategory::gathered_weights)};
-  w_.op(ag.op).allocs = {ag.buf};
-  gather_after(ag.op, in, after);
+  gather_after(ag, in, after, 'f', -1, name);
   return ag;
 }
 
@@ -210,13 +208,15 @@ int StageBuilder::parameters_in(double shard_bytes, int after, int layer, const 
   return in;
 }
 
-void StageBuilder::gather_after(int gather, int shard_in, int after) {
-  if (shard_in >= 0) {
-    w_.op(gather).deps.push_back(shard_in);
-    w_.op(gather).releases = w_.op(shard_in).allocs;
-  } else if (after >= 0) {
-    w_.op(gather).deps.push_back(after);
-  }
+void StageBuilder::gather_after(const Gather& ag, int shard_in, int after, char phase, int layer, const std::string& name) {
+  // With the shard copied in from host memory, the copy issues the gather (which frees the shard once sent).
+  const int from = shard_in >= 0 ? shard_in : after;
+  if (shard_in >= 0) w_.op(ag.op).releases = w_.op(shard_in).allocs;
+  // The gather and its issue point both start once `from` completes: the buffer comes alive then, whenever the
+  // gather's queue gets to it.
+  const int issued = w_.issue(from, phase, layer, w_.naming() ? "issue " + name : std::string());
+  w_.op(issued).allocs = {ag.buf};
+  if (from >= 0) w_.op(ag.op).deps.push_back(from);
 }
 
 int StageBuilder::sent_by(const PipelineTask& t, int k) {

@@ -253,8 +253,9 @@ class StageBuilder {
   // parameter_memory_host_offload, FSDP's CPU offload): the copy is issued where the gather would be, and
   // its buffer lives until the gather has sent it. Returns the copy (-1: parameters on the device).
   int parameters_in(double shard_bytes, int after, int layer, const std::string& name);
-  // A weight gather waits for its shard's copy (and frees it once sent), or else for `after`.
-  void gather_after(int gather, int shard_in, int after);
+  // A weight gather waits for its shard's copy (and frees it once sent), or else is issued once `after` completes,
+  // where its buffer comes alive (OpWriter::issue).
+  void gather_after(const Gather& ag, int shard_in, int after, char phase, int layer, const std::string& name);
 
   // A pass that starts from another stage's output: a free op on the compute stream that waits for it. Its
   // receive is posted at `posted` (Crossing::posted).

@@ -309,10 +309,13 @@ TEST_CASE("Megatron's moe_act and layernorm recompute drop the experts' activati
 
   // The HBM peak falls in the backward of one of the last layers (the second-to-last here: the last has
   // been freed, the one run back holds its recomputed tensors in both runs): each layer before it holds
-  // 256 MiB less, so the peak drops by a whole number of layers' 256 MiB, 30 to 32 of them.
+  // 256 MiB less, so the saved activations at the peak drop by a whole number of layers' 256 MiB, 30 to 32
+  // of them (the peak's working buffers may differ by a few MiB between the two runs).
   const auto a = run_simulation(c), b = run_simulation(modules);
   const double per_layer = (32.0 + 224.0) * (1 << 20);
-  const double layers = (a.hbm_peak_bytes - b.hbm_peak_bytes) / per_layer;
+  CHECK(b.hbm_peak_bytes < a.hbm_peak_bytes);
+  const double layers =
+      (a.hbm_breakdown_bytes.at("saved_activations") - b.hbm_breakdown_bytes.at("saved_activations")) / per_layer;
   CHECK(layers == Approx(std::round(layers)).epsilon(1e-9));
   CHECK(layers >= 30 - 1e-9);
   CHECK(layers <= 32 + 1e-9);
@@ -360,10 +363,13 @@ TEST_CASE("Megatron's moe recompute runs the whole MoE layer again from the pre-
                                               {"moe_wi_1", OpKind::gemm},       {"moe_swiglu", OpKind::memory},
                                               {"moe_wo", OpKind::gemm},         {"combine_a2a", OpKind::comm}});
 
-  // As for moe_act, the peak drops by a whole number of layers' worth, 800.125 MiB each, 30 to 32 of them.
+  // As for moe_act, the saved activations at the peak drop by a whole number of layers' worth, 800.125 MiB
+  // each, 30 to 32 of them.
   const auto a = run_simulation(c), b = run_simulation(moe);
   const double per_layer = (0.125 + 64 + 3 * 224.0 + 64) * (1 << 20);
-  const double layers = (a.hbm_peak_bytes - b.hbm_peak_bytes) / per_layer;
+  CHECK(b.hbm_peak_bytes < a.hbm_peak_bytes);
+  const double layers =
+      (a.hbm_breakdown_bytes.at("saved_activations") - b.hbm_breakdown_bytes.at("saved_activations")) / per_layer;
   CHECK(layers == Approx(std::round(layers)).epsilon(1e-9));
   CHECK(layers >= 30 - 1e-9);
   CHECK(layers <= 32 + 1e-9);
@@ -446,7 +452,11 @@ TEST_CASE("optimizer state offload moves the state to pinned host memory and the
     INFO(mode);
     c.optimizer_offload = mode;
     const auto r = run_simulation(c);
-    CHECK(r.hbm_peak_bytes == Approx(off.hbm_peak_bytes - state).epsilon(1e-12));
+    // At the same moment, less the prefetched activations LHS's memory gate lets in earlier once the state
+    // has gone (offload buffers).
+    CHECK(r.hbm_peak_bytes - r.hbm_breakdown_bytes.at("offload_buffers") ==
+          Approx(off.hbm_peak_bytes - off.hbm_breakdown_bytes.at("offload_buffers") - state).epsilon(1e-12));
+    CHECK(r.hbm_peak_bytes < off.hbm_peak_bytes - 0.95 * state);
     CHECK(r.hbm_breakdown_bytes.at("optimizer_state") == 0);
     CHECK(r.host_peak_bytes >= off.host_peak_bytes + state);
     // The state's way in and out (or the CPU's update) comes after the backward: the step grows.
@@ -499,15 +509,18 @@ TEST_CASE("optimizer offload refuses unknown modes and state the host cannot hol
 }
 
 TEST_CASE("parameter offload keeps the parameters in pinned host memory and copies each gather's shard in", "[policy][optimizer]") {
-  // The same 405B run: the forward peak loses exactly the resident parameters (the shard copied in for a
-  // gather is freed once the gather has sent it, before the peak's moment), pinned host memory gains them.
+  // The same 405B run: the peak loses at least the resident parameters (the shard copied in for a gather is
+  // freed once the gather has sent it; the copies move the peak's moment, to one 1.75 GiB lower still), pinned
+  // host memory gains them.
   RunConfig c = llama405b_gb200();
   const auto off = run_simulation(c);
   const double params = off.hbm_breakdown_bytes.at("parameters");
   REQUIRE(params > 0);
   c.parameter_offload = true;
   const auto on = run_simulation(c);
-  CHECK(on.hbm_peak_bytes == Approx(off.hbm_peak_bytes - params).epsilon(1e-12));
+  CHECK(on.hbm_peak_bytes <= off.hbm_peak_bytes - params);
+  CHECK(on.hbm_peak_bytes > off.hbm_peak_bytes - params - 2.0 * (1 << 30));
+  CHECK(on.hbm_breakdown_bytes.at("parameters") < 0.1 * params);  // at most a shard in flight
   CHECK(on.host_peak_bytes == Approx(off.host_peak_bytes + params).epsilon(1e-12));
   // Every layer's shard crosses the host link twice (the forward's gather and the backward's), and the
   // parameters once more each way for the update: the H2D engine is busy at least that long at the
@@ -520,7 +533,7 @@ TEST_CASE("parameter offload keeps the parameters in pinned host memory and copi
   // copied back in for it.
   c.optimizer_offload = "device";
   const double state = off.hbm_breakdown_bytes.at("optimizer_state");
-  CHECK(run_simulation(c).hbm_peak_bytes == Approx(off.hbm_peak_bytes - params - state).epsilon(1e-12));
+  CHECK(run_simulation(c).hbm_peak_bytes <= off.hbm_peak_bytes - params - state);
   c.optimizer_offload = "host";
   RunConfig host_only = c;
   host_only.parameter_offload = false;

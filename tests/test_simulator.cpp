@@ -314,8 +314,9 @@ TEST_CASE("each embedding table is gathered where it is used and freed after its
   const auto t = timeline(reference_config("dsv3-offload-mbs8"));
   const auto& program = t.program;
   auto id = [&](const std::string& n) { return t.id(n); };
-  const auto& embed = program.ops[id("all_gather embedding")];
-  const auto& head = program.ops[id("all_gather unembedding")];
+  // Each table's buffer comes alive where its gather is issued (OpWriter::issue).
+  const auto& embed = program.ops[id("issue all_gather embedding")];
+  const auto& head = program.ops[id("issue all_gather unembedding")];
   REQUIRE(embed.allocs.size() == 1);
   REQUIRE(head.allocs.size() == 1);
   const double table = 129280.0 * 7168 * 2;
