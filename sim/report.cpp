@@ -65,7 +65,7 @@ StageReport stage_report(const StepGraph& g, const System& sys, const sim::Progr
   }
   for (std::size_t q = 0; q < program.queues.size(); ++q) {
     const auto& queue = program.queues[q];
-    if (queue.device != s) continue;
+    if (queue.device != s || queue.marks) continue;  // program points, not work
     st.busy_s[queue.name] = r.busy_s[q];
     st.comm_bytes[queue.name] = r.bytes_sent[q];
     if (queue.compute) {
