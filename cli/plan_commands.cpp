@@ -309,6 +309,9 @@ void register_plan(CLI::App& app) {
         for (double b : *batches)
           if (!(b > 0)) throw InputError("--batches " + format_number(b) + " (must be > 0)");
         auto base = resolve_run_flags(*flags, {"batch"});
+        if (base.micro_batch > 0)
+          throw InputError("--batches (per-device batches, MaxText's form) with micro_batch = " + std::to_string(base.micro_batch) +
+                           " (Megatron's form): give one of the two; plan largest-batch searches micro-batches");
         announce_run(base, !*json, "base run (the search sets the batch and replaces the policy):");
         auto ns = names->empty() ? default_search_names(base) : *names;
         auto arr = nlohmann::json::array();
