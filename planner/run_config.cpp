@@ -169,7 +169,7 @@ TrainingSpec training_shape(const RunConfig& c) {
   t.moe_batch_split = c.moe_batch_split;
   t.moe_load_imbalance = c.moe_load_imbalance;
   t.moe_capacity_factor = c.moe_capacity_factor;
-  t.moe_stash_factor = c.moe_paged_stash;
+  t.moe_paged_stash = c.moe_paged_stash;
   t.mtp_layers = c.mtp_layers;
   t.fp8_saved_activations = c.fp8_saved_activations;
   auto& p = t.parallelism;

@@ -228,7 +228,7 @@ class BodyBuilder {
     quantized_gather_ = t.fp8_saved_activations;
     load_ = t.moe_load_imbalance;
     capacity_ = t.moe_capacity_factor;
-    stash_ = t.moe_stash_factor;
+    stash_ = t.moe_paged_stash;
   }
 
   // Tokens of the norm/residual activations: sharded over tp with sequence parallelism.
@@ -524,7 +524,7 @@ class BodyBuilder {
   std::int64_t cp_ = 1, ep_ = 1;
   bool sp_ = false, fold_ = false;
   double load_ = 1;  // TrainingSpec::moe_load_imbalance
-  double capacity_ = 0, stash_ = 0;  // TrainingSpec::moe_capacity_factor, moe_stash_factor
+  double capacity_ = 0, stash_ = 0;  // TrainingSpec::moe_capacity_factor, moe_paged_stash
   bool quantized_gather_ = false;  // TE gathers a low-precision GEMM's input quantized (fp8_saved_activations)
   CpExchange cp_exchange_ = CpExchange::all_gather;
   MoeDispatcher dispatcher_ = MoeDispatcher::alltoall;

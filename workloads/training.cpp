@@ -232,7 +232,7 @@ void check_load_imbalance(const TrainingSpec& t, const ModelSpec& m) {
 // Megatron's sync-free expert buffers: sized for at least the busiest rank's tokens (over them Megatron drops the
 // tokens and reruns the step without padding), and the paged stash needs them.
 void check_expert_buffers(const TrainingSpec& t, const ModelSpec& m) {
-  const double c = t.moe_capacity_factor, s = t.moe_stash_factor, f = t.moe_load_imbalance;
+  const double c = t.moe_capacity_factor, s = t.moe_paged_stash, f = t.moe_load_imbalance;
   const std::string cap = "moe_capacity_factor = " + format_number(c), stash = "moe_paged_stash = " + format_number(s);
   if (!std::isfinite(c) || c < 0) throw InputError(cap + " (must be 0, none, or >= 1)");
   if (!std::isfinite(s) || s < 0) throw InputError(stash + " (must be 0, off, or >= 1)");

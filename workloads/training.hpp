@@ -110,7 +110,7 @@ struct TrainingSpec {
   double moe_capacity_factor = 0;
   // Megatron's paged stash (moe_paged_stash_buffer_size_factor_cuda): the expert MLP's saved tensors live in a
   // page pool of this many times the balanced tokens rather than in the capacity-sized buffers (0: off).
-  double moe_stash_factor = 0;
+  double moe_paged_stash = 0;
   // Multi-token prediction modules trained after the decoder layers (ModelSpec::mtp_layers), on the last
   // pipeline stage (Megatron mtp_num_layers, MaxText mtp_num_layers).
   std::int64_t mtp_layers = 0;
