@@ -40,10 +40,10 @@ class BatchSteps {
   }
   bool micro_form() const { return base_.micro_batch > 0; }
   std::int64_t micro_batch(std::int64_t k) const { return k * split_; }
+  // The per-device batch at step k.
+  double per_device(std::int64_t k) const { return static_cast<double>(micro_batch(k)) / devices_per_sequence_; }
   // The field's value at step k: per-device batch, or micro-batch.
-  double value(std::int64_t k) const {
-    return micro_form() ? static_cast<double>(micro_batch(k)) : static_cast<double>(micro_batch(k)) / devices_per_sequence_;
-  }
+  double value(std::int64_t k) const { return micro_form() ? static_cast<double>(micro_batch(k)) : per_device(k); }
   // The last step whose value is within max_batch.
   std::int64_t max_step(std::int64_t max_batch) const {
     std::int64_t k = static_cast<std::int64_t>(std::floor(static_cast<double>(max_batch) / value(1) + 1e-9));
@@ -80,11 +80,7 @@ const Candidate* LargestBatch::answer() const {
   return nullptr;
 }
 
-double smallest_batch(const RunConfig& base) {
-  RunConfig per_device = base;
-  per_device.micro_batch = 0;
-  return BatchSteps(per_device).value(1);
-}
+double smallest_batch(const RunConfig& base) { return BatchSteps(base).per_device(1); }
 
 LargestBatch largest_batch(const RunConfig& base, std::int64_t max_batch, bool powers_of_two) {
   LargestBatch out;

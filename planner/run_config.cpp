@@ -286,7 +286,7 @@ void check_ep_overlap(const RunConfig& c, const PreparedRun& r) {
 
 // Megatron's sync-free experts (moe_expert_rank_capacity_factor) need HybridEP and its paged stash no CPU
 // offload of the layers or of the tensors it pages (Megatron-LM docs/user-guide/features/paged_stash.md).
-void check_expert_buffers(const RunConfig& c, const PreparedRun& r) {
+void check_sync_free_experts(const RunConfig& c, const PreparedRun& r) {
   if (c.moe_capacity_factor == 0 && c.moe_paged_stash == 0) return;
   const std::string field = c.moe_capacity_factor > 0 ? "moe_capacity_factor = " + format_number(c.moe_capacity_factor)
                                                       : "moe_paged_stash = " + format_number(c.moe_paged_stash);
@@ -406,7 +406,7 @@ PreparedRun prepare_run(const RunConfig& c, const Profile* extra) {
   r.options.program_order = c.framework == "megatron";
   r.options.blocking_p2p = blocking_p2p(c);
   if (c.ep_overlap) check_ep_overlap(c, r);
-  check_expert_buffers(c, r);
+  check_sync_free_experts(c, r);
   if (c.delay_wgrad && !(c.ep_overlap && c.framework == "megatron"))
     throw InputError("delay_wgrad = on (Megatron's delay_wgrad_compute: needs ep_overlap on and framework megatron, as "
                      "Megatron-Core requires overlap_moe_expert_parallel_comm)");

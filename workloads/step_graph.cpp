@@ -469,7 +469,6 @@ class BodyBuilder {
     // the capacity, and what the paged stash keeps of the saved ones (TrainingSpec).
     const double load = load_;
     const BufferRows buffers = expert_buffers();
-    auto dispatched = [&](bool feeds_mlp) { return feeds_mlp ? buffers.saved : buffers.transient; };
     int mnorm = mlp_norm(res, T);
     int logits = b_.tensor("router_logits", Ts * X * 4);
     b_.gemm("router", mnorm, logits, Ts, d, X, Dtype::bf16, 4);
@@ -480,7 +479,8 @@ class BodyBuilder {
     const bool exchange = ep_ > 1 || fold_;
     int moe_in = disp;
     if (exchange) {
-      moe_in = b_.tensor("moe_dispatched", Ts * k * d * a, dispatched(!tp_gather));
+      // fc1's input unless the experts' tp all-gather makes another.
+      moe_in = b_.tensor("moe_dispatched", Ts * k * d * a, tp_gather ? buffers.transient : buffers.saved);
       b_.comm("dispatch_a2a", {disp}, moe_in, a2a);
     }
     if (tp_gather) {
