@@ -47,6 +47,7 @@ std::vector<sim::PassSpan> StageBuilder::build(const std::vector<PipelineTask>& 
   bool merged = false;
   start_across();
   std::vector<sim::PassSpan> passes;
+  std::vector<Gather> scattering;  // the weight passes' reduce-scatters not yet waited for (weight_pass)
   int forwards = 0, backwards = 0;  // passes so far: each pass's host copies rank by its place (copy_priority)
   for (const PipelineTask& t : tasks) {
     const int k = info_.chunks[static_cast<std::size_t>(t.chunk)];
@@ -61,7 +62,7 @@ std::vector<sim::PassSpan> StageBuilder::build(const std::vector<PipelineTask>& 
       case Pass::backward:
         previous_pass = backward_pass(t.microbatch, backwards++, k, t.chunk, sync, rec, done, previous_pass, posted);
         break;
-      case Pass::weight_grad: previous_pass = weight_pass(k, sync, rec, done); break;
+      case Pass::weight_grad: previous_pass = weight_pass(k, sync, rec, done, scattering); break;
     }
     if (opt_.blocking_p2p) {
       computed = w_.last_compute();
@@ -73,6 +74,13 @@ std::vector<sim::PassSpan> StageBuilder::build(const std::vector<PipelineTask>& 
       passes.push_back(begin);
       passes.back().end_op = w_.ops();
       passes.back().end_iteration = static_cast<int>(prog_.iterations.size());
+    }
+  }
+  if (!scattering.empty()) {  // the last weight pass's scatters are due before the optimizer
+    const int end = w_.compute(0, false, 0, 'w', -1, w_.naming() ? "weight_grads done" : "");
+    for (const Gather& rs : scattering) {
+      w_.op(end).deps.push_back(rs.op);
+      w_.op(end).releases.push_back(rs.buf);
     }
   }
   switch (opt_.optimizer_offload) {
@@ -276,8 +284,13 @@ void StageBuilder::table_sync(double bucket, int rs, std::vector<int>& done) {
   done.push_back(grad_sync(net_.cost(kind, table_shard_bytes(bucket), g_.grad_sync), CommCost{}, rs, -1, -1));
 }
 
-int StageBuilder::weight_pass(int k, bool sync, ChunkRecord& rec, std::vector<int>& done) {
+int StageBuilder::weight_pass(int k, bool sync, ChunkRecord& rec, std::vector<int>& done, std::vector<Gather>& scattering) {
   const PipelineChunk& c = chunk(k);
+  // As in the backward (backward_layer), a reduce-scatter is done, and the unsharded gradients it reads freed,
+  // at a program point: the weight op reduce_scatter_lag() layers on, in this pass or the stage's next one
+  // (FSDP2's compute stream waits for the previous reduce-scatter in the next post-backward). Freed when the
+  // transfer ended, gradients piled up behind a slow network and the peak followed its timing.
+  const auto lag = static_cast<std::size_t>(reduce_scatter_lag());
   int first_op = -1;
   for (std::int64_t i = c.layers() - 1; i >= 0; --i) {
     const std::int64_t l = c.first_layer + i;
@@ -287,12 +300,16 @@ int StageBuilder::weight_pass(int k, bool sync, ChunkRecord& rec, std::vector<in
     int id = w_.compute(wp.seconds, false, wp.flops, 'w', static_cast<int>(l), label("weight_grads", l));
     if (first_op < 0) first_op = id;
     for (int d : wp.deps) w_.op(id).deps.push_back(d);
+    for (; scattering.size() >= lag; scattering.erase(scattering.begin())) {
+      w_.op(id).deps.push_back(scattering.front().op);
+      w_.op(id).releases.push_back(scattering.front().buf);
+    }
     w_.op(id).allocs.push_back(grad_buf);
     for (int b : wp.releases) w_.op(id).releases.push_back(b);
     const auto& p = plan(l);
     int rs = w_.comm2(Axis::fsdp, p.reduce_scatter, p.reduce_scatter_experts, 1.0, 'b', static_cast<int>(l), label("reduce_scatter", l));
     w_.op(rs).deps = {id};
-    w_.op(rs).releases = {grad_buf};
+    scattering.push_back(Gather{rs, grad_buf});
     done.push_back(rs);
     if (sync && syncs()) done.push_back(grad_sync(p, rs, -1, l));
   }

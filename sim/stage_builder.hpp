@@ -307,8 +307,9 @@ class StageBuilder {
   void table_sync(double bucket, int rs, std::vector<int>& done);
 
   // A zero-bubble schedule's weight-gradient pass over chunk k: each layer's weight-gradient dots as one op,
-  // then its reduce-scatter (and, on the last micro-batch, its sync).
-  int weight_pass(int k, bool sync, ChunkRecord& rec, std::vector<int>& done);
+  // then its reduce-scatter (and, on the last micro-batch, its sync). `scattering`: the stage's scatters not yet
+  // waited for, carried from one weight pass to the next.
+  int weight_pass(int k, bool sync, ChunkRecord& rec, std::vector<int>& done, std::vector<Gather>& scattering);
 
   // One layer's gradient bucket summed over the data-parallel axes, after its reduce-scatter.
   int grad_sync(const TemplatePlan& p, int after_rs, int after, std::int64_t l);
