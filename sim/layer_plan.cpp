@@ -83,23 +83,43 @@ void plan_backward_steps(const LayerTemplate& t, TemplatePlan& p) {
     std::vector<std::vector<int>> consumers(nt);
     for (std::size_t o = 0; o < no; ++o)
       for (int in : t.ops[o].inputs) consumers[static_cast<std::size_t>(in)].push_back(static_cast<int>(o));
-    ScheduleDag dag(n);
+    // The reloads of offloaded tensors, as XLA's scheduler sees its async host copies: without pipelined
+    // transfers each starts with the loop body (where the builder issues it) and takes its copy time on the
+    // host link, and the steps that read the tensor wait for it. Without them a faster network could move a
+    // step that reads a reload ahead of compute that would have covered the copy (notes/monotonicity.md, the
+    // LHS-order case). Pipelined, a copy starts in an earlier iteration and XLA counts its latency as hidden.
+    std::vector<int> reload(nt, -1);
+    int reloads = 0;
+    for (std::size_t i = 0; i < n && p.reloads_in_order; ++i)
+      for (int k : step_reads(t.ops[steps[i].op], steps[i].kind))
+        if (p.placement[static_cast<std::size_t>(k)] == Placement::offload && reload[static_cast<std::size_t>(k)] < 0)
+          reload[static_cast<std::size_t>(k)] = reloads++;
+    const auto r = static_cast<std::size_t>(reloads);  // DAG nodes [0, r) are the reloads, then the steps
+    ScheduleDag dag(r + n);
+    for (std::size_t k = 0; k < nt; ++k)
+      if (reload[k] >= 0) {
+        dag.seconds[static_cast<std::size_t>(reload[k])] = p.h2d_s[k];
+        dag.lane[static_cast<std::size_t>(reload[k])] = kHostCopyLane;
+      }
+    auto node = [&](int step) { return step < 0 ? -1 : step + reloads; };
     for (std::size_t i = 0; i < n; ++i) {
       const auto& def = t.ops[steps[i].op];
-      dag.seconds[i] = p.seconds(steps[i]);
-      dag.lane[i] = p.lane(steps[i]);
-      for (int k : step_reads(def, steps[i].kind)) {  // forward values regenerated in this iteration
-        int prod = p.producer[static_cast<std::size_t>(k)];
-        if (prod >= 0 && p.placement[static_cast<std::size_t>(k)] == Placement::remat)
-          dag.edge(replay_step[static_cast<std::size_t>(prod)], i);
+      dag.seconds[r + i] = p.seconds(steps[i]);
+      dag.lane[r + i] = p.lane(steps[i]);
+      for (int k : step_reads(def, steps[i].kind)) {  // forward values regenerated in this iteration, or reloaded
+        const auto kk = static_cast<std::size_t>(k);
+        int prod = p.producer[kk];
+        if (prod >= 0 && p.placement[kk] == Placement::remat) dag.edge(node(replay_step[static_cast<std::size_t>(prod)]), r + i);
+        dag.edge(reload[kk], r + i);
       }
       if (steps[i].kind == Kind::replay) continue;
       for (int out : def.outputs)  // the gradient of each output, from every consumer's backward
-        for (int c : consumers[static_cast<std::size_t>(out)]) dag.edge(grad_step[static_cast<std::size_t>(c)], i);
+        for (int c : consumers[static_cast<std::size_t>(out)]) dag.edge(node(grad_step[static_cast<std::size_t>(c)]), r + i);
     }
     std::vector<TemplatePlan::Step> order;
     order.reserve(n);
-    for (std::size_t i : dag.list_schedule(false)) order.push_back(steps[i]);
+    for (std::size_t i : dag.list_schedule(false))
+      if (i >= r) order.push_back(steps[i - r]);
     steps = std::move(order);
   }
   p.first_read.assign(nt, -1);
@@ -312,12 +332,18 @@ void plan_template(const LayerTemplate& t, const Policy& policy, const Costs& c,
     p.bwd_lane.push_back(bl);
   }
   p.scheduled = opt.lhs && !opt.program_order && has_comm(t);
+  p.reloads_in_order = !opt.pipelined_transfers;
   p.dgrad_first = opt.program_order && opt.tp_comm_overlap;
   p.delay_wgrad = opt.program_order && opt.delay_wgrad;
   p.split_weight_grads = splits_backward(g.training.parallelism.schedule) && g.training.parallelism.pp > 1;
   plan_forward_order(t, p);
   for (int o : p.order)
     for (int in : t.ops[static_cast<std::size_t>(o)].inputs) p.last_fwd_use[static_cast<std::size_t>(in)] = o;
+  plan_kept_bytes(t, g, p);
+  for (double bytes : p.kept_bytes) {
+    p.d2h_s.push_back(c.copy_s(bytes, false));
+    p.h2d_s.push_back(c.copy_s(bytes, true));
+  }
   plan_backward_steps(t, p);
   p.backward_working_set_bytes = backward_working_set(t, p, g);
   p.gather = c.net.cost(CommKind::all_gather, t.gathered_dense_bytes, g.dense_shard);
@@ -339,11 +365,6 @@ void plan_template(const LayerTemplate& t, const Policy& policy, const Costs& c,
     p.grad_sync_experts = c.net.cost(sync, experts, g.expert_grad_sync);
     p.param_sync = c.net.cost(CommKind::all_gather, dense * w, g.grad_sync);
     p.param_sync_experts = c.net.cost(CommKind::all_gather, experts * w, g.expert_grad_sync);
-  }
-  plan_kept_bytes(t, g, p);
-  for (double bytes : p.kept_bytes) {
-    p.d2h_s.push_back(c.copy_s(bytes, false));
-    p.h2d_s.push_back(c.copy_s(bytes, true));
   }
 }
 

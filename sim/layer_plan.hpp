@@ -33,6 +33,8 @@ struct TemplatePlan {
   std::vector<double> kept_bytes;         // per tensor: its forward buffer and kept copy (fp8 where TE stores it so)
   std::vector<double> d2h_s, h2d_s;       // per tensor: copy time of its kept copy
   bool scheduled = false;  // LHS orders its ops by data dependencies (it has communication to hide)
+  // The order waits for the reloads of offloaded tensors, issued at the loop body's start (not pipelined).
+  bool reloads_in_order = false;
   // A GEMM's backward is two steps, the weight-gradient one run in a pass of its own (zero-bubble pipelines).
   bool split_weight_grads = false;
   // A GEMM's backward is two steps in program order, input gradient first, so that the collective of the input
@@ -59,8 +61,9 @@ struct TemplatePlan {
 // gradient dot of a GEMM only the weights.
 const std::vector<int>& step_reads(const OpDef& def, TemplatePlan::Kind k);
 
-// The lane of a communication axis in a ScheduleDag.
+// The lane of a communication axis in a ScheduleDag, and the host link's (offloaded tensors' reloads).
 inline int comm_lane(Axis a) { return 1 + static_cast<int>(a); }
+constexpr int kHostCopyLane = 1 + kAxisCount;
 
 // Where each tensor of a layer lives under `policy` (internal tensors: remat, unless the policy keeps what the
 // backward reads), which tensors the backward reads, and each tensor's producing op (-1: the layer input).
