@@ -47,7 +47,7 @@ std::vector<sim::PassSpan> StageBuilder::build(const std::vector<PipelineTask>& 
   bool merged = false;
   start_across();
   std::vector<sim::PassSpan> passes;
-  std::vector<Gather> scattering;  // the weight passes' reduce-scatters not yet waited for (weight_pass)
+  std::vector<Scatter> scattering;  // the weight passes' reduce-scatters not yet waited for (weight_pass)
   int forwards = 0, backwards = 0;  // passes so far: each pass's host copies rank by its place (copy_priority)
   for (const PipelineTask& t : tasks) {
     const int k = info_.chunks[static_cast<std::size_t>(t.chunk)];
@@ -78,7 +78,7 @@ std::vector<sim::PassSpan> StageBuilder::build(const std::vector<PipelineTask>& 
   }
   if (!scattering.empty()) {  // the last weight pass's scatters are due before the optimizer
     const int end = w_.compute(0, false, 0, 'w', -1, w_.naming() ? "weight_grads done" : "");
-    for (const Gather& rs : scattering) {
+    for (const Scatter& rs : scattering) {
       w_.op(end).deps.push_back(rs.op);
       w_.op(end).releases.push_back(rs.buf);
     }
@@ -284,7 +284,7 @@ void StageBuilder::table_sync(double bucket, int rs, std::vector<int>& done) {
   done.push_back(grad_sync(net_.cost(kind, table_shard_bytes(bucket), g_.grad_sync), CommCost{}, rs, -1, -1));
 }
 
-int StageBuilder::weight_pass(int k, bool sync, ChunkRecord& rec, std::vector<int>& done, std::vector<Gather>& scattering) {
+int StageBuilder::weight_pass(int k, bool sync, ChunkRecord& rec, std::vector<int>& done, std::vector<Scatter>& scattering) {
   const PipelineChunk& c = chunk(k);
   // As in the backward (backward_layer), a reduce-scatter is done, and the unsharded gradients it reads freed,
   // at a program point: the weight op reduce_scatter_lag() layers on, in this pass or the stage's next one
@@ -309,7 +309,7 @@ int StageBuilder::weight_pass(int k, bool sync, ChunkRecord& rec, std::vector<in
     const auto& p = plan(l);
     int rs = w_.comm2(Axis::fsdp, p.reduce_scatter, p.reduce_scatter_experts, 1.0, 'b', static_cast<int>(l), label("reduce_scatter", l));
     w_.op(rs).deps = {id};
-    scattering.push_back(Gather{rs, grad_buf});
+    scattering.push_back(Scatter{rs, grad_buf});
     done.push_back(rs);
     if (sync && syncs()) done.push_back(grad_sync(p, rs, -1, l));
   }

@@ -48,6 +48,11 @@ struct Gather {
   int op = -1, buf = -1;
 };
 
+// A reduce-scatter and the unsharded gradients it reads, until a later op waits for it and frees them.
+struct Scatter {
+  int op = -1, buf = -1;
+};
+
 // What a layer's forward leaves for its backward.
 struct ForwardLayer {
   std::vector<int> buf;       // per tensor: forward buffer (-1: none)
@@ -309,7 +314,7 @@ class StageBuilder {
   // A zero-bubble schedule's weight-gradient pass over chunk k: each layer's weight-gradient dots as one op,
   // then its reduce-scatter (and, on the last micro-batch, its sync). `scattering`: the stage's scatters not yet
   // waited for, carried from one weight pass to the next.
-  int weight_pass(int k, bool sync, ChunkRecord& rec, std::vector<int>& done, std::vector<Gather>& scattering);
+  int weight_pass(int k, bool sync, ChunkRecord& rec, std::vector<int>& done, std::vector<Scatter>& scattering);
 
   // One layer's gradient bucket summed over the data-parallel axes, after its reduce-scatter.
   int grad_sync(const TemplatePlan& p, int after_rs, int after, std::int64_t l);
