@@ -185,13 +185,16 @@ std::pair<int, int> StageBuilder::backward_layer(CopyRank rank, std::int64_t fir
   // Transfers may start from the start of the loop body, which double buffering makes two layers long.
   const int body_start = bwd[c_.bwd_body_first[at(l)] - at(first)].iteration_start;
   // Issue the next layer's gather before this layer's reduce-scatter so the two never queue behind each
-  // other; it may start once layer l+1 is done with its weights.
-  if (opt_.pipelined_collectives) {
+  // other; it may start once layer l+1 is done with its weights. With its shard copied in from host memory
+  // (parameter offload) that copy waits for layer l+1 too, on the host link's queue, which starts its copies
+  // in program order: it is issued after this layer's prefetches (below), or they would wait behind it until
+  // the layer starts, pipelined or not.
+  auto gather_next = [&] {
     if (i >= 1) bwd[at(i - 1)].gather = gather_layer(l - 1, i + 1 < n ? bwd[at(i + 1)].last : -1, 'b');
-  } else {
-    me.gather = gather_layer(l, iteration_start, 'b');
-  }
-  const Gather ag = me.gather;
+  };
+  const bool gather_after_prefetch = opt_.pipelined_collectives && opt_.parameter_offload;
+  if (!opt_.pipelined_collectives) me.gather = gather_layer(l, iteration_start, 'b');
+  else if (!gather_after_prefetch) gather_next();
   issue_reloads(rank, first, reloaded, rec, iteration_start);
 
   const auto& steps = p.steps;
@@ -239,6 +242,8 @@ std::pair<int, int> StageBuilder::backward_layer(CopyRank rank, std::int64_t fir
     });
     for (int k : prefetch) make_h2d(static_cast<std::size_t>(k), pipelined ? backward_start : body_start);
   }
+  if (gather_after_prefetch) gather_next();
+  const Gather ag = me.gather;
 
   // The unsharded gradients: written here, or by the weight pass when it is split off.
   const int grad_buf = split ? -1 : w_.add_buffer(g_.grad_buffer_bytes(t), MemCategory::collective_buffers);

@@ -324,7 +324,7 @@ TEST_CASE("physics holds with Megatron's settings and the memory levers drawn to
   CHECK(hf > 10);
 }
 
-TEST_CASE("LHS's order waits for the reloads it issues with the loop body, so a faster network does not expose them", "[invariants]") {
+TEST_CASE("reloads LHS counts on arrive in time, so a faster network does not expose them", "[invariants]") {
   // A stress draw (seed 58): Llama 3.1 405B on 32 GB300s, cp 4 x fsdp 8 with all-gathered keys and values, QKV
   // offload under LHS without pipelined transfers, 2 accumulation steps. Ordered over solo durations without
   // the reloads, twice the network made the attention's recompute follow the shorter key-value gather at once,
@@ -334,12 +334,22 @@ TEST_CASE("LHS's order waits for the reloads it issues with the loop body, so a 
       "cp_exchange": "auto", "batch": 4, "seq": 4096, "grad_accum": 2, "policy": "qkv_proj_offloaded", "lhs": true,
       "pipelined_transfers": false, "weights": "mxfp8", "optimizer_moments_dtype": "bf16", "dp_overlap": false,
       "calibration": "gb200-fitted", "sharded_optimizer": true})");
-  const RunConfig c = RunConfig::from_json(doc, "test");
-  const auto base = run_simulation(c);
-  REQUIRE(base.fits);
-  const auto better = test::better_hardware(c, prepare_run(c).system);
-  REQUIRE(better.back().first == "twice the network");
-  CHECK(run_simulation(better.back().second).step_time_s <= base.step_time_s * (1 + 1e-2));
+  // Another (seed 48): Llama 3.1 70B on 32 VR NVL144, cp 4 x fsdp 8, QKV offload under LHS with pipelined
+  // transfers and the parameters in host memory. The next layer's shard copy, which waits for the layer after
+  // this one, stood ahead of this layer's prefetches on the host link's in-order queue, so they started with the
+  // layer as if not pipelined, and the blind order let compute wait on them: 2.873 -> 2.929 s.
+  const auto pipelined = nlohmann::json::parse(R"({"model": "llama3.1-70b", "system": "vr-nvl144", "gpus": 32, "cp": 4,
+      "batch": 4, "seq": 4096, "policy": "qkv_proj_offloaded", "lhs": true, "pipelined_transfers": true,
+      "parameter_offload": true, "attention_dtype": "fp8", "grad_reduce_dtype": "bf16", "optimizer_moments_dtype": "bf16",
+      "dp_overlap": false})");
+  for (const RunConfig& c : {RunConfig::from_json(doc, "test"), RunConfig::from_json(pipelined, "test")}) {
+    INFO(c.model);
+    const auto base = run_simulation(c);
+    REQUIRE(base.fits);
+    const auto better = test::better_hardware(c, prepare_run(c).system);
+    REQUIRE(better.back().first == "twice the network");
+    CHECK(run_simulation(better.back().second).step_time_s <= base.step_time_s * (1 + 1e-2));
+  }
 }
 
 TEST_CASE("issue 18's counterexamples: LHS on Llama 405B near capacity, HBM of Llama 70B by batch and precision", "[invariants]") {
