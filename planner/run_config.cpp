@@ -95,6 +95,18 @@ const std::vector<WhatIfField>& what_if_fields() {
        [](System& s, double v) { s.scale_out.per_gpu_bytes_per_s_per_direction = v; }},
       {"hbm_bytes", &RunConfig::hbm_bytes, "bytes", [](const System& s) { return s.gpu.hbm_bytes; },
        [](System& s, double v) { s.gpu.hbm_bytes = v; }},
+      {"hbm_bandwidth_bytes_per_s", &RunConfig::hbm_bandwidth_bytes_per_s, "bytes/s",
+       [](const System& s) { return s.gpu.hbm_bandwidth_bytes_per_s; },
+       [](System& s, double v) {  // a profile's measured device-to-device copy rate moves with it
+         if (s.gpu.measured_d2d_bytes_per_s) *s.gpu.measured_d2d_bytes_per_s *= v / s.gpu.hbm_bandwidth_bytes_per_s;
+         s.gpu.hbm_bandwidth_bytes_per_s = v;
+       }},
+      // Every format's peak scales with BF16's, so a what-if GPU keeps the part's ratios between them.
+      {"bf16_flops_per_s", &RunConfig::bf16_flops_per_s, "FLOP/s", [](const System& s) { return s.gpu.peak_flops(Dtype::bf16); },
+       [](System& s, double v) {
+         const double scale = v / s.gpu.peak_flops(Dtype::bf16);
+         for (auto& [dtype, flops] : s.gpu.dense_peak_flops) flops *= scale;
+       }},
   };
   return fields;
 }
@@ -110,7 +122,7 @@ std::optional<std::string> what_if_problem(const std::string& field, double v) {
   if (!w) throw std::logic_error("what_if_problem: not a what-if field: " + field);
   if (!(v > 0) || !std::isfinite(v)) return "must be > 0";
   const std::string unit = w->unit;
-  const double max = unit == "bytes" ? kMaxHardwareBytes : kMaxHardwareBytesPerSecond;
+  const double max = unit == "bytes" ? kMaxHardwareBytes : unit == "FLOP/s" ? kMaxHardwareFlopsPerSecond : kMaxHardwareBytesPerSecond;
   if (v > max) return "implausibly large, max " + format_number(max) + " " + unit;
   return std::nullopt;
 }

@@ -91,6 +91,8 @@ struct RunConfig {
   std::optional<double> scale_up_bytes_per_s;   // per GPU, per direction
   std::optional<double> scale_out_bytes_per_s;  // per GPU, per direction
   std::optional<double> hbm_bytes;
+  std::optional<double> hbm_bandwidth_bytes_per_s;
+  std::optional<double> bf16_flops_per_s;  // dense BF16 peak; the other formats' peaks scale with it
   std::string calibration;                      // profile file, or "" for datasheet figures
 
   // Field names a sweep axis or `set` accepts.

@@ -224,6 +224,10 @@ const std::vector<RunField> kFields = {
     {"scale_out_bytes_per_s", "--scale-out-bw", "What-if: scale-out (NIC) bytes/s per GPU per direction",
      &C::scale_out_bytes_per_s, FieldCheck::positive},
     {"hbm_bytes", "--hbm-bytes", "What-if: HBM capacity in bytes", &C::hbm_bytes, FieldCheck::positive},
+    {"hbm_bandwidth_bytes_per_s", "--hbm-bw", "What-if: HBM bandwidth in bytes/s (memory-bound kernels and device copies)",
+     &C::hbm_bandwidth_bytes_per_s, FieldCheck::positive},
+    {"bf16_flops_per_s", "--bf16-flops", "What-if: dense BF16 tensor-core FLOP/s per GPU (the other formats' peaks scale with it)",
+     &C::bf16_flops_per_s, FieldCheck::positive},
     {"calibration", "--calibration", "Calibration profile JSON or built-in profile name (empty: datasheet figures)",
      &C::calibration},
 };

@@ -15,6 +15,7 @@
 #include "planner/fit.hpp"
 #include "planner/plan.hpp"
 #include "planner/sweep.hpp"
+#include "sim/costs.hpp"
 
 using namespace hbmsim;
 
@@ -641,6 +642,53 @@ TEST_CASE("network what-ifs: a collective takes its latency plus its bytes over 
     own.*k.what_if = 2e15;
     CHECK_THROWS_WITH(prepare_run(own), Catch::Contains("implausibly large, max 1e+15 bytes/s"));
   }
+}
+
+TEST_CASE("GPU what-ifs: HBM bandwidth divides memory-bound time, BF16 FLOP/s every format's GEMM time", "[planner]") {
+  // The costs as a kernel's: a memory-bound kernel takes B / (bw x eff(B)) + launch, a GEMM F / (peak x eff(F)) +
+  // launch (where compute-bound), and the efficiencies depend on B and F, not on the rates. So at twice the
+  // bandwidth a kernel's time less its launch halves, and at twice the BF16 peak the FP8 GEMM's does too (FP8's
+  // peak scales with BF16's: GB200's 5 PFLOP/s of FP8 against 2.5 of BF16 stay two to one).
+  RunConfig c;
+  c.model = "llama3.1-8b";
+  c.system = "gb200-nvl72";
+  const System own = resolve_run_system(c);
+  c.hbm_bandwidth_bytes_per_s = 2 * own.gpu.hbm_bandwidth_bytes_per_s;
+  c.bf16_flops_per_s = 2 * own.gpu.peak_flops(Dtype::bf16);
+  const System fast = resolve_run_system(c);
+  CHECK(fast.gpu.peak_flops(Dtype::fp8) == 2 * own.gpu.peak_flops(Dtype::fp8));
+  CHECK(fast.gpu.peak_flops(Dtype::fp8) / fast.gpu.peak_flops(Dtype::bf16) ==
+        Approx(own.gpu.peak_flops(Dtype::fp8) / own.gpu.peak_flops(Dtype::bf16)).epsilon(1e-15));
+  Mesh mesh;
+  mesh.sizes = {1, 1, 1, 1, 1, 1};
+  const Network n_own(own, mesh), n_fast(fast, mesh);
+  const Costs slow_costs{own, n_own}, fast_costs{fast, n_fast};
+  const double launch = own.gpu.launch_overhead_s, bytes = 256e6, flops = 8e12, gemm_bytes = 64e6;
+  CHECK(fast_costs.memory_s(bytes) - launch == Approx((slow_costs.memory_s(bytes) - launch) / 2).epsilon(1e-12));
+  REQUIRE_FALSE(slow_costs.memory_bound_gemm(flops, gemm_bytes, Dtype::fp8));
+  CHECK(fast_costs.gemm_s(flops, gemm_bytes, Dtype::fp8) - launch ==
+        Approx((slow_costs.gemm_s(flops, gemm_bytes, Dtype::fp8) - launch) / 2).epsilon(1e-12));
+  // A whole step on the faster GPU is faster; the system's own figures as what-ifs change nothing; bad values
+  // name the field.
+  RunConfig base;
+  base.model = "llama3.1-8b";
+  base.system = "gb200-nvl72";
+  base.gpus = 8;
+  base.seq = 4096;
+  RunConfig faster = base;
+  faster.hbm_bandwidth_bytes_per_s = c.hbm_bandwidth_bytes_per_s;
+  faster.bf16_flops_per_s = c.bf16_flops_per_s;
+  const double t = run_simulation(base).step_time_s;
+  CHECK(run_simulation(faster).step_time_s < 0.75 * t);
+  RunConfig same = base;
+  same.hbm_bandwidth_bytes_per_s = own.gpu.hbm_bandwidth_bytes_per_s;
+  same.bf16_flops_per_s = own.gpu.peak_flops(Dtype::bf16);
+  CHECK(run_simulation(same).step_time_s == t);
+  same.bf16_flops_per_s = 2e18;
+  CHECK_THROWS_WITH(prepare_run(same), Catch::Contains("bf16_flops_per_s = 2e+18 (implausibly large, max 1e+18 FLOP/s)"));
+  same.bf16_flops_per_s.reset();
+  same.hbm_bandwidth_bytes_per_s = -1;
+  CHECK_THROWS_WITH(prepare_run(same), Catch::Contains("hbm_bandwidth_bytes_per_s = -1 (must be > 0)"));
 }
 
 TEST_CASE("leave-one-source-out predicts each source from a fit to the others", "[planner][fit]") {
