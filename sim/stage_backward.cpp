@@ -31,7 +31,7 @@ int StageBuilder::head_backward(const ChunkRecord& rec, int& grad) {
 }
 
 int StageBuilder::backward_pass(int mb, int rank, int k, int slot, bool sync, ChunkRecord& rec, std::vector<int>& done, int previous_pass,
-                                int posted) {
+                                int posted, std::vector<Scatter>& scattering) {
   const PipelineChunk& c = chunk(k);
   const std::int64_t first = c.first_layer, n = c.layers(), last = c.end_layer - 1;
   int grad_carry, start;
@@ -47,9 +47,9 @@ int StageBuilder::backward_pass(int mb, int rank, int k, int slot, bool sync, Ch
   if (opt_.pipelined_collectives && n > 0) bwd[at(n - 1)].gather = gather_layer(last, previous_pass, 'b');
   std::vector<int> reduce_scatter(at(n), -1);
   const bool sync_layers = sync && syncs() && !split_weights();
-  // The last iterations' scatters are due at the end of the pass: its final op waits for them and frees
-  // their gradients (the embedding's scatter, or the send).
-  const std::int64_t due = std::min(n, reduce_scatter_lag());
+  // The last iterations' scatters are due at the end of the pass, where the embedding's backward waits for them
+  // and frees their gradients; without the embedding they are carried to the stage's next pass (weight_pass).
+  const std::int64_t lag = reduce_scatter_lag(), due = std::min(n, lag);
   const TeWindow te = te_window(first, n);
   if (opt_.te_offload) {
     rec.reload_op.resize(at(n));
@@ -66,13 +66,20 @@ int StageBuilder::backward_pass(int mb, int rank, int k, int slot, bool sync, Ch
     const sim::Mark begin = sim::mark(prog_);
     const int step = static_cast<int>(n - 1 - i);  // the loop runs the layers in reverse
     te_reloaded_by(first, i, n, te, reloaded);
+    // Where none of this pass's scatters is due yet (its first iterations), the ones carried from the stage's
+    // previous pass are, counted as weight_pass counts them.
+    auto& carried = scratch_.carried;
+    carried.clear();
+    if (!split_weights() && i + lag >= n)
+      for (; !scattering.empty() && static_cast<std::int64_t>(scattering.size()) + step >= lag; scattering.erase(scattering.begin()))
+        carried.push_back(scattering.front());
     backward_inputs(first, i, rec, bwd, grad_carry, start, sync, reloaded);
     const std::size_t had = done.size();
-    // Those last iterations' reduce-scatters are given their gradients' release after the loop (below): a
-    // copy across passes would copy that release too.
-    sim::LoopInstances* across = i < due ? nullptr : across_passes(slot, 1, i);
-    if (!copied_backward(first, i, step, bwd, grad_carry, reduce_scatter, done, across, mb, rec, reloaded)) {
-      auto [grad, rs] = backward_layer(CopyRank{rank, n}, first, i, rec, bwd, grad_carry, start, sync, reloaded);
+    // Those last iterations' reduce-scatters are carried after the loop (below), and the first ones wait for
+    // the carried: a copy across passes would copy neither.
+    sim::LoopInstances* across = i < due || !carried.empty() ? nullptr : across_passes(slot, 1, i);
+    if (!carried.empty() || !copied_backward(first, i, step, bwd, grad_carry, reduce_scatter, done, across, mb, rec, reloaded)) {
+      auto [grad, rs] = backward_layer(CopyRank{rank, n}, first, i, rec, bwd, grad_carry, start, sync, reloaded, carried);
       grad_carry = grad;
       reduce_scatter[at(i)] = rs;
       if (rs >= 0) {  // else its weight gradients come in a pass of their own
@@ -87,9 +94,8 @@ int StageBuilder::backward_pass(int mb, int rank, int k, int slot, bool sync, Ch
   if (!c.embedding) {
     Crossing& out = backward_in(mb, k - 1);
     send(out, grad_carry, k - 1, w_.last_compute(), 'b', "send gradients", mb);
-    for (std::int64_t i = 0; i < due && !split_weights(); ++i) {
-      w_.op(bwd[at(i)].reduce_scatter).releases.push_back(bwd[at(i)].grad_buf);
-    }
+    for (std::int64_t i = due - 1; i >= 0 && !split_weights(); --i)  // in the order they were issued
+      scattering.push_back(Scatter{bwd[at(i)].reduce_scatter, bwd[at(i)].grad_buf});
     if (c.head) head_table_gradients(c, start, sync, done);
     if (sync_layers && !opt_.dp_overlap)
       for (std::int64_t i = n - 1; i >= 0; --i) done.push_back(grad_sync(plan(first + i), reduce_scatter[at(i)], out.send, first + i));
@@ -169,7 +175,7 @@ int copy_priority(CopyRank r, std::int64_t block, int within) {
 
 std::pair<int, int> StageBuilder::backward_layer(CopyRank rank, std::int64_t first, std::int64_t i, ChunkRecord& rec, std::vector<BackwardLayer>& bwd,
                                                int grad_in, int backward_start, bool last_microbatch,
-                                               const std::vector<std::int64_t>& reloaded) {
+                                               const std::vector<std::int64_t>& reloaded, const std::vector<Scatter>& carried) {
   const std::int64_t l = first + i, n = static_cast<std::int64_t>(bwd.size());
   const ForwardLayer& f = rec.layers[at(i)];
   const auto& t = g_.layer(l);
@@ -261,6 +267,10 @@ std::pair<int, int> StageBuilder::backward_layer(CopyRank rank, std::int64_t fir
     if (due) {
       w_.op(id).deps.push_back(due->reduce_scatter);
       w_.op(id).releases.push_back(due->grad_buf);
+    }
+    for (const Scatter& s : carried) {
+      w_.op(id).deps.push_back(s.op);
+      w_.op(id).releases.push_back(s.buf);
     }
     if (grad_buf >= 0) w_.op(id).allocs.push_back(grad_buf);
     first_op = false;

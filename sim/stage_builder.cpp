@@ -47,7 +47,7 @@ std::vector<sim::PassSpan> StageBuilder::build(const std::vector<PipelineTask>& 
   bool merged = false;
   start_across();
   std::vector<sim::PassSpan> passes;
-  std::vector<Scatter> scattering;  // the weight passes' reduce-scatters not yet waited for (weight_pass)
+  std::vector<Scatter> scattering;  // reduce-scatters not yet waited for, carried between passes (weight_pass)
   int forwards = 0, backwards = 0;  // passes so far: each pass's host copies rank by its place (copy_priority)
   for (const PipelineTask& t : tasks) {
     const int k = info_.chunks[static_cast<std::size_t>(t.chunk)];
@@ -60,7 +60,7 @@ std::vector<sim::PassSpan> StageBuilder::build(const std::vector<PipelineTask>& 
     switch (t.pass) {
       case Pass::forward: previous_pass = forward_pass(t.microbatch, forwards++, k, t.chunk, param_sync, rec, previous_pass, posted); break;
       case Pass::backward:
-        previous_pass = backward_pass(t.microbatch, backwards++, k, t.chunk, sync, rec, done, previous_pass, posted);
+        previous_pass = backward_pass(t.microbatch, backwards++, k, t.chunk, sync, rec, done, previous_pass, posted, scattering);
         break;
       case Pass::weight_grad: previous_pass = weight_pass(k, sync, rec, done, scattering); break;
     }
@@ -76,7 +76,7 @@ std::vector<sim::PassSpan> StageBuilder::build(const std::vector<PipelineTask>& 
       passes.back().end_iteration = static_cast<int>(prog_.iterations.size());
     }
   }
-  if (!scattering.empty()) {  // the last weight pass's scatters are due before the optimizer
+  if (!scattering.empty()) {  // the last pass's scatters are due before the optimizer
     const int end = w_.compute(0, false, 0, 'w', -1, w_.naming() ? "weight_grads done" : "");
     for (const Scatter& rs : scattering) {
       w_.op(end).deps.push_back(rs.op);

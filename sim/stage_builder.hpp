@@ -153,6 +153,7 @@ struct Scratch {
   std::vector<sim::LoopInstances> across;
   std::vector<int> inputs, left, kept_inputs, kept_left;
   std::vector<std::int64_t> reloaded;
+  std::vector<Scatter> carried;
 };
 Scratch& thread_scratch();  // this thread's
 
@@ -300,9 +301,9 @@ class StageBuilder {
   // One micro-batch's backward through chunk k: from the loss (the last chunk) or the gradient received,
   // the layers in reverse, then the embedding's backward (the first chunk) or the send of the input's
   // gradient to the previous chunk's stage. Adds what the optimizer waits for to `done`. `rank`: its place
-  // among the stage's backwards (CopyRank); `posted` as for the forward.
+  // among the stage's backwards (CopyRank); `posted` as for the forward; `scattering` as for weight_pass.
   int backward_pass(int mb, int rank, int k, int slot, bool sync, ChunkRecord& rec, std::vector<int>& done, int previous_pass,
-                    int posted);
+                    int posted, std::vector<Scatter>& scattering);
 
   // The head's table bucket on a stage without the embedding: scattered once the head's backward is done.
   void head_table_gradients(const PipelineChunk& c, int head_bwd, bool sync, std::vector<int>& done);
@@ -414,11 +415,12 @@ class StageBuilder {
   std::pair<int, int> reload(CopyRank rank, std::int64_t first, std::int64_t i, std::size_t k, const ForwardLayer& f, int after);
 
   // Layer first + i's backward iteration. `backward_start`: the pass's first op (pipelined prefetches may
-  // start from it); kept weights are freed by the last micro-batch's. Returns the gradient of its input and its reduce-scatter (-1 when its weight gradients
+  // start from it); kept weights are freed by the last micro-batch's; `carried`: the stage's earlier pass's
+  // reduce-scatters it waits for, freeing their gradients, where none of this pass's is due yet. Returns the gradient of its input and its reduce-scatter (-1 when its weight gradients
   // are left to a pass of their own, recorded in rec.weights).
   std::pair<int, int> backward_layer(CopyRank rank, std::int64_t first, std::int64_t i, ChunkRecord& rec, std::vector<BackwardLayer>& bwd,
                                      int grad_in, int backward_start, bool last_microbatch,
-                                     const std::vector<std::int64_t>& reloaded);
+                                     const std::vector<std::int64_t>& reloaded, const std::vector<Scatter>& carried);
 
   BuildContext& c_;
   const StepGraph& g_;
