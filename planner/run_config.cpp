@@ -95,6 +95,8 @@ const std::vector<WhatIfField>& what_if_fields() {
        [](System& s, double v) { s.scale_out.per_gpu_bytes_per_s_per_direction = v; }},
       {"hbm_bytes", &RunConfig::hbm_bytes, "bytes", [](const System& s) { return s.gpu.hbm_bytes; },
        [](System& s, double v) { s.gpu.hbm_bytes = v; }},
+      {"host_memory_bytes", &RunConfig::host_memory_bytes, "bytes", [](const System& s) { return s.host_cpu.memory_bytes; },
+       [](System& s, double v) { s.host_cpu.memory_bytes = v; }},
       {"hbm_bandwidth_bytes_per_s", &RunConfig::hbm_bandwidth_bytes_per_s, "bytes/s",
        [](const System& s) { return s.gpu.hbm_bandwidth_bytes_per_s; },
        [](System& s, double v) {  // a profile's measured device-to-device copy rate moves with it

@@ -93,6 +93,7 @@ struct RunConfig {
   std::optional<double> hbm_bytes;
   std::optional<double> hbm_bandwidth_bytes_per_s;
   std::optional<double> bf16_flops_per_s;  // dense BF16 peak; the other formats' peaks scale with it
+  std::optional<double> host_memory_bytes;  // per host CPU, as a system file gives it
   std::string calibration;                      // profile file, or "" for datasheet figures
 
   // Field names a sweep axis or `set` accepts.

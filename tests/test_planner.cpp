@@ -691,6 +691,36 @@ TEST_CASE("GPU what-ifs: HBM bandwidth divides memory-bound time, BF16 FLOP/s ev
   CHECK_THROWS_WITH(prepare_run(same), Catch::Contains("hbm_bandwidth_bytes_per_s = -1 (must be > 0)"));
 }
 
+TEST_CASE("host memory what-if: the pinned share per GPU scales with it and decides the fit, never the time", "[planner]") {
+  // DeepSeek-V3 on 128 GB200s, ep 64, the seed's four offloaded tensors at batch 12: README's largest-batch
+  // example stops there on pinned host memory (185.4 GiB against 178.8, each Grace's 480 GB shared by two GPUs).
+  // With 1.5x the host memory the share is 1.5x and the step fits; nothing else changes, the step time included.
+  RunConfig c;
+  c.model = "deepseek-v3-671b";
+  c.system = "gb200-nvl72";
+  c.gpus = 128;
+  c.ep = 64;
+  c.seq = 4096;
+  c.batch = 12;
+  c.policy = "custom";
+  for (const char* t : {"mla_q", "mla_kv", "moe_mlpwi_0", "moe_mlpwi_1"}) c.tensors[t] = "offload";
+  c.lhs = true;
+  c.pipelined_transfers = true;
+  const System own = resolve_run_system(c);
+  const auto base = run_simulation(c);
+  REQUIRE_FALSE(base.fits);
+  REQUIRE(base.host_peak_bytes > base.host_capacity_bytes);
+  RunConfig more = c;
+  more.host_memory_bytes = 1.5 * own.host_cpu.memory_bytes;
+  const auto r = run_simulation(more);
+  CHECK(r.host_capacity_bytes == Approx(1.5 * base.host_capacity_bytes).epsilon(1e-12));
+  CHECK(r.fits);
+  CHECK(r.step_time_s == base.step_time_s);
+  CHECK(r.host_peak_bytes == base.host_peak_bytes);
+  more.host_memory_bytes = 0;
+  CHECK_THROWS_WITH(prepare_run(more), Catch::Contains("host_memory_bytes = 0 (must be > 0)"));
+}
+
 TEST_CASE("leave-one-source-out predicts each source from a fit to the others", "[planner][fit]") {
   // Two sources whose runs are hbmsim's own predictions at GEMM efficiency scales 0.8 (A) and 1.0 (B): the
   // fit without A lands on B's 1.0 and predicts A as its 1.0 prediction, and the other way round.

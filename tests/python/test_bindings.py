@@ -320,6 +320,7 @@ FLAG_TEXTS = {  # a valid flag text per number / integer field (the default conf
     "hbm_bytes": "9.6e10", "scale_up_bytes_per_s": "1.8e12", "scale_out_bytes_per_s": "1e11", "offload_layers": "0",
     "recompute_layers": "4", "mtp_layers": "1", "expert_tp": "0", "moe_load_imbalance": "1.4", "max_ops": "3000000",
     "moe_capacity_factor": "1.5", "moe_paged_stash": "0", "hbm_bandwidth_bytes_per_s": "1.6e13", "bf16_flops_per_s": "5e15",
+    "host_memory_bytes": "9.6e11",
 }
 TEXT_VALUES = {"policy": "save_qkv_proj", "weights": "fp8", "attention_dtype": "fp8", "cp_exchange": "ring",
                "pp_p2p": "blocking", "mesh_order": "megatron", "pp_schedule": "gpipe", "system": "h200-hgx",
