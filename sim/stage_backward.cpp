@@ -67,12 +67,10 @@ int StageBuilder::backward_pass(int mb, int rank, int k, int slot, bool sync, Ch
     const int step = static_cast<int>(n - 1 - i);  // the loop runs the layers in reverse
     te_reloaded_by(first, i, n, te, reloaded);
     // Where none of this pass's scatters is due yet (its first iterations), the ones carried from the stage's
-    // previous pass are, counted as weight_pass counts them.
-    auto& carried = scratch_.carried;
+    // previous pass are (take_due; this pass's are not in the list: `step` of them issued so far).
+    auto& carried = scratch_.due_scatters;
     carried.clear();
-    if (!split_weights() && i + lag >= n)
-      for (; !scattering.empty() && static_cast<std::int64_t>(scattering.size()) + step >= lag; scattering.erase(scattering.begin()))
-        carried.push_back(scattering.front());
+    if (!split_weights() && i + lag >= n) take_due(scattering, static_cast<std::size_t>(step), static_cast<std::size_t>(lag), carried);
     backward_inputs(first, i, rec, bwd, grad_carry, start, sync, reloaded);
     const std::size_t had = done.size();
     // Those last iterations' reduce-scatters are carried after the loop (below), and the first ones wait for
@@ -115,10 +113,7 @@ int StageBuilder::backward_pass(int mb, int rank, int k, int slot, bool sync, Ch
   int scatter = w_.compute(costs_.memory_s(2 * T * d * act), true, 0, 'b', -1, "embedding_bwd");
   w_.op(scatter).allocs.push_back(embed_grad);
   w_.op(scatter).releases.push_back(grad_carry);
-  for (std::int64_t i = 0; i < due && !split_weights(); ++i) {
-    w_.op(scatter).deps.push_back(bwd[at(i)].reduce_scatter);
-    w_.op(scatter).releases.push_back(bwd[at(i)].grad_buf);
-  }
+  for (std::int64_t i = 0; i < due && !split_weights(); ++i) wait_for(scatter, Scatter{bwd[at(i)].reduce_scatter, bwd[at(i)].grad_buf});
   const int rs = table_reduce_scatter(bucket, scatter, embed_grad, "reduce_scatter embedding", done);
   if (sync && syncs()) {
     // Without overlap every bucket is issued once the backward pass is done.
@@ -264,14 +259,8 @@ std::pair<int, int> StageBuilder::backward_layer(CopyRank rank, std::int64_t fir
   auto begin_iteration = [&](int id) {  // the first compute op waits for the weights and opens the gradients
     if (!first_op) return;
     w_.op(id).deps.push_back(ag.op);
-    if (due) {
-      w_.op(id).deps.push_back(due->reduce_scatter);
-      w_.op(id).releases.push_back(due->grad_buf);
-    }
-    for (const Scatter& s : carried) {
-      w_.op(id).deps.push_back(s.op);
-      w_.op(id).releases.push_back(s.buf);
-    }
+    if (due) wait_for(id, Scatter{due->reduce_scatter, due->grad_buf});
+    for (const Scatter& s : carried) wait_for(id, s);
     if (grad_buf >= 0) w_.op(id).allocs.push_back(grad_buf);
     first_op = false;
   };

@@ -78,10 +78,7 @@ std::vector<sim::PassSpan> StageBuilder::build(const std::vector<PipelineTask>& 
   }
   if (!scattering.empty()) {  // the last pass's scatters are due before the optimizer
     const int end = w_.compute(0, false, 0, 'w', -1, w_.naming() ? "weight_grads done" : "");
-    for (const Scatter& rs : scattering) {
-      w_.op(end).deps.push_back(rs.op);
-      w_.op(end).releases.push_back(rs.buf);
-    }
+    for (const Scatter& rs : scattering) wait_for(end, rs);
   }
   switch (opt_.optimizer_offload) {
     case OptimizerOffload::off: {
@@ -284,13 +281,20 @@ void StageBuilder::table_sync(double bucket, int rs, std::vector<int>& done) {
   done.push_back(grad_sync(net_.cost(kind, table_shard_bytes(bucket), g_.grad_sync), CommCost{}, rs, -1, -1));
 }
 
+void take_due(std::vector<Scatter>& in_flight, std::size_t issued, std::size_t lag, std::vector<Scatter>& out) {
+  out.clear();
+  std::size_t n = 0;
+  while (n < in_flight.size() && in_flight.size() - n + issued >= lag) out.push_back(in_flight[n++]);
+  in_flight.erase(in_flight.begin(), in_flight.begin() + static_cast<std::ptrdiff_t>(n));
+}
+
 int StageBuilder::weight_pass(int k, bool sync, ChunkRecord& rec, std::vector<int>& done, std::vector<Scatter>& scattering) {
   const PipelineChunk& c = chunk(k);
-  // As in the backward (backward_layer), a reduce-scatter is done, and the unsharded gradients it reads freed,
-  // at a program point: the weight op reduce_scatter_lag() layers on, in this pass or the stage's next one
-  // (FSDP2's compute stream waits for the previous reduce-scatter in the next post-backward). Freed when the
-  // transfer ended, gradients piled up behind a slow network and the peak followed its timing.
+  // Each scatter is due at the weight op reduce_scatter_lag() layers on, in this pass or the stage's next one
+  // (take_due). Freed when the transfer ended, gradients piled up behind a slow network and the peak followed
+  // its timing.
   const auto lag = static_cast<std::size_t>(reduce_scatter_lag());
+  auto& due = scratch_.due_scatters;
   int first_op = -1;
   for (std::int64_t i = c.layers() - 1; i >= 0; --i) {
     const std::int64_t l = c.first_layer + i;
@@ -300,10 +304,8 @@ int StageBuilder::weight_pass(int k, bool sync, ChunkRecord& rec, std::vector<in
     int id = w_.compute(wp.seconds, false, wp.flops, 'w', static_cast<int>(l), label("weight_grads", l));
     if (first_op < 0) first_op = id;
     for (int d : wp.deps) w_.op(id).deps.push_back(d);
-    for (; scattering.size() >= lag; scattering.erase(scattering.begin())) {
-      w_.op(id).deps.push_back(scattering.front().op);
-      w_.op(id).releases.push_back(scattering.front().buf);
-    }
+    take_due(scattering, 0, lag, due);  // this pass's own scatters are in the list
+    for (const Scatter& s : due) wait_for(id, s);
     w_.op(id).allocs.push_back(grad_buf);
     for (int b : wp.releases) w_.op(id).releases.push_back(b);
     const auto& p = plan(l);

@@ -53,6 +53,12 @@ struct Scatter {
   int op = -1, buf = -1;
 };
 
+// A reduce-scatter is waited for, and its gradients freed, at the program point `lag` scatters after it was
+// issued (reduce_scatter_lag(); FSDP2's compute stream waits for the previous reduce-scatter at each
+// post-backward). Moves into `out` the scatters at the front of `in_flight` (oldest first) that are due at a
+// point with `issued` more scatters issued after the list's last.
+void take_due(std::vector<Scatter>& in_flight, std::size_t issued, std::size_t lag, std::vector<Scatter>& out);
+
 // What a layer's forward leaves for its backward.
 struct ForwardLayer {
   std::vector<int> buf;       // per tensor: forward buffer (-1: none)
@@ -153,7 +159,7 @@ struct Scratch {
   std::vector<sim::LoopInstances> across;
   std::vector<int> inputs, left, kept_inputs, kept_left;
   std::vector<std::int64_t> reloaded;
-  std::vector<Scatter> carried;
+  std::vector<Scatter> due_scatters;
 };
 Scratch& thread_scratch();  // this thread's
 
@@ -316,6 +322,12 @@ class StageBuilder {
   // then its reduce-scatter (and, on the last micro-batch, its sync). `scattering`: the stage's scatters not yet
   // waited for, carried from one weight pass to the next.
   int weight_pass(int k, bool sync, ChunkRecord& rec, std::vector<int>& done, std::vector<Scatter>& scattering);
+
+  // Op `op` waits for the scatter and frees the gradients it read.
+  void wait_for(int op, const Scatter& s) {
+    w_.op(op).deps.push_back(s.op);
+    w_.op(op).releases.push_back(s.buf);
+  }
 
   // One layer's gradient bucket summed over the data-parallel axes, after its reduce-scatter.
   int grad_sync(const TemplatePlan& p, int after_rs, int after, std::int64_t l);
