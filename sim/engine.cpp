@@ -216,9 +216,11 @@ inline bool Engine::can_start(int i) {
   if (op.gate_bytes <= 0) return true;
   if (const int after = gate_after_[static_cast<std::size_t>(i)]; after >= 0 && end_[static_cast<std::size_t>(after)] >= 0)
     return true;
-  const int device = qs_[static_cast<std::size_t>(op.queue)].device;
-  const double margin = p_.hbm_limit_bytes[static_cast<std::size_t>(device)] - (dev_[static_cast<std::size_t>(device)].hbm_live + op.gate_bytes);
-  if (logging_) gates_.push_back(GateCheck{device, margin});
+  const auto device = static_cast<std::size_t>(qs_[static_cast<std::size_t>(op.queue)].device);
+  const auto& dv = dev_[device];
+  const double pending = std::max(0.0, p_.scatter_reserve_bytes[device] - dv.by_cat[static_cast<std::size_t>(MemCategory::collective_buffers)]);
+  const double margin = p_.hbm_limit_bytes[device] - (dv.hbm_live + pending + op.gate_bytes);
+  if (logging_) gates_.push_back(GateCheck{static_cast<int>(device), margin});
   return margin >= 0;
 }
 

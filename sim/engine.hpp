@@ -124,6 +124,9 @@ struct Program {
   std::vector<int> issue_order;
   std::vector<int> resident;            // buffers alive for the whole step (allocated at t = 0, never freed)
   std::vector<double> hbm_limit_bytes;  // per device: the LHS memory limit for gated prefetches
+  // Per device: unsharded gradients a backward iteration holds for the reduce-scatters of the layers before it.
+  // A gated prefetch counts them as taken while fewer are (they are, from the backward's first iterations on).
+  std::vector<double> scatter_reserve_bytes;
   double copy_interference = 0;         // memory-bound slowdown while a host copy is active on the device
 
   // Empties the program (keeping its memory): one device with its compute queue.

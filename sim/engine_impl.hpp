@@ -55,7 +55,7 @@ struct LogEntry {
 // A memory gate's verdict depends on live HBM, which may grow or shrink by a fixed amount per iteration.
 struct GateCheck {
   int device;
-  double margin_bytes;  // limit - (live + gate): it opened when >= 0
+  double margin_bytes;  // limit - (live + pending gradients + gate): it opened when >= 0
 };
 // The engine's state after the start of an iteration's first op, ops counted from that iteration's first
 // op where they belong to the run (`in_run`), as themselves otherwise.

@@ -15,6 +15,9 @@ struct SimOptions {
   // A step estimated to need more simulated ops is refused before it is built (seconds and gigabytes above it).
   std::int64_t max_ops = 4'000'000;
   bool pipelined_collectives = true; // xla_gpu_enable_pipelined_all_gather: FSDP gathers one layer ahead
+  // Layers of backward iterations a gradient reduce-scatter may run into (its input is freed by the first op
+  // that many iterations on): 1, or 2 with pipelined collectives.
+  int reduce_scatter_lag() const { return pipelined_collectives ? 2 : 1; }
   bool double_buffering = false;     // xla_gpu_enable_while_loop_double_buffering: scan bodies hold two layers
   // Tensor-parallel all-gathers and reduce-scatters run chunk by chunk beside their GEMM (Transformer
   // Engine's userbuffers, XLA's collective matmul): only the first of tp chunks is exposed.

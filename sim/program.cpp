@@ -40,6 +40,7 @@ void Program::clear() {
   issue_order.clear();
   resident.clear();
   hbm_limit_bytes.clear();
+  scatter_reserve_bytes.clear();
   copy_interference = 0;
   add_device();
 }
@@ -48,6 +49,7 @@ int Program::add_device() {
   const int d = devices();
   add_queue(queues, Queue{"compute", QueueKind::serial, false, d, true, false});
   hbm_limit_bytes.push_back(0);
+  scatter_reserve_bytes.push_back(0);
   return d;
 }
 

@@ -51,6 +51,9 @@ class ProgramBuilder {
       for (std::size_t v : device_variants[d])
         for (std::size_t i = 0; i < T; ++i) headroom = std::max(headroom, plans_[v * T + i].backward_working_set_bytes);
       prog_.hbm_limit_bytes[d] = opt.memory_limit_slop * sys.gpu.hbm_bytes - headroom;
+      double grad = 0;  // the headroom holds the iteration's own gradients; these are the earlier layers'
+      for (std::size_t i = 0; i < T; ++i) grad = std::max(grad, g.grad_buffer_bytes(g.templates[i]));
+      prog_.scatter_reserve_bytes[d] = opt.reduce_scatter_lag() * grad;
     }
     prog_.copy_interference = sys.efficiency.compute_slowdown_during_copy;
     plan_loop_bodies();

@@ -213,8 +213,7 @@ class StageBuilder {
   // Some gradients are summed over more than one device: the dense ones, or the experts'.
   bool syncs() const { return multi(g_.grad_sync) || multi(g_.expert_grad_sync); }
   bool split_weights() const { return c_.plans.front().split_weight_grads; }
-  // Layers of backward iterations a gradient reduce-scatter may run into: 1, or 2 with pipelined collectives.
-  std::int64_t reduce_scatter_lag() const { return opt_.pipelined_collectives ? 2 : 1; }
+  std::int64_t reduce_scatter_lag() const { return opt_.reduce_scatter_lag(); }
 
   // Without LHS a collective is synchronous: it waits for the compute before it and the compute after it
   // waits for it. Libraries that issue it asynchronously themselves (the CP ring) overlap it either way.
