@@ -111,6 +111,7 @@ void StageBuilder::streamed_update(const std::vector<int>& done) {
   for (int k = 0; k < static_cast<int>(n); ++k) {
     const int in = w_.copy(true, state + params, costs_.copy_s(state + params, true), -1, label_chunk((std::string(what) + " in").c_str(), k));
     w_.op(in).deps = done;
+    w_.op(in).priority = k;  // a shared link serves the chunk needed first first, as it does prefetches
     if (k >= 2) w_.op(in).deps.push_back(out[static_cast<std::size_t>(k - 2)]);
     for (auto [bytes, cat] : {std::pair{state, MemCategory::optimizer_state}, {params, MemCategory::parameters}})
       if (bytes > 0) w_.op(in).allocs.push_back(w_.add_buffer(bytes, cat));
@@ -118,6 +119,7 @@ void StageBuilder::streamed_update(const std::vector<int>& done) {
     w_.op(up).deps.push_back(in);
     out.push_back(w_.copy(false, state + params, costs_.copy_s(state + params, false), -1, label_chunk((std::string(what) + " out").c_str(), k)));
     w_.op(out.back()).deps = {up};
+    w_.op(out.back()).priority = k;
     for (int b : w_.op(in).allocs) w_.op(out.back()).releases.push_back(b);
   }
 }
@@ -133,11 +135,13 @@ void StageBuilder::host_update(const std::vector<int>& done) {
   for (int k = 0; k < static_cast<int>(n); ++k) {
     const int out = w_.copy(false, grads, costs_.copy_s(grads, false), -1, label_chunk("gradients out", k));
     w_.op(out).deps = done;
+    w_.op(out).priority = k;  // in chunk order on a shared link (streamed_update)
     const int up = w_.host(info_.optimizer_update_bytes / n / cpu_bytes_per_s, 'o', label_chunk("host optimizer_update", k));
     w_.op(up).deps.push_back(out);
     if (opt_.parameter_offload) continue;  // updated where they live
     const int in = w_.copy(true, params, costs_.copy_s(params, true), -1, label_chunk("parameters in", k));
     w_.op(in).deps = {up};
+    w_.op(in).priority = k;
   }
 }
 
