@@ -63,7 +63,7 @@ TEST_CASE("a calibration profile is named with the system it was fitted on, and 
                             "vr-nvl144 as a what-if"));
 }
 
-TEST_CASE("an MoE model on several GPUs with ep 1 gets a one-line warning; with ep it gets none", "[cli][output]") {
+TEST_CASE("an MoE model on several GPUs with ep 1 gets a one-line warning, with ep it gets none", "[cli][output]") {
   const std::string run = "simulate --model deepseek-v3-671b --gpus 256 --seq 1024 --json";
   auto without = test::cli(run);
   REQUIRE(without.status == 0);
@@ -107,7 +107,7 @@ TEST_CASE("lhs off under framework megatron is warned about: it changes nothing 
   CHECK(nlohmann::json::parse(off.out)["step_time_s"] == nlohmann::json::parse(on.out)["step_time_s"]);
 }
 
-TEST_CASE("hbmsim --version prints the project version; bare hbmsim and bare plan print their help", "[cli][output]") {
+TEST_CASE("hbmsim --version prints the project version, bare hbmsim and bare plan print their help", "[cli][output]") {
   // The version as the top-level CMakeLists.txt declares it.
   std::ifstream cm(std::string(HBMSIM_SOURCE_DIR) + "/CMakeLists.txt");
   std::string text((std::istreambuf_iterator<char>(cm)), std::istreambuf_iterator<char>());

@@ -47,7 +47,7 @@ TEST_CASE("a GEMM and a copy on different queues overlap, and add up when the co
   CHECK(run_program(serial, false).end_time_s == Approx(1.5));  // 1 + 0.5
 }
 
-TEST_CASE("two copies sharing one link direction each get half of it; busy time is their union", "[engine]") {
+TEST_CASE("two copies sharing one link direction each get half of it, busy time is their union", "[engine]") {
   // Each 1 GB at 10 GB/s would take 0.1 s alone; together each runs at 5 GB/s and both end at 0.2 s.
   Program p;
   auto h2d = copy_engine(p, "h2d", 10e9);
@@ -218,7 +218,7 @@ TEST_CASE("only transfers linked to an oversubscribed link slow down", "[engine]
   CHECK(r.end_s[static_cast<std::size_t>(d)] == Approx(0.1));
 }
 
-TEST_CASE("a transfer away from the shared links leaves their rates; one that joins them is shared in", "[engine]") {
+TEST_CASE("a transfer away from the shared links leaves their rates, one that joins them is shared in", "[engine]") {
   // Links X and Z at 10 GB/s. A and B (1 GB each) want all of X from t = 0: 5 GB/s each. G (0.5 GB, all
   // of Z) runs from 0.05 to 0.1 s beside them without touching X (the engine keeps A's and B's rates without
   // sharing again). H (1 GB, all of X) joins at 0.1 s: A and B have 0.5 GB left and get a third of X each
@@ -300,7 +300,7 @@ TEST_CASE("a program op packs into 96 bytes and a program refuses more queues th
   CHECK_THROWS_AS(p.add_device(), std::logic_error);
 }
 
-TEST_CASE("an issue order other than the program's runs each queue in that order; a cyclic one is refused", "[engine]") {
+TEST_CASE("an issue order other than the program's runs each queue in that order, a cyclic one is refused", "[engine]") {
   // Compute stream: A (1 s), D (1 s, needs X), C (1 s, independent). ep stream: X (2 s, needs A). In program
   // order A, X, D, C the stream runs A 0-1, waits for X (1-3), runs D 3-4 and C 4-5. Issued A, X, C, D, C
   // fills the wait: A 0-1, C 1-2, X 1-3, D 3-4, so the step ends at 4 (the order combined 1F1B relies on).

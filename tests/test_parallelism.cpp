@@ -69,7 +69,7 @@ TEST_CASE("tensor parallelism keeps model FLOPs per device and sends the Megatro
   }
 }
 
-TEST_CASE("Transformer Engine gathers an FP8 GEMM's input over tp in FP8; the gradient's reduce-scatter stays bf16",
+TEST_CASE("Transformer Engine gathers an FP8 GEMM's input over tp in FP8, the gradient's reduce-scatter stays bf16",
           "[parallel][tp][fp8]") {
   // The test above's 10 collectives per layer, T x d elements each: with fp8_saved_activations (TE's quantized
   // linear inputs) the norm output is quantized before its sequence-parallel all-gather, so the forward
@@ -245,7 +245,7 @@ TEST_CASE("Megatron's DDP buffers: GEMMs read the stored weights and gradients l
   CHECK(run_simulation(maxtext).hbm_breakdown_bytes.at("gathered_weights") > 0);
 }
 
-TEST_CASE("the layout fields left auto read a config as its framework does; given ones win", "[parallel][megatron]") {
+TEST_CASE("the layout fields left auto read a config as its framework does, given ones win", "[parallel][megatron]") {
   RunConfig c;
   LayoutReading r = layout_reading(c);  // maxtext
   CHECK((r.mesh_order == "maxtext" && r.cp_exchange == "all_gather" && r.cp_shards_weights && r.ep_shards_weights));

@@ -126,7 +126,7 @@ NamedRun named_run(const RunConfig& c) {
 
 }  // namespace
 
-TEST_CASE("pipeline tables run every pass once; 1F1B warms up p-s-1 forwards", "[pipeline]") {
+TEST_CASE("pipeline tables run every pass once, 1F1B warms up p-s-1 forwards", "[pipeline]") {
   check_complete(pipeline_schedule(PipelineSchedule::gpipe, 4, 1, 8), 4, 1, 8, false);
   check_complete(pipeline_schedule(PipelineSchedule::one_f_one_b, 4, 1, 8), 4, 1, 8, false);
   check_complete(pipeline_schedule(PipelineSchedule::one_f_one_b, 4, 2, 8), 4, 2, 8, false);
@@ -296,7 +296,7 @@ TEST_CASE("blocking pipeline sends cost one more send per 1F1B pair of stages, b
   CHECK_FALSE(prepare_run(c).options.blocking_p2p);
 }
 
-TEST_CASE("sequence parallelism divides the pipeline's sends by tp; model FLOPs do not depend on pp", "[pipeline]") {
+TEST_CASE("sequence parallelism divides the pipeline's sends by tp, model FLOPs do not depend on pp", "[pipeline]") {
   RunConfig c = llama8b_pipeline(2, "1f1b", 4);
   const double model_flops = run_simulation(c).model_flops_per_device;
   c.gpus = 8;
@@ -560,7 +560,7 @@ TEST_CASE("a stage prefetches weights at most one pass ahead, however many micro
   for (const auto& st : r.stages) CHECK(st.hbm_breakdown_bytes.at("gathered_weights") <= 6 * 218e6 * 2);
 }
 
-TEST_CASE("a Megatron pipeline layout gives each chunk's layers; bad layouts name the layout", "[pipeline][errors]") {
+TEST_CASE("a Megatron pipeline layout gives each chunk's layers, bad layouts name the layout", "[pipeline][errors]") {
   // Megatron-Bridge's DeepSeek-V3 layout for pp 2 x vp 8: 15 chunks of 4 layers and a last one of 1 with the
   // MTP module and the loss: 15 x 4 + 1 = 61.
   std::int64_t mtp = -1;

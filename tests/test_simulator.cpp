@@ -126,7 +126,7 @@ TEST_CASE("remat raises executed FLOPs by exactly the replayed ops and lowers th
         Approx(32 * qkv_bytes));
 }
 
-TEST_CASE("without LHS offload copies are exposed; with LHS they hide behind compute", "[sim]") {
+TEST_CASE("without LHS offload copies are exposed, with LHS they hide behind compute", "[sim]") {
   auto on = run_simulation(small("qkv_proj_offloaded", true));
   auto off = run_simulation(small("qkv_proj_offloaded", false));
   // Without LHS each D2H starts at its layer's end and the next layer waits for all of it: the compute stream
@@ -243,7 +243,7 @@ TEST_CASE("a malformed calibration profile exits with status 2 naming the file a
   CHECK(r.err.find(file.string() + ": host_link.h2d_bytes_per_s = 0 (must be > 0)") != std::string::npos);
 }
 
-TEST_CASE("with LHS independent work runs under the expert all-to-all; without LHS it waits", "[sim][lhs]") {
+TEST_CASE("with LHS independent work runs under the expert all-to-all, without LHS it waits", "[sim][lhs]") {
   // DeepSeek-V3 at a small batch (it fits, so no prefetch is held back by the memory limit).
   RunConfig c = dsv3_experts_offloaded(1, 1024);
   c.lhs = true;
@@ -264,8 +264,22 @@ TEST_CASE("with LHS independent work runs under the expert all-to-all; without L
     filled = filled || on.at(w + l).first == Approx(a2a.first);
   CHECK(filled);
   // The replayed dispatch is read only by the up-projections' weight gradients (their outputs come back
-  // from the host), so the experts' backward starts before it has finished.
-  CHECK(on.at("bwd_x moe_wo" + l).first < on.at("recompute dispatch_a2a" + l).second);
+  // from the host), so compute of the layer runs under it. (Which op: since LHS's order counts the reloads'
+  // copy time from the iteration's start, the attention's recompute goes first and the experts' backward
+  // waits for the combine's backward behind the dispatch on the expert-parallel queue.)
+  auto under_replayed_dispatch = [&](const Timeline& t) {  // the layer's compute ops that start while it runs
+    const auto replayed = t.at("recompute dispatch_a2a" + l);
+    int under = 0;
+    for (std::size_t i = 0; i < t.names.size(); ++i) {
+      const auto& n = t.names[i];
+      const bool compute = t.program.queues[static_cast<std::size_t>(t.program.ops[i].queue)].compute;
+      under += compute && n.size() > l.size() && n.compare(n.size() - l.size(), l.size(), l) == 0 &&
+               t.result.start_s[i] >= replayed.first && t.result.start_s[i] < replayed.second;
+    }
+    return under;
+  };
+  CHECK(under_replayed_dispatch(on) >= 2);
+  CHECK(under_replayed_dispatch(off) == 0);
   // Without LHS each GEMM's backward (both dots, one op) runs in program order and the all-to-all after it.
   CHECK(off.at("bwd dispatch_a2a" + l).first >= off.at("bwd moe_wi_0" + l).second);
   CHECK(off.at("recompute dispatch_a2a" + l).second <= off.at("bwd moe_wo" + l).first);

@@ -349,7 +349,7 @@ TEST_CASE("Validation mapping: several selective recompute modules in one item",
   CHECK_THAT(unknown.reason, Catch::Contains("no hbmsim preset recomputes only mamba"));
 }
 
-TEST_CASE("validate --rows: the rows named, with the file's numbers; a malformed list is bad input", "[validation]") {
+TEST_CASE("validate --rows: the rows named, with the file's numbers, a malformed list is bad input", "[validation]") {
   const auto all = load_published_runs();
   const auto picked = select_rows(all, "46,48-50");
   REQUIRE(picked.size() == 4);
