@@ -94,7 +94,9 @@ int StageBuilder::backward_pass(int mb, int rank, int k, int slot, bool sync, Ch
     send(out, grad_carry, k - 1, w_.last_compute(), 'b', "send gradients", mb);
     for (std::int64_t i = due - 1; i >= 0 && !split_weights(); --i)  // in the order they were issued
       scattering.push_back(Scatter{bwd[at(i)].reduce_scatter, bwd[at(i)].grad_buf});
-    if (c.head) head_table_gradients(c, start, sync, done);
+    // The head's bucket, issued after them, is carried too: freed where the stage's next pass waits for it,
+    // not when the transfer ends (then a faster GPU's next pass found it still live).
+    if (c.head) scattering.push_back(head_table_gradients(c, start, sync, done));
     if (sync_layers && !opt_.dp_overlap)
       for (std::int64_t i = n - 1; i >= 0; --i) done.push_back(grad_sync(plan(first + i), reduce_scatter[at(i)], out.send, first + i));
     return start;
@@ -114,7 +116,8 @@ int StageBuilder::backward_pass(int mb, int rank, int k, int slot, bool sync, Ch
   w_.op(scatter).allocs.push_back(embed_grad);
   w_.op(scatter).releases.push_back(grad_carry);
   for (std::int64_t i = 0; i < due && !split_weights(); ++i) wait_for(scatter, Scatter{bwd[at(i)].reduce_scatter, bwd[at(i)].grad_buf});
-  const int rs = table_reduce_scatter(bucket, scatter, embed_grad, "reduce_scatter embedding", done);
+  const int rs = table_reduce_scatter(bucket, scatter, "reduce_scatter embedding", done);
+  w_.op(rs).releases = {embed_grad};
   if (sync && syncs()) {
     // Without overlap every bucket is issued once the backward pass is done.
     if (sync_layers && !opt_.dp_overlap)

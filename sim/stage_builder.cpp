@@ -264,18 +264,18 @@ int StageBuilder::embedding(ChunkRecord& rec, int after_sync) {
   return lookup;
 }
 
-void StageBuilder::head_table_gradients(const PipelineChunk& c, int head_bwd, bool sync, std::vector<int>& done) {
+Scatter StageBuilder::head_table_gradients(const PipelineChunk& c, int head_bwd, bool sync, std::vector<int>& done) {
   const double bucket = table_grad_bytes(c);
   int grad = w_.add_buffer(g_.table_grad_buffer_bytes(bucket), MemCategory::collective_buffers);
   w_.op(head_bwd).allocs.push_back(grad);
-  const int rs = table_reduce_scatter(bucket, head_bwd, grad, "reduce_scatter unembedding", done);
+  const int rs = table_reduce_scatter(bucket, head_bwd, "reduce_scatter unembedding", done);
   if (sync && multi(g_.grad_sync)) table_sync(bucket, rs, done);
+  return Scatter{rs, grad};
 }
 
-int StageBuilder::table_reduce_scatter(double bucket, int after, int buffer, const char* name, std::vector<int>& done) {
+int StageBuilder::table_reduce_scatter(double bucket, int after, const char* name, std::vector<int>& done) {
   int rs = w_.comm(Axis::fsdp, net_.cost(CommKind::reduce_scatter, bucket, g_.dense_shard), 1.0, 'b', -1, name);
   w_.op(rs).deps = {after};
-  w_.op(rs).releases = {buffer};
   done.push_back(rs);
   return rs;
 }

@@ -311,9 +311,9 @@ class StageBuilder {
                     int posted, std::vector<Scatter>& scattering);
 
   // The head's table bucket on a stage without the embedding: scattered once the head's backward is done.
-  void head_table_gradients(const PipelineChunk& c, int head_bwd, bool sync, std::vector<int>& done);
+  Scatter head_table_gradients(const PipelineChunk& c, int head_bwd, bool sync, std::vector<int>& done);
   // A table bucket's reduce-scatter over the weight shards once `after` is done, freeing `buffer`.
-  int table_reduce_scatter(double bucket, int after, int buffer, const char* name, std::vector<int>& done);
+  int table_reduce_scatter(double bucket, int after, const char* name, std::vector<int>& done);
   // Its shard summed over the gradient-sync axes (on the last micro-batch).
   void table_sync(double bucket, int rs, std::vector<int>& done);
 
