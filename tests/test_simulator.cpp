@@ -243,6 +243,21 @@ TEST_CASE("a malformed calibration profile exits with status 2 naming the file a
   CHECK(r.err.find(file.string() + ": host_link.h2d_bytes_per_s = 0 (must be > 0)") != std::string::npos);
 }
 
+TEST_CASE("a streamed optimizer update's chunks take the host link in chunk order, each copy its own bytes' time", "[sim]") {
+  // Llama 3.1 8B on 8 H200s with the optimizer state in host memory, updated on the GPU: the state streams
+  // through HBM in layer chunks, two in flight. The first two chunks' copies in start together; the link serves
+  // the chunk needed first whole, so each copy takes exactly its solo time (its op's seconds: bytes over the
+  // link's share plus latency), the second's ending one solo time after the first's.
+  RunConfig c = small("full");
+  c.optimizer_offload = "device";
+  const Timeline t = timeline(c);
+  const auto a = t.at("optimizer state in chunk 0"), b = t.at("optimizer state in chunk 1");
+  const double solo = t.program.ops[t.id("optimizer state in chunk 0")].seconds;
+  REQUIRE(b.first < a.second);  // the second chunk's copy starts while the first's runs
+  CHECK(a.second - a.first == Approx(solo).epsilon(1e-9));
+  CHECK(b.second == Approx(a.second + solo).epsilon(1e-9));
+}
+
 TEST_CASE("with LHS independent work runs under the expert all-to-all, without LHS it waits", "[sim][lhs]") {
   // DeepSeek-V3 at a small batch (it fits, so no prefetch is held back by the memory limit).
   RunConfig c = dsv3_experts_offloaded(1, 1024);
