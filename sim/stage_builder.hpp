@@ -310,9 +310,10 @@ class StageBuilder {
   int backward_pass(int mb, int rank, int k, int slot, bool sync, ChunkRecord& rec, std::vector<int>& done, int previous_pass,
                     int posted, std::vector<Scatter>& scattering);
 
-  // The head's table bucket on a stage without the embedding: scattered once the head's backward is done.
+  // The head's table bucket on a stage without the embedding: scattered once the head's backward is done. The
+  // caller frees the bucket where a later op waits for the returned scatter.
   Scatter head_table_gradients(const PipelineChunk& c, int head_bwd, bool sync, std::vector<int>& done);
-  // A table bucket's reduce-scatter over the weight shards once `after` is done, freeing `buffer`.
+  // A table bucket's reduce-scatter over the weight shards once `after` is done (the caller frees the bucket).
   int table_reduce_scatter(double bucket, int after, const char* name, std::vector<int>& done);
   // Its shard summed over the gradient-sync axes (on the last micro-batch).
   void table_sync(double bucket, int rs, std::vector<int>& done);
