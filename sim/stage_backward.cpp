@@ -152,9 +152,14 @@ std::pair<int, int> StageBuilder::reload(CopyRank rank, std::int64_t first, std:
   const std::int64_t l = first + i;
   const auto& p = plan(l);
   const int dst = w_.add_buffer(p.kept_bytes[k], MemCategory::offload_buffers);
+  // Transformer Engine allocates the reload's destination on the issuing thread, when it issues the copy, not
+  // when the copy stream gets to it: taken there, the buffer's life does not follow the link's speed.
+  const int issued = opt_.te_offload ? w_.issue(after, 'b', static_cast<int>(l), label("issue h2d ", g_.layer(l).tensors[k].name, l)) : -1;
+  if (issued >= 0) w_.op(issued).allocs = {dst};
   const int copy = w_.copy(true, p.kept_bytes[k], p.h2d_s[k], static_cast<int>(l), label("h2d ", g_.layer(l).tensors[k].name, l));
   ProgramOp& c = w_.op(copy);
-  c.allocs = {dst};
+  if (issued >= 0) c.deps.push_back(issued);
+  else c.allocs = {dst};
   c.releases = {f.host_buf[k]};
   if (after >= 0) c.deps.push_back(after);
   c.deps.push_back(f.d2h[k]);
