@@ -218,13 +218,19 @@ int StageBuilder::parameters_in(double shard_bytes, int after, int layer, const 
 }
 
 void StageBuilder::gather_after(const Gather& ag, int shard_in, int after, char phase, int layer, const std::string& name) {
-  // With the shard copied in from host memory, the copy issues the gather (which frees the shard once sent).
+  // With the shard copied in from host memory, the copy comes first (and the gather frees the shard once sent).
   const int from = shard_in >= 0 ? shard_in : after;
-  if (shard_in >= 0) w_.op(ag.op).releases = w_.op(shard_in).allocs;
-  // The gather and its issue point both start once `from` completes: the buffer comes alive then, whenever the
-  // gather's queue gets to it.
-  const int issued = w_.issue(from, phase, layer, w_.naming() ? "issue " + name : std::string());
+  // The buffers come alive where the gather is issued, once `after` completes, whenever the gather's queue (or
+  // the shard's copy queue) gets to them: the shard's with the gathered one, as FSDP's unshard takes both.
+  const int issued = w_.issue(after, phase, layer, w_.naming() ? "issue " + name : std::string());
   w_.op(issued).allocs = {ag.buf};
+  if (shard_in >= 0) {
+    auto& shard_allocs = w_.op(shard_in).allocs;
+    w_.op(ag.op).releases = shard_allocs;
+    for (int b : shard_allocs) w_.op(issued).allocs.push_back(b);
+    shard_allocs.clear();
+    w_.op(shard_in).deps.push_back(issued);
+  }
   if (from >= 0) w_.op(ag.op).deps.push_back(from);
 }
 
