@@ -156,15 +156,19 @@ struct Args {
 };
 
 // The draw with its HBM set to 0.97-1.06x its own peak (the what-if hbm_bytes), so that it sits at the edge
-// of fitting, where LHS's memory gate holds prefetches back; nullopt for bad input.
+// of fitting, where LHS's memory gate holds prefetches back; nullopt for bad input; the draw as it is where
+// simulating it fails otherwise (check() then reports that).
 std::optional<RunConfig> squeezed(RunConfig c, std::mt19937& rng) {
+  double peak = 0;
   try {
-    const double peak = run_simulation(c).hbm_peak_bytes;
-    c.hbm_bytes = peak * std::uniform_real_distribution<double>(0.97, 1.06)(rng);
-    return c;
+    peak = run_simulation(c).hbm_peak_bytes;
   } catch (const InputError&) {
     return std::nullopt;
+  } catch (const std::exception&) {
+    return c;
   }
+  c.hbm_bytes = peak * std::uniform_real_distribution<double>(0.97, 1.06)(rng);
+  return c;
 }
 
 // Strict: an unknown option or a value that is not a whole number is an error, not a default run.
