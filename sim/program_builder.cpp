@@ -46,13 +46,13 @@ class ProgramBuilder {
     plans_.resize(used.size() * T);
     for (std::size_t v = 0; v < used.size(); ++v)
       for (std::size_t i = 0; i < T; ++i) plan_template(g.templates[i], *used[v], costs_, g, opt, plans_[v * T + i]);
+    double grad = 0;  // the headroom holds an iteration's own gradients; the reserve the earlier layers'
+    for (std::size_t i = 0; i < T; ++i) grad = std::max(grad, g.grad_buffer_bytes(g.templates[i]));
     for (std::size_t d = 0; d < g.stages.size(); ++d) {
       double headroom = 0;
       for (std::size_t v : device_variants[d])
         for (std::size_t i = 0; i < T; ++i) headroom = std::max(headroom, plans_[v * T + i].backward_working_set_bytes);
       prog_.hbm_limit_bytes[d] = opt.memory_limit_slop * sys.gpu.hbm_bytes - headroom;
-      double grad = 0;  // the headroom holds the iteration's own gradients; these are the earlier layers'
-      for (std::size_t i = 0; i < T; ++i) grad = std::max(grad, g.grad_buffer_bytes(g.templates[i]));
       prog_.scatter_reserve_bytes[d] = opt.reduce_scatter_lag() * grad;
     }
     prog_.copy_interference = sys.efficiency.compute_slowdown_during_copy;
