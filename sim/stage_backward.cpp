@@ -266,7 +266,7 @@ std::pair<int, int> StageBuilder::backward_layer(CopyRank rank, std::int64_t fir
   bool first_op = true;
   auto begin_iteration = [&](int id) {  // the first compute op waits for the weights and opens the gradients
     if (!first_op) return;
-    w_.op(id).deps.push_back(ag.op);
+    wait_gather(id, ag);
     if (due) wait_for(id, Scatter{due->reduce_scatter, due->grad_buf});
     for (const Scatter& s : carried) wait_for(id, s);
     if (grad_buf >= 0) w_.op(id).allocs.push_back(grad_buf);

@@ -197,14 +197,14 @@ Gather StageBuilder::gather_layer(std::int64_t l, int after, char phase) {
   const std::string name = label(phase == 'f' ? "all_gather" : "all_gather bwd", l);
   ag.op = w_.comm2(Axis::fsdp, p.gather, p.gather_experts, 1.0, phase, static_cast<int>(l), name);
   gather_after(ag, in, after, phase, static_cast<int>(l), name);
-  if (!opt_.reshard_weights) kept_weights_[at(l)] = ag;
+  if (!opt_.reshard_weights) kept_weights_[at(l)] = Gather{ag.op, ag.buf, -1};  // the first user frees the shard
   return ag;
 }
 
 Gather StageBuilder::gather_table(const char* name, int after) {
   const CommCost cost = net_.cost(CommKind::all_gather, g_.table_gathered_bytes, g_.dense_shard);
   const int in = parameters_in(table_shard_bytes(g_.table_gathered_bytes), after, -1, std::string("parameters in ") + name);
-  Gather ag{w_.comm(Axis::fsdp, cost, 1.0, 'f', -1, name), w_.add_buffer(g_.table_buffer_bytes(), MemCategory::gathered_weights)};
+  Gather ag{w_.comm(Axis::fsdp, cost, 1.0, 'f', -1, name), w_.add_buffer(g_.table_buffer_bytes(), MemCategory::gathered_weights), -1};
   gather_after(ag, in, after, 'f', -1, name);
   return ag;
 }
@@ -217,8 +217,8 @@ int StageBuilder::parameters_in(double shard_bytes, int after, int layer, const 
   return in;
 }
 
-void StageBuilder::gather_after(const Gather& ag, int shard_in, int after, char phase, int layer, const std::string& name) {
-  // With the shard copied in from host memory, the copy comes first (and the gather frees the shard once sent).
+void StageBuilder::gather_after(Gather& ag, int shard_in, int after, char phase, int layer, const std::string& name) {
+  // With the shard copied in from host memory, the copy comes first.
   const int from = shard_in >= 0 ? shard_in : after;
   // The buffers come alive where the gather is issued, once `after` completes, whenever the gather's queue (or
   // the shard's copy queue) gets to them: the shard's with the gathered one, as FSDP's unshard takes both.
@@ -226,8 +226,8 @@ void StageBuilder::gather_after(const Gather& ag, int shard_in, int after, char 
   w_.op(issued).allocs = {ag.buf};
   if (shard_in >= 0) {
     auto& shard_allocs = w_.op(shard_in).allocs;
-    w_.op(ag.op).releases = shard_allocs;
-    for (int b : shard_allocs) w_.op(issued).allocs.push_back(b);
+    ag.shard = *shard_allocs.begin();  // parameters_in allocates one buffer
+    w_.op(issued).allocs.push_back(ag.shard);
     shard_allocs.clear();
     w_.op(shard_in).deps.push_back(issued);
   }
@@ -263,7 +263,7 @@ int StageBuilder::embedding(ChunkRecord& rec, int after_sync) {
   rec.input_buf = w_.add_buffer(g_.sharded_tokens * d * act, MemCategory::saved_activations);
   const int lookup_buf = tp ? w_.add_buffer(T * d * act, MemCategory::workspace) : rec.input_buf;
   int lookup = w_.compute(costs_.memory_s(2 * T * d * act), true, 0, 'f', -1, "embedding_lookup");
-  w_.op(lookup).deps.push_back(embed.op);
+  wait_gather(lookup, embed);
   w_.op(lookup).allocs.push_back(lookup_buf);
   w_.op(lookup).releases.push_back(embed.buf);
   if (tp) return transform(g_.embed_exit, false, lookup_buf, rec.input_buf, lookup, 'f', "embedding_exit");

@@ -44,8 +44,10 @@ int copy_priority(CopyRank r, std::int64_t block, int within);  // stage_backwar
 inline int d2h_priority(CopyRank r, std::int64_t i) { return copy_priority(r, i, 0); }
 inline int h2d_priority(CopyRank r, std::int64_t i, int first_read) { return copy_priority(r, r.layers - i, first_read); }
 
+// A weight gather: its op, the gathered buffer, and with the parameters in host memory the shard copied in
+// for it (-1: none), which the op that waits for the gather frees.
 struct Gather {
-  int op = -1, buf = -1;
+  int op = -1, buf = -1, shard = -1;
 };
 
 // A reduce-scatter and the unsharded gradients it reads, until a later op waits for it and frees them.
@@ -262,11 +264,18 @@ class StageBuilder {
 
   // With the parameters in host memory, a weight gather starts from its shard copied in (MaxText
   // parameter_memory_host_offload, FSDP's CPU offload): the copy is issued where the gather would be, and
-  // its buffer lives until the gather has sent it. Returns the copy (-1: parameters on the device).
+  // its buffer lives until the op that waits for the gather (wait_gather). Returns the copy (-1: parameters
+  // on the device).
   int parameters_in(double shard_bytes, int after, int layer, const std::string& name);
-  // A weight gather waits for its shard's copy (and frees it once sent), or else is issued once `after` completes,
-  // where its buffer comes alive (OpWriter::issue).
-  void gather_after(const Gather& ag, int shard_in, int after, char phase, int layer, const std::string& name);
+  // A weight gather waits for its shard's copy, or else is issued once `after` completes, where its buffers
+  // come alive (OpWriter::issue); sets ag.shard.
+  void gather_after(Gather& ag, int shard_in, int after, char phase, int layer, const std::string& name);
+  // Op `id` waits for the gather and frees its shard: the program point where the gather is done (XLA's
+  // all-gather-done, FSDP's wait for the unshard), so the shard's life does not follow the network's speed.
+  void wait_gather(int id, const Gather& ag) {
+    w_.op(id).deps.push_back(ag.op);
+    if (ag.shard >= 0) w_.op(id).releases.push_back(ag.shard);
+  }
 
   // A pass that starts from another stage's output: a free op on the compute stream that waits for it. Its
   // receive is posted at `posted` (Crossing::posted).

@@ -120,7 +120,7 @@ void StageBuilder::backward_inputs(std::int64_t first, std::int64_t i, const Chu
   const std::int64_t body = hoists ? static_cast<std::int64_t>(c_.bwd_body_first[at(first + i)]) - first : i;
   const BackwardLayer& me = bwd[at(i)];
   in.assign({grad_in, backward_start, w_.last_compute(), i >= 1, i + 1 < n, i + 1 < n ? bwd[at(i + 1)].last : -1,
-             me.gather.op, me.gather.buf, due, due ? bwd[at(i + reduce_scatter_lag())].reduce_scatter : -1,
+             me.gather.op, me.gather.buf, me.gather.shard, due, due ? bwd[at(i + reduce_scatter_lag())].reduce_scatter : -1,
              due ? bwd[at(i + reduce_scatter_lag())].grad_buf : -1, static_cast<int>(body - i),
              body != i ? bwd[at(body)].iteration_start : -1, last_microbatch});
   const ForwardLayer& f = rec.layers[at(i)];
@@ -143,8 +143,8 @@ void StageBuilder::backward_left(std::int64_t i, const std::vector<BackwardLayer
   if (!copying()) return;
   const BackwardLayer& me = bwd[at(i)];
   const Gather next = i >= 1 ? bwd[at(i - 1)].gather : Gather{};
-  left.assign({me.iteration_start, me.last, me.reduce_scatter, me.grad_buf, me.gather.op, me.gather.buf, next.op, next.buf,
-               grad_out, rs, w_.last_compute(), static_cast<int>(done.size() - had)});
+  left.assign({me.iteration_start, me.last, me.reduce_scatter, me.grad_buf, me.gather.op, me.gather.buf, me.gather.shard, next.op,
+               next.buf, next.shard, grad_out, rs, w_.last_compute(), static_cast<int>(done.size() - had)});
   left.insert(left.end(), done.begin() + static_cast<std::ptrdiff_t>(had), done.end());
   // TE: the reloads it issued, per layer reloaded (te_reloaded_by's order).
   for (std::int64_t s : reloaded)
@@ -170,7 +170,11 @@ bool StageBuilder::copied_backward(std::int64_t first, std::int64_t i, int step,
   me.grad_buf = *it++;
   me.gather.op = *it++;
   me.gather.buf = *it++;
-  const Gather next{*it++, *it++};
+  me.gather.shard = *it++;
+  Gather next;
+  next.op = *it++;
+  next.buf = *it++;
+  next.shard = *it++;
   if (i >= 1) bwd[at(i - 1)].gather = next;
   grad_carry = *it++;
   reduce_scatter[at(i)] = *it++;

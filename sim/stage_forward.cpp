@@ -87,7 +87,7 @@ void StageBuilder::head_forward(ChunkRecord& rec, const std::vector<ForwardLayer
   int unembed = w_.compute(costs_.gemm_s(g_.unembed_flops, g_.logits_bytes, Dtype::bf16), false, g_.unembed_flops,
                            'f', -1, "unembed");
   w_.op(unembed).allocs.push_back(rec.logits);
-  w_.op(unembed).deps.push_back(head.op);
+  wait_gather(unembed, head);
   w_.data_dep(unembed, head_in);
   int loss = w_.compute(costs_.memory_s(3 * g_.logits_bytes), true, 0, 'f', -1, "softmax_cross_entropy");
   rec.stats = -1;
@@ -157,7 +157,7 @@ void StageBuilder::forward_layer(CopyRank rank, std::int64_t first, std::int64_t
       if (int prod = p.producer[static_cast<std::size_t>(in)]; prod >= 0) w_.data_dep(id, op_id[static_cast<std::size_t>(prod)]);
     if (first_op) {  // the iteration's first op waits for its weights and the copies due
       first_op = false;
-      w_.op(id).deps.push_back(ag.op);
+      wait_gather(id, ag);
       for (int c : barrier[at(i)]) w_.op(id).deps.push_back(c);
       if (waits_on >= 0)
         for (int c : fwd[at(waits_on)].d2h)
