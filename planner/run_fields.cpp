@@ -39,7 +39,7 @@ const std::vector<RunField> kFields = {
      "Pipeline schedule: 1f1b (interleaved with vp > 1), gpipe, or zb-h1 (zero-bubble, weight gradients split off)",
      &C::pp_schedule},
     {"pp_p2p", "--pp-p2p",
-     "Pipeline sends: overlapped (a receive posted as the pass before starts; the sender's compute goes on), blocking "
+     "Pipeline sends: overlapped (a receive posted as the pass before starts; the sender waits for a send only before its next pass the same way), blocking "
      "(each send batched with the receive after it and waited for at both ends: Megatron's non-interleaved schedule; "
      "vp = 1 only), or auto (blocking for framework megatron without a virtual pipeline, else "
      "overlapped)",

@@ -55,7 +55,8 @@ struct SimOptions {
   // Pipeline sends block both ends (Megatron's non-interleaved schedule, which refuses overlap_p2p_comm and
   // batches each send with the receive that follows it, then waits for both): a stage posts a receive in the
   // call that ends its previous pass (StageBuilder::build), and its compute goes on only once its send is done.
-  // Off: a receive is posted as the pass before starts, and a sender's compute never waits for its send.
+  // Off: a receive is posted as the pass before starts, and a stage waits for its last send each way only
+  // before its next pass that way (Megatron's p2p wait handles, XLA's collective-permute-done).
   bool blocking_p2p = false;
   bool record_trace = false;
   // Copy repeating layer iterations instead of building them (sim/instances.hpp) and replay their events

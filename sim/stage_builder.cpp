@@ -3,6 +3,7 @@
 #include "sim/stage_builder.hpp"
 
 #include <algorithm>
+#include <array>
 #include <string>
 #include <utility>
 #include <vector>
@@ -49,8 +50,16 @@ std::vector<sim::PassSpan> StageBuilder::build(const std::vector<PipelineTask>& 
   std::vector<sim::PassSpan> passes;
   std::vector<Scatter> scattering;  // reduce-scatters not yet waited for, carried between passes (weight_pass)
   int forwards = 0, backwards = 0;  // passes so far: each pass's host copies rank by its place (copy_priority)
-  for (const PipelineTask& t : tasks) {
+  // Overlapped p2p: the stage's last send each way (forward, backward), waited for before its next pass that
+  // way (overlapped_send_wait).
+  std::array<SentBy, 2> unwaited{};
+  for (std::size_t ti = 0; ti < tasks.size(); ++ti) {
+    const PipelineTask& t = tasks[ti];
     const int k = info_.chunks[static_cast<std::size_t>(t.chunk)];
+    if (!opt_.blocking_p2p && !merged) {  // a merged pair is issued as one: both its waits come first
+      overlapped_send_wait(t, unwaited);
+      if (t.merged_with_next && ti + 1 < tasks.size()) overlapped_send_wait(tasks[ti + 1], unwaited);
+    }
     const sim::PassSpan begin{t.pass == Pass::forward, t.merged_with_next, t.microbatch, w_.ops(), 0,
                               static_cast<int>(prog_.iterations.size()), 0};
     ChunkRecord& rec = records[static_cast<std::size_t>(t.microbatch) * info_.chunks.size() + static_cast<std::size_t>(t.chunk)];
@@ -69,12 +78,19 @@ std::vector<sim::PassSpan> StageBuilder::build(const std::vector<PipelineTask>& 
       const int sent = sent_by(t, k);
       waited = sent >= 0 ? wait_for_send(sent, t) : -1;
       before = t.pass;
+    } else if (const int sent = sent_by(t, k); sent >= 0) {
+      unwaited[t.pass == Pass::forward ? 0 : 1] = SentBy{sent, t.microbatch};
     }
     if (opt_.ep_overlap && t.pass != Pass::weight_grad) {
       passes.push_back(begin);
       passes.back().end_op = w_.ops();
       passes.back().end_iteration = static_cast<int>(prog_.iterations.size());
     }
+  }
+  if (unwaited[0].op >= 0 || unwaited[1].op >= 0) {  // the schedule's end waits for the sends still in flight
+    const int end = w_.compute(0, false, 0, 'w', -1, w_.naming() ? "wait sends" : "");
+    for (const SentBy& sent : unwaited)
+      if (sent.op >= 0) wait_for_overlapped(end, sent.op);
   }
   if (!scattering.empty()) {  // the last pass's scatters are due before the optimizer
     const int end = w_.compute(0, false, 0, 'w', -1, w_.naming() ? "weight_grads done" : "");
@@ -245,6 +261,26 @@ int StageBuilder::wait_for_send(int send, const PipelineTask& t) {
   const int wait = w_.compute(0, false, 0, phase, -1, label_mb(t.pass == Pass::forward ? "wait send activations" : "wait send gradients", t.microbatch));
   w_.op(wait).deps.push_back(send);
   return wait;
+}
+
+void StageBuilder::overlapped_send_wait(const PipelineTask& t, std::array<SentBy, 2>& unwaited) {
+  if (t.pass == Pass::weight_grad) return;
+  const bool forward = t.pass == Pass::forward;
+  SentBy& sent = unwaited[forward ? 0 : 1];
+  if (sent.op < 0) return;
+  const int wait = w_.compute(0, false, 0, forward ? 'f' : 'b', -1,
+                              w_.naming() ? label_mb(forward ? "wait send activations" : "wait send gradients", sent.microbatch) : std::string());
+  wait_for_overlapped(wait, std::exchange(sent, SentBy{}).op);
+}
+
+void StageBuilder::wait_for_overlapped(int wait, int sent) {
+  w_.op(wait).deps.push_back(sent);
+  // XLA's live range of the sent buffer ends at the collective-permute-done, this program point; PyTorch's
+  // caching allocator takes it back when the NCCL stream is done with it, at the send's end.
+  if (opt_.program_order) return;
+  auto& freed = w_.op(sent).releases;
+  for (int b : freed) w_.op(wait).releases.push_back(b);
+  freed.clear();
 }
 
 void StageBuilder::send(Crossing& in, int from, int to_chunk, int after, char phase, const char* what, int mb) {

@@ -289,7 +289,17 @@ class StageBuilder {
   // Blocking p2p (SimOptions::blocking_p2p): the stage's compute goes on only once the send is done. Returns
   // the op that waits.
   int wait_for_send(int send, const PipelineTask& t);
-  // Sends buffer `from` (freed here once sent) to the stage of chunk `to_chunk`, where it lands in `in.buf`.
+  // Overlapped p2p: before pass t, the stage waits for its last send the same way (`unwaited`: per direction,
+  // forward and backward), as Megatron waits for a step's p2p handles before its next forward or backward
+  // step and XLA for a collective-permute before the next loop iteration. Clears what it waited for.
+  struct SentBy {
+    int op = -1, microbatch = -1;  // the send (-1: none) and the micro-batch it carries
+  };
+  void overlapped_send_wait(const PipelineTask& t, std::array<SentBy, 2>& unwaited);
+  // Compute op `wait` waits for overlapped send `sent`; without program_order (XLA) it also frees the sent buffer.
+  void wait_for_overlapped(int wait, int sent);
+  // Sends buffer `from` (freed once sent, or where the send is waited for: wait_for_overlapped) to the stage of
+  // chunk `to_chunk`, where it lands in `in.buf`.
   void send(Crossing& in, int from, int to_chunk, int after, char phase, const char* what, int mb);
 
   // The embedding lookup: its table gathered, and with tp the partial sums of this rank's vocab shard leave
