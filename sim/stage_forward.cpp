@@ -57,12 +57,19 @@ int StageBuilder::forward_pass(int mb, int rank, int k, int slot, const Paramete
     head_forward(rec, fwd, barrier, layer_in_op);
     return layer_in_op;
   }
-  // The send waits for the chunk's last iteration to close (its copies and overlapped tails); a chunk
-  // without layers passes its input on.
+  // The chunk's last iteration closes on the compute stream, as the head's final norm closes it: a scan's
+  // async copies and overlapped tails end inside the loop, so the stage's next pass starts after them. Then
+  // the output is sent; a chunk without layers passes its input on.
+  int closed = n > 0 ? fwd[at(n - 1)].last : layer_in_op;
+  if (!barrier[at(n)].empty() || !barrier[at(n) + 1].empty()) {
+    const int last = closed;
+    closed = w_.compute(0, false, 0, 'f', -1, w_.naming() ? label_mb("forward done", mb) : std::string());
+    if (last >= 0) w_.op(closed).deps.push_back(last);
+    for (auto& b : {barrier[at(n)], barrier[at(n) + 1]})
+      for (int op : b) w_.op(closed).deps.push_back(op);
+  }
   Crossing& out = forward_in(mb, k + 1);
-  send(out, input_buf, k + 1, n > 0 ? fwd[at(n - 1)].last : layer_in_op, 'f', "send activations", mb);
-  for (auto& b : {barrier[at(n)], barrier[at(n) + 1]})
-    for (int op : b) w_.op(out.send).deps.push_back(op);
+  send(out, input_buf, k + 1, closed, 'f', "send activations", mb);
   return layer_in_op;
 }
 

@@ -314,6 +314,53 @@ TEST_CASE("with overlapped sends a faster GPU holds the same sent buffers at a s
   }
 }
 
+TEST_CASE("a forward pass that sends on closes on the compute stream after its copies as the head's does", "[pipeline]") {
+  // A stress draw (seed 97, --squeeze --pipelines): Llama 3.1 70B on 128 VR NVL144s, tp 4 x cp 2 x pp 2 x vp 2,
+  // `minimal_offloaded` without LHS (each D2H runs up to the loop body's end). The copies of a chunk that sends
+  // on were waited for only by its send, so stage 0's next pass started while they ran: at its peak (the next
+  // backward starting) two of layer 59's four D2H copies were still in flight on the base network and all four
+  // on twice the network (26.14 against 26.36 GiB: twice the network no longer fit). A scan's async copies end
+  // inside the loop: the pass now closes with a compute op that waits for them, as the head's final norm does,
+  // and the peak holds the same buffers on both.
+  const auto doc = nlohmann::json::parse(R"({"model": "llama3.1-70b", "system": "vr-nvl144", "gpus": 128, "tp": 4, "cp": 2,
+      "pp": 2, "vp": 2, "microbatches": 4, "batch": 2, "seq": 2048, "policy": "minimal_offloaded", "recompute_layers": 1,
+      "weights": "fp8", "optimizer_moments_dtype": "bf16", "sequence_parallel": false, "tp_comm_overlap": true,
+      "cp_shards_weights": true, "lhs": false, "pipelined_transfers": false, "calibration": "gb200-fitted"})");
+  RunConfig c = RunConfig::from_json(doc, "test");
+  const auto base = run_simulation(c);
+  const auto sys = prepare_run(c).system;
+  c.scale_up_bytes_per_s = 2 * sys.scale_up.per_gpu_bytes_per_s_per_direction;
+  c.scale_out_bytes_per_s = 2 * sys.scale_out.per_gpu_bytes_per_s_per_direction;
+  const auto faster = run_simulation(c);
+  REQUIRE(faster.step_time_s < base.step_time_s);
+  REQUIRE(base.stages.size() == 2);
+  for (std::size_t s = 0; s < 2; ++s) {
+    INFO("stage " << s);
+    CHECK(faster.stages[s].hbm_peak_bytes <= base.stages[s].hbm_peak_bytes * (1 + 1e-12));
+  }
+  // Every D2H of a chunk that sends on is waited for by a compute op before the send.
+  const NamedRun run = named_run(RunConfig::from_json(doc, "test"));
+  int closes = 0;
+  for (std::size_t i = 0; i < run.p.ops.size(); ++i) {
+    if (run.names[i].rfind("forward done", 0) != 0) continue;
+    ++closes;
+    CHECK(run.p.queues[static_cast<std::size_t>(run.p.ops[i].queue)].compute);
+    for (int d : run.p.ops[i].deps) CHECK(run.r.start_s[i] >= run.r.end_s[static_cast<std::size_t>(d)] - 1e-12);
+  }
+  CHECK(closes > 0);
+  for (std::size_t i = 0; i < run.p.ops.size(); ++i) {
+    if (run.names[i].rfind("d2h ", 0) != 0) continue;
+    bool waited = false;
+    for (std::size_t j = 0; j < run.p.ops.size() && !waited; ++j) {
+      const auto& deps = run.p.ops[j].deps;
+      waited = run.p.queues[static_cast<std::size_t>(run.p.ops[j].queue)].compute &&
+               std::find(deps.begin(), deps.end(), static_cast<int>(i)) != deps.end();
+    }
+    INFO(run.names[i]);
+    CHECK(waited);
+  }
+}
+
 TEST_CASE("blocking pipeline sends cost one more send per 1F1B pair of stages, by hand", "[pipeline]") {
   // pp 2, 1F1B, 2 micro-batches: stage 0 runs F0 F1 B0 B1, stage 1 F0 B0 F1 B1. Stage 0's passes take f0 and
   // b0, stage 1's f1 and b1 (with the head), a send s (either way: the same bytes). Overlapped, stage 0's B1
