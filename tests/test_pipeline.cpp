@@ -124,6 +124,16 @@ NamedRun named_run(const RunConfig& c) {
   return n;
 }
 
+// No stage of `faster` (the same run on better hardware) peaks above the same stage of `base`.
+void check_no_stage_peaks_higher(const StepReport& base, const StepReport& faster) {
+  REQUIRE(faster.step_time_s < base.step_time_s);
+  REQUIRE(faster.stages.size() == base.stages.size());
+  for (std::size_t s = 0; s < base.stages.size(); ++s) {
+    INFO("stage " << s);
+    CHECK(faster.stages[s].hbm_peak_bytes <= base.stages[s].hbm_peak_bytes * (1 + 1e-12));
+  }
+}
+
 }  // namespace
 
 TEST_CASE("pipeline tables run every pass once, 1F1B warms up p-s-1 forwards", "[pipeline]") {
@@ -300,18 +310,10 @@ TEST_CASE("with overlapped sends a faster GPU holds the same sent buffers at a s
       "microbatches": 8, "batch": 2, "seq": 2048, "policy": "minimal", "weights": "fp8", "mesh_order": "megatron",
       "sequence_parallel": false, "tp_comm_overlap": true, "sharded_optimizer": true, "dp_overlap": false,
       "double_buffering": true, "lhs": true, "pipelined_transfers": true, "calibration": "gb200-fitted"})");
-  RunConfig c = RunConfig::from_json(doc, "test");
+  const RunConfig c = RunConfig::from_json(doc, "test");
   const auto base = run_simulation(c);
-  const auto sys = prepare_run(c).system;
-  c.hbm_bandwidth_bytes_per_s = 2 * sys.gpu.hbm_bandwidth_bytes_per_s;
-  c.bf16_flops_per_s = 2 * sys.gpu.peak_flops(Dtype::bf16);
-  const auto faster = run_simulation(c);
-  REQUIRE(faster.step_time_s < base.step_time_s);
   REQUIRE(base.stages.size() == 4);
-  for (std::size_t s = 0; s < 4; ++s) {
-    INFO("stage " << s);
-    CHECK(faster.stages[s].hbm_peak_bytes <= base.stages[s].hbm_peak_bytes * (1 + 1e-12));
-  }
+  check_no_stage_peaks_higher(base, run_simulation(test::on_faster_gpu(c, prepare_run(c).system)));
 }
 
 TEST_CASE("a forward pass that sends on closes on the compute stream after its copies as the head's does", "[pipeline]") {
@@ -326,20 +328,12 @@ TEST_CASE("a forward pass that sends on closes on the compute stream after its c
       "pp": 2, "vp": 2, "microbatches": 4, "batch": 2, "seq": 2048, "policy": "minimal_offloaded", "recompute_layers": 1,
       "weights": "fp8", "optimizer_moments_dtype": "bf16", "sequence_parallel": false, "tp_comm_overlap": true,
       "cp_shards_weights": true, "lhs": false, "pipelined_transfers": false, "calibration": "gb200-fitted"})");
-  RunConfig c = RunConfig::from_json(doc, "test");
+  const RunConfig c = RunConfig::from_json(doc, "test");
   const auto base = run_simulation(c);
-  const auto sys = prepare_run(c).system;
-  c.scale_up_bytes_per_s = 2 * sys.scale_up.per_gpu_bytes_per_s_per_direction;
-  c.scale_out_bytes_per_s = 2 * sys.scale_out.per_gpu_bytes_per_s_per_direction;
-  const auto faster = run_simulation(c);
-  REQUIRE(faster.step_time_s < base.step_time_s);
   REQUIRE(base.stages.size() == 2);
-  for (std::size_t s = 0; s < 2; ++s) {
-    INFO("stage " << s);
-    CHECK(faster.stages[s].hbm_peak_bytes <= base.stages[s].hbm_peak_bytes * (1 + 1e-12));
-  }
+  check_no_stage_peaks_higher(base, run_simulation(test::on_faster_network(c, prepare_run(c).system)));
   // Every D2H of a chunk that sends on is waited for by a compute op before the send.
-  const NamedRun run = named_run(RunConfig::from_json(doc, "test"));
+  const NamedRun run = named_run(c);
   int closes = 0;
   for (std::size_t i = 0; i < run.p.ops.size(); ++i) {
     if (run.names[i].rfind("forward done", 0) != 0) continue;
