@@ -79,7 +79,7 @@ std::vector<sim::PassSpan> StageBuilder::build(const std::vector<PipelineTask>& 
       waited = sent >= 0 ? wait_for_send(sent, t) : -1;
       before = t.pass;
     } else if (const int sent = sent_by(t, k); sent >= 0) {
-      unwaited[t.pass == Pass::forward ? 0 : 1] = SentBy{sent, t.microbatch};
+      unwaited[t.pass == Pass::forward ? 0 : 1] = SentBy{sent, t};
     }
     if (opt_.ep_overlap && t.pass != Pass::weight_grad) {
       passes.push_back(begin);
@@ -90,7 +90,10 @@ std::vector<sim::PassSpan> StageBuilder::build(const std::vector<PipelineTask>& 
   if (unwaited[0].op >= 0 || unwaited[1].op >= 0) {  // the schedule's end waits for the sends still in flight
     const int end = w_.compute(0, false, 0, 'w', -1, w_.naming() ? "wait sends" : "");
     for (const SentBy& sent : unwaited)
-      if (sent.op >= 0) wait_for_overlapped(end, sent.op);
+      if (sent.op >= 0) {
+        w_.op(end).deps.push_back(sent.op);
+        free_sent_at(end, sent.op);
+      }
   }
   if (!scattering.empty()) {  // the last pass's scatters are due before the optimizer
     const int end = w_.compute(0, false, 0, 'w', -1, w_.naming() ? "weight_grads done" : "");
@@ -209,7 +212,7 @@ Gather StageBuilder::gather_layer(std::int64_t l, int after, char phase) {
   ag.buf = w_.add_buffer(g_.weight_buffer_bytes(t), MemCategory::gathered_weights);
   const double shard = t.gathered_dense_bytes / static_cast<double>(g_.mesh.size(g_.dense_shard)) +
                        t.gathered_expert_bytes / static_cast<double>(g_.mesh.size(g_.expert_shard));
-  const int in = parameters_in(shard, after, static_cast<int>(l), label("parameters in", l));
+  const int in = parameters_in(shard, after, static_cast<int>(l), label("parameters in", l), ag);
   const std::string name = label(phase == 'f' ? "all_gather" : "all_gather bwd", l);
   ag.op = w_.comm2(Axis::fsdp, p.gather, p.gather_experts, 1.0, phase, static_cast<int>(l), name);
   gather_after(ag, in, after, phase, static_cast<int>(l), name);
@@ -219,21 +222,23 @@ Gather StageBuilder::gather_layer(std::int64_t l, int after, char phase) {
 
 Gather StageBuilder::gather_table(const char* name, int after) {
   const CommCost cost = net_.cost(CommKind::all_gather, g_.table_gathered_bytes, g_.dense_shard);
-  const int in = parameters_in(table_shard_bytes(g_.table_gathered_bytes), after, -1, std::string("parameters in ") + name);
-  Gather ag{w_.comm(Axis::fsdp, cost, 1.0, 'f', -1, name), w_.add_buffer(g_.table_buffer_bytes(), MemCategory::gathered_weights), -1};
+  Gather ag;
+  const int in = parameters_in(table_shard_bytes(g_.table_gathered_bytes), after, -1, std::string("parameters in ") + name, ag);
+  ag.op = w_.comm(Axis::fsdp, cost, 1.0, 'f', -1, name);
+  ag.buf = w_.add_buffer(g_.table_buffer_bytes(), MemCategory::gathered_weights);
   gather_after(ag, in, after, 'f', -1, name);
   return ag;
 }
 
-int StageBuilder::parameters_in(double shard_bytes, int after, int layer, const std::string& name) {
+int StageBuilder::parameters_in(double shard_bytes, int after, int layer, const std::string& name, Gather& ag) {
   if (!opt_.parameter_offload || shard_bytes <= 0) return -1;
   const int in = w_.copy(true, shard_bytes, costs_.copy_s(shard_bytes, true), layer, w_.naming() ? name : std::string());
   if (after >= 0) w_.op(in).deps.push_back(after);
-  w_.op(in).allocs = {w_.add_buffer(shard_bytes, MemCategory::parameters)};
+  ag.shard = w_.add_buffer(shard_bytes, MemCategory::parameters);
   return in;
 }
 
-void StageBuilder::gather_after(Gather& ag, int shard_in, int after, char phase, int layer, const std::string& name) {
+void StageBuilder::gather_after(const Gather& ag, int shard_in, int after, char phase, int layer, const std::string& name) {
   // With the shard copied in from host memory, the copy comes first.
   const int from = shard_in >= 0 ? shard_in : after;
   // The buffers come alive where the gather is issued, once `after` completes, whenever the gather's queue (or
@@ -241,10 +246,7 @@ void StageBuilder::gather_after(Gather& ag, int shard_in, int after, char phase,
   const int issued = w_.issue(after, phase, layer, w_.naming() ? "issue " + name : std::string());
   w_.op(issued).allocs = {ag.buf};
   if (shard_in >= 0) {
-    auto& shard_allocs = w_.op(shard_in).allocs;
-    ag.shard = *shard_allocs.begin();  // parameters_in allocates one buffer
     w_.op(issued).allocs.push_back(ag.shard);
-    shard_allocs.clear();
     w_.op(shard_in).deps.push_back(issued);
   }
   if (from >= 0) w_.op(ag.op).deps.push_back(from);
@@ -265,16 +267,13 @@ int StageBuilder::wait_for_send(int send, const PipelineTask& t) {
 
 void StageBuilder::overlapped_send_wait(const PipelineTask& t, std::array<SentBy, 2>& unwaited) {
   if (t.pass == Pass::weight_grad) return;
-  const bool forward = t.pass == Pass::forward;
-  SentBy& sent = unwaited[forward ? 0 : 1];
+  SentBy& sent = unwaited[t.pass == Pass::forward ? 0 : 1];
   if (sent.op < 0) return;
-  const int wait = w_.compute(0, false, 0, forward ? 'f' : 'b', -1,
-                              w_.naming() ? label_mb(forward ? "wait send activations" : "wait send gradients", sent.microbatch) : std::string());
-  wait_for_overlapped(wait, std::exchange(sent, SentBy{}).op);
+  free_sent_at(wait_for_send(sent.op, sent.task), sent.op);
+  sent = SentBy{};
 }
 
-void StageBuilder::wait_for_overlapped(int wait, int sent) {
-  w_.op(wait).deps.push_back(sent);
+void StageBuilder::free_sent_at(int wait, int sent) {
   // XLA's live range of the sent buffer ends at the collective-permute-done, this program point; PyTorch's
   // caching allocator takes it back when the NCCL stream is done with it, at the send's end.
   if (opt_.program_order) return;

@@ -263,13 +263,13 @@ class StageBuilder {
   Gather gather_table(const char* name, int after);
 
   // With the parameters in host memory, a weight gather starts from its shard copied in (MaxText
-  // parameter_memory_host_offload, FSDP's CPU offload): the copy is issued where the gather would be, and
-  // its buffer lives until the op that waits for the gather (wait_gather). Returns the copy (-1: parameters
-  // on the device).
-  int parameters_in(double shard_bytes, int after, int layer, const std::string& name);
+  // parameter_memory_host_offload, FSDP's CPU offload): the copy is issued where the gather would be, into
+  // the buffer it sets as ag.shard, which lives until the op that waits for the gather (wait_gather). Returns
+  // the copy (-1: parameters on the device).
+  int parameters_in(double shard_bytes, int after, int layer, const std::string& name, Gather& ag);
   // A weight gather waits for its shard's copy, or else is issued once `after` completes, where its buffers
-  // come alive (OpWriter::issue); sets ag.shard.
-  void gather_after(Gather& ag, int shard_in, int after, char phase, int layer, const std::string& name);
+  // come alive (OpWriter::issue).
+  void gather_after(const Gather& ag, int shard_in, int after, char phase, int layer, const std::string& name);
   // Op `id` waits for the gather and frees its shard: the program point where the gather is done (XLA's
   // all-gather-done, FSDP's wait for the unshard), so the shard's life does not follow the network's speed.
   void wait_gather(int id, const Gather& ag) {
@@ -286,20 +286,22 @@ class StageBuilder {
   }
   // The send pass t (over chunk k) ends with, or -1.
   int sent_by(const PipelineTask& t, int k);
-  // Blocking p2p (SimOptions::blocking_p2p): the stage's compute goes on only once the send is done. Returns
-  // the op that waits.
+  // The stage's compute goes on only once pass t's send is done: right after t with blocking p2p
+  // (SimOptions::blocking_p2p), before the stage's next pass that way with overlapped p2p. Returns the op that waits.
   int wait_for_send(int send, const PipelineTask& t);
   // Overlapped p2p: before pass t, the stage waits for its last send the same way (`unwaited`: per direction,
   // forward and backward), as Megatron waits for a step's p2p handles before its next forward or backward
   // step and XLA for a collective-permute before the next loop iteration. Clears what it waited for.
   struct SentBy {
-    int op = -1, microbatch = -1;  // the send (-1: none) and the micro-batch it carries
+    int op = -1;        // the send (-1: none)
+    PipelineTask task;  // the pass that sent it
   };
   void overlapped_send_wait(const PipelineTask& t, std::array<SentBy, 2>& unwaited);
-  // Compute op `wait` waits for overlapped send `sent`; without program_order (XLA) it also frees the sent buffer.
-  void wait_for_overlapped(int wait, int sent);
-  // Sends buffer `from` (freed once sent, or where the send is waited for: wait_for_overlapped) to the stage of
-  // chunk `to_chunk`, where it lands in `in.buf`.
+  // Without program_order (XLA) the buffer overlapped send `sent` carries is freed by `wait`, the op that waits
+  // for the send, rather than by the send.
+  void free_sent_at(int wait, int sent);
+  // Sends buffer `from` (freed once sent, or where the send is waited for: free_sent_at) to the stage of chunk
+  // `to_chunk`, where it lands in `in.buf`.
   void send(Crossing& in, int from, int to_chunk, int after, char phase, const char* what, int mb);
 
   // The embedding lookup: its table gathered, and with tp the partial sums of this rank's vocab shard leave

@@ -171,10 +171,7 @@ bool StageBuilder::copied_backward(std::int64_t first, std::int64_t i, int step,
   me.gather.op = *it++;
   me.gather.buf = *it++;
   me.gather.shard = *it++;
-  Gather next;
-  next.op = *it++;
-  next.buf = *it++;
-  next.shard = *it++;
+  const Gather next{*it++, *it++, *it++};
   if (i >= 1) bwd[at(i - 1)].gather = next;
   grad_carry = *it++;
   reduce_scatter[at(i)] = *it++;

@@ -12,10 +12,6 @@
 
 namespace test {
 
-// The run with 1.5x the system's HBM and host memory, with twice its faster host-link direction, with a GPU twice as fast (twice
-// its HBM bandwidth and every format's peak FLOP/s), and with twice its scale-up (NVLink) and scale-out (NIC)
-// bandwidth per GPU, each with its name. A faster network made an offloading
-// pipeline 54% slower when host copies were ranked by layer alone (test_pipeline.cpp).
 // The run on a GPU twice as fast (`sys`: the run's system, prepare_run(c).system).
 inline hbmsim::RunConfig on_faster_gpu(hbmsim::RunConfig c, const hbmsim::System& sys) {
   c.hbm_bandwidth_bytes_per_s = 2 * sys.gpu.hbm_bandwidth_bytes_per_s;
@@ -29,6 +25,10 @@ inline hbmsim::RunConfig on_faster_network(hbmsim::RunConfig c, const hbmsim::Sy
   return c;
 }
 
+// The run with 1.5x the system's HBM and host memory, with twice its faster host-link direction, with a GPU twice as fast (twice
+// its HBM bandwidth and every format's peak FLOP/s), and with twice its scale-up (NVLink) and scale-out (NIC)
+// bandwidth per GPU, each with its name. A faster network made an offloading
+// pipeline 54% slower when host copies were ranked by layer alone (test_pipeline.cpp).
 inline std::vector<std::pair<std::string, hbmsim::RunConfig>> better_hardware(const hbmsim::RunConfig& c, const hbmsim::System& sys) {
   hbmsim::RunConfig more_hbm = c, faster_link = c;
   more_hbm.hbm_bytes = 1.5 * sys.gpu.hbm_bytes;
