@@ -65,7 +65,8 @@ inline Engine::Engine(const Program& p, bool timeline, bool fast_forward) : p_(p
   qs_.resize(nq);
   for (std::size_t q = 0; q < nq; ++q)
     qs_[q] = QueueState{order_[q].data(), order_[q].size(), 0, 0, 0.0, p.queues[q].device,
-                        p.queues[q].kind == QueueKind::concurrent, p.queues[q].host_copy, p.queues[q].compute};
+                        p.queues[q].kind == QueueKind::concurrent, p.queues[q].host_copy, p.queues[q].compute,
+                        p.queues[q].allocates_when_ready};
   dev_.assign(static_cast<std::size_t>(p.devices()), DeviceState{});
   for (std::size_t q = 0; q < nq; ++q)
     if (p.queues[q].receives) dev_[static_cast<std::size_t>(p.queues[q].device)].receive_queue = static_cast<int>(q);
@@ -75,6 +76,7 @@ inline Engine::Engine(const Program& p, bool timeline, bool fast_forward) : p_(p
   r_.bytes_sent.assign(nq, 0);
   r_.last_end_s.assign(nq, 0);
   active_.clear();
+  issued_.clear();
   if (record_) {
     r_.buffer_alloc_s.assign(p.buffers.size(), -1);
     r_.buffer_free_s.assign(p.buffers.size(), -1);
@@ -238,7 +240,8 @@ inline void Engine::start(int i) {
   if (logging_) log_.push_back(LogEntry{i, now_, true});
   if (!anchor_of_.empty() && anchor_of_[k] >= 0) pending_anchor_ = i;
   remaining_[k] = op.seconds;
-  for (int b : op.allocs) alloc(b);
+  if (allocates_at_start(op))
+    for (int b : op.allocs) alloc(b);
   if (q.running++ == 0) q.busy_since = now_;
   if (q.host_copy && dv.copies_running++ == 0) interference_stale_ = rates_stale_ = true;
   active_pos_[k] = static_cast<int>(active_.size());
@@ -310,6 +313,7 @@ inline void Engine::complete(int i) {
 // spot and releases its successors.
 inline void Engine::start_ready() {
   while (any_dirty_) {
+    take_issued();
     any_dirty_ = false;
     for (std::size_t w = 0; w < dirty_.size(); ++w) {
       std::uint64_t bits = std::exchange(dirty_[w], 0);

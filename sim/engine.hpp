@@ -25,6 +25,11 @@ struct Queue {
   bool compute = false;    // the device's compute stream: its idle time is blamed on what it waited for
   bool receives = false;   // charged with the compute stream's waits on another device (pipeline receives)
   bool marks = false;      // its ops mark program points (where a collective is issued), not work: traces leave them out
+  // Its ops' buffers come alive when the op becomes ready (its last dependency completes: where the program
+  // issues it), not when the queue gets to it: XLA assigns a collective's output from the start op's place in
+  // the schedule and PyTorch's allocator on the issuing thread, so a faster link does not move them. An op
+  // with no dependencies allocates when it starts.
+  bool allocates_when_ready = false;
 };
 
 constexpr int kUnusedLink = -1, kSharedLink = -2;  // Resource::sole_queue

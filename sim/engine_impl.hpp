@@ -28,7 +28,7 @@ struct QueueState {
   int running;
   double busy_since;
   int device;
-  bool concurrent, host_copy, compute;
+  bool concurrent, host_copy, compute, allocates_when_ready;
 };
 
 // Per device: live memory, host copies running (they slow its memory-bound kernels), and since when its
@@ -107,7 +107,7 @@ struct Excursion {
 
 struct Scratch {
   std::vector<Flow> flows, sharing;
-  std::vector<int> unmet, op_queue, succ_start, succ, refs, fill, active, active_pos, finished, unfrozen, zero, zeros, lifts, gate_after;
+  std::vector<int> unmet, op_queue, succ_start, succ, refs, fill, active, active_pos, finished, unfrozen, zero, zeros, lifts, gate_after, issued;
   std::vector<std::uint64_t> dirty;
   std::vector<char> in_part;
   std::vector<int> touched, over_links;
@@ -309,8 +309,23 @@ class Engine {
     }
     for (int s = succ_start_[k]; s < succ_start_[k + 1]; ++s) {
       const int succ = succ_[static_cast<std::size_t>(s)];
-      if (--unmet_[static_cast<std::size_t>(succ)] == 0 && Marks) mark(op_queue_[static_cast<std::size_t>(succ)]);
+      if (--unmet_[static_cast<std::size_t>(succ)] != 0) continue;
+      const int sq = op_queue_[static_cast<std::size_t>(succ)];
+      if (qs_[static_cast<std::size_t>(sq)].allocates_when_ready && !p_.ops[static_cast<std::size_t>(succ)].allocs.empty())
+        issued_.push_back(succ);
+      if constexpr (Marks) mark(sq);
     }
+  }
+  // Whether an op's buffers come alive when it starts (else when it became ready: Queue::allocates_when_ready).
+  bool allocates_at_start(const ProgramOp& op) const {
+    return !qs_[op.queue].allocates_when_ready || op.deps.empty();
+  }
+  // The buffers of the ops made ready by the completions of this instant, taken after all of those
+  // completions' frees (as an op's start takes its own), in the order they became ready.
+  void take_issued() {
+    for (int i : issued_)
+      for (int b : p_.ops[static_cast<std::size_t>(i)].allocs) alloc(b);
+    issued_.clear();
   }
 
   [[gnu::always_inline]] void start_ready();
@@ -356,6 +371,7 @@ class Engine {
                      &weight_ = scratch().weight, &demand_ = scratch().demand, &fill_rate_ = scratch().fill_rate;
   std::vector<double>& active_end_ = scratch().active_end;  // beside active_: each one's predicted end
   std::vector<std::vector<int>>& copy_queues_ = scratch().device_copy_queues;
+  std::vector<int>& issued_ = scratch().issued;  // ops made ready whose buffers are not yet taken (take_issued)
   std::vector<int>& lifts_ = scratch().lifts;  // per op: the device whose gated prefetch it lifts (-1: none)
   std::vector<int>& gate_after_ = scratch().gate_after;  // per op: the op after which its gate opens (-1: none)
   // Fast-forward: the checked runs, per op the run whose iteration it starts (-1: none; empty: no runs).

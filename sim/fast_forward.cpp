@@ -301,6 +301,7 @@ inline void Engine::apply_walk(const LaggingWalk& w, double until, int done, dou
     if (--qs.running == 0) r_.busy_s[q] += o.end_s - qs.busy_since;
     now_ = o.end_s;
     retire<false>(o.op);  // it releases nothing (runs_alone): its end, the totals, its successors' counts
+    take_issued();
     // A completion is an event of its own unless ops of the loop complete at that instant too (a zero-length
     // op completes at the instant that started it).
     double at = 0;
@@ -486,16 +487,20 @@ inline void Engine::replay(int m, double period) {
   for (const ReplayStep& e : steps_) {
     const int i = e.op + m * e.stride;
     const auto k = static_cast<std::size_t>(i);
-    now_ = e.time_s + m * period;
+    const double t = e.time_s + m * period;
+    if (e.start || t != now_) take_issued();  // as the event loop takes them: before an instant's starts
+    now_ = t;
     if (e.start) {
       start_[k] = now_;
-      for (int b : p_.ops[k].allocs) alloc(b);
+      if (allocates_at_start(p_.ops[k]))
+        for (int b : p_.ops[k].allocs) alloc(b);
     } else {
       if (track_)
         for (int b : p_.ops[k].releases) freed_.push_back(refs_[static_cast<std::size_t>(b)] == 1);
       retire<false>(i);
     }
   }
+  take_issued();
 }
 
 // After `m` replayed intervals: the running ops, queues and spans are the current ones moved on by m

@@ -86,6 +86,7 @@ class Walker {
     for (int s = c_.succ_start[k]; s < c_.succ_start[k + 1]; ++s) {
       const int succ = c_.succ[static_cast<std::size_t>(s)];
       if (!c_.in_stretch(succ)) check_outside(succ, at_s);
+      else if (allocates_when_ready(succ)) stop(at_s);  // its buffers may come alive here, which the loop's replay does not do
     }
   }
 
@@ -106,6 +107,11 @@ class Walker {
       it->ready_s = std::max(it->ready_s, e);
     }
     if (it->ready_s <= until_s_) stop(it->ready_s);
+  }
+
+  bool allocates_when_ready(int op) const {
+    const ProgramOp& o = c_.program.ops[static_cast<std::size_t>(op)];
+    return !o.allocs.empty() && c_.program.queues[o.queue].allocates_when_ready;
   }
 
   struct Seen {

@@ -52,7 +52,8 @@ struct WalkContext {
 // The queue's ops (`order`, in queue order) from position `pos` on, from `from_s` to `until_s`: `running`
 // (-1: none) started at `running_start_s` and ends at `running_end_s`. Stops early, at `vouched_until_s`, where
 // it cannot vouch for what happens: an op that does not run alone, or lies outside the stretch, would start;
-// a dependency's end is unknown; or a completion would make an op outside the stretch ready.
+// a dependency's end is unknown; or a completion would make an op outside the stretch ready, or one inside it
+// that allocates when it becomes ready (Queue::allocates_when_ready).
 LaggingWalk walk_lagging(const WalkContext& c, const std::vector<int>& order, std::size_t pos, int running,
                          double running_start_s, double running_end_s, double from_s, double until_s);
 

@@ -175,7 +175,10 @@ class Writer {
     int& q = queues_[static_cast<std::size_t>(axis)];
     if (q < 0) {
       q = p_.queue(to_string(axis), sim::QueueKind::serial, false, device_);
+      // A collective's output comes alive where it is issued; a pipeline receive's buffer where the receiving
+      // stage posts it, which is its queue's order, not the sender's readiness.
       if (axis == Axis::pp) p_.queues[static_cast<std::size_t>(q)].receives = true;
+      else p_.queues[static_cast<std::size_t>(q)].allocates_when_ready = true;
     }
     return q;
   }

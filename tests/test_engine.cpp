@@ -143,6 +143,62 @@ TEST_CASE("buffers are live from their allocating op's start to their last relea
   CHECK(r.buffer_free_s[static_cast<std::size_t>(b)] == Approx(2.0));
 }
 
+TEST_CASE("a collective's buffers come alive when it becomes ready, not when its queue gets to it", "[engine]") {
+  // A 1 s kernel feeds a 1 s collective C2 that queues behind a 3 s collective C1 (no dependencies: it starts,
+  // and takes its 100 bytes, at t = 0). C2 is issued, and takes its 50 bytes, when the kernel ends at t = 1;
+  // it runs 3 -> 4. On a queue that allocates at the start the 50 bytes come alive at 3 instead.
+  for (const bool when_ready : {true, false}) {
+    Program p;
+    const int tp = p.queue("tp");
+    p.queues[static_cast<std::size_t>(tp)].allocates_when_ready = when_ready;
+    const int first = p.add_buffer(100, MemCategory::collective_buffers);
+    const int second = p.add_buffer(50, MemCategory::workspace);
+    p.add(compute(1.0));
+    ProgramOp c1(tp, 3.0);
+    c1.allocs = {first};
+    c1.releases = {first};
+    p.add(c1);
+    ProgramOp c2(tp, 1.0);
+    c2.deps = {0};
+    c2.allocs = {second};
+    c2.releases = {second};
+    p.add(c2);
+    const auto r = run_program(p, true);
+    INFO("allocates when ready: " << when_ready);
+    CHECK(r.start_s[2] == Approx(3.0));
+    CHECK(r.buffer_alloc_s[static_cast<std::size_t>(first)] == Approx(0.0));
+    CHECK(r.buffer_alloc_s[static_cast<std::size_t>(second)] == Approx(when_ready ? 1.0 : 3.0));
+    CHECK(r.buffer_free_s[static_cast<std::size_t>(second)] == Approx(4.0));
+    CHECK(r.memory[0].hbm_peak_bytes == (when_ready ? 150 : 100));  // C1's 100 are freed at 3
+  }
+}
+
+TEST_CASE("a collective issued at an instant takes its buffers after that instant's frees", "[engine]") {
+  // A 1 s kernel issues a collective with 50 bytes; a 1 s copy holding 100 bytes ends at the same instant
+  // (a later op: it completes after the kernel). The 100 are freed before the 50 are taken: the peak is 100
+  // (the copy's, from t = 0), not 150, with or without fast-forward.
+  Program p;
+  const int tp = p.queue("tp");
+  p.queues[static_cast<std::size_t>(tp)].allocates_when_ready = true;
+  auto d2h = copy_engine(p, "d2h", 10e9);
+  const int held = p.add_buffer(100, MemCategory::offload_buffers);
+  const int out = p.add_buffer(50, MemCategory::collective_buffers);
+  p.add(compute(1.0));
+  const int copy = add_copy(p, d2h, 10e9, 10e9, {}, 0, 0, {held});
+  p.ops[static_cast<std::size_t>(copy)].releases = {held};
+  ProgramOp c(tp, 1.0);
+  c.deps = {0};
+  c.allocs = {out};
+  c.releases = {out};
+  p.add(c);
+  for (const bool ff : {true, false}) {
+    const auto r = run_program(p, true, ff);
+    CHECK(r.buffer_alloc_s[static_cast<std::size_t>(out)] == Approx(1.0));
+    CHECK(r.buffer_free_s[static_cast<std::size_t>(held)] == Approx(1.0));
+    CHECK(r.memory[0].hbm_peak_bytes == 100);
+  }
+}
+
 TEST_CASE("a prefetch gated by the memory limit waits until memory is freed", "[engine]") {
   // Limit 120 bytes; 100 are live until t = 1 s; a 50-byte prefetch may start only then.
   Program p;

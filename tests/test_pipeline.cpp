@@ -302,14 +302,16 @@ TEST_CASE("with overlapped sends a stage waits for its last send before its next
 
 TEST_CASE("with overlapped sends a faster GPU holds the same sent buffers at a stage's peak", "[pipeline]") {
   // A stress draw (seed 94, --squeeze --pipelines): Llama 3.1 8B on 32 B300s, tp 8 x pp 4, 1F1B, 8 micro-batches
-  // of 8 x 2048 tokens, `minimal` under LHS. Stage 0's peak is in a backward that follows the forward of
-  // micro-batch 4; its output (8 x 2048 x 4096 x 2 B = 128 MiB) was freed when its send ended, which on a GPU
-  // twice as fast had not happened yet (25.53 GiB against 25.41: twice the GPU no longer fit). Freed where the
-  // stage waits for the send (before its next forward), the peak holds it on both.
+  // of 8 x 2048 tokens, `minimal`. Stage 0's peak is in a backward that follows the forward of micro-batch 4;
+  // its output (8 x 2048 x 4096 x 2 B = 128 MiB) was freed when its send ended, which on a GPU twice as fast
+  // had not happened yet (25.46 GiB against 25.34 without LHS: twice the GPU no longer fit). Freed where the
+  // stage waits for the send (before its next forward), the peak holds it on both. (The draw ran under LHS;
+  // there, since collectives' outputs come alive where they are issued, the faster GPU's list schedule of a
+  // backward layer holds 16 MiB more at the peak: the LHS-order class of notes/monotonicity.md, not this one.)
   const auto doc = nlohmann::json::parse(R"({"model": "llama3.1-8b", "system": "b300-hgx", "gpus": 32, "tp": 8, "pp": 4,
       "microbatches": 8, "batch": 2, "seq": 2048, "policy": "minimal", "weights": "fp8", "mesh_order": "megatron",
       "sequence_parallel": false, "tp_comm_overlap": true, "sharded_optimizer": true, "dp_overlap": false,
-      "double_buffering": true, "lhs": true, "pipelined_transfers": true, "calibration": "gb200-fitted"})");
+      "double_buffering": true, "lhs": false, "calibration": "gb200-fitted"})");
   const RunConfig c = RunConfig::from_json(doc, "test");
   const auto base = run_simulation(c);
   REQUIRE(base.stages.size() == 4);
