@@ -384,7 +384,8 @@ PYBIND11_MODULE(_hbmsim, m) {
         "Simulates one training step.\n\n"
         "config: dict with RunConfig JSON keys (as `simulate --config FILE`); None = all defaults.\n"
         "trace: also return \"timeline\" (list of [t_s, hbm_bytes, host_bytes]), \"timeline_hbm_by_category\" (per sample,\n"
-        "HBM bytes per category named in \"timeline_categories\") and \"trace\" (Chrome trace).\n"
+        "HBM bytes per category named in \"timeline_categories\"), \"peak_buffers\" (per stage, the buffers live at its HBM\n"
+        "peak: made_by, category, bytes, alloc_s, free_s) and \"trace\" (Chrome trace).\n"
         "origin: the name error messages give the config.\n"
         "Returns StepReport::to_json() plus \"config\" (the resolved RunConfig), as `simulate --json`.\n"
         "Raises ValueError on bad input, naming the JSON path and value.");

@@ -35,6 +35,27 @@ void print_stages(const StepReport& r) {
               "and draining)\n%s", t.render().c_str());
 }
 
+// The `top` largest buffers each stage's HBM holds at its peak, and what the rest add up to.
+void print_peak_buffers(const StepReport& r, int top) {
+  for (const auto& st : r.stages) {
+    std::printf("\nHBM at the peak%s (%s GiB at t=%.3f s): the %d largest of %zu buffers\n",
+                r.stages.size() > 1 ? (" of stage " + std::to_string(st.stage)).c_str() : "", gib(st.hbm_peak_bytes).c_str(),
+                st.hbm_peak_time_s, std::min<int>(top, static_cast<int>(st.peak_buffers.size())), st.peak_buffers.size());
+    Table t{{"GiB", "category", "alive from s", "to s", "made by"}, {}, true};
+    double rest = 0;
+    for (std::size_t i = 0; i < st.peak_buffers.size(); ++i) {
+      const PeakBuffer& b = st.peak_buffers[i];
+      if (static_cast<int>(i) >= top) {
+        rest += b.bytes;
+        continue;
+      }
+      t.rows.push_back({gib(b.bytes, 3), b.category, fixed(b.alloc_s, 4), b.free_s < 0 ? "end" : fixed(b.free_s, 4), b.made_by});
+    }
+    if (rest > 0) t.rows.push_back({gib(rest, 3), "", "", "", "the other " + std::to_string(st.peak_buffers.size() - static_cast<std::size_t>(top)) + " buffers"});
+    std::printf("%s", t.render().c_str());
+  }
+}
+
 // A capacity too small to show in GiB (a what-if typed in GB: --hbm-bytes 288) is shown in bytes, not as 0.0.
 std::string capacity(double bytes) {
   return bytes >= 0.05 * 1073741824.0 ? gib(bytes) + " GiB" : format_number(bytes) + " bytes";
@@ -195,19 +216,25 @@ void register_commands(CLI::App& app) {
     auto json = std::make_shared<bool>(false);
     auto trace = std::make_shared<std::string>();
     auto every_event = std::make_shared<bool>(false);
+    auto top = std::make_shared<int>(0);
     cmd->add_flag("--json", *json, "Print the report as one JSON object");
     cmd->add_option("--trace", *trace, "Write a Chrome/Perfetto trace JSON to this file");
+    cmd->add_option("--peak-buffers", *top,
+                    "List the N largest buffers each stage's HBM holds at its peak, with the op that made each and when it "
+                    "lives (the JSON report then has every one, under peak_buffers; 0: none)");
     cmd->add_flag("--no-fast-forward", *every_event,
                   "Build every layer iteration and simulate every event instead of copying and replaying repeating "
                   "ones (same results)");
-    cmd->callback([flags, json, trace, every_event] {
-      auto res = simulate_resolved(resolve_run_flags(*flags), !trace->empty(), !*every_event);
+    cmd->callback([flags, json, trace, every_event, top] {
+      if (*top < 0) throw InputError("--peak-buffers = " + std::to_string(*top) + " (must be 0 or more)");
+      auto res = simulate_resolved(resolve_run_flags(*flags), !trace->empty() || *top > 0, !*every_event);
       print_warnings(res.warnings);
       if (!trace->empty()) write_file_atomically(*trace, res.report.trace);
       if (*json) {
         std::cout << dump_json(res.to_json(), 2) << "\n";
       } else {
         print_report(res.report, res.run);
+        if (*top > 0) print_peak_buffers(res.report, *top);
       }
     });
   }

@@ -165,6 +165,8 @@ struct MemorySample {
   double hbm_bytes;
   double host_bytes;
   std::array<double, kMemCategories> hbm_by_category;
+  int buffer = -1;     // the buffer whose allocation (or, `freed`, release) made it; -1: a snapshot of the device
+  bool freed = false;
 };
 
 // One device's memory over the step.

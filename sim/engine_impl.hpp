@@ -252,7 +252,7 @@ class Engine {
       x.host_bytes = std::max(x.host_bytes, d.host_live);
       if (d.hbm_live > x.hbm_bytes) x = Excursion{d.hbm_live, x.host_bytes, now_, d.by_cat};
     }
-    sample(buf.device);
+    sample(buf.device, b);
   }
 
   template <bool Marks = true>
@@ -269,14 +269,14 @@ class Engine {
       if constexpr (Marks)
         for (int q : copy_queues_[static_cast<std::size_t>(buf.device)]) mark(q);  // held-back prefetches may fit now
     }
-    sample(buf.device);
+    sample(buf.device, b, true);
   }
 
   // With a recorded timeline, a sample of a device's memory at each change.
-  void sample(int device) {
+  void sample(int device, int buffer = -1, bool freed = false) {
     if (!record_) return;
     const auto& d = dev_[static_cast<std::size_t>(device)];
-    r_.timeline.push_back(MemorySample{now_, device, d.hbm_live, d.host_live, d.by_cat});
+    r_.timeline.push_back(MemorySample{now_, device, d.hbm_live, d.host_live, d.by_cat, buffer, freed});
   }
   void sample_all() {
     for (int d = 0; d < p_.devices(); ++d) sample(d);

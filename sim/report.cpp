@@ -165,6 +165,15 @@ nlohmann::json StepReport::to_json() const {
     j["stages"] = nlohmann::json::array();
     for (const auto& st : stages) j["stages"].push_back(st.to_json());
   }
+  if (!stages.empty() && !stages.front().peak_buffers.empty()) {
+    j["peak_buffers"] = nlohmann::json::array();
+    for (const auto& st : stages) {
+      auto buffers = nlohmann::json::array();
+      for (const auto& b : st.peak_buffers)
+        buffers.push_back({{"made_by", b.made_by}, {"category", b.category}, {"bytes", b.bytes}, {"alloc_s", b.alloc_s}, {"free_s", b.free_s}});
+      j["peak_buffers"].push_back({{"stage", st.stage}, {"buffers", std::move(buffers)}});
+    }
+  }
   return j;
 }
 

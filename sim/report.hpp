@@ -9,6 +9,7 @@
 
 #include "hwmodels/system.hpp"
 #include "sim/engine.hpp"
+#include "sim/peak_contents.hpp"
 #include "workloads/step_graph.hpp"
 
 namespace hbmsim {
@@ -26,6 +27,7 @@ struct StageReport {
   double bubble_s = 0;
   std::map<std::string, double> exposed_s, busy_s, comm_bytes;  // as StepReport's, for this stage
   bool fits = true;
+  std::vector<PeakBuffer> peak_buffers;  // what its HBM holds at its peak (only with a recorded timeline)
 
   nlohmann::json to_json() const;
 };

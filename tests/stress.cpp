@@ -64,7 +64,19 @@ nlohmann::json results(const StepReport& r) {
   nlohmann::json j = r.to_json();
   j.erase("trace");
   j.erase("timeline");
+  j.erase("peak_buffers");  // only a recorded run lists them (checked by peak_lists_add_up)
   return j;
+}
+
+// A recorded run's buffers at each stage's peak add up to that peak.
+void peak_lists_add_up(const StepReport& r, std::vector<std::string>& out) {
+  for (const StageReport& st : r.stages) {
+    double sum = 0;
+    for (const PeakBuffer& b : st.peak_buffers) sum += b.bytes;
+    if (!(std::abs(sum - st.hbm_peak_bytes) <= 1e-9 * std::max(1.0, st.hbm_peak_bytes)))
+      out.push_back("stage " + std::to_string(st.stage) + "'s buffers at its peak add up to " + std::to_string(sum) + ", not " +
+                    std::to_string(st.hbm_peak_bytes));
+  }
 }
 
 // The report agrees with itself, stage by stage: the breakdown sums to the peak, inside the step; no queue
@@ -126,7 +138,11 @@ std::optional<std::vector<std::string>> check(const RunConfig& c, bool with_time
     const StepReport plain = simulate_resolved(c, false, false).report;
     const StepReport fast = simulate_resolved(c, false, true).report;
     differences(results(fast), results(plain), "fast-forward", out);
-    if (with_timeline) differences(results(simulate_resolved(c, true, true).report), results(plain), "recorded", out);
+    if (with_timeline) {
+      const StepReport recorded = simulate_resolved(c, true, true).report;
+      differences(results(recorded), results(plain), "recorded", out);
+      peak_lists_add_up(recorded, out);
+    }
     if (fresh_thread) {
       nlohmann::json fresh;
       std::string error;

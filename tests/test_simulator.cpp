@@ -519,3 +519,53 @@ TEST_CASE("a query-key norm runs over each head after the projections and keeps 
   CHECK(normed.step_time_s > plain.step_time_s);
   CHECK(normed.model_flops_per_device == plain.model_flops_per_device);
 }
+
+TEST_CASE("the buffers listed at a stage's peak add up to its peak and its breakdown and are all alive then", "[sim][trace]") {
+  // Each stage's list is the live set at the instant its HBM first reaches its peak, so it must sum to the peak
+  // the engine recorded and to its breakdown at that instant, and each buffer must be allocated by then and
+  // not yet freed. An offloading FSDP step, and a tp x pp 4 pipeline (a list per stage).
+  RunConfig offload = small("qkv_proj_offloaded");
+  offload.pipelined_transfers = true;
+  RunConfig pipeline = test::llama8b_h200("minimal", true);
+  pipeline.tp = 2;
+  pipeline.pp = 4;
+  pipeline.microbatches = 8;
+  for (const RunConfig& c : {offload, pipeline}) {
+    const StepReport r = run_simulation(c, true);
+    REQUIRE(r.stages.size() == static_cast<std::size_t>(c.pp));
+    for (const StageReport& st : r.stages) {
+      INFO("pp " << c.pp << " stage " << st.stage);
+      REQUIRE(!st.peak_buffers.empty());
+      double sum = 0;
+      std::map<std::string, double> by_category;
+      for (const PeakBuffer& b : st.peak_buffers) {
+        sum += b.bytes;
+        by_category[b.category] += b.bytes;
+        CHECK(b.alloc_s <= st.hbm_peak_time_s);
+        CHECK((b.free_s < 0 || b.free_s >= st.hbm_peak_time_s));
+        CHECK(!b.made_by.empty());
+      }
+      CHECK(sum == Approx(st.hbm_peak_bytes).epsilon(1e-9));
+      for (const auto& [category, bytes] : st.hbm_breakdown_bytes) CHECK(by_category[category] == Approx(bytes).epsilon(1e-9).margin(1));
+      CHECK(std::is_sorted(st.peak_buffers.begin(), st.peak_buffers.end(),
+                           [](const PeakBuffer& a, const PeakBuffer& b) { return a.bytes > b.bytes; }));
+    }
+    CHECK(run_simulation(c, false).to_json().dump().find("peak_buffers") == std::string::npos);  // only when recorded
+  }
+}
+
+TEST_CASE("simulate --peak-buffers lists the largest buffers at the peak and what the rest add up to", "[sim][trace][cli]") {
+  auto r = test::cli("simulate --system h200-hgx --model llama3.1-8b --gpus 8 --policy qkv_proj_offloaded --peak-buffers 3");
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("HBM at the peak (") != std::string::npos);
+  CHECK(r.out.find("the 3 largest of") != std::string::npos);
+  CHECK(r.out.find(" resident") != std::string::npos);  // the optimizer state is the largest here
+  CHECK(r.out.find("the other ") != std::string::npos);
+  auto j = test::cli("simulate --system h200-hgx --model llama3.1-8b --gpus 8 --peak-buffers 3 --json");
+  REQUIRE(j.status == 0);
+  const auto doc = nlohmann::json::parse(j.out);
+  REQUIRE(doc["peak_buffers"].size() == 1);
+  double sum = 0;
+  for (const auto& b : doc["peak_buffers"][0]["buffers"]) sum += b["bytes"].get<double>();
+  CHECK(sum == Approx(doc["hbm_peak_bytes"].get<double>()).epsilon(1e-9));
+}

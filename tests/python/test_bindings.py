@@ -118,6 +118,9 @@ def test_pipeline_stages_and_timeline_of_the_worst_stage():
     for st in got.stages:
         s = spans[(spans.stage == st["stage"]) & (spans.stream == "compute")]
         assert s.dur_s.sum() == pytest.approx(st["compute_busy_s"], rel=1e-9)
+    # The buffers live at each stage's peak add up to that stage's peak.
+    peaks = {p["stage"]: sum(b["bytes"] for b in p["buffers"]) for p in got.peak_buffers}
+    assert peaks == {st["stage"]: pytest.approx(st["hbm_peak_bytes"], rel=1e-9) for st in got.stages}
 
 
 def test_systems_and_models_equal_cli(cli):
