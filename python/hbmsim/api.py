@@ -46,8 +46,8 @@ class Result(dict):
     per stage: stage, layers, hbm_peak_bytes, hbm_breakdown_bytes, host_peak_bytes, compute_busy_s, idle_s,
     bubble_s, exposed_s, busy_s, comm_bytes, fits; the top-level memory figures are the worst stage's, the
     per-queue ones the mean over stages). With ``trace=True`` also timeline ([[t_s, hbm_bytes, host_bytes], ...],
-    of stage timeline_stage: the one with the highest HBM peak) and trace (Chrome trace object, loadable in
-    Perfetto; a process per stage).
+    of stage timeline_stage: the one with the highest HBM peak), peak_buffers (per stage, the buffers live at its
+    HBM peak: peak_frame()) and trace (Chrome trace object, loadable in Perfetto; a process per stage).
     """
 
     def __getattr__(self, name: str) -> Any:
@@ -64,6 +64,16 @@ class Result(dict):
         if "timeline" not in self:
             raise ValueError("this result has no timeline; simulate with trace=True")
         return pd.DataFrame(self["timeline"], columns=["t_s", "hbm_bytes", "host_bytes"])
+
+    def peak_frame(self) -> pd.DataFrame:
+        """What HBM holds at each stage's peak, a buffer a row: stage, made_by (the op that allocates it; resident:
+        alive the whole step), category, bytes, alloc_s, free_s (-1: never freed), largest first per stage; a stage's
+        bytes add up to its peak. Needs ``trace=True`` (as ``simulate --peak-buffers``)."""
+        if "peak_buffers" not in self:
+            raise ValueError("this result has no peak buffers; simulate with trace=True")
+        rows = [(p["stage"], b["made_by"], b["category"], b["bytes"], b["alloc_s"], b["free_s"])
+                for p in self["peak_buffers"] for b in p["buffers"]]
+        return pd.DataFrame(rows, columns=["stage", "made_by", "category", "bytes", "alloc_s", "free_s"])
 
     def spans(self) -> pd.DataFrame:
         """Every op of the trace as a row: stage, stream, name, start_s, end_s, dur_s, layer, phase.

@@ -118,9 +118,14 @@ def test_pipeline_stages_and_timeline_of_the_worst_stage():
     for st in got.stages:
         s = spans[(spans.stage == st["stage"]) & (spans.stream == "compute")]
         assert s.dur_s.sum() == pytest.approx(st["compute_busy_s"], rel=1e-9)
-    # The buffers live at each stage's peak add up to that stage's peak.
+    # The buffers live at each stage's peak add up to that stage's peak, as a DataFrame too.
     peaks = {p["stage"]: sum(b["bytes"] for b in p["buffers"]) for p in got.peak_buffers}
     assert peaks == {st["stage"]: pytest.approx(st["hbm_peak_bytes"], rel=1e-9) for st in got.stages}
+    frame = got.peak_frame()
+    assert frame.groupby("stage").bytes.sum().to_dict() == pytest.approx(peaks, rel=1e-12)
+    assert (frame.alloc_s <= frame.stage.map({st["stage"]: st["hbm_peak_time_s"] for st in got.stages})).all()
+    with pytest.raises(ValueError, match="trace=True"):
+        hbmsim.simulate(CONFIGS["llama8b-pipeline-per-stage"]).peak_frame()
 
 
 def test_systems_and_models_equal_cli(cli):
