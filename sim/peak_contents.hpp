@@ -15,10 +15,9 @@ struct PeakBuffer {
   double alloc_s = 0, free_s = -1;  // free_s -1: never freed
 };
 
-// The HBM buffers of `device` live at its peak (the first moment its live HBM reaches the recorded peak),
+// Per device, the HBM buffers live at its peak (the first moment its live HBM reaches the recorded peak),
 // largest first; their bytes add up to the peak. `r` must come from a run that recorded its timeline, and
 // `names` name the program's ops.
-std::vector<PeakBuffer> peak_buffers(const sim::Program& p, const sim::EngineResult& r, const std::vector<std::string>& names,
-                                     int device);
+std::vector<std::vector<PeakBuffer>> peak_buffers(const sim::Program& p, const sim::EngineResult& r, const std::vector<std::string>& names);
 
 }  // namespace hbmsim

@@ -12,7 +12,8 @@ StepReport simulate(const StepGraph& g, const System& sys, const Policy& policy,
   auto r = sim::run_program(program, opt.record_trace, opt.fast_forward);
   StepReport rep = make_report(g, sys, policy.name(), program, r);
   if (opt.record_trace) {
-    for (auto& st : rep.stages) st.peak_buffers = peak_buffers(program, r, names, st.stage);
+    auto lists = peak_buffers(program, r, names);
+    for (auto& st : rep.stages) st.peak_buffers = std::move(lists[static_cast<std::size_t>(st.stage)]);
     rep.timeline = r.timeline;
     rep.trace = chrome_trace(program, r, names);
   }
