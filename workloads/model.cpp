@@ -18,6 +18,21 @@ bool ModelSpec::is_moe_layer(std::int64_t layer) const {
          !std::binary_search(dense_layer_ids.begin(), dense_layer_ids.end(), layer);
 }
 
+std::int64_t ModelSpec::attention_window(std::int64_t layer) const {
+  if (is_mtp_layer(layer)) return attention_window(num_layers - 1);
+  return std::binary_search(window_layer_ids.begin(), window_layer_ids.end(), layer) ? sliding_window : 0;
+}
+
+double executed_window_fraction(double seq, double window) {
+  if (window <= 0 || window >= seq) return 1.0;
+  return (2.0 * seq * window - window * window) / (seq * seq);
+}
+
+double model_window_fraction(double seq, double window) {
+  if (window <= 0 || window >= seq) return 1.0;
+  return window / seq;
+}
+
 std::int64_t ModelSpec::moe_layers() const {
   if (num_experts == 0) return 0;
   return num_layers - first_dense_layers - static_cast<std::int64_t>(dense_layer_ids.size());
@@ -106,9 +121,14 @@ ModelSpec::Flops ModelSpec::model_flops(double B, std::int64_t S, std::int64_t g
   double embedding = 2.0 * BS * E * vocab_size;  // the unembedding matmul (tied or not); the lookup is free
   // An MTP module adds a layer, its eh_proj (2 E -> E) and another pass through the head.
   const double M = static_cast<double>(mtp_layers), mtp = M * (2.0 * BS * 2 * E * E + embedding);
+  // Layers' worth of full causal attention: a windowed layer counts its fraction (exactly L + M without one).
+  double attn_layers = L + M;
+  for (std::int64_t l = 0; sliding_window > 0 && l < stack_layers(); ++l)
+    if (const std::int64_t w = attention_window(l); w > 0)
+      attn_layers -= 1.0 - model_window_fraction(static_cast<double>(S), static_cast<double>(w));
   Flops f;
   f.weights_flops = (ffn_total + (qkv + proj) * (L + M) + embedding + mtp) * 3 * grad_accum;
-  f.attention_flops = attn * (L + M) * 3 * grad_accum;
+  f.attention_flops = attn * attn_layers * 3 * grad_accum;
   return f;
 }
 
@@ -137,6 +157,7 @@ nlohmann::json ModelSpec::to_json() const {
     if (shared_expert_mlp_dim > 0) j["shared_expert_mlp_dim"] = shared_expert_mlp_dim;
     if (!dense_layer_ids.empty()) j["dense_layer_ids"] = dense_layer_ids;
   }
+  if (sliding_window > 0) j.update({{"sliding_window", sliding_window}, {"window_layer_ids", window_layer_ids}});
   // The flags only when set, so that the specs without them read as before.
   for (auto [key, flag] : kFlags)
     if (this->*flag) j[key] = true;
@@ -195,7 +216,7 @@ ModelSpec load_model(const nlohmann::json& doc, const std::string& origin) {
       "id", "name", "architecture", "source", "num_layers", "d_model", "num_query_heads", "num_kv_heads",
       "head_dim", "mlp_dim", "vocab_size", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
       "qk_rope_head_dim", "v_head_dim", "first_dense_layers", "num_experts", "experts_per_token",
-      "shared_experts", "moe_mlp_dim", "shared_expert_mlp_dim", "dense_layer_ids"};
+      "shared_experts", "moe_mlp_dim", "shared_expert_mlp_dim", "dense_layer_ids", "sliding_window", "window_layer_ids"};
   for (auto [key, flag] : kFlags) keys.push_back(key);
   v.allow_only(keys);
   ModelSpec m;
@@ -247,6 +268,17 @@ ModelSpec load_model(const nlohmann::json& doc, const std::string& origin) {
     for (auto key : {"shared_expert_mlp_dim", "dense_layer_ids", "router_bias", "shared_expert_gate"})
       if (v.has(key)) v.at(key).fail("needs num_experts");
   }
+  if (auto w = v.find("sliding_window")) {
+    m.sliding_window = w->positive_integer();
+    if (auto l = v.find("window_layer_ids")) {
+      m.window_layer_ids = layer_list(*l, m.num_layers, 0, true);
+      if (m.window_layer_ids.empty()) l->fail("lists no layer (leave sliding_window out for none)");
+    } else {
+      for (std::int64_t l = 0; l < m.num_layers; ++l) m.window_layer_ids.push_back(l);  // every layer
+    }
+  } else if (v.has("window_layer_ids")) {
+    v.at("window_layer_ids").fail("needs sliding_window");
+  }
   validate(m, v, "num_query_heads", "num_kv_heads", "first_dense_layers", "experts_per_token");
   return m;
 }
@@ -260,6 +292,12 @@ enum class HfMoe {
   qwen,      // num_experts of moe_intermediate_size; decoder_sparse_step and mlp_only_layers pick dense layers
   deepseek,  // n_routed_experts of moe_intermediate_size, n_shared_experts, first_k_dense_replace dense layers
 };
+// Which layers attend within a sliding window, as each transformers config class decides it.
+enum class HfWindow {
+  none,     // no sliding_window key is read (Llama, DeepSeek-V3)
+  mistral,  // sliding_window applies to every layer; MistralConfig defaults it to 4096, MixtralConfig to null
+  qwen,     // with use_sliding_window: layer_types, else the layers from max_window_layers (default 28) on
+};
 struct HfArch {
   const char* name;
   bool qkv_bias;              // q/k/v biases always present
@@ -269,19 +307,57 @@ struct HfArch {
   bool head_dim_required;     // head_dim has a config default that is not hidden_size / num_attention_heads
   HfMoe moe;
   bool shared_expert;         // qwen: one gated shared expert of shared_expert_intermediate_size
+  HfWindow window;
+  std::int64_t default_window;  // mistral: the window when the key is absent (0: none)
 };
 constexpr HfArch kHfArchs[] = {
-    {"LlamaForCausalLM", false, true, true, false, false, HfMoe::none, false},
-    {"MistralForCausalLM", false, false, false, false, false, HfMoe::none, false},
-    {"Qwen2ForCausalLM", true, false, false, false, false, HfMoe::none, false},
-    {"Qwen3ForCausalLM", false, true, false, true, true, HfMoe::none, false},
-    {"MixtralForCausalLM", false, false, false, false, false, HfMoe::mixtral, false},
-    {"Qwen2MoeForCausalLM", true, false, false, false, false, HfMoe::qwen, true},
-    {"Qwen3MoeForCausalLM", false, true, false, true, true, HfMoe::qwen, false},
-    {"DeepseekV3ForCausalLM", false, false, false, false, false, HfMoe::deepseek, false},
+    {"LlamaForCausalLM", false, true, true, false, false, HfMoe::none, false, HfWindow::none, 0},
+    {"MistralForCausalLM", false, false, false, false, false, HfMoe::none, false, HfWindow::mistral, 4096},
+    {"Qwen2ForCausalLM", true, false, false, false, false, HfMoe::none, false, HfWindow::qwen, 0},
+    {"Qwen3ForCausalLM", false, true, false, true, true, HfMoe::none, false, HfWindow::qwen, 0},
+    {"MixtralForCausalLM", false, false, false, false, false, HfMoe::mixtral, false, HfWindow::mistral, 0},
+    {"Qwen2MoeForCausalLM", true, false, false, false, false, HfMoe::qwen, true, HfWindow::qwen, 0},
+    {"Qwen3MoeForCausalLM", false, true, false, true, true, HfMoe::qwen, false, HfWindow::qwen, 0},
+    {"DeepseekV3ForCausalLM", false, false, false, false, false, HfMoe::deepseek, false, HfWindow::none, 0},
 };
 
 bool optional_flag(const JsonView& v, const char* key) { return v.has(key) && v.at(key).boolean(); }
+
+// sliding_window as a window in tokens: null is none; otherwise a positive integer.
+std::int64_t window_tokens(const JsonView& w) { return w.raw().is_null() ? 0 : w.positive_integer(); }
+
+// The sliding window and the layers that use it (ModelSpec::sliding_window, window_layer_ids).
+void read_hf_window(const JsonView& v, const HfArch& arch, ModelSpec& m) {
+  std::int64_t window = 0;
+  if (arch.window == HfWindow::mistral) {
+    window = v.has("sliding_window") ? window_tokens(v.at("sliding_window")) : arch.default_window;
+    for (std::int64_t l = 0; window > 0 && l < m.num_layers; ++l) m.window_layer_ids.push_back(l);
+  } else if (arch.window == HfWindow::qwen && optional_flag(v, "use_sliding_window")) {
+    // The config classes leave the window None unless use_sliding_window, whatever layer_types says.
+    window = v.has("sliding_window") ? window_tokens(v.at("sliding_window")) : 4096;  // the classes' default
+    if (v.has("layer_types")) {
+      auto types = v.at("layer_types");
+      types.expect_array();
+      if (types.size() != static_cast<std::size_t>(m.num_layers))
+        types.fail("has " + std::to_string(types.size()) + " entries; expected num_hidden_layers = " + std::to_string(m.num_layers));
+      for (std::size_t l = 0; l < types.size(); ++l) {
+        const std::string t = types[l].string();
+        if (t == "sliding_attention") m.window_layer_ids.push_back(static_cast<std::int64_t>(l));
+        else if (t != "full_attention") types[l].fail("unknown layer type; expected full_attention or sliding_attention");
+      }
+      if (!m.window_layer_ids.empty() && window == 0) types.fail("names sliding_attention layers but sliding_window is null");
+    } else if (window > 0) {
+      std::int64_t from = 28;  // the classes' default max_window_layers
+      if (v.has("max_window_layers")) {
+        from = v.at("max_window_layers").integer();
+        if (from < 0) v.at("max_window_layers").fail("must be >= 0");
+      }
+      for (std::int64_t l = from; l < m.num_layers; ++l) m.window_layer_ids.push_back(l);
+    }
+  }
+  m.sliding_window = m.window_layer_ids.empty() ? 0 : window;
+  if (m.sliding_window == 0) m.window_layer_ids.clear();
+}
 }  // namespace
 
 ModelSpec load_hf_config(const nlohmann::json& doc, const std::string& origin) {
@@ -368,6 +444,7 @@ ModelSpec load_hf_config(const nlohmann::json& doc, const std::string& origin) {
     m.dense_layer_ids.erase(std::unique(m.dense_layer_ids.begin(), m.dense_layer_ids.end()), m.dense_layer_ids.end());
     dense_key = step > 1 ? "decoder_sparse_step" : "mlp_only_layers";
   }
+  read_hf_window(v, *arch, m);
   validate(m, v, "num_attention_heads", "num_key_value_heads", dense_key, "num_experts_per_tok");
   return m;
 }

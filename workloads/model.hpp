@@ -41,6 +41,14 @@ struct ModelSpec {
   // and a final norm, and its loss goes through the shared head. Layers [num_layers, stack_layers()) are
   // they. Set from the run (TrainingSpec::mtp_layers): model files do not carry it.
   std::int64_t mtp_layers = 0;
+  // Sliding-window attention (Mistral's sliding_window; Qwen's use_sliding_window from max_window_layers on; HF
+  // layer_types): each query of the layers in window_layer_ids attends to the last `sliding_window` tokens,
+  // itself included, instead of to every earlier one. Flash attention keeps no score matrix, so only the
+  // attention's work changes, not its memory.
+  std::int64_t sliding_window = 0;             // tokens; 0: every layer attends over the whole causal prefix
+  std::vector<std::int64_t> window_layer_ids;  // sorted decoder layers
+  // The window `layer` attends within (0: none); an MTP module's is the last decoder layer's, as its kind is.
+  std::int64_t attention_window(std::int64_t layer) const;
 
   bool is_mla() const { return architecture == Architecture::deepseek_v3; }
   std::int64_t stack_layers() const { return num_layers + mtp_layers; }  // what a step runs, MTP modules last
@@ -73,6 +81,14 @@ struct ModelSpec {
 
   nlohmann::json to_json() const;
 };
+
+// A layer's causal attention work with a window of `window` tokens (0: none) over a sequence of `seq`, as a
+// fraction of the work without one. Executed: the (query, key) pairs a flash-attention kernel visits,
+// seq w - w^2 / 2 against seq^2 / 2 (the continuous count MaxText's causal half uses). Model FLOPs: MaxText's
+// calculate_tflops_training_per_device, which counts a windowed layer as seq x min(w, seq), halved like the
+// causal one. Both are exactly 1 without a window or with one of seq or more.
+double executed_window_fraction(double seq, double window);
+double model_window_fraction(double seq, double window);
 
 ModelSpec load_model(const nlohmann::json& doc, const std::string& origin);
 // HuggingFace config.json: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM (dense);

@@ -1,6 +1,7 @@
 #include "workloads/step_graph.hpp"
 
 #include <algorithm>
+#include <map>
 #include <sstream>
 
 #include <boost/graph/topological_sort.hpp>
@@ -208,7 +209,8 @@ struct BufferRows {
 // on this device's share of the heads and MLP width. Each block returns the tensor it produces.
 class BodyBuilder {
  public:
-  BodyBuilder(TemplateBuilder& b, const ModelSpec& m, const TrainingSpec& t) : b_(b), m_(m) {
+  // `window`: the layer's sliding attention window in tokens (0: none).
+  BodyBuilder(TemplateBuilder& b, const ModelSpec& m, const TrainingSpec& t, std::int64_t window) : b_(b), m_(m) {
     const auto& p = t.parallelism;
     a_ = dtype_bytes(t.activation_dtype);
     d_ = static_cast<double>(m.d_model);
@@ -223,6 +225,7 @@ class BodyBuilder {
     dispatcher_ = p.moe_dispatcher;
     heads_ = static_cast<double>(m.num_query_heads) / tp_;
     seq_ = static_cast<double>(t.seq_len);
+    window_fraction_ = executed_window_fraction(seq_, static_cast<double>(window));
     attn_dt_ = t.attention_gemm_dtype;
     mlp_dt_ = t.mlp_gemm_dtype;
     quantized_gather_ = t.fp8_saved_activations;
@@ -393,7 +396,7 @@ class BodyBuilder {
       int k = b_.tensor("key_proj", T * H * (dn + dr) * a);
       int v = b_.tensor("value_proj", T * H * dv * a);
       b_.memory("split_kv_rope", {kv, kvwa}, {k, v}, {});
-      ctx = attention_core(q, k, v, T * H * dv * a, 2.0 * T * seq_ * H * (dn + dr + dv) / 2);
+      ctx = attention_core(q, k, v, T * H * dv * a, 2.0 * T * seq_ * H * (dn + dr + dv) / 2 * window_fraction_);
       ctx_width = H * dv;
     } else {
       const double hd = static_cast<double>(m_.head_dim);
@@ -414,7 +417,7 @@ class BodyBuilder {
         q = qn;
         k = kn;
       }
-      ctx = attention_core(q, k, v, T * H * hd * a, 4.0 * T * seq_ * H * hd / 2);
+      ctx = attention_core(q, k, v, T * H * hd * a, 4.0 * T * seq_ * H * hd / 2 * window_fraction_);
       ctx_width = H * hd;
     }
     int o = b_.tensor("out_proj", T * d * a);
@@ -521,6 +524,7 @@ class BodyBuilder {
   TemplateBuilder& b_;
   const ModelSpec& m_;
   double a_ = 2, d_ = 0, tp_ = 1, heads_ = 0, seq_ = 0;
+  double window_fraction_ = 1;  // the attention's work with the layer's window over without (executed_window_fraction)
   std::int64_t cp_ = 1, ep_ = 1;
   bool sp_ = false, fold_ = false;
   double load_ = 1;  // TrainingSpec::moe_load_imbalance
@@ -538,9 +542,9 @@ double expert_split(const Parallelism& p) {
   return static_cast<double>(p.experts_fold_tp ? p.expert_group() : p.tp * p.ep);
 }
 
-LayerTemplate build_template(const ModelSpec& model, const TrainingSpec& training, bool moe, bool mtp = false) {
+LayerTemplate build_template(const ModelSpec& model, const TrainingSpec& training, bool moe, bool mtp, std::int64_t window) {
   TemplateBuilder b(mtp ? "mtp" : moe ? "moe" : "dense");
-  BodyBuilder body(b, model, training);
+  BodyBuilder body(b, model, training, window);
   const double T = training.layer_tokens();
   const double a = dtype_bytes(training.activation_dtype), d = static_cast<double>(model.d_model);
   int dli = b.tensor("decoder_layer_input", body.sharded(T) * d * a);
@@ -628,12 +632,23 @@ StepGraph build_step_graph(const ModelSpec& decoder, TrainingSpec training) {
   const bool sp = p.sequence_parallel && p.tp > 1;
   g.sharded_tokens = sp ? g.tokens / static_cast<double>(p.tp) : g.tokens;
 
-  g.templates.push_back(build_template(model, training, false));
-  if (model.num_experts > 0) g.templates.push_back(build_template(model, training, true));
-  for (std::int64_t i = 0; i < model.num_layers; ++i) g.layer_template.push_back(model.is_moe_layer(i) ? 1 : 0);
+  g.templates.push_back(build_template(model, training, false, false, 0));
+  if (model.num_experts > 0) g.templates.push_back(build_template(model, training, true, false, 0));
+  // A layer whose window is shorter than the sequence has a template of its own per kind (a window of the
+  // sequence or more changes nothing).
+  std::map<std::pair<int, std::int64_t>, int> windowed;
+  auto template_of = [&](std::int64_t layer, int plain) {
+    const std::int64_t w = model.attention_window(layer);
+    if (w <= 0 || w >= training.seq_len) return plain;
+    auto [it, made] = windowed.try_emplace({plain, w}, static_cast<int>(g.templates.size()));
+    if (made) g.templates.push_back(build_template(model, training, model.is_moe_layer(layer), model.is_mtp_layer(layer), w));
+    return it->second;
+  };
+  for (std::int64_t i = 0; i < model.num_layers; ++i) g.layer_template.push_back(template_of(i, model.is_moe_layer(i) ? 1 : 0));
   if (model.mtp_layers > 0) {
-    g.templates.push_back(build_template(model, training, model.is_moe_layer(model.num_layers), true));
-    g.layer_template.insert(g.layer_template.end(), static_cast<std::size_t>(model.mtp_layers), static_cast<int>(g.templates.size()) - 1);
+    g.templates.push_back(build_template(model, training, model.is_moe_layer(model.num_layers), true, 0));
+    const int mtp = template_of(model.num_layers, static_cast<int>(g.templates.size()) - 1);
+    g.layer_template.insert(g.layer_template.end(), static_cast<std::size_t>(model.mtp_layers), mtp);
   }
 
   g.model_flops = model.model_flops(training.device_batch(), training.seq_len, training.grad_accum);
