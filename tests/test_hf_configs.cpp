@@ -60,6 +60,13 @@ const Expected kExpected[] = {
     {"qwen3-235b-a22b.config.json", 235093634560, 22190763520, 235e9, 22e9, 0.5e9},  // Qwen's card: 235B, 22B
 };
 
+// The GQA configs: those above and GPT-OSS (whose published active count is checked on its own below).
+std::vector<std::string> gqa_files() {
+  std::vector<std::string> files = {"gpt-oss-120b.config.json", "gpt-oss-20b.config.json"};
+  for (const auto& e : kExpected) files.emplace_back(e.file);
+  return files;
+}
+
 TrainingSpec training(std::int64_t gpus, std::int64_t ep = 1, std::int64_t pp = 1) {
   TrainingSpec t;
   t.gpus = gpus;
@@ -80,6 +87,25 @@ TEST_CASE("HF configs: parameter counts match the exact formula and the publishe
     CHECK(m.activated_params() == Approx(e.active).epsilon(1e-12));
     CHECK(std::abs(m.total_params() - e.published_total) <= e.unit);
     CHECK(std::abs(m.activated_params() - e.published_active) <= e.unit);
+  }
+  // GPT-OSS (d 2880, H 64, K 8, h 64, V 201088, F = Fm 2880, k 4; L 36 with X 128, or L 24 with X 32). Per
+  // layer: norms 2d; q,k,v,o d*h*(H+2K) + H*h*d with their biases h*(H+2K) + d; sinks H; router d*X + X;
+  // each expert 3*d*Fm plus biases 2*Fm + d:
+  //   attention 5760 + 14,745,600 + 11,796,480 + 5120 + 2880 + 64 = 26,555,904; expert 24,891,840
+  //   120b: 2*V*d + d + 36*(26,555,904 + 368,768 + 128*24,891,840) = 116,829,156,672
+  //         active with 4 experts: 2*V*d + d + 36*(26,555,904 + 368,768 + 4*24,891,840) = 5,711,982,912
+  //   20b:  2*V*d + d + 24*(26,555,904 + 92,192 + 32*24,891,840) = 20,914,757,184; active 4,187,440,704
+  // OpenAI's model card gives 116.83B and 20.91B total, 5.13B and 3.61B active, counting the unembedding but
+  // not the input table (V*d = 579,133,440).
+  struct Oss { const char* file; double total, active, card_total, card_active; };
+  for (auto o : {Oss{"gpt-oss-120b.config.json", 116829156672, 5711982912, 116.83e9, 5.13e9},
+                 Oss{"gpt-oss-20b.config.json", 20914757184, 4187440704, 20.91e9, 3.61e9}}) {
+    INFO(o.file);
+    auto m = hf(o.file);
+    CHECK(m.total_params() == o.total);
+    CHECK(m.activated_params() == o.active);
+    CHECK(std::abs(m.total_params() - o.card_total) <= 0.01e9);
+    CHECK(std::abs(m.activated_params() - 201088.0 * 2880 - o.card_active) <= 0.01e9);
   }
   // The Qwen cards also give the non-embedding counts (both tables off): 6.53B and 6.95B.
   auto q25 = hf("qwen2.5-7b.config.json"), q3 = hf("qwen3-8b.config.json");
@@ -115,9 +141,9 @@ TEST_CASE("HF configs: a tied head counts once in parameters but still runs its 
 TEST_CASE("HF configs: model FLOPs per token are 6x the matmul parameters a token uses", "[workloads][hf]") {
   // weights_flops / tokens = 6 * (activated parameters - the lookup table when untied - norms, biases and
   // router biases, which no GEMM uses). The left-out terms are below 0.1% for every model here.
-  for (const auto& e : kExpected) {
-    INFO(e.file);
-    auto m = hf(e.file);
+  for (const auto& file : gqa_files()) {
+    INFO(file);
+    auto m = hf(file);
     const double S = 4096, table = static_cast<double>(m.vocab_size) * static_cast<double>(m.d_model);
     const double matmul_params = m.activated_params() - (m.tied_embeddings ? 0 : table);
     CHECK(m.model_flops(1, 4096).weights_flops / S / 6 == Approx(matmul_params).epsilon(1e-3));
@@ -150,6 +176,24 @@ TEST_CASE("HF configs map onto the spec's fields", "[workloads][hf]") {
   CHECK(mixtral.moe_layers() == 32);
   CHECK(mixtral.shared_mlp_dim() == 0);
   CHECK_FALSE(mixtral.router_bias);
+
+  // GPT-OSS: biased attention (attention_bias defaults to true), sinks, a biased router and biased experts in
+  // every layer, sliding and full attention alternating from layer 0 (window 128).
+  auto oss = hf("gpt-oss-120b.config.json");
+  CHECK(oss.head_dim == 64);
+  CHECK((oss.qkv_bias && oss.out_bias && oss.attention_sinks && oss.router_bias && oss.expert_bias));
+  CHECK(oss.moe_layers() == 36);
+  CHECK(oss.moe_mlp_dim == 2880);
+  CHECK(oss.sliding_window == 128);
+  CHECK(oss.window_layer_ids.size() == 18);
+  CHECK(oss.attention_window(0) == 128);
+  CHECK(oss.attention_window(1) == 0);
+  auto oss_doc = hf_doc("gpt-oss-20b.config.json");
+  oss_doc.erase("layer_types");
+  oss_doc.erase("attention_bias");
+  auto oss_defaults = load_hf_config(oss_doc, "oss");  // the config class's defaults: the same model
+  CHECK(oss_defaults.window_layer_ids == hf("gpt-oss-20b.config.json").window_layer_ids);
+  CHECK(oss_defaults.total_params() == hf("gpt-oss-20b.config.json").total_params());
 
   auto q2moe = hf("qwen2-57b-a14b.config.json");
   CHECK(q2moe.shared_mlp_dim() == 20480);
@@ -205,9 +249,9 @@ TEST_CASE("HF configs: decoder_sparse_step, mlp_only_layers and moe_layer_freq c
 }
 
 TEST_CASE("HF configs read back from to_json as model files", "[workloads][hf]") {
-  for (const auto& e : kExpected) {
-    INFO(e.file);
-    auto m = hf(e.file);
+  for (const auto& file : gqa_files()) {
+    INFO(file);
+    auto m = hf(file);
     auto back = load_model(m.to_json(), "roundtrip");
     CHECK(back.to_json() == m.to_json());
     CHECK(back.total_params() == m.total_params());
@@ -240,7 +284,7 @@ TEST_CASE("HF configs simulate end to end on 8 H200s with plausible results", "[
   struct Run { const char* file; const char* flags; };
   for (auto r : {Run{"llama3.2-3b", ""}, {"mistral-7b-v0.1", ""}, {"qwen2.5-7b", ""}, {"qwen3-8b", ""},
                  {"mixtral-8x7b", " --ep 8"}, {"qwen1.5-moe-a2.7b", " --ep 4"}, {"qwen3-30b-a3b", " --ep 8"},
-                 {"qwen2-57b-a14b", " --ep 8"}}) {
+                 {"qwen2-57b-a14b", " --ep 8"}, {"gpt-oss-20b", " --ep 8"}}) {
     INFO(r.file);
     // Appended piece by piece: GCC 12 warns (-Warray-bounds, a false positive) on the chain of temporaries.
     std::string path = HBMSIM_SOURCE_DIR;

@@ -54,6 +54,7 @@ double ModelSpec::attention_params_per_layer() const {
     if (qkv_bias) p += qkv_width;
     if (out_bias) p += d;
     if (qk_norm) p += 2 * hd;
+    if (attention_sinks) p += H;
   }
   return p;
 }
@@ -61,7 +62,10 @@ double ModelSpec::attention_params_per_layer() const {
 double ModelSpec::dense_mlp_params_per_layer() const {
   return 3.0 * d_model * mlp_dim + (mlp_bias ? 2.0 * mlp_dim + d_model : 0.0);
 }
-double ModelSpec::expert_params_per_layer() const { return 3.0 * d_model * moe_mlp_dim * num_experts; }
+double ModelSpec::expert_params() const {
+  return 3.0 * d_model * moe_mlp_dim + (expert_bias ? 2.0 * moe_mlp_dim + d_model : 0.0);
+}
+double ModelSpec::expert_params_per_layer() const { return expert_params() * static_cast<double>(num_experts); }
 double ModelSpec::moe_nonexpert_params_per_layer() const {
   return static_cast<double>(d_model) * num_experts + (router_bias ? num_experts : 0) +
          3.0 * d_model * shared_mlp_dim() + (shared_expert_gate ? d_model : 0);
@@ -87,7 +91,7 @@ double ModelSpec::total_params() const {
 double ModelSpec::activated_params() const {
   double p = total_params();
   const double moe = static_cast<double>(moe_layers() + (is_moe_layer(num_layers) ? mtp_layers : 0));
-  if (num_experts > 0) p -= moe * 3.0 * d_model * moe_mlp_dim * (num_experts - experts_per_token);
+  if (num_experts > 0) p -= moe * expert_params() * static_cast<double>(num_experts - experts_per_token);
   return p;
 }
 
@@ -138,7 +142,8 @@ constexpr std::pair<const char*, bool ModelSpec::*> kFlags[] = {
     {"tied_embeddings", &ModelSpec::tied_embeddings}, {"qkv_bias", &ModelSpec::qkv_bias},
     {"out_bias", &ModelSpec::out_bias},               {"mlp_bias", &ModelSpec::mlp_bias},
     {"qk_norm", &ModelSpec::qk_norm},                 {"router_bias", &ModelSpec::router_bias},
-    {"shared_expert_gate", &ModelSpec::shared_expert_gate}};
+    {"shared_expert_gate", &ModelSpec::shared_expert_gate}, {"expert_bias", &ModelSpec::expert_bias},
+    {"attention_sinks", &ModelSpec::attention_sinks}};
 }  // namespace
 
 nlohmann::json ModelSpec::to_json() const {
@@ -239,7 +244,7 @@ ModelSpec load_model(const nlohmann::json& doc, const std::string& origin) {
                               {"qk_rope_head_dim", &m.qk_rope_head_dim}, {"v_head_dim", &m.v_head_dim}})
       *field = v.at(key).positive_integer();
     // MLA's projections have their own shapes: these would be silently miscounted.
-    for (auto key : {"qkv_bias", "out_bias", "qk_norm"})
+    for (auto key : {"qkv_bias", "out_bias", "qk_norm", "attention_sinks"})
       if (v.has(key)) v.at(key).fail("applies to llama (GQA) attention only");
     // 0 or absent: the query is projected directly, without a low-rank latent (DeepSeek-V2-Lite).
     if (auto q = v.find("q_lora_rank")) {
@@ -265,7 +270,7 @@ ModelSpec load_model(const nlohmann::json& doc, const std::string& origin) {
     }
   } else {
     // Without experts these would be silently meaningless.
-    for (auto key : {"shared_expert_mlp_dim", "dense_layer_ids", "router_bias", "shared_expert_gate"})
+    for (auto key : {"shared_expert_mlp_dim", "dense_layer_ids", "router_bias", "shared_expert_gate", "expert_bias"})
       if (v.has(key)) v.at(key).fail("needs num_experts");
   }
   if (auto w = v.find("sliding_window")) {
@@ -288,37 +293,47 @@ namespace {
 // implementation reads. Keys an architecture does not read are ignored, as transformers ignores them.
 enum class HfMoe {
   none,
-  mixtral,   // num_local_experts experts of intermediate_size in every layer, no shared expert
+  mixtral,   // num_local_experts experts of intermediate_size in every layer, no shared expert (also GPT-OSS)
   qwen,      // num_experts of moe_intermediate_size; decoder_sparse_step and mlp_only_layers pick dense layers
   deepseek,  // n_routed_experts of moe_intermediate_size, n_shared_experts, first_k_dense_replace dense layers
 };
 // Which layers attend within a sliding window, as each transformers config class decides it.
 enum class HfWindow {
   none,     // no sliding_window key is read (Llama, DeepSeek-V3)
-  mistral,  // sliding_window applies to every layer; MistralConfig defaults it to 4096, MixtralConfig to null
+  every,    // sliding_window applies to every layer (Mistral, Mixtral)
   qwen,     // with use_sliding_window: layer_types, else the layers from max_window_layers (default 28) on
+  typed,    // layer_types, by default sliding and full attention alternating from layer 0 (GPT-OSS)
 };
 struct HfArch {
   const char* name;
-  bool qkv_bias;              // q/k/v biases always present
-  bool reads_attention_bias;  // attention_bias adds q/k/v and output biases
-  bool reads_mlp_bias;        // mlp_bias adds the dense MLP's biases
-  bool qk_norm;               // q_norm/k_norm
-  bool head_dim_required;     // head_dim has a config default that is not hidden_size / num_attention_heads
-  HfMoe moe;
-  bool shared_expert;         // qwen: one gated shared expert of shared_expert_intermediate_size
-  HfWindow window;
-  std::int64_t default_window;  // mistral: the window when the key is absent (0: none)
+  bool qkv_bias = false;              // q/k/v biases always present
+  bool reads_attention_bias = false;  // attention_bias adds q/k/v and output biases
+  bool attention_bias = false;        // its default when absent
+  bool reads_mlp_bias = false;        // mlp_bias adds the dense MLP's biases
+  bool qk_norm = false;               // q_norm/k_norm
+  bool head_dim_required = false;     // head_dim has a config default that is not hidden_size / num_attention_heads
+  HfMoe moe = HfMoe::none;
+  bool shared_expert = false;         // qwen: one gated shared expert of shared_expert_intermediate_size
+  bool biased_experts = false;        // a router with a bias, experts with biases on their three projections
+  bool attention_sinks = false;       // a learned sink logit per query head
+  HfWindow window = HfWindow::none;
+  std::int64_t default_window = 0;    // the window when sliding_window is absent (0: none)
 };
 constexpr HfArch kHfArchs[] = {
-    {"LlamaForCausalLM", false, true, true, false, false, HfMoe::none, false, HfWindow::none, 0},
-    {"MistralForCausalLM", false, false, false, false, false, HfMoe::none, false, HfWindow::mistral, 4096},
-    {"Qwen2ForCausalLM", true, false, false, false, false, HfMoe::none, false, HfWindow::qwen, 0},
-    {"Qwen3ForCausalLM", false, true, false, true, true, HfMoe::none, false, HfWindow::qwen, 0},
-    {"MixtralForCausalLM", false, false, false, false, false, HfMoe::mixtral, false, HfWindow::mistral, 0},
-    {"Qwen2MoeForCausalLM", true, false, false, false, false, HfMoe::qwen, true, HfWindow::qwen, 0},
-    {"Qwen3MoeForCausalLM", false, true, false, true, true, HfMoe::qwen, false, HfWindow::qwen, 0},
-    {"DeepseekV3ForCausalLM", false, false, false, false, false, HfMoe::deepseek, false, HfWindow::none, 0},
+    {.name = "LlamaForCausalLM", .reads_attention_bias = true, .reads_mlp_bias = true},
+    {.name = "MistralForCausalLM", .window = HfWindow::every, .default_window = 4096},  // MixtralConfig's: None
+    {.name = "Qwen2ForCausalLM", .qkv_bias = true, .window = HfWindow::qwen, .default_window = 4096},
+    {.name = "Qwen3ForCausalLM", .reads_attention_bias = true, .qk_norm = true, .head_dim_required = true,
+     .window = HfWindow::qwen, .default_window = 4096},
+    {.name = "MixtralForCausalLM", .moe = HfMoe::mixtral, .window = HfWindow::every},
+    {.name = "Qwen2MoeForCausalLM", .qkv_bias = true, .moe = HfMoe::qwen, .shared_expert = true,
+     .window = HfWindow::qwen, .default_window = 4096},
+    {.name = "Qwen3MoeForCausalLM", .reads_attention_bias = true, .qk_norm = true, .head_dim_required = true,
+     .moe = HfMoe::qwen, .window = HfWindow::qwen, .default_window = 4096},
+    {.name = "DeepseekV3ForCausalLM", .moe = HfMoe::deepseek},
+    {.name = "GptOssForCausalLM", .reads_attention_bias = true, .attention_bias = true, .head_dim_required = true,
+     .moe = HfMoe::mixtral, .biased_experts = true, .attention_sinks = true, .window = HfWindow::typed,
+     .default_window = 128},
 };
 
 bool optional_flag(const JsonView& v, const char* key) { return v.has(key) && v.at(key).boolean(); }
@@ -328,13 +343,12 @@ std::int64_t window_tokens(const JsonView& w) { return w.raw().is_null() ? 0 : w
 
 // The sliding window and the layers that use it (ModelSpec::sliding_window, window_layer_ids).
 void read_hf_window(const JsonView& v, const HfArch& arch, ModelSpec& m) {
-  std::int64_t window = 0;
-  if (arch.window == HfWindow::mistral) {
-    window = v.has("sliding_window") ? window_tokens(v.at("sliding_window")) : arch.default_window;
+  // Qwen's config classes leave the window None unless use_sliding_window, whatever layer_types says.
+  if (arch.window == HfWindow::none || (arch.window == HfWindow::qwen && !optional_flag(v, "use_sliding_window"))) return;
+  const std::int64_t window = v.has("sliding_window") ? window_tokens(v.at("sliding_window")) : arch.default_window;
+  if (arch.window == HfWindow::every) {
     for (std::int64_t l = 0; window > 0 && l < m.num_layers; ++l) m.window_layer_ids.push_back(l);
-  } else if (arch.window == HfWindow::qwen && optional_flag(v, "use_sliding_window")) {
-    // The config classes leave the window None unless use_sliding_window, whatever layer_types says.
-    window = v.has("sliding_window") ? window_tokens(v.at("sliding_window")) : 4096;  // the classes' default
+  } else {
     if (v.has("layer_types")) {
       auto types = v.at("layer_types");
       types.expect_array();
@@ -346,6 +360,8 @@ void read_hf_window(const JsonView& v, const HfArch& arch, ModelSpec& m) {
         else if (t != "full_attention") types[l].fail("unknown layer type; expected full_attention or sliding_attention");
       }
       if (!m.window_layer_ids.empty() && window == 0) types.fail("names sliding_attention layers but sliding_window is null");
+    } else if (arch.window == HfWindow::typed) {
+      for (std::int64_t l = 0; l < m.num_layers; l += 2) m.window_layer_ids.push_back(l);
     } else if (window > 0) {
       std::int64_t from = 28;  // the classes' default max_window_layers
       if (v.has("max_window_layers")) {
@@ -416,7 +432,9 @@ ModelSpec load_hf_config(const nlohmann::json& doc, const std::string& origin) {
     else if (m.d_model % m.num_query_heads != 0) v.at("hidden_size").fail("must be divisible by num_attention_heads");
     else m.head_dim = m.d_model / m.num_query_heads;
     m.qkv_bias = arch->qkv_bias;
-    if (arch->reads_attention_bias) m.qkv_bias = m.out_bias = optional_flag(v, "attention_bias");
+    if (arch->reads_attention_bias)
+      m.qkv_bias = m.out_bias = v.has("attention_bias") ? v.at("attention_bias").boolean() : arch->attention_bias;
+    m.attention_sinks = arch->attention_sinks;
     if (arch->reads_mlp_bias) m.mlp_bias = optional_flag(v, "mlp_bias");
     m.qk_norm = arch->qk_norm;
   }
@@ -424,6 +442,7 @@ ModelSpec load_hf_config(const nlohmann::json& doc, const std::string& origin) {
     m.num_experts = v.at("num_local_experts").positive_integer();
     m.experts_per_token = v.at("num_experts_per_tok").positive_integer();
     m.moe_mlp_dim = m.mlp_dim;  // every layer is MoE: intermediate_size is the experts' width
+    m.router_bias = m.expert_bias = arch->biased_experts;
   } else if (arch->moe == HfMoe::qwen) {
     m.num_experts = v.at("num_experts").positive_integer();
     m.experts_per_token = v.at("num_experts_per_tok").positive_integer();

@@ -28,7 +28,9 @@ struct ModelSpec {
   bool out_bias = false;       // a bias on the attention output projection (Llama/Qwen3 attention_bias)
   bool mlp_bias = false;       // biases on the dense MLP's gate, up and down projections (Llama mlp_bias)
   bool qk_norm = false;        // per-head RMSNorm scales of queries and keys, head_dim each (Qwen3)
-  bool router_bias = false;    // one routing bias per expert (DeepSeek-V3's e_score_correction_bias)
+  bool router_bias = false;    // one routing bias per expert (DeepSeek-V3's e_score_correction_bias, GPT-OSS's router)
+  bool expert_bias = false;    // biases on each routed expert's gate, up and down projections (GPT-OSS)
+  bool attention_sinks = false;  // one learned sink logit per query head (GPT-OSS)
   // MoE; layers [0, first_dense_layers) and those in dense_layer_ids use a dense MLP of mlp_dim, the others
   // num_experts routed experts of moe_mlp_dim plus shared_experts always-on experts of shared_expert_mlp_dim.
   std::int64_t first_dense_layers = 0, num_experts = 0, experts_per_token = 0, shared_experts = 0, moe_mlp_dim = 0;
@@ -63,6 +65,7 @@ struct ModelSpec {
   // Parameter counts (embedding and unembedding included, once when tied; norms and biases included).
   double attention_params_per_layer() const;
   double dense_mlp_params_per_layer() const;
+  double expert_params() const;                 // one routed expert's
   double expert_params_per_layer() const;       // routed experts only
   double moe_nonexpert_params_per_layer() const;  // router + shared experts (and their gate)
   double layer_params(std::int64_t layer) const;  // one decoder layer's or MTP module's (every expert included)
@@ -92,7 +95,7 @@ double model_window_fraction(double seq, double window);
 
 ModelSpec load_model(const nlohmann::json& doc, const std::string& origin);
 // HuggingFace config.json: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM (dense);
-// MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM (MoE).
+// MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM, GptOssForCausalLM (MoE).
 ModelSpec load_hf_config(const nlohmann::json& doc, const std::string& origin);
 std::vector<std::string> builtin_model_ids();
 ModelSpec builtin_model(const std::string& id);
