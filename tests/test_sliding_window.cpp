@@ -2,10 +2,14 @@
 // leaves (executed, and as MaxText counts model FLOPs), and what a step simulates with it.
 #include <catch2/catch.hpp>
 
+#include <optional>
 #include <random>
 
 #include "helpers.hpp"
 #include "hwmodels/builtin.hpp"
+#include "planner/run_summary.hpp"
+#include "random_configs.hpp"
+#include "better_hardware.hpp"
 #include "workloads/step_graph.hpp"
 
 using namespace hbmsim;
@@ -195,4 +199,49 @@ TEST_CASE("Sliding window: a step with a shorter window is no slower and one of 
     last = step;
     CHECK(j.at("mfu").get<double>() <= 1.0);
   }
+}
+
+TEST_CASE("Sliding window: physics holds for windowed models over random layouts", "[invariants][window]") {
+  // The suite's random layouts with a windowed model in place of the drawn one (Mistral 7B v0.1, every layer at
+  // 4096; gpt-oss-20b, every other layer at 128) at a sequence its windows cut: the laws of DESIGN.md, the
+  // fast-forward equal to every event, and the same run without a window (more attention work) never faster.
+  std::mt19937 rng(20261205);
+  int simulated = 0, moe = 0;
+  for (int k = 0; k < 400 && simulated < 40; ++k) {
+    RunConfig c = k % 3 == 0 ? test::random_pipeline(rng) : test::random_config(rng);
+    c.model = k % 2 == 0 ? "hf/mistral-7b-v0.1.config.json" : "hf/gpt-oss-20b.config.json";
+    c.seq = test::pick<std::int64_t>(rng, {8192, 16384});
+    c.mtp_layers = 0;
+    std::optional<StepReport> r;
+    try {
+      r = run_simulation(c);
+    } catch (const InputError&) {
+      continue;  // a layout this model cannot take (heads, experts or layers not divisible)
+    }
+    INFO(c.to_json().dump());
+    ++simulated;
+    moe += c.model.find("gpt-oss") != std::string::npos;
+    CHECK(r->mfu <= 1.0);
+    CHECK(r->executed_flops_per_device >= r->model_flops_per_device * (1 - 1e-12));
+    const ModelSpec model = resolve_model(c.model);
+    CHECK(r->model_flops_per_device * static_cast<double>(c.gpus) ==
+          Approx(static_cast<double>(r->global_batch) * model.model_flops(1, c.seq, 1).total()).epsilon(1e-9));
+    const StepReport plain = simulate_resolved(c, false, false).report;
+    CHECK(plain.step_time_s == Approx(r->step_time_s).epsilon(1e-9));
+    CHECK(plain.hbm_peak_bytes == Approx(r->hbm_peak_bytes).epsilon(1e-9));
+    // Without the window: the same model file with sliding_window taken out.
+    auto spec = model.to_json();
+    spec.erase("sliding_window");
+    spec.erase("window_layer_ids");
+    const auto path = (test::temp_dir() / ("unwindowed_" + std::to_string(k) + ".json")).string();
+    test::write(path, spec.dump());
+    RunConfig full = c;
+    full.model = path;
+    const StepReport unwindowed = run_simulation(full);
+    const PreparedRun prepared = prepare_run(c);
+    CHECK(unwindowed.step_time_s >= r->step_time_s * (1 - test::allowed_slowdown(c, prepared, r->fits)));
+    CHECK(unwindowed.model_flops_per_device > r->model_flops_per_device);
+  }
+  CHECK(simulated >= 30);
+  CHECK(moe >= 10);
 }
