@@ -245,3 +245,38 @@ TEST_CASE("Sliding window: physics holds for windowed models over random layouts
   CHECK(simulated >= 30);
   CHECK(moe >= 10);
 }
+
+TEST_CASE("Sliding window: context parallelism's ring exchanges only the window's halo", "[workloads][window][cp]") {
+  // Transformer Engine's p2p CP with a window: each rank's two chunks (of 2 cp per sequence) fetch the w keys and
+  // values before them, when w fits in the cp - 1 chunks before; otherwise it all-gathers them.
+  auto mistral = load_hf_config(hf_doc("mistral-7b-v0.1.config.json"), "m");  // w 4096, 8 KV heads of 128
+  auto op_named = [](const LayerTemplate& t, const std::string& name) -> const OpDef* {
+    for (const auto& op : t.ops)
+      if (op.name == name) return &op;
+    return nullptr;
+  };
+  auto ring = [&](std::int64_t seq, std::int64_t cp) {
+    TrainingSpec t = training(seq);
+    t.parallelism.cp = cp;
+    t.parallelism.cp_exchange = CpExchange::ring;
+    return build_step_graph(mistral, t);
+  };
+  // seq 65536, cp 4: chunks of 8192, w <= 3 x 8192. A device's T = 65536 tokens are 4 sequences' quarters; the
+  // busiest rank's halo is 2 w = 8192 tokens per quarter, 32768 in all, of 4096 bytes each (K and V, 8 x 128,
+  // bf16): 134,217,728 bytes, against the ring's 3 x 65536 x 4096.
+  auto g = ring(65536, 4);
+  REQUIRE(g.tokens == 65536);
+  const LayerTemplate& windowed = g.layer(0);
+  REQUIRE(op_named(windowed, "cp_halo_exchange"));
+  CHECK(op_named(windowed, "cp_halo_exchange")->comm.bytes == 134217728.0);
+  CHECK(op_named(windowed, "cp_send_recv_1") == nullptr);
+  // The work is the window's, in two halves.
+  CHECK(op_named(windowed, "attention_chunk_0")->flops + op_named(windowed, "attention_chunk_1")->flops ==
+        Approx(4.0 * 65536 * 65536 * 32 * 128 / 2 * executed_window_fraction(65536, 4096)).epsilon(1e-12));
+  // seq 8192, cp 8: chunks of 512, w = 4096 > 7 x 512: the keys and values are all-gathered.
+  auto fallback = ring(8192, 8);
+  CHECK(op_named(fallback.layer(0), "cp_all_gather_kv") != nullptr);
+  CHECK(op_named(fallback.layer(0), "cp_halo_exchange") == nullptr);
+  // seq 4096: the window covers the sequence, so the ring runs as without one.
+  CHECK(op_named(ring(4096, 4).layer(0), "cp_send_recv_3") != nullptr);
+}

@@ -225,7 +225,8 @@ class BodyBuilder {
     dispatcher_ = p.moe_dispatcher;
     heads_ = static_cast<double>(m.num_query_heads) / tp_;
     seq_ = static_cast<double>(t.seq_len);
-    window_fraction_ = executed_window_fraction(seq_, static_cast<double>(window));
+    window_ = static_cast<double>(window);
+    window_fraction_ = executed_window_fraction(seq_, window_);
     attn_dt_ = t.attention_gemm_dtype;
     mlp_dt_ = t.mlp_gemm_dtype;
     quantized_gather_ = t.fp8_saved_activations;
@@ -326,7 +327,14 @@ class BodyBuilder {
     }
     const double kv_bytes = b_.bytes(k) + b_.bytes(v);
     const CommDef base{CommKind::none, CommKind::none, Axis::cp, context_, 0, false, {}};
-    if (cp_exchange_ == CpExchange::all_gather) {
+    // A sliding window under the ring (Transformer Engine's p2p): each of a rank's two chunks (of 2 cp per
+    // sequence) fetches only the window's keys and values before it, its halo, when the window fits in the
+    // cp - 1 chunks before; a longer one falls back to the all-gather.
+    const bool windowed = window_ > 0 && window_ < seq_;
+    const double chunk_tokens = seq_ / (2.0 * static_cast<double>(cp_));
+    if (cp_exchange_ == CpExchange::ring && windowed && window_ <= static_cast<double>(cp_ - 1) * chunk_tokens)
+      return halo_attention(q, k, v, ctx, kv_bytes, flops, base);
+    if (cp_exchange_ == CpExchange::all_gather || windowed) {
       const double gathered = kv_bytes * static_cast<double>(cp_);
       int kvg = b_.tensor("kv_gathered", gathered);
       CommDef c = base;
@@ -359,6 +367,22 @@ class BodyBuilder {
       b_.attention("attention_chunk_" + n, std::move(in), out, flops / static_cast<double>(cp_), std::move(saved));
       partial = out;
     }
+    return ctx;
+  }
+
+  // The halo exchange: the busiest rank receives the window's tokens before each of its two chunks (2 w of
+  // the S / cp its own keys and values cover) while it attends over the chunk whose halo it holds already
+  // (TE orders the half that needs no message first), then over the other.
+  int halo_attention(int q, int k, int v, int ctx, double kv_bytes, double flops, const CommDef& base) {
+    CommDef exchange = base;
+    exchange.forward = exchange.backward = CommKind::send_recv;
+    exchange.bytes = kv_bytes * 2.0 * window_ / (seq_ / static_cast<double>(cp_));
+    exchange.async = true;
+    int halo = b_.tensor("kv_halo", exchange.bytes);
+    b_.comm("cp_halo_exchange", {k, v}, halo, exchange);
+    int partial = b_.tensor("attention_partial_0", b_.bytes(ctx));
+    b_.attention("attention_chunk_0", {q, k, v}, partial, flops / 2, {q, k, v, ctx});
+    b_.attention("attention_chunk_1", {q, k, v, halo, partial}, ctx, flops / 2, {q, k, v, halo, ctx});
     return ctx;
   }
 
@@ -524,6 +548,7 @@ class BodyBuilder {
   TemplateBuilder& b_;
   const ModelSpec& m_;
   double a_ = 2, d_ = 0, tp_ = 1, heads_ = 0, seq_ = 0;
+  double window_ = 0;           // the layer's attention window in tokens (0: none)
   double window_fraction_ = 1;  // the attention's work with the layer's window over without (executed_window_fraction)
   std::int64_t cp_ = 1, ep_ = 1;
   bool sp_ = false, fold_ = false;
