@@ -169,13 +169,7 @@ py::list models() {
   json arr = json::array();
   {
     py::gil_scoped_release nogil;
-    for (const auto& id : hbmsim::builtin_model_ids()) {
-      auto m = hbmsim::builtin_model(id);
-      auto j = m.to_json();
-      j["total_params"] = m.total_params();
-      j["activated_params"] = m.activated_params();
-      arr.push_back(j);
-    }
+    for (const auto& name : hbmsim::shipped_model_names()) arr.push_back(hbmsim::model_summary(name));
   }
   return to_py(arr);
 }

@@ -135,20 +135,19 @@ void register_commands(CLI::App& app) {
   }
   // models
   {
-    auto* cmd = app.add_subcommand("models", "List built-in models");
+    auto* cmd = app.add_subcommand("models", "List the shipped models: built-in specs and HuggingFace configs");
     auto json = std::make_shared<bool>(false);
     cmd->add_flag("--json", *json, "Machine-readable output");
     cmd->callback([json] {
       auto arr = nlohmann::json::array();
-      Table t{{"model", "architecture", "layers", "d_model", "params B", "activated B"}, {}};
-      for (auto& id : builtin_model_ids()) {
-        auto m = builtin_model(id);
-        auto j = m.to_json();
-        j["total_params"] = m.total_params();
-        j["activated_params"] = m.activated_params();
-        arr.push_back(j);
-        t.rows.push_back({m.id, to_string(m.architecture), std::to_string(m.num_layers), std::to_string(m.d_model),
-                          fixed(m.total_params() / 1e9, 1), fixed(m.activated_params() / 1e9, 1)});
+      Table t{{"model", "name", "layers", "d_model", "params B", "activated B", "window"}, {}};
+      for (auto& name : shipped_model_names()) {
+        auto j = model_summary(name);
+        const auto window = j.value("sliding_window", std::int64_t{0});
+        t.rows.push_back({name, j.at("name").get<std::string>(), std::to_string(j.at("num_layers").get<std::int64_t>()),
+                          std::to_string(j.at("d_model").get<std::int64_t>()), fixed(j.at("total_params").get<double>() / 1e9, 1),
+                          fixed(j.at("activated_params").get<double>() / 1e9, 1), window > 0 ? std::to_string(window) : "-"});
+        arr.push_back(std::move(j));
       }
       if (*json) std::cout << dump_json(arr, 2) << "\n";
       else std::cout << t.render();

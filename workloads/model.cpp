@@ -474,6 +474,21 @@ std::vector<std::string> builtin_model_ids() {
   return ids;
 }
 
+std::vector<std::string> shipped_model_names() {
+  std::vector<std::string> names = builtin_model_ids();
+  for (auto& f : builtin_files("hf/")) names.push_back(f);
+  return names;
+}
+
+nlohmann::json model_summary(const std::string& name) {
+  const ModelSpec m = resolve_model(name);
+  nlohmann::json j = m.to_json();
+  j["model"] = name;
+  j["total_params"] = m.total_params();
+  j["activated_params"] = m.activated_params();
+  return j;
+}
+
 ModelSpec builtin_model(const std::string& id) {
   static std::mutex mu;  // parsed once per process, as systems are
   static std::map<std::string, ModelSpec> cache;

@@ -98,6 +98,12 @@ ModelSpec load_model(const nlohmann::json& doc, const std::string& origin);
 // MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM, GptOssForCausalLM (MoE).
 ModelSpec load_hf_config(const nlohmann::json& doc, const std::string& origin);
 std::vector<std::string> builtin_model_ids();
+// Every model shipped in the binary by the name --model takes: the built-in ids, then the HuggingFace configs
+// under data/hf ("hf/gpt-oss-120b.config.json").
+std::vector<std::string> shipped_model_names();
+// One entry of `hbmsim models` and hbmsim.models(): the spec (ModelSpec::to_json), the name it was resolved
+// from ("model") and its total and activated parameters.
+nlohmann::json model_summary(const std::string& name);
 ModelSpec builtin_model(const std::string& id);
 // An existing file is read (HF config.json when it has "architectures"); otherwise a built-in id, or one of the
 // HuggingFace configs shipped under data/hf by its data name ("hf/mixtral-8x7b.config.json").

@@ -395,8 +395,9 @@ def system(name: str, calibration: str = "") -> dict:
 
 
 def models() -> pd.DataFrame:
-    """Built-in models, one row each (index: id), with total_params and activated_params."""
-    return pd.json_normalize(_hbmsim.models()).set_index("id")
+    """Shipped models, built-in specs and HuggingFace configs, one row each (index: model, the name ``model``
+    takes in a config), with total_params and activated_params."""
+    return pd.json_normalize(_hbmsim.models()).set_index("model")
 
 
 def fields() -> list[str]:

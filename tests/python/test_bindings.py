@@ -140,7 +140,9 @@ def test_systems_and_models_equal_cli(cli):
         assert hbmsim.system(sid) == s
     models = hbmsim.models()
     for m in cli_json(cli, "models", "--json"):
-        assert models.loc[m["id"], "total_params"] == m["total_params"]
+        assert models.loc[m["model"], "total_params"] == m["total_params"]
+    # The HuggingFace configs are listed by the name a config's "model" takes.
+    assert models.loc["hf/gpt-oss-120b.config.json", "sliding_window"] == 128
 
 
 @pytest.mark.parametrize("config, names", [
