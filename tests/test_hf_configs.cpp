@@ -60,9 +60,10 @@ const Expected kExpected[] = {
     {"qwen3-235b-a22b.config.json", 235093634560, 22190763520, 235e9, 22e9, 0.5e9},  // Qwen's card: 235B, 22B
 };
 
-// The GQA configs: those above and GPT-OSS (whose published active count is checked on its own below).
+// The GQA configs: those above, GPT-OSS and Gemma (whose published counts are checked on their own below).
 std::vector<std::string> gqa_files() {
-  std::vector<std::string> files = {"gpt-oss-120b.config.json", "gpt-oss-20b.config.json"};
+  std::vector<std::string> files = {"gpt-oss-120b.config.json", "gpt-oss-20b.config.json", "gemma-2-9b.config.json",
+                                    "gemma-3-1b.config.json", "gemma-3-27b.config.json"};
   for (const auto& e : kExpected) files.emplace_back(e.file);
   return files;
 }
@@ -107,6 +108,21 @@ TEST_CASE("HF configs: parameter counts match the exact formula and the publishe
     CHECK(std::abs(m.total_params() - o.card_total) <= 0.01e9);
     CHECK(std::abs(m.activated_params() - 201088.0 * 2880 - o.card_active) <= 0.01e9);
   }
+  // Gemma (tied tables; four RMSNorms per layer, Gemma 3 also q/k norms of h each). Gemma 2 9B (d 3584, L 42, H 16,
+  // K 8, h 256, F 14336, V 256000): 42*(4*3584 + 3584*256*(16+16) + 16*256*3584 + 3*3584*14336) + V*d + d
+  //   = 42*198,195,200 + 917,504,000 + 3584 = 9,241,705,984 (Google's card: 9.24B).
+  // Gemma 3 (its report, table 1, non-embedding / embedding parameters): 1B (d 1152, L 26, H 4, K 1, h 256,
+  // F 6912, V 262144): 26*(4*1152 + 512 + 1152*256*6 + 4*256*1152 + 3*1152*6912) + d = 697,896,064 and
+  // V*d = 301,989,888 (698M and 302M); 27B (d 5376, L 62, H 32, K 16, h 128, F 21504): 62*(4*5376 + 256
+  // + 5376*128*64 + 32*128*5376 + 3*5376*21504) + d = 25,599,716,096 (25,600M; its vision tower is not read).
+  auto g2 = hf("gemma-2-9b.config.json"), g1 = hf("gemma-3-1b.config.json"), g27 = hf("gemma-3-27b.config.json");
+  CHECK(g2.total_params() == 9241705984.0);
+  CHECK(std::abs(g2.total_params() - 9.24e9) <= 0.01e9);
+  auto non_embedding = [](const ModelSpec& m) { return m.total_params() - static_cast<double>(m.vocab_size) * m.d_model; };
+  CHECK(non_embedding(g1) == 697896064.0);
+  CHECK(g1.total_params() - non_embedding(g1) == 301989888.0);
+  CHECK(non_embedding(g27) == 25599716096.0);
+  CHECK(std::abs(non_embedding(g27) - 25.6e9) <= 0.001e9);
   // The Qwen cards also give the non-embedding counts (both tables off): 6.53B and 6.95B.
   auto q25 = hf("qwen2.5-7b.config.json"), q3 = hf("qwen3-8b.config.json");
   CHECK(std::abs(q25.total_params() - 2.0 * q25.vocab_size * q25.d_model - 6.53e9) <= 0.01e9);
@@ -195,6 +211,28 @@ TEST_CASE("HF configs map onto the spec's fields", "[workloads][hf]") {
   CHECK(oss_defaults.window_layer_ids == hf("gpt-oss-20b.config.json").window_layer_ids);
   CHECK(oss_defaults.total_params() == hf("gpt-oss-20b.config.json").total_params());
 
+  // Gemma 3: tied, q/k norms, post-norms; its keys from text_config (27B) over Gemma3TextConfig's defaults (27B's
+  // text_config leaves vocab_size out: 262208), every sixth layer full attention.
+  auto g27 = hf("gemma-3-27b.config.json");
+  CHECK((g27.tied_embeddings && g27.qk_norm && g27.post_norms && !g27.qkv_bias));
+  CHECK(g27.vocab_size == 262208);
+  CHECK(g27.head_dim == 128);
+  CHECK(g27.sliding_window == 1024);
+  CHECK(g27.window_layer_ids.size() == 62 - 10);  // layers 5, 11, ..., 59 are full
+  CHECK(g27.attention_window(5) == 0);
+  CHECK(g27.attention_window(6) == 1024);
+  auto g27_doc = hf_doc("gemma-3-27b.config.json");
+  g27_doc["text_config"]["hidden_size"] = 0;
+  CHECK_THROWS_WITH(load_hf_config(g27_doc, "g.json"), "g.json: text_config.hidden_size = 0 (must be > 0)");
+  g27_doc.erase("text_config");
+  CHECK_THROWS_WITH(load_hf_config(g27_doc, "g.json"), "g.json: text_config is missing (required)");
+  // Gemma 2: every other layer windowed from layer 0, no q/k norms.
+  auto g2 = hf("gemma-2-9b.config.json");
+  CHECK((g2.post_norms && !g2.qk_norm && g2.tied_embeddings));
+  CHECK(g2.window_layer_ids.size() == 21);
+  CHECK(g2.attention_window(0) == 4096);
+  CHECK(g2.attention_window(1) == 0);
+
   auto q2moe = hf("qwen2-57b-a14b.config.json");
   CHECK(q2moe.shared_mlp_dim() == 20480);
   CHECK(q2moe.shared_expert_gate);
@@ -261,12 +299,12 @@ TEST_CASE("HF configs read back from to_json as model files", "[workloads][hf]")
 
 TEST_CASE("HF configs: unsupported or incomplete files name the file, the path and the value", "[workloads][hf]") {
   auto doc = hf_doc("qwen2.5-7b.config.json");
-  doc["architectures"] = {"Gemma2ForCausalLM"};
+  doc["architectures"] = {"Phi3ForCausalLM"};
   try {
-    load_hf_config(doc, "gemma.json");
+    load_hf_config(doc, "phi.json");
     FAIL("accepted an unsupported architecture");
   } catch (const InputError& e) {
-    CHECK_THAT(e.what(), Catch::Contains("gemma.json: architectures[0] = \"Gemma2ForCausalLM\" (unsupported architecture") &&
+    CHECK_THAT(e.what(), Catch::Contains("phi.json: architectures[0] = \"Phi3ForCausalLM\" (unsupported architecture") &&
                              Catch::Contains("Qwen2MoeForCausalLM"));
   }
   doc = hf_doc("mixtral-8x7b.config.json");
@@ -284,7 +322,7 @@ TEST_CASE("HF configs simulate end to end on 8 H200s with plausible results", "[
   struct Run { const char* file; const char* flags; };
   for (auto r : {Run{"llama3.2-3b", ""}, {"mistral-7b-v0.1", ""}, {"qwen2.5-7b", ""}, {"qwen3-8b", ""},
                  {"mixtral-8x7b", " --ep 8"}, {"qwen1.5-moe-a2.7b", " --ep 4"}, {"qwen3-30b-a3b", " --ep 8"},
-                 {"qwen2-57b-a14b", " --ep 8"}, {"gpt-oss-20b", " --ep 8"}}) {
+                 {"qwen2-57b-a14b", " --ep 8"}, {"gpt-oss-20b", " --ep 8"}, {"gemma-2-9b", ""}, {"gemma-3-1b", ""}}) {
     INFO(r.file);
     // Appended piece by piece: GCC 12 warns (-Warray-bounds, a false positive) on the chain of temporaries.
     std::string path = HBMSIM_SOURCE_DIR;

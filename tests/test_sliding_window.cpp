@@ -2,6 +2,7 @@
 // leaves (executed, and as MaxText counts model FLOPs), and what a step simulates with it.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <optional>
 #include <random>
 
@@ -78,6 +79,27 @@ TEST_CASE("Sliding window: the layers each HF config class puts in a window", "[
   doc = hf_doc("llama3.2-3b.config.json");
   doc["sliding_window"] = 128;
   CHECK(load_hf_config(doc, "l").sliding_window == 0);
+}
+
+TEST_CASE("Sliding window: Gemma's post-norms are ops of their own, before the residual adds", "[workloads][hf][window]") {
+  // Gemma 2 9B: the attention's and the MLP's outputs each pass an RMSNorm (memory-bound, its backward reading
+  // its input) before the residual add reads them.
+  auto g2 = load_hf_config(hf_doc("gemma-2-9b.config.json"), "g2");
+  auto g = build_step_graph(g2, training(8192));
+  const LayerTemplate& t = g.layer(1);  // a full-attention layer
+  for (const std::string block : {"attn", "mlp"}) {
+    INFO(block);
+    const int norm = t.find_tensor(block + "_post_norm");
+    REQUIRE(norm >= 0);
+    CHECK(t.tensors[static_cast<std::size_t>(norm)].bytes == 8192.0 * 3584 * 2);  // T x d, bf16
+    bool read_by_residual = false;
+    for (const auto& op : t.ops)
+      if (op.name == (block == "attn" ? "residual_attn" : "residual_mlp"))
+        read_by_residual = std::find(op.inputs.begin(), op.inputs.end(), norm) != op.inputs.end();
+    CHECK(read_by_residual);
+  }
+  // Without post-norms (Mistral) there are none.
+  CHECK(build_step_graph(load_hf_config(hf_doc("mistral-7b-v0.1.config.json"), "m"), training(4096)).layer(0).find_tensor("attn_post_norm") < 0);
 }
 
 TEST_CASE("Sliding window: bad windows and layer lists name the file, the path and the value", "[workloads][hf][window]") {
@@ -203,13 +225,15 @@ TEST_CASE("Sliding window: a step with a shorter window is no slower and one of 
 
 TEST_CASE("Sliding window: physics holds for windowed models over random layouts", "[invariants][window]") {
   // The suite's random layouts with a windowed model in place of the drawn one (Mistral 7B v0.1, every layer at
-  // 4096; gpt-oss-20b, every other layer at 128) at a sequence its windows cut: the laws of DESIGN.md, the
+  // 4096; gpt-oss-20b, every other layer at 128; Gemma 3 1B, five of six at 512, with post-norms) at a
+  // sequence its windows cut: the laws of DESIGN.md, the
   // fast-forward equal to every event, and the same run without a window (more attention work) never faster.
   std::mt19937 rng(20261205);
   int simulated = 0, moe = 0;
   for (int k = 0; k < 400 && simulated < 40; ++k) {
     RunConfig c = k % 3 == 0 ? test::random_pipeline(rng) : test::random_config(rng);
-    c.model = k % 2 == 0 ? "hf/mistral-7b-v0.1.config.json" : "hf/gpt-oss-20b.config.json";
+    const char* windowed[] = {"hf/mistral-7b-v0.1.config.json", "hf/gpt-oss-20b.config.json", "hf/gemma-3-1b.config.json"};
+    c.model = windowed[(k / 3) % 3];
     c.seq = test::pick<std::int64_t>(rng, {8192, 16384});
     c.mtp_layers = 0;
     std::optional<StepReport> r;
@@ -243,7 +267,7 @@ TEST_CASE("Sliding window: physics holds for windowed models over random layouts
     CHECK(unwindowed.model_flops_per_device > r->model_flops_per_device);
   }
   CHECK(simulated >= 30);
-  CHECK(moe >= 10);
+  CHECK(moe >= 8);
 }
 
 TEST_CASE("Sliding window: context parallelism's ring exchanges only the window's halo", "[workloads][window][cp]") {

@@ -40,7 +40,7 @@ std::int64_t ModelSpec::moe_layers() const {
 
 double ModelSpec::attention_params_per_layer() const {
   const double d = static_cast<double>(d_model), H = static_cast<double>(num_query_heads);
-  double p = 2 * d;  // two RMSNorm scales per layer
+  double p = (post_norms ? 4 : 2) * d;  // RMSNorm scales: before the attention and the MLP (and after them)
   if (is_mla()) {
     const double qk = static_cast<double>(qk_nope_head_dim + qk_rope_head_dim);
     if (q_lora_rank > 0) p += d * q_lora_rank + q_lora_rank + static_cast<double>(q_lora_rank) * H * qk;
@@ -143,7 +143,7 @@ constexpr std::pair<const char*, bool ModelSpec::*> kFlags[] = {
     {"out_bias", &ModelSpec::out_bias},               {"mlp_bias", &ModelSpec::mlp_bias},
     {"qk_norm", &ModelSpec::qk_norm},                 {"router_bias", &ModelSpec::router_bias},
     {"shared_expert_gate", &ModelSpec::shared_expert_gate}, {"expert_bias", &ModelSpec::expert_bias},
-    {"attention_sinks", &ModelSpec::attention_sinks}};
+    {"attention_sinks", &ModelSpec::attention_sinks}, {"post_norms", &ModelSpec::post_norms}};
 }  // namespace
 
 nlohmann::json ModelSpec::to_json() const {
@@ -273,6 +273,7 @@ ModelSpec load_model(const nlohmann::json& doc, const std::string& origin) {
     for (auto key : {"shared_expert_mlp_dim", "dense_layer_ids", "router_bias", "shared_expert_gate", "expert_bias"})
       if (v.has(key)) v.at(key).fail("needs num_experts");
   }
+  if (m.post_norms && m.num_experts > 0) v.at("post_norms").fail("is modelled for dense MLPs only (Gemma), not with num_experts");
   if (auto w = v.find("sliding_window")) {
     m.sliding_window = w->positive_integer();
     if (auto l = v.find("window_layer_ids")) {
@@ -302,7 +303,7 @@ enum class HfWindow {
   none,     // no sliding_window key is read (Llama, DeepSeek-V3)
   every,    // sliding_window applies to every layer (Mistral, Mixtral)
   qwen,     // with use_sliding_window: layer_types, else the layers from max_window_layers (default 28) on
-  typed,    // layer_types, by default sliding and full attention alternating from layer 0 (GPT-OSS)
+  typed,    // layer_types, by default every layer sliding but each window_period-th (GPT-OSS, Gemma)
 };
 struct HfArch {
   const char* name;
@@ -316,9 +317,24 @@ struct HfArch {
   bool shared_expert = false;         // qwen: one gated shared expert of shared_expert_intermediate_size
   bool biased_experts = false;        // a router with a bias, experts with biases on their three projections
   bool attention_sinks = false;       // a learned sink logit per query head
+  bool post_norms = false;            // RMSNorms after the attention and the MLP too (Gemma 2 and 3)
   HfWindow window = HfWindow::none;
   std::int64_t default_window = 0;    // the window when sliding_window is absent (0: none)
+  std::int64_t window_period = 2;     // typed: layer i is full when (i + 1) % period == 0 (sliding_window_pattern)
+  // The config class's defaults for the keys read here that its published configs may leave out (JSON; none
+  // when every one is required), and whether the language model is the config's text_config (multimodal).
+  const char* defaults = nullptr;
+  bool text_config = false;
 };
+// Gemma's config classes (Gemma2Config, Gemma3TextConfig): the 2B-class model's shape, tied tables.
+constexpr const char* kGemma2Defaults =
+    R"({"vocab_size": 256000, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+        "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "sliding_window": 4096,
+        "tie_word_embeddings": true})";
+constexpr const char* kGemma3Defaults =
+    R"({"vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+        "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "sliding_window": 4096,
+        "tie_word_embeddings": true})";
 constexpr HfArch kHfArchs[] = {
     {.name = "LlamaForCausalLM", .reads_attention_bias = true, .reads_mlp_bias = true},
     {.name = "MistralForCausalLM", .window = HfWindow::every, .default_window = 4096},  // MixtralConfig's: None
@@ -334,6 +350,12 @@ constexpr HfArch kHfArchs[] = {
     {.name = "GptOssForCausalLM", .reads_attention_bias = true, .attention_bias = true, .head_dim_required = true,
      .moe = HfMoe::mixtral, .biased_experts = true, .attention_sinks = true, .window = HfWindow::typed,
      .default_window = 128},
+    {.name = "Gemma2ForCausalLM", .reads_attention_bias = true, .post_norms = true, .window = HfWindow::typed,
+     .defaults = kGemma2Defaults},
+    {.name = "Gemma3ForCausalLM", .reads_attention_bias = true, .qk_norm = true, .post_norms = true,
+     .window = HfWindow::typed, .window_period = 6, .defaults = kGemma3Defaults},
+    {.name = "Gemma3ForConditionalGeneration", .reads_attention_bias = true, .qk_norm = true, .post_norms = true,
+     .window = HfWindow::typed, .window_period = 6, .defaults = kGemma3Defaults, .text_config = true},
 };
 
 bool optional_flag(const JsonView& v, const char* key) { return v.has(key) && v.at(key).boolean(); }
@@ -361,7 +383,9 @@ void read_hf_window(const JsonView& v, const HfArch& arch, ModelSpec& m) {
       }
       if (!m.window_layer_ids.empty() && window == 0) types.fail("names sliding_attention layers but sliding_window is null");
     } else if (arch.window == HfWindow::typed) {
-      for (std::int64_t l = 0; l < m.num_layers; l += 2) m.window_layer_ids.push_back(l);
+      const std::int64_t period = v.has("sliding_window_pattern") ? v.at("sliding_window_pattern").positive_integer() : arch.window_period;
+      for (std::int64_t l = 0; l < m.num_layers; ++l)
+        if ((l + 1) % period != 0) m.window_layer_ids.push_back(l);
     } else if (window > 0) {
       std::int64_t from = 28;  // the classes' default max_window_layers
       if (v.has("max_window_layers")) {
@@ -377,9 +401,9 @@ void read_hf_window(const JsonView& v, const HfArch& arch, ModelSpec& m) {
 }  // namespace
 
 ModelSpec load_hf_config(const nlohmann::json& doc, const std::string& origin) {
-  JsonView v(doc, origin);
-  v.expect_object();
-  auto archs = v.at("architectures");
+  JsonView top(doc, origin);
+  top.expect_object();
+  auto archs = top.at("architectures");
   if (archs.size() == 0) archs.fail("must name one architecture");
   const std::string arch_name = archs[0].string();
   const HfArch* arch = nullptr;
@@ -390,6 +414,13 @@ ModelSpec load_hf_config(const nlohmann::json& doc, const std::string& origin) {
     for (const auto& a : kHfArchs) known += (known.empty() ? "" : ", ") + std::string(a.name);
     archs[0].fail("unsupported architecture; expected one of " + known);
   }
+  // The language model's keys (a multimodal config's text_config: its vision tower is not simulated), over
+  // the config class's defaults.
+  const JsonView text = arch->text_config ? top.at("text_config") : top;
+  text.expect_object();
+  nlohmann::json keys = arch->defaults ? nlohmann::json::parse(arch->defaults) : nlohmann::json::object();
+  keys.update(text.raw());
+  const JsonView v(keys, origin, text.path());
   ModelSpec m;
   m.id = origin;
   m.source = origin + " (HuggingFace config.json)";
@@ -399,7 +430,7 @@ ModelSpec load_hf_config(const nlohmann::json& doc, const std::string& origin) {
   m.num_query_heads = v.at("num_attention_heads").positive_integer();
   m.mlp_dim = v.at("intermediate_size").positive_integer();
   m.vocab_size = v.at("vocab_size").positive_integer();
-  // Every supported architecture's config class defaults tie_word_embeddings to false.
+  // The config classes default tie_word_embeddings to false, Gemma's (in `defaults`) to true.
   m.tied_embeddings = optional_flag(v, "tie_word_embeddings");
   const char* dense_key = "first_k_dense_replace";
   if (arch->moe == HfMoe::deepseek) {
@@ -435,6 +466,7 @@ ModelSpec load_hf_config(const nlohmann::json& doc, const std::string& origin) {
     if (arch->reads_attention_bias)
       m.qkv_bias = m.out_bias = v.has("attention_bias") ? v.at("attention_bias").boolean() : arch->attention_bias;
     m.attention_sinks = arch->attention_sinks;
+    m.post_norms = arch->post_norms;
     if (arch->reads_mlp_bias) m.mlp_bias = optional_flag(v, "mlp_bias");
     m.qk_norm = arch->qk_norm;
   }

@@ -31,6 +31,7 @@ struct ModelSpec {
   bool router_bias = false;    // one routing bias per expert (DeepSeek-V3's e_score_correction_bias, GPT-OSS's router)
   bool expert_bias = false;    // biases on each routed expert's gate, up and down projections (GPT-OSS)
   bool attention_sinks = false;  // one learned sink logit per query head (GPT-OSS)
+  bool post_norms = false;     // RMSNorms on the attention's and the dense MLP's outputs too (Gemma 2 and 3)
   // MoE; layers [0, first_dense_layers) and those in dense_layer_ids use a dense MLP of mlp_dim, the others
   // num_experts routed experts of moe_mlp_dim plus shared_experts always-on experts of shared_expert_mlp_dim.
   std::int64_t first_dense_layers = 0, num_experts = 0, experts_per_token = 0, shared_experts = 0, moe_mlp_dim = 0;

@@ -446,7 +446,7 @@ class BodyBuilder {
     }
     int o = b_.tensor("out_proj", T * d * a);
     b_.gemm("wo_attn", ctx, o, T, ctx_width, d, attn_dt_, a);
-    int r = tp_exit("attn_out", o, sharded(T) * d * a);
+    int r = post_norm("attn", tp_exit("attn_out", o, sharded(T) * d * a), T);
     int res = b_.tensor("attention_out", sharded(T) * d * a);
     b_.memory("residual_attn", {dli, r}, {res}, {});
     return res;
@@ -471,11 +471,20 @@ class BodyBuilder {
     return mnorm;
   }
 
+  // Gemma's RMSNorm of a block's output before the residual add (ModelSpec::post_norms); its backward reads
+  // its input. Without it, the output itself.
+  int post_norm(const std::string& block, int x, double T) {
+    if (!m_.post_norms) return x;
+    int n = b_.tensor(block + "_post_norm", sharded(T) * d_ * a_);
+    b_.memory(block + "_post_norm", {x}, {n}, {x});
+    return n;
+  }
+
   int dense_mlp_block(int res, double T) {
     int mnorm = mlp_norm(res, T);
     int x = tp_enter("mlp_norm", mnorm, T * d_ * a_, mlp_dt_);
     int wo = mlp("", x, T, static_cast<double>(m_.mlp_dim) / tp_);
-    int r = tp_exit("mlp_out", wo, sharded(T) * d_ * a_);
+    int r = post_norm("mlp", tp_exit("mlp_out", wo, sharded(T) * d_ * a_), T);
     int out = b_.tensor("layer_output", sharded(T) * d_ * a_);
     b_.memory("residual_mlp", {res, r}, {out}, {});
     return out;
