@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "hwmodels/json_view.hpp"
+#include "workloads/model.hpp"
 #include "planner/run_summary.hpp"
 #include "better_hardware.hpp"
 #include "random_configs.hpp"
@@ -169,6 +170,7 @@ std::optional<std::vector<std::string>> check(const RunConfig& c, bool with_time
 struct Args {
   int seed = 1, count = 1000, from = 0;
   bool pipelines = false, squeeze = false;
+  std::string model;  // every draw with this model in place of its own ("": the drawn one)
 };
 
 // The draw with its HBM set to 0.97-1.06x its own peak (the what-if hbm_bytes), so that it sits at the edge
@@ -210,10 +212,22 @@ std::optional<Args> parse(int argc, char** argv) {
     else if (name == "--from") number(i, a.from);
     else if (name == "--pipelines") a.pipelines = true;
     else if (name == "--squeeze") a.squeeze = true;
+    else if (name == "--model") {
+      if (i + 1 >= argc) throw std::invalid_argument(name + " needs a value");
+      a.model = argv[++i];
+    }
     else throw std::invalid_argument("unknown option \"" + name + "\"");
   }
   if (a.count <= 0) throw std::invalid_argument("--count = " + std::to_string(a.count) + " (must be positive)");
   if (a.from < 0) throw std::invalid_argument("--from = " + std::to_string(a.from) + " (must be 0 or more)");
+  // A model that does not resolve would make every draw bad input: refused here instead.
+  if (!a.model.empty()) {
+    try {
+      hbmsim::resolve_model(a.model);
+    } catch (const hbmsim::InputError& e) {
+      throw std::invalid_argument("--model: " + std::string(e.what()));
+    }
+  }
   return a;
 }
 
@@ -228,12 +242,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (!parsed) {
-    std::cout << "usage: hbmsim_stress [--seed N] [--count N] [--pipelines] [--squeeze] [--from N]\n"
+    std::cout << "usage: hbmsim_stress [--seed N] [--count N] [--pipelines] [--squeeze] [--from N] [--model M]\n"
                  "  --seed N      the draws' random seed (default 1)\n"
                  "  --count N     how many configurations to draw (default 1000)\n"
                  "  --pipelines   every draw a pipeline (default: every third)\n"
                  "  --squeeze     each draw's HBM set to 0.97-1.06x its own peak (the edge of fitting)\n"
                  "  --from N      check draws N on only (the ones before are drawn, and squeezed, to reach them)\n"
+                 "  --model M     every draw with model M (a built-in or a HuggingFace config, e.g.\n"
+                 "                hf/gpt-oss-20b.config.json) in place of its own; layouts M cannot take are skipped\n"
                  "Exit status: 0 no findings, 1 findings (printed with their configuration JSON), 2 bad arguments.\n";
     return 0;
   }
@@ -243,6 +259,10 @@ int main(int argc, char** argv) {
   int findings = 0, simulated = 0;
   for (int k = 0; k < count; ++k) {
     std::optional<RunConfig> drawn = draw(rng, k, pipelines);
+    if (!parsed->model.empty()) {
+      drawn->model = parsed->model;
+      drawn->mtp_layers = 0;  // DeepSeek's MTP modules belong to the drawn model
+    }
     if (squeeze) drawn = squeezed(*drawn, rng);
     if (!drawn || k < from) continue;
     const RunConfig& c = *drawn;
