@@ -194,44 +194,30 @@ TEST_CASE("HF configs map onto the spec's fields", "[workloads][hf]") {
   CHECK_FALSE(mixtral.router_bias);
 
   // GPT-OSS: biased attention (attention_bias defaults to true), sinks, a biased router and biased experts in
-  // every layer, sliding and full attention alternating from layer 0 (window 128).
+  // every layer (its windows: test_sliding_window.cpp).
   auto oss = hf("gpt-oss-120b.config.json");
   CHECK(oss.head_dim == 64);
   CHECK((oss.qkv_bias && oss.out_bias && oss.attention_sinks && oss.router_bias && oss.expert_bias));
   CHECK(oss.moe_layers() == 36);
   CHECK(oss.moe_mlp_dim == 2880);
-  CHECK(oss.sliding_window == 128);
-  CHECK(oss.window_layer_ids.size() == 18);
-  CHECK(oss.attention_window(0) == 128);
-  CHECK(oss.attention_window(1) == 0);
   auto oss_doc = hf_doc("gpt-oss-20b.config.json");
-  oss_doc.erase("layer_types");
   oss_doc.erase("attention_bias");
-  auto oss_defaults = load_hf_config(oss_doc, "oss");  // the config class's defaults: the same model
-  CHECK(oss_defaults.window_layer_ids == hf("gpt-oss-20b.config.json").window_layer_ids);
-  CHECK(oss_defaults.total_params() == hf("gpt-oss-20b.config.json").total_params());
+  CHECK(load_hf_config(oss_doc, "oss").total_params() == hf("gpt-oss-20b.config.json").total_params());
 
   // Gemma 3: tied, q/k norms, post-norms; its keys from text_config (27B) over Gemma3TextConfig's defaults (27B's
-  // text_config leaves vocab_size out: 262208), every sixth layer full attention.
+  // text_config leaves vocab_size out: 262208).
   auto g27 = hf("gemma-3-27b.config.json");
   CHECK((g27.tied_embeddings && g27.qk_norm && g27.post_norms && !g27.qkv_bias));
   CHECK(g27.vocab_size == 262208);
   CHECK(g27.head_dim == 128);
-  CHECK(g27.sliding_window == 1024);
-  CHECK(g27.window_layer_ids.size() == 62 - 10);  // layers 5, 11, ..., 59 are full
-  CHECK(g27.attention_window(5) == 0);
-  CHECK(g27.attention_window(6) == 1024);
   auto g27_doc = hf_doc("gemma-3-27b.config.json");
   g27_doc["text_config"]["hidden_size"] = 0;
   CHECK_THROWS_WITH(load_hf_config(g27_doc, "g.json"), "g.json: text_config.hidden_size = 0 (must be > 0)");
   g27_doc.erase("text_config");
   CHECK_THROWS_WITH(load_hf_config(g27_doc, "g.json"), "g.json: text_config is missing (required)");
-  // Gemma 2: every other layer windowed from layer 0, no q/k norms.
+  // Gemma 2: no q/k norms.
   auto g2 = hf("gemma-2-9b.config.json");
   CHECK((g2.post_norms && !g2.qk_norm && g2.tied_embeddings));
-  CHECK(g2.window_layer_ids.size() == 21);
-  CHECK(g2.attention_window(0) == 4096);
-  CHECK(g2.attention_window(1) == 0);
 
   auto q2moe = hf("qwen2-57b-a14b.config.json");
   CHECK(q2moe.shared_mlp_dim() == 20480);

@@ -75,6 +75,22 @@ TEST_CASE("Sliding window: the layers each HF config class puts in a window", "[
   CHECK(typed.window_layer_ids.size() == 21);
   CHECK(typed.attention_window(0) == 1024);
   CHECK(typed.attention_window(3) == 0);
+  // GPT-OSS and Gemma: layer_types, by default sliding unless (i + 1) % p == 0: p = 2 for GPT-OSS (window 128)
+  // and Gemma 2, Gemma 3's sliding_window_pattern (6) otherwise.
+  struct Typed { const char* file; std::int64_t window, windowed, full_layer, sliding_layer; };
+  for (auto t : {Typed{"gpt-oss-120b.config.json", 128, 18, 1, 0}, Typed{"gemma-2-9b.config.json", 4096, 21, 1, 0},
+                 Typed{"gemma-3-27b.config.json", 1024, 62 - 10, 5, 6}, Typed{"gemma-3-1b.config.json", 512, 26 - 4, 11, 12}}) {
+    INFO(t.file);
+    auto m = load_hf_config(hf_doc(t.file), t.file);
+    CHECK(m.sliding_window == t.window);
+    CHECK(static_cast<std::int64_t>(m.window_layer_ids.size()) == t.windowed);
+    CHECK(m.attention_window(t.full_layer) == 0);
+    CHECK(m.attention_window(t.sliding_layer) == t.window);
+  }
+  // gpt-oss-20b's layer_types are its class's default: the same layers without them.
+  doc = hf_doc("gpt-oss-20b.config.json");
+  doc.erase("layer_types");
+  CHECK(load_hf_config(doc, "oss").window_layer_ids == load_hf_config(hf_doc("gpt-oss-20b.config.json"), "oss").window_layer_ids);
   // Llama reads no window.
   doc = hf_doc("llama3.2-3b.config.json");
   doc["sliding_window"] = 128;
