@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "hwmodels/json_view.hpp"
-#include "workloads/model.hpp"
 #include "planner/run_summary.hpp"
+#include "workloads/model.hpp"
 #include "better_hardware.hpp"
 #include "random_configs.hpp"
 

@@ -23,13 +23,15 @@ std::int64_t ModelSpec::attention_window(std::int64_t layer) const {
   return std::binary_search(window_layer_ids.begin(), window_layer_ids.end(), layer) ? sliding_window : 0;
 }
 
+bool window_cuts(double seq, double window) { return window > 0 && window < seq; }
+
 double executed_window_fraction(double seq, double window) {
-  if (window <= 0 || window >= seq) return 1.0;
+  if (!window_cuts(seq, window)) return 1.0;
   return (2.0 * seq * window - window * window) / (seq * seq);
 }
 
 double model_window_fraction(double seq, double window) {
-  if (window <= 0 || window >= seq) return 1.0;
+  if (!window_cuts(seq, window)) return 1.0;
   return window / seq;
 }
 

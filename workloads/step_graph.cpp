@@ -330,7 +330,7 @@ class BodyBuilder {
     // A sliding window under the ring (Transformer Engine's p2p): each of a rank's two chunks (of 2 cp per
     // sequence) fetches only the window's keys and values before it, its halo, when the window fits in the
     // cp - 1 chunks before; a longer one falls back to the all-gather.
-    const bool windowed = window_ > 0 && window_ < seq_;
+    const bool windowed = window_cuts(seq_, window_);
     const double chunk_tokens = seq_ / (2.0 * static_cast<double>(cp_));
     if (cp_exchange_ == CpExchange::ring && windowed && window_ <= static_cast<double>(cp_ - 1) * chunk_tokens)
       return halo_attention(q, k, v, ctx, kv_bytes, flops, base);
@@ -668,12 +668,11 @@ StepGraph build_step_graph(const ModelSpec& decoder, TrainingSpec training) {
 
   g.templates.push_back(build_template(model, training, false, false, 0));
   if (model.num_experts > 0) g.templates.push_back(build_template(model, training, true, false, 0));
-  // A layer whose window is shorter than the sequence has a template of its own per kind (a window of the
-  // sequence or more changes nothing).
+  // A layer whose window cuts the sequence has a template of its own per kind and window.
   std::map<std::pair<int, std::int64_t>, int> windowed;
   auto template_of = [&](std::int64_t layer, int plain) {
     const std::int64_t w = model.attention_window(layer);
-    if (w <= 0 || w >= training.seq_len) return plain;
+    if (!window_cuts(static_cast<double>(training.seq_len), static_cast<double>(w))) return plain;
     auto [it, made] = windowed.try_emplace({plain, w}, static_cast<int>(g.templates.size()));
     if (made) g.templates.push_back(build_template(model, training, model.is_moe_layer(layer), model.is_mtp_layer(layer), w));
     return it->second;
