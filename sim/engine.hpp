@@ -65,7 +65,10 @@ struct Buffer {
 };
 static_assert(sizeof(Buffer) <= 16, "a buffer outgrew its 16 bytes");
 
-constexpr int kComputeQueue = 0;  // every program's first queue: device 0's compute stream
+constexpr int kComputeQueue = 0;
+// The longest layer pattern a loop is copied and fast-forwarded at, in iterations: Gemma 3 alternates five
+// sliding-window layers with a full one (6); a double-buffered scan body holds two layers.
+constexpr int kMaxPeriod = 8;  // every program's first queue: device 0's compute stream
 constexpr int kMaxQueues = 4096;  // a program's queues (an op stores its queue in 16 bits)
 
 // Fields ordered by size so that an op packs into 96 bytes: the engine walks thousands per step, and at the
@@ -117,7 +120,8 @@ struct Program {
     int first, end;
     int side_first = -1, side_end = -1;  // none: -1
     // > 0: the builder emitted it as the iteration that many back moved on (sim/instances.hpp), which
-    // continues the two before it at that period; the engine then checks only what a copy cannot vouch for.
+    // continues the two before it at that period (at most kMaxPeriod); the engine then checks only what a
+    // copy cannot vouch for.
     int copy_of = 0;
     int buffers_first = 0, buffers_end = 0;  // the buffers created with it (a copy's repeat its model's)
   };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <iterator>
 
 namespace hbmsim::sim {
 
@@ -133,7 +134,7 @@ void LoopInstances::start(int iterations) {
   for (auto& it : its_) {
     it.done = false;
     it.copied_at = 0;
-    it.continues[1] = it.continues[2] = 0;
+    std::fill(std::begin(it.continues), std::end(it.continues), std::int8_t{0});
   }
 }
 
@@ -150,8 +151,8 @@ bool LoopInstances::continues_at(const Program& p, int i, int period) {
   return known == 1;
 }
 
-int LoopInstances::period(const Program& p, int i, const std::vector<int>& inputs) {
-  for (int period = 1; period <= 2; ++period) {
+int LoopInstances::period(const Program& p, int i, const std::vector<int>& inputs, int only) {
+  for (int period = only > 0 ? only : 1; period <= (only > 0 ? only : 2); ++period) {
     if (i - 3 * period < 0) break;
     const Iteration &a = its_[static_cast<std::size_t>(i - 2 * period)], &b = its_[static_cast<std::size_t>(i - period)];
     if (continues_at(p, i - period, period) && continues(a.inputs, b.inputs, inputs)) return period;

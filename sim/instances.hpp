@@ -40,9 +40,10 @@ void extend(const std::vector<int>& b, const std::vector<int>& c, std::vector<in
 class LoopInstances {
  public:
   void start(int iterations);
-  // The period (1 or 2; 0: none) at which iteration i may be a copy: iterations i - 3p, i - 2p and i - p
-  // continue one another, and so do their inputs and i's (`inputs`: what iteration i reads).
-  int period(const Program& p, int i, const std::vector<int>& inputs);
+  // The period (0: none) at which iteration i may be a copy: iterations i - 3p, i - 2p and i - p continue
+  // one another, and so do their inputs and i's (`inputs`: what iteration i reads). `only` 0: 1 or 2 (a
+  // body of one plan, double-buffered or not); else that period alone (a pattern of plans, kMaxPeriod at most).
+  int period(const Program& p, int i, const std::vector<int>& inputs, int only = 0);
   // Copies iteration i - period; `left` receives what it leaves for later iterations. False: the program
   // does not end where the copy would begin (nothing appended).
   bool copy(Program& p, int i, int period, std::vector<int>& left);
@@ -57,7 +58,7 @@ class LoopInstances {
     Span span;
     std::vector<int> inputs, left;
     int copied_at = 0;                  // the period it was copied at (0: built)
-    std::int8_t continues[3] = {0, 0, 0};  // per period: 0 unknown, 1 continues i - 2p and i - p, -1 does not
+    std::int8_t continues[kMaxPeriod + 1] = {};  // per period: 0 unknown, 1 continues i - 2p and i - p, -1 does not
     bool done = false;
   };
   bool continues_at(const Program& p, int i, int period);

@@ -177,7 +177,7 @@ void Repeats::find(const Program& p, const std::vector<int>& gate_after, const s
     std::size_t last_copy = b - 1;
     while (last_copy > b - static_cast<std::size_t>(count) && its[last_copy].copy_of == 0) --last_copy;
     if (const int period = its[last_copy].copy_of;
-        period > 0 && period <= 4 && last_copy > b - static_cast<std::size_t>(count) && its[last_copy - 1].copy_of == period) {
+        period > 0 && period <= kMaxPeriod && last_copy > b - static_cast<std::size_t>(count) && its[last_copy - 1].copy_of == period) {
       runs_.push_back(Repeat{{f.first, period * stride}, {f.side_first, period * side}, count / period,
                              static_cast<int>(b) - count, period});
       known_.emplace_back(static_cast<std::size_t>(count / period), 0);
@@ -190,7 +190,7 @@ void Repeats::find(const Program& p, const std::vector<int>& gate_after, const s
       continue;
     }
     // The grouping whose middle iterations repeat: single iterations first.
-    for (int group = 1; group <= 4; ++group) {
+    for (int group = 1; group <= kMaxPeriod; ++group) {
       bool found = false;
       for (int offset = 0; offset < group && !found; ++offset) {
         Repeat run{{f.first + offset * stride, group * stride}, {f.side_first + offset * side, group * side}, (count - offset) / group,
@@ -199,8 +199,8 @@ void Repeats::find(const Program& p, const std::vector<int>& gate_after, const s
         runs_.push_back(run);
         known_.emplace_back(static_cast<std::size_t>(run.count), 0);
         priority_step_.emplace_back(p.resources.size(), kUnset);
-        const int mid = run.count / 2;
-        found = first_break(static_cast<int>(runs_.size()) - 1, mid, mid + 1) > mid + 1;
+        const int mid = run.count / 2, last = std::min(run.count - 1, mid + std::max(1, (kMaxPeriod + group - 1) / group));
+        found = first_break(static_cast<int>(runs_.size()) - 1, mid, last) > last;
         if (!found) {
           runs_.pop_back();
           known_.pop_back();

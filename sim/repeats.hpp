@@ -50,7 +50,9 @@ class Repeats {
  public:
   static constexpr int kManyAllocs = -2;  // alloc_op of a buffer several ops allocate
   // Runs from Program::iterations: back-to-back iterations of one shape, taken one at a time or, where
-  // single iterations differ (a double-buffered scan body holds two layers), two to four at a time.
+  // single iterations differ (a double-buffered scan body holds two layers; Gemma 3 has a full-attention
+  // layer every sixth), up to kMaxPeriod at a time: the fewest whose iterations repeat over a stretch of
+  // about kMaxPeriod layers mid-run (the middle two layers alone may look alike within a pattern).
   // Per op, `gate_after`: the op after which its memory gate opens (-1: none); per buffer, `alloc_op`: the
   // op that allocates it (-1: none, kManyAllocs) and `releases`: how many ops release it (the engine counts
   // both while it sets up). They must outlive the checks.

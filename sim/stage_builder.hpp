@@ -388,6 +388,10 @@ class StageBuilder {
   // Layer first + i and the up to six before it in the loop (`dir` +1: forward, -1: backward, which runs
   // the layers in reverse) have one plan, and at least three come before it: what a copy looks back on.
   bool same_plan_back(std::int64_t first, std::int64_t i, std::int64_t n, int dir) const;
+  // The period at which layer first + i may copy the pass's earlier iterations: 0 where same_plan_back holds
+  // (periods 1 and 2 are tried), P (2 .. kMaxPeriod) where the plans repeat every P layers (from one layer
+  // ahead to six back each has the plan of the layer P before it, and 3P layers come before); -1: none.
+  int copy_period(std::int64_t first, std::int64_t i, std::int64_t n, int dir) const;
 
   // Layer i of a chunk is a function of what it reads whichever pass it is in, so once three of a chunk's
   // passes (one per micro-batch, in order) continue one another, the layer's next instance may be the last
@@ -405,9 +409,9 @@ class StageBuilder {
   sim::LoopInstances* across_passes(int slot, int direction, std::int64_t i);
   // Records the iteration, built or copied, in its pass's loop and in its layer's loop across passes.
   void finish_iteration(sim::LoopInstances& loop, int i, sim::LoopInstances* across, int mb, const sim::Span& span);
-  // Appends iteration i of the pass as a copy, from the pass's earlier iterations (when the plan allows)
-  // or else from the same layer in the chunk's earlier passes; `left` receives what it leaves.
-  bool copy_iteration(bool within, int i, sim::LoopInstances* across, int mb);
+  // Appends iteration i of the pass as a copy, from the pass's earlier iterations (at copy_period `within`,
+  // -1: not) or else from the same layer in the chunk's earlier passes; `left` receives what it leaves.
+  bool copy_iteration(int within, int i, sim::LoopInstances* across, int mb);
 
   void forward_inputs(std::int64_t first, std::int64_t i, int input_buf, const std::vector<ForwardLayer>& fwd,
                       const std::vector<std::vector<int>>& barrier, int sync, int previous_pass, std::int64_t waits_on,

@@ -18,6 +18,23 @@ bool StageBuilder::same_plan_back(std::int64_t first, std::int64_t i, std::int64
   return true;
 }
 
+int StageBuilder::copy_period(std::int64_t first, std::int64_t i, std::int64_t n, int dir) const {
+  if (same_plan_back(first, i, n, dir)) return 0;
+  const std::int64_t back = dir > 0 ? i : n - 1 - i;
+  auto plan_at = [&](std::int64_t x) { return c_.layer_plan[at(first + x)]; };
+  for (std::int64_t P = 2; P <= sim::kMaxPeriod && back >= 3 * P; ++P) {
+    bool periodic = true;
+    // From the layer one ahead (the backward gathers its weights) to six back, each has the plan P before it.
+    for (std::int64_t j = -1; j <= 6 && periodic; ++j) {
+      const std::int64_t x = i - dir * j, y = x - dir * P;
+      if (x < 0 || x >= n) continue;
+      periodic = y >= 0 && y < n && plan_at(x) == plan_at(y);
+    }
+    if (periodic) return static_cast<int>(P);
+  }
+  return -1;
+}
+
 void StageBuilder::start_across() {
   if (!across_worthwhile()) return;
   auto& loops = scratch_.across;
@@ -40,12 +57,12 @@ void StageBuilder::finish_iteration(sim::LoopInstances& loop, int i, sim::LoopIn
   loop.finish(i, span, scratch_.inputs, scratch_.left);
 }
 
-bool StageBuilder::copy_iteration(bool within, int i, sim::LoopInstances* across, int mb) {
-  auto from = [&](sim::LoopInstances& loop, int at) {
-    const int period = loop.period(prog_, at, scratch_.inputs);
+bool StageBuilder::copy_iteration(int within, int i, sim::LoopInstances* across, int mb) {
+  auto from = [&](sim::LoopInstances& loop, int at, int only) {
+    const int period = loop.period(prog_, at, scratch_.inputs, only);
     return period > 0 && loop.copy(prog_, at, period, scratch_.left);
   };
-  return (within && from(scratch_.loop, i)) || (across && from(*across, mb));
+  return (within >= 0 && from(scratch_.loop, i, within)) || (across && from(*across, mb, 0));
 }
 
 void StageBuilder::forward_inputs(std::int64_t first, std::int64_t i, int input_buf, const std::vector<ForwardLayer>& fwd,
@@ -89,7 +106,7 @@ bool StageBuilder::copied_forward(std::int64_t first, std::int64_t i, std::vecto
                                   std::vector<std::vector<int>>& barrier, sim::LoopInstances* across, int mb) {
   if (!copying()) return false;
   const int begin = w_.ops();
-  if (!copy_iteration(same_plan_back(first, i, static_cast<std::int64_t>(fwd.size()), 1), static_cast<int>(i), across, mb))
+  if (!copy_iteration(copy_period(first, i, static_cast<std::int64_t>(fwd.size()), 1), static_cast<int>(i), across, mb))
     return false;
   const auto& left = scratch_.left;
   ForwardLayer& st = fwd[at(i)];
@@ -157,8 +174,8 @@ bool StageBuilder::copied_backward(std::int64_t first, std::int64_t i, int step,
   if (!copying()) return false;
   // With pipelined collectives it also gathers the next layer's weights: that layer's plan too (the same
   // layer in another pass gathers the same one).
-  const bool within = same_plan_back(first, i, static_cast<std::int64_t>(bwd.size()), -1) &&
-                      !(i >= 1 && c_.layer_plan[at(first + i - 1)] != c_.layer_plan[at(first + i)]);
+  int within = copy_period(first, i, static_cast<std::int64_t>(bwd.size()), -1);
+  if (within == 0 && i >= 1 && c_.layer_plan[at(first + i - 1)] != c_.layer_plan[at(first + i)]) within = -1;
   const int begin = w_.ops();
   if (!copy_iteration(within, step, across, mb)) return false;
   const auto& left = scratch_.left;

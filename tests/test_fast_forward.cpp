@@ -99,6 +99,19 @@ std::vector<std::pair<std::string, RunConfig>> builtin_configs() {
   mixed.grad_reduce_dtype = "bf16";
   mixed.weights = "fp8";
   configs.emplace_back("llama 405B pp 4 x vp 2, 4 layers recomputed and the rest offloaded", mixed);
+  // Layer patterns: sliding-window and full layers alternating (GPT-OSS, period 2) and five windowed layers
+  // to one full (Gemma 3, period 6), copied and fast-forwarded a pattern at a time.
+  for (const char* model : {"hf/gpt-oss-20b.config.json", "hf/gemma-3-27b.config.json"}) {
+    RunConfig c = bench_scaling_base();
+    c.model = model;
+    c.seq = 8192;
+    configs.emplace_back(model, c);
+  }
+  RunConfig gemma = bench_scaling_base();
+  gemma.model = "hf/gemma-3-1b.config.json";
+  gemma.policy = "minimal_offloaded";
+  gemma.grad_accum = 4;
+  configs.emplace_back("gemma 3 1B offloaded, 4 micro-steps", gemma);
   return configs;
 }
 
@@ -296,13 +309,17 @@ TEST_CASE("layer iterations copied rather than built give the program built laye
   }
 }
 
-// The same over seeded random layouts, policies (per-layer offload counts among them), schedule switches
-// and pipelines: a copy the builder should not have made shows up as a program that differs, one the engine
-// should not have trusted as results that differ.
-TEST_CASE("copied layer iterations match the built ones over random configurations", "[engine][fast_forward][invariants]") {
-  std::mt19937 rng(2026);
+namespace {
+
+// Over `count` seeded random layouts, policies (per-layer offload counts among them), schedule switches and
+// pipelines, each with one of `models` in place of its own (none: its own): a copy the builder should not
+// have made shows up as a program that differs, one the engine should not have trusted as results that
+// differ. Returns the configurations checked (draws that are bad input are skipped); `longest` receives the
+// longest period any iteration was copied at.
+int check_random_copies(std::uint32_t seed, int count, const std::vector<std::string>& models, int& longest) {
+  std::mt19937 rng(seed);
   int checked = 0, tries = 0;
-  while (checked < 160 && tries++ < 4000) {
+  while (checked < count && tries++ < 4000) {
     RunConfig c = checked % 4 == 3 ? test::random_pipeline(rng) : test::random_config(rng);
     // Half with a memory lever or Megatron's settings on top (recomputed layers among offloaded ones, ...).
     if (checked % 2 == 0) test::add_levers(rng, c);
@@ -311,6 +328,10 @@ TEST_CASE("copied layer iterations match the built ones over random configuratio
     if (checked % 4 == 1) c.grad_accum = test::pick<std::int64_t>(rng, {4, 5});
     // Megatron's offload on Transformer Engine's schedule.
     if (checked % 5 == 2) c.framework = "megatron";
+    if (!models.empty()) {
+      c.model = test::pick(rng, models);
+      c.embedding_as_layer = c.loss_as_layer = false;
+    }
     PreparedRun run;
     try {
       run = prepare_run(c);
@@ -324,11 +345,29 @@ TEST_CASE("copied layer iterations match the built ones over random configuratio
     const Program copied = build_program(run.graph, run.system, run.policy, run.options);
     const Program built = build_program(run.graph, run.system, run.policy, plain);
     check_same_program(copied, built);
+    for (const auto& it : copied.iterations) longest = std::max(longest, it.copy_of);
     // The engine trusts a copy for part of its repeat check (Repeats::copied): fast-forwarding the copied
     // program gives what simulating every event of the built one does.
     check_same(run_program(copied, false, true), run_program(built, false, false));
   }
-  CHECK(checked == 160);
+  return checked;
+}
+
+}  // namespace
+
+TEST_CASE("copied layer iterations match the built ones over random configurations", "[engine][fast_forward][invariants]") {
+  int longest = 0;
+  CHECK(check_random_copies(2026, 160, {}, longest) == 160);
+  CHECK(longest == 2);  // double-buffered bodies
+}
+
+// Models whose layers alternate plans (sliding-window and full attention: GPT-OSS and Gemma 2 every other
+// layer, Gemma 3 one in six) are copied a pattern at a time.
+TEST_CASE("copied layer patterns match the built ones over random configurations", "[engine][fast_forward][invariants][window]") {
+  int longest = 0;
+  CHECK(check_random_copies(2027, 60, {"hf/gpt-oss-20b.config.json", "hf/gemma-2-9b.config.json", "hf/gemma-3-1b.config.json",
+                                       "hf/gemma-3-27b.config.json"}, longest) == 60);
+  CHECK(longest == 6);  // Gemma 3's pattern
 }
 
 TEST_CASE("fast-forward replays most of a long loop: the 405B reference run", "[engine][fast_forward]") {
@@ -337,4 +376,41 @@ TEST_CASE("fast-forward replays most of a long loop: the 405B reference run", "[
   const auto ff = run_program(p, false, true);
   // 126 layers forward and backward, two per scan body with LHS: at least half the iterations replayed.
   CHECK(ff.replayed_iterations >= 63);
+}
+
+TEST_CASE("a layer pattern is copied and fast-forwarded a pattern at a time: Gemma 3 27B", "[engine][fast_forward][window]") {
+  // 62 layers, every sixth (5, 11, ..., 59) with full attention and the rest with a 1,024-token window: no
+  // two consecutive stretches of single layers repeat, six-layer ones do. A copy at period 6 needs three
+  // patterns before it (18 iterations) whose inputs continue one another; the first two layers of each pass
+  // read what no later one does (no gather two layers back, the pass's input): so every forward iteration
+  // from 20 on, and about as many backward ones, is a copy, and only of the layer six back.
+  RunConfig c = bench_scaling_base();
+  c.model = "hf/gemma-3-27b.config.json";
+  c.seq = 8192;
+  auto run = prepare_run(c);
+  const Program p = build_program(run.graph, run.system, run.policy, run.options);
+  REQUIRE(p.iterations.size() == 2 * 62);
+  int at6 = 0, other = 0;
+  for (const auto& it : p.iterations) (it.copy_of == 6 ? at6 : other) += it.copy_of > 0;
+  CHECK(other == 0);
+  CHECK(at6 >= 2 * (62 - 20) - 2);
+  // Ten patterns a pass: two to see the state repeat and two kept back at the loop's end leave about six
+  // to replay in each pass.
+  const auto ff = run_program(p, false, true);
+  CHECK(ff.replayed_iterations >= 2 * (10 - 5));
+  check_same(ff, run_program(p, false, false));
+}
+
+TEST_CASE("a loop whose body holds six layers, one of them different, is replayed six layers at a time", "[engine][fast_forward]") {
+  // Layers 3, 9, ..., 45 take 2 ms, the others 1 ms: the loop's middle layers (23 to 25) look alike, so only
+  // a stretch of six layers tells the period.
+  Program p = layer_loop(48, 1e9, false);
+  for (std::size_t i = 2 * 3; i < p.ops.size(); i += 2 * 6) p.ops[i].seconds = 2e-3;
+  const auto plain = run_program(p, true, false);
+  // By hand: 8 x (5 x 1 + 2) ms of layers, the last copy 0.5 ms after the last layer.
+  CHECK(plain.end_time_s == Approx(56.5e-3));
+  const auto ff = run_program(p, true, true);
+  CHECK(ff.replayed_iterations >= 8 - 5);  // groups of six layers
+  check_same(ff, plain);
+  check_same(run_program(p, false, true), run_program(p, false, false));
 }
