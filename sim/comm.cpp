@@ -1,6 +1,7 @@
 #include "sim/comm.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 namespace hbmsim {
 
@@ -73,11 +74,34 @@ double miss_probability(double experts, double per_token, double held) {
   return q;
 }
 
+// n choose j.
+double choose(double n, double j) {
+  double c = 1;
+  for (double i = 0; i < j; ++i) c *= (n - i) / (j - i);
+  return c;
+}
+
+// The same for `held` consecutive experts under the routing's groups: they touch m groups (whole ones, or
+// part of one), h experts in each; a token picks j of those m with the hypergeometric chance of drawing
+// groups_per_token of the groups, then misses the j h held among the picked groups' experts.
+double miss_probability(const TokenRouting& r, double held) {
+  if (r.groups <= 0) return miss_probability(r.experts, r.per_token, held);
+  const double size = r.experts / r.groups, picked = r.groups_per_token;
+  const double m = std::min(r.groups, std::ceil(held / size - 1e-9)), h = held / m;
+  double q = 0;
+  for (double j = 0; j <= std::min(m, picked); ++j) {
+    if (picked - j > r.groups - m) continue;  // the picks outside the held groups do not fit
+    const double chance = choose(m, j) * choose(r.groups - m, picked - j) / choose(r.groups, picked);
+    q += chance * miss_probability(picked * size, r.per_token, j * h);
+  }
+  return q;
+}
+
 }  // namespace
 
 // `bytes` is one copy per chosen expert, k = r.per_token copies of each token. With the experts laid evenly,
 // E = X / G per member, a token reaches a given other member with p_gpu = 1 - miss(E) and a given domain of P
-// members with p_dom = 1 - miss(P E). A device sends one copy to each other member of its own domain that
+// members with p_dom = 1 - miss(P E) (miss under the routing's groups, if it has them). A device sends one copy to each other member of its own domain that
 // holds a chosen expert, and one to each remote domain that does (to the GPU there with its own local index,
 // as DeepEP's and HybridEP's RDMA kernels do); it forwards what it receives the same way (as much as it sends,
 // by symmetry) to the other members of its domain that hold a chosen expert. Per copy of all its tokens:
@@ -88,8 +112,8 @@ CommCost Network::deduplicated_all_to_all(double bytes, const GroupPlacement& g,
                                           double eff) const {
   const auto G = static_cast<double>(g.size), D = static_cast<double>(g.local), P = static_cast<double>(g.per_domain);
   const double per_copy = bytes / r.per_token, E = r.experts / G, R = (G - D) / P;
-  const double p_gpu = 1 - miss_probability(r.experts, r.per_token, E);
-  const double p_dom = 1 - miss_probability(r.experts, r.per_token, P * E);
+  const double p_gpu = 1 - miss_probability(r, E);
+  const double p_dom = 1 - miss_probability(r, P * E);
   return both_paths(per_copy * ((D - 1) + R * (P - 1)) * p_gpu, per_copy * R * p_dom, eff);
 }
 

@@ -116,7 +116,7 @@ void laws(const RunConfig& c, const StepReport& r, std::vector<std::string>& out
   const PreparedRun prepared = prepare_run(c);
   const double slack = test::allowed_slowdown(c, prepared, r.fits);
   for (const auto& [what, b] : test::on_better_hardware(c, prepared)) {
-    if (b.step_time_s > r.step_time_s * (1 + slack))
+    if (b.step_time_s > r.step_time_s * (1 + test::allowed_slowdown_on(what, c, prepared, r)))
       out.push_back(what + " is slower: " + std::to_string(r.step_time_s) + " -> " + std::to_string(b.step_time_s) + " s");
     if (r.fits && !b.fits) out.push_back(what + " no longer fits");
   }

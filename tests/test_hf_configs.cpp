@@ -265,6 +265,28 @@ TEST_CASE("HF configs: decoder_sparse_step, mlp_only_layers and moe_layer_freq c
   CHECK_FALSE(ds.is_moe_layer(3));
   CHECK(ds.is_moe_layer(4));
   CHECK(ds.moe_layers() == 29);  // 4, 6, ..., 60
+  // Its group-limited routing (n_group 8, topk_group 4), as the built-in model file has it.
+  CHECK(ds.routing_groups == 8);
+  CHECK(ds.groups_per_token == 4);
+  CHECK(builtin_model("deepseek-v3-671b").routing_groups == 8);
+  CHECK(builtin_model("deepseek-v3-671b").groups_per_token == 4);
+  CHECK(load_model(ds.to_json(), "roundtrip").groups_per_token == 4);
+  // Without them, any expert (DeepSeek-V2-Lite's configs set n_group 1, topk_group 1: the same).
+  ds_doc.erase("n_group");
+  ds_doc.erase("topk_group");
+  CHECK(load_hf_config(ds_doc, "ds").routing_groups == 0);
+  // Groups that cannot hold a token's experts, or one key without the other, name the key and the value.
+  ds_doc["n_group"] = 8;
+  CHECK_THROWS_WITH(load_hf_config(ds_doc, "ds.json"), Catch::Contains("ds.json: n_group = 8") && Catch::Contains("needs topk_group too"));
+  ds_doc["topk_group"] = 9;
+  CHECK_THROWS_WITH(load_hf_config(ds_doc, "ds.json"), Catch::Contains("ds.json: topk_group = 9") && Catch::Contains("exceeds n_group = 8"));
+  ds_doc["topk_group"] = 1;  // 32 experts in one group, 8 per token: fine
+  CHECK(load_hf_config(ds_doc, "ds").groups_per_token == 1);
+  ds_doc["n_group"] = 64;  // 4 experts a group, one group: not 8
+  CHECK_THROWS_WITH(load_hf_config(ds_doc, "ds.json"),
+                    Catch::Contains("ds.json: num_experts_per_tok = 8") && Catch::Contains("exceeds the 4 experts of the 1 groups"));
+  ds_doc["n_group"] = 7;
+  CHECK_THROWS_WITH(load_hf_config(ds_doc, "ds.json"), Catch::Contains("ds.json: n_group = 7") && Catch::Contains("must divide the number of experts, 256"));
 
   // A model file keeps the list: to_json reads back to the same spec.
   auto back = load_model(m.to_json(), "roundtrip");

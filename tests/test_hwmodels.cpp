@@ -1,6 +1,11 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
+#include <numeric>
+#include <random>
+#include <vector>
 
 #include "helpers.hpp"
 #include "hwmodels/builtin.hpp"
@@ -390,4 +395,63 @@ TEST_CASE("a parameter qualified with @SYSTEM applies on that system only, over 
   CHECK(parse_parameter_key("collective_scale@h100-hgx").name == "collective_scale");
   CHECK(parse_parameter_key("collective_scale@h100-hgx").system == "h100-hgx");
   CHECK_THROWS_WITH(parse_parameter_key("warp@h100-hgx"), Catch::Contains("unknown parameter"));
+}
+
+TEST_CASE("group-limited routing sends a token to fewer GPUs and domains", "[hwmodels][moe]") {
+  // DeepSeek-V3's routing: 8 of 256 experts, drawn from 4 of 8 groups of 32 consecutive experts.
+  const TokenRouting grouped{256, 8, 8, 4}, free{256, 8};
+  const double copy = 1e9 / 8;
+  {
+    // ep 8 in one HGX node: each GPU holds one group. By hand, a given GPU gets none of a token's experts
+    // when its group is not picked (1/2) or, picked, none of the 8 experts falls among its 32 of the 128
+    // picked: C(96, 8) / C(128, 8). Without groups: C(224, 8) / C(256, 8).
+    auto s = builtin_system("b200-hgx");
+    s.efficiency.collective = PiecewiseTable::constant(1.0);
+    Mesh m;
+    m.sizes = {1, 1, 1, 8, 1, 1};
+    Network net(s, m);
+    double in_picked = 1, anywhere = 1;
+    for (int i = 0; i < 8; ++i) {
+      in_picked *= (96.0 - i) / (128.0 - i);
+      anywhere *= (224.0 - i) / (256.0 - i);
+    }
+    const double p_grouped = 1 - (0.5 + 0.5 * in_picked), p_free = 1 - anywhere;
+    CHECK(net.cost(CommKind::all_to_all, 1e9, AxisSet{Axis::ep}, grouped).bytes[kIntraDomain] == Approx(copy * 7 * p_grouped));
+    CHECK(net.cost(CommKind::all_to_all, 1e9, AxisSet{Axis::ep}, free).bytes[kIntraDomain] == Approx(copy * 7 * p_free));
+    CHECK(p_grouped < 0.7 * p_free);  // about 3.2 GPUs a token instead of 4.6
+  }
+  {
+    // ep 128 over two NVL72 racks of 64: two experts per GPU, four groups per rack. Counted against a
+    // Monte Carlo draw of the routing itself (200,000 tokens): how often GPU 0 (experts 0-1) and the other
+    // rack (experts 128-255) receive a copy.
+    auto s = builtin_system("gb200-nvl72");
+    s.efficiency.collective = PiecewiseTable::constant(1.0);
+    Mesh m;
+    m.sizes = {1, 1, 1, 128, 1, 1};
+    Network net(s, m);
+    std::mt19937 rng(7);
+    int gpu_hits = 0, rack_hits = 0;
+    const int draws = 200000;
+    std::vector<int> groups(8), experts(128);
+    for (int t = 0; t < draws; ++t) {
+      std::iota(groups.begin(), groups.end(), 0);
+      std::shuffle(groups.begin(), groups.end(), rng);
+      for (int g = 0; g < 4; ++g)
+        for (int e = 0; e < 32; ++e) experts[static_cast<std::size_t>(g * 32 + e)] = groups[static_cast<std::size_t>(g)] * 32 + e;
+      std::shuffle(experts.begin(), experts.end(), rng);
+      bool gpu = false, rack = false;
+      for (int k = 0; k < 8; ++k) {
+        gpu |= experts[static_cast<std::size_t>(k)] < 2;
+        rack |= experts[static_cast<std::size_t>(k)] >= 128;
+      }
+      gpu_hits += gpu;
+      rack_hits += rack;
+    }
+    const double p_gpu = static_cast<double>(gpu_hits) / draws, p_dom = static_cast<double>(rack_hits) / draws;
+    auto c = net.cost(CommKind::all_to_all, 1e9, AxisSet{Axis::ep}, grouped);
+    // Inter-domain: one copy per token that has an expert in the other rack; intra-domain: to each of the 63
+    // rack peers holding one, direct and forwarded (the test above). Three standard errors of the draws.
+    CHECK(c.bytes[kInterDomain] == Approx(copy * p_dom).epsilon(3 * std::sqrt(p_dom * (1 - p_dom) / draws) / p_dom));
+    CHECK(c.bytes[kIntraDomain] == Approx(copy * 126 * p_gpu).epsilon(3 * std::sqrt(p_gpu * (1 - p_gpu) / draws) / p_gpu));
+  }
 }

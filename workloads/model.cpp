@@ -163,6 +163,7 @@ nlohmann::json ModelSpec::to_json() const {
               {"experts_per_token", experts_per_token}, {"shared_experts", shared_experts}, {"moe_mlp_dim", moe_mlp_dim}});
     if (shared_expert_mlp_dim > 0) j["shared_expert_mlp_dim"] = shared_expert_mlp_dim;
     if (!dense_layer_ids.empty()) j["dense_layer_ids"] = dense_layer_ids;
+    if (routing_groups > 0) j.update({{"routing_groups", routing_groups}, {"groups_per_token", groups_per_token}});
   }
   if (sliding_window > 0) j.update({{"sliding_window", sliding_window}, {"window_layer_ids", window_layer_ids}});
   // The flags only when set, so that the specs without them read as before.
@@ -198,6 +199,26 @@ static void validate(ModelSpec& m, const JsonView& v, const char* heads_key, con
   }
 }
 
+// Group-limited routing from `groups_key` and `per_token_key` (both or neither): groups that split the experts
+// evenly, of which a token's experts fit in the ones it picks.
+static void read_routing_groups(ModelSpec& m, const JsonView& v, const char* groups_key, const char* per_token_key,
+                                const char* experts_key) {
+  const bool groups = v.has(groups_key) && !v.at(groups_key).raw().is_null();
+  const bool picks = v.has(per_token_key) && !v.at(per_token_key).raw().is_null();
+  if (!groups && !picks) return;
+  if (!groups || !picks) v.at(groups ? groups_key : per_token_key).fail(std::string("needs ") + (groups ? per_token_key : groups_key) + " too");
+  m.routing_groups = v.at(groups_key).positive_integer();
+  m.groups_per_token = v.at(per_token_key).positive_integer();
+  if (m.num_experts % m.routing_groups != 0)
+    v.at(groups_key).fail("must divide the number of experts, " + std::to_string(m.num_experts));
+  if (m.groups_per_token > m.routing_groups)
+    v.at(per_token_key).fail("exceeds " + std::string(groups_key) + " = " + std::to_string(m.routing_groups));
+  const std::int64_t reachable = m.groups_per_token * (m.num_experts / m.routing_groups);
+  if (m.experts_per_token > reachable)
+    v.at(experts_key).fail("exceeds the " + std::to_string(reachable) + " experts of the " + std::to_string(m.groups_per_token) +
+                           " groups a token picks (" + per_token_key + ")");
+}
+
 // Layer indices of `list` (an array of integers in [0, num_layers)) as a sorted set; `ascending` refuses an
 // entry not above the previous one (a model file lists each once, in order).
 static std::vector<std::int64_t> layer_list(const JsonView& list, std::int64_t num_layers, std::int64_t min_layer,
@@ -223,7 +244,8 @@ ModelSpec load_model(const nlohmann::json& doc, const std::string& origin) {
       "id", "name", "architecture", "source", "num_layers", "d_model", "num_query_heads", "num_kv_heads",
       "head_dim", "mlp_dim", "vocab_size", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
       "qk_rope_head_dim", "v_head_dim", "first_dense_layers", "num_experts", "experts_per_token",
-      "shared_experts", "moe_mlp_dim", "shared_expert_mlp_dim", "dense_layer_ids", "sliding_window", "window_layer_ids"};
+      "shared_experts", "moe_mlp_dim", "shared_expert_mlp_dim", "dense_layer_ids", "routing_groups", "groups_per_token",
+      "sliding_window", "window_layer_ids"};
   for (auto [key, flag] : kFlags) keys.push_back(key);
   v.allow_only(keys);
   ModelSpec m;
@@ -270,9 +292,11 @@ ModelSpec load_model(const nlohmann::json& doc, const std::string& origin) {
       m.dense_layer_ids = layer_list(*l, m.num_layers, std::min(m.first_dense_layers, m.num_layers), true);
       if (m.moe_layers() == 0) l->fail("leaves no MoE layer");
     }
+    read_routing_groups(m, v, "routing_groups", "groups_per_token", "experts_per_token");
   } else {
     // Without experts these would be silently meaningless.
-    for (auto key : {"shared_expert_mlp_dim", "dense_layer_ids", "router_bias", "shared_expert_gate", "expert_bias"})
+    for (auto key : {"shared_expert_mlp_dim", "dense_layer_ids", "router_bias", "shared_expert_gate", "expert_bias",
+                     "routing_groups", "groups_per_token"})
       if (v.has(key)) v.at(key).fail("needs num_experts");
   }
   if (m.post_norms && m.num_experts > 0) v.at("post_norms").fail("is modelled for dense MLPs only (Gemma), not with num_experts");
@@ -450,6 +474,7 @@ ModelSpec load_hf_config(const nlohmann::json& doc, const std::string& origin) {
     m.first_dense_layers = v.at("first_k_dense_replace").integer();
     if (m.first_dense_layers < 0) v.at("first_k_dense_replace").fail("must be >= 0");
     m.router_bias = true;  // e_score_correction_bias
+    read_routing_groups(m, v, "n_group", "topk_group", "num_experts_per_tok");
     // Past the first dense layers, layer i is MoE when i % moe_layer_freq == 0.
     const std::int64_t freq = v.has("moe_layer_freq") ? v.at("moe_layer_freq").positive_integer() : 1;
     for (std::int64_t l = m.first_dense_layers; l < m.num_layers; ++l)

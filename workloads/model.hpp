@@ -38,6 +38,11 @@ struct ModelSpec {
   std::int64_t shared_expert_mlp_dim = 0;    // one shared expert's width; 0: moe_mlp_dim (DeepSeek-V3)
   bool shared_expert_gate = false;           // a d_model -> 1 sigmoid gate scales the shared output (Qwen2-MoE)
   std::vector<std::int64_t> dense_layer_ids;  // sorted, each >= first_dense_layers (Qwen-MoE mlp_only_layers)
+  // Group-limited routing (DeepSeek-V3's n_group and topk_group; Megatron's moe_router_num_groups and
+  // moe_router_group_topk; MaxText's n_routing_groups and topk_routing_group): the experts in routing_groups
+  // equal groups of consecutive experts, and a token's experts chosen from groups_per_token of them. It bounds
+  // the GPUs and nodes a token travels to (DeepSeek-V3: 4 of 8 groups). 0: any expert.
+  std::int64_t routing_groups = 0, groups_per_token = 0;
   // Multi-token prediction modules trained after the decoder layers (DeepSeek-V3's MTP, Megatron's and MaxText's
   // mtp_num_layers): each is a decoder layer of the last layer's kind with RMSNorms of its two inputs (the
   // previous hidden state and the next token's embedding), their projection back to d_model (eh_proj, 2 d x d)

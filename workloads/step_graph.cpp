@@ -511,7 +511,8 @@ class BodyBuilder {
     int disp = b_.tensor("moe_permuted", Ts * k * d * a);
     b_.memory("route_permute", {logits, mnorm}, {disp}, {logits});
     CommDef a2a{CommKind::all_to_all, CommKind::all_to_all, Axis::ep, expert_axes_, Ts * k * d * a * load, false, {}};
-    if (dispatcher_ == MoeDispatcher::flex) a2a.routing = {X, k};
+    if (dispatcher_ == MoeDispatcher::flex)
+      a2a.routing = {X, k, static_cast<double>(m_.routing_groups), static_cast<double>(m_.groups_per_token)};
     const bool exchange = ep_ > 1 || fold_;
     int moe_in = disp;
     if (exchange) {

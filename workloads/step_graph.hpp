@@ -42,9 +42,11 @@ const char* to_string(CommKind k);
 // laid evenly over the group. Empty (per_token 0): one copy per chosen expert, what Megatron's alltoall
 // dispatcher and MaxText's ragged all-to-all send. Given: one copy per destination GPU inside the sender's
 // domain and one per destination domain beyond it, forwarded there over the scale-up path (DeepEP, HybridEP:
-// Megatron's flex dispatcher).
+// Megatron's flex dispatcher). With group-limited routing (`groups` > 0) the experts are `groups` runs of
+// consecutive ones and a token's are drawn from `groups_per_token` of them, alike among the groups.
 struct TokenRouting {
   double experts = 0, per_token = 0;
+  double groups = 0, groups_per_token = 0;
   bool deduplicated() const { return per_token > 0; }
 };
 
