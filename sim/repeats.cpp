@@ -161,6 +161,7 @@ void Repeats::find(const Program& p, const std::vector<int>& gate_after, const s
   known_.clear();
   priority_step_.clear();
   const auto& its = p.iterations;
+  std::size_t mixed_from = 0;  // the first of the back-to-back short stretches before `a` (mixed_groups)
   for (std::size_t a = 0; a < its.size();) {
     // A candidate: back-to-back iterations of one shape (their side ops back to back too, if any).
     const auto& f = its[a];
@@ -170,6 +171,15 @@ void Repeats::find(const Program& p, const std::vector<int>& gate_after, const s
            its[b].side_end - its[b].side_first == side && (side == 0 || its[b].side_first == its[b - 1].side_end))
       ++b;
     const int count = static_cast<int>(b - a);
+    // Stretches too short to repeat alone may alternate (dense and MoE layers in turn): gathered while they
+    // lie back to back, and grouped once the next one does not continue them.
+    const bool short_stretch = stride > 0 && count < kMinIterations;
+    if (!short_stretch || !adjoins(its, a)) {
+      mixed_groups(its, mixed_from, a);
+      mixed_from = a;
+    }
+    if (short_stretch && b == its.size()) mixed_groups(its, mixed_from, b);
+    if (!short_stretch) mixed_from = b;
     a = b;
     if (stride <= 0 || count < kMinIterations) continue;
     // Where the builder copied iterations (Program::Iteration::copy_of; the last copies of a stretch are
@@ -210,6 +220,46 @@ void Repeats::find(const Program& p, const std::vector<int>& gate_after, const s
       if (found) break;
     }
   }
+}
+
+bool Repeats::adjoins(const std::vector<Program::Iteration>& its, std::size_t i) {
+  if (i == 0) return false;
+  const auto &x = its[i - 1], &y = its[i];
+  const bool sided = y.side_end > y.side_first;
+  return y.first == x.end && sided == (x.side_end > x.side_first) && (!sided || y.side_first == x.side_end);
+}
+
+bool Repeats::try_run(const Repeat& run) {
+  if (run.count < kMinIterations) return false;
+  runs_.push_back(run);
+  known_.emplace_back(static_cast<std::size_t>(run.count), 0);
+  priority_step_.emplace_back(p_->resources.size(), kUnset);
+  const int mid = run.count / 2, last = std::min(run.count - 1, mid + std::max(1, (kMaxPeriod + run.group - 1) / run.group));
+  if (first_break(static_cast<int>(runs_.size()) - 1, mid, last) > last) return true;
+  runs_.pop_back();
+  known_.pop_back();
+  priority_step_.pop_back();
+  return false;
+}
+
+void Repeats::mixed_groups(const std::vector<Program::Iteration>& its, std::size_t from, std::size_t to) {
+  if (to - from < 2 * static_cast<std::size_t>(kMinIterations)) return;
+  for (std::size_t i = from + 1; i < to; ++i)
+    if (!adjoins(its, i)) return;
+  // Groups of 2 .. kMaxPeriod iterations, the fewest whose groups span alike and repeat mid-stretch.
+  for (int group = 2; group <= kMaxPeriod; ++group)
+    for (int offset = 0; offset < group; ++offset) {
+      const std::size_t first = from + static_cast<std::size_t>(offset), G = static_cast<std::size_t>(group);
+      if (first + G > to) break;
+      auto span = [&](std::size_t g0) { return its[g0 + G - 1].end - its[g0].first; };
+      auto side_span = [&](std::size_t g0) { return its[g0 + G - 1].side_end - its[g0].side_first; };
+      int count = 1;
+      while (first + (static_cast<std::size_t>(count) + 1) * G <= to && span(first + count * G) == span(first) &&
+             side_span(first + count * G) == side_span(first))
+        ++count;
+      const auto& f = its[first];
+      if (try_run(Repeat{{f.first, span(first)}, {f.side_first, side_span(first)}, count, static_cast<int>(first), group})) return;
+    }
 }
 
 int Repeats::first_break(int r, int first, int last) {

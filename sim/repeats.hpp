@@ -52,7 +52,9 @@ class Repeats {
   // Runs from Program::iterations: back-to-back iterations of one shape, taken one at a time or, where
   // single iterations differ (a double-buffered scan body holds two layers; Gemma 3 has a full-attention
   // layer every sixth), up to kMaxPeriod at a time: the fewest whose iterations repeat over a stretch of
-  // about kMaxPeriod layers mid-run (the middle two layers alone may look alike within a pattern).
+  // about kMaxPeriod layers mid-run (the middle two layers alone may look alike within a pattern). Back-to-back
+  // iterations of alternating shapes (Llama 4 Maverick's dense and MoE layers) are grouped the same way, two or
+  // more at a time, where the groups span alike.
   // Per op, `gate_after`: the op after which its memory gate opens (-1: none); per buffer, `alloc_op`: the
   // op that allocates it (-1: none, kManyAllocs) and `releases`: how many ops release it (the engine counts
   // both while it sets up). They must outlive the checks.
@@ -63,6 +65,12 @@ class Repeats {
   int first_break(int r, int first, int last);
 
  private:
+  // Iteration i continues iteration i - 1 back to back (its side ops too, or neither has any).
+  static bool adjoins(const std::vector<Program::Iteration>& its, std::size_t i);
+  // Keeps `run` if its middle iterations repeat (a stretch of about kMaxPeriod layers from the middle).
+  bool try_run(const Repeat& run);
+  // Iterations [from, to), back to back but of alternating shapes, as groups of several that span alike.
+  void mixed_groups(const std::vector<Program::Iteration>& its, std::size_t from, std::size_t to);
   bool repeats_previous(int r, int i);
   // Iterations i - 1 and i of run r are builder copies at a period dividing the run's group
   // (Program::Iteration::copy_of), so that i - 2, i - 1 and i continue one another.
