@@ -140,13 +140,17 @@ void register_commands(CLI::App& app) {
     cmd->add_flag("--json", *json, "Machine-readable output");
     cmd->callback([json] {
       auto arr = nlohmann::json::array();
-      Table t{{"model", "name", "layers", "d_model", "params B", "activated B", "window"}, {}};
+      Table t{{"model", "name", "layers", "d_model", "params B", "activated B", "window", "chunk"}, {}};
+      auto tokens = [](const nlohmann::json& j, const char* key) {
+        const auto n = j.value(key, std::int64_t{0});
+        return n > 0 ? std::to_string(n) : std::string("-");
+      };
       for (auto& name : shipped_model_names()) {
         auto j = model_summary(name);
-        const auto window = j.value("sliding_window", std::int64_t{0});
         t.rows.push_back({name, j.at("name").get<std::string>(), std::to_string(j.at("num_layers").get<std::int64_t>()),
                           std::to_string(j.at("d_model").get<std::int64_t>()), fixed(j.at("total_params").get<double>() / 1e9, 1),
-                          fixed(j.at("activated_params").get<double>() / 1e9, 1), window > 0 ? std::to_string(window) : "-"});
+                          fixed(j.at("activated_params").get<double>() / 1e9, 1), tokens(j, "sliding_window"),
+                          tokens(j, "attention_chunk")});
         arr.push_back(std::move(j));
       }
       if (*json) std::cout << dump_json(arr, 2) << "\n";

@@ -56,19 +56,24 @@ inline double allowed_slowdown(const hbmsim::RunConfig& c, const hbmsim::Prepare
   return !copies ? 1e-9 : fits ? 1e-2 : 5e-2;
 }
 
-// What the run may lose on better hardware `what` (better_hardware's names): allowed_slowdown's, and up to 1%
-// on a GPU twice as fast or twice the network where the step is set by its collectives (every stage's compute
-// stream busy under 60% of it). Re-timed, they overlap at other moments, and one that crosses both NVLink and
-// the NICs runs at its slower link's share: a faster GPU can leave the data-parallel sync that ends the step
-// sharing NVLink with more of the backward's collectives (notes/monotonicity.md, mechanism 2, which coupled
-// flows on a real fabric show too; notes/routing_groups.md has the draw that met it).
-inline double allowed_slowdown_on(const std::string& what, const hbmsim::RunConfig& c, const hbmsim::PreparedRun& prepared,
-                                  const hbmsim::StepReport& r) {
+// What the run may lose when its compute or its links get faster (less compute to do, a faster GPU or network):
+// allowed_slowdown's, and up to 1% where the step is set by its collectives (every stage's compute stream busy
+// under 60% of it). Re-timed, they overlap at other moments, and one that crosses both NVLink and the NICs runs
+// at its slower link's share: the data-parallel sync that ends the step may share NVLink with more of the
+// backward's collectives (notes/monotonicity.md, mechanism 2, which coupled flows on a real fabric show too;
+// notes/routing_groups.md and notes/chunked_attention.md have the draws that met it).
+inline double allowed_retiming(const hbmsim::RunConfig& c, const hbmsim::PreparedRun& prepared, const hbmsim::StepReport& r) {
   const double slack = allowed_slowdown(c, prepared, r.fits);
-  if (what != "a GPU twice as fast" && what != "twice the network") return slack;
   double compute = 0;
   for (const auto& s : r.stages) compute = std::max(compute, s.compute_busy_s);
   return compute < 0.6 * r.step_time_s ? std::max(slack, 1e-2) : slack;
+}
+// The same for better hardware `what` (better_hardware's names): re-timing on a GPU twice as fast or twice the
+// network; allowed_slowdown's for more memory or a faster host link.
+inline double allowed_slowdown_on(const std::string& what, const hbmsim::RunConfig& c, const hbmsim::PreparedRun& prepared,
+                                  const hbmsim::StepReport& r) {
+  const bool retimes = what == "a GPU twice as fast" || what == "twice the network";
+  return retimes ? allowed_retiming(c, prepared, r) : allowed_slowdown(c, prepared, r.fits);
 }
 
 // The same run with twice the work: twice the sequences per step in micro-batches of the same size (twice

@@ -107,6 +107,14 @@ std::vector<std::pair<std::string, RunConfig>> builtin_configs() {
     c.seq = 8192;
     configs.emplace_back(model, c);
   }
+  // Llama 4 Maverick: dense and MoE layers in turn (no two iterations in a row of one shape), chunked attention
+  // on three of four.
+  RunConfig maverick = bench_scaling_base();
+  maverick.model = "hf/llama4-maverick-17b-128e.config.json";
+  maverick.gpus = 16;
+  maverick.ep = 8;
+  maverick.seq = 16384;
+  configs.emplace_back(maverick.model, maverick);
   RunConfig gemma = bench_scaling_base();
   gemma.model = "hf/gemma-3-1b.config.json";
   gemma.policy = "minimal_offloaded";
@@ -394,11 +402,12 @@ TEST_CASE("copied layer iterations match the built ones over random configuratio
 }
 
 // Models whose layers alternate plans (sliding-window and full attention: GPT-OSS and Gemma 2 every other
-// layer, Gemma 3 one in six) are copied a pattern at a time.
+// layer, Gemma 3 one in six; Llama 4 Maverick's chunked and full attention one in four over MoE and dense
+// layers in turn) are copied a pattern at a time.
 TEST_CASE("copied layer patterns match the built ones over random configurations", "[engine][fast_forward][invariants][window]") {
   int longest = 0;
   CHECK(check_random_copies(2027, 60, {"hf/gpt-oss-20b.config.json", "hf/gemma-2-9b.config.json", "hf/gemma-3-1b.config.json",
-                                       "hf/gemma-3-27b.config.json"}, longest) == 60);
+                                       "hf/gemma-3-27b.config.json", "hf/llama4-maverick-17b-128e.config.json"}, longest) == 60);
   CHECK(longest == 6);  // Gemma 3's pattern
 }
 

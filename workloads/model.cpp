@@ -1,6 +1,7 @@
 #include "workloads/model.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -23,7 +24,37 @@ std::int64_t ModelSpec::attention_window(std::int64_t layer) const {
   return std::binary_search(window_layer_ids.begin(), window_layer_ids.end(), layer) ? sliding_window : 0;
 }
 
+AttentionMask ModelSpec::attention_mask(std::int64_t layer) const {
+  if (is_mtp_layer(layer)) return attention_mask(num_layers - 1);
+  if (const std::int64_t w = attention_window(layer); w > 0) return {AttentionMask::Kind::sliding, w};
+  if (std::binary_search(chunk_layer_ids.begin(), chunk_layer_ids.end(), layer)) return {AttentionMask::Kind::chunked, attention_chunk};
+  return {};
+}
+
 bool window_cuts(double seq, double window) { return window > 0 && window < seq; }
+
+bool mask_cuts(double seq, const AttentionMask& mask) {
+  return mask.kind != AttentionMask::Kind::full && window_cuts(seq, static_cast<double>(mask.tokens));
+}
+
+namespace {
+double chunked_fraction(double seq, double chunk) {
+  const double n = std::floor(seq / chunk), r = seq - n * chunk;
+  return (n * chunk * chunk + r * r) / (seq * seq);
+}
+}  // namespace
+
+double executed_attention_fraction(double seq, const AttentionMask& mask) {
+  if (!mask_cuts(seq, mask)) return 1.0;
+  const double t = static_cast<double>(mask.tokens);
+  return mask.kind == AttentionMask::Kind::sliding ? executed_window_fraction(seq, t) : chunked_fraction(seq, t);
+}
+
+double model_attention_fraction(double seq, const AttentionMask& mask) {
+  if (!mask_cuts(seq, mask)) return 1.0;
+  const double t = static_cast<double>(mask.tokens);
+  return mask.kind == AttentionMask::Kind::sliding ? model_window_fraction(seq, t) : chunked_fraction(seq, t);
+}
 
 double executed_window_fraction(double seq, double window) {
   if (!window_cuts(seq, window)) return 1.0;
@@ -127,11 +158,11 @@ ModelSpec::Flops ModelSpec::model_flops(double B, std::int64_t S, std::int64_t g
   double embedding = 2.0 * BS * E * vocab_size;  // the unembedding matmul (tied or not); the lookup is free
   // An MTP module adds a layer, its eh_proj (2 E -> E) and another pass through the head.
   const double M = static_cast<double>(mtp_layers), mtp = M * (2.0 * BS * 2 * E * E + embedding);
-  // Layers' worth of full causal attention: a windowed layer counts its fraction (exactly L + M without one).
+  // Layers' worth of full causal attention: a windowed or chunked layer counts its fraction (exactly L + M
+  // without one).
   double attn_layers = L + M;
-  for (std::int64_t l = 0; sliding_window > 0 && l < stack_layers(); ++l)
-    if (const std::int64_t w = attention_window(l); w > 0)
-      attn_layers -= 1.0 - model_window_fraction(static_cast<double>(S), static_cast<double>(w));
+  for (std::int64_t l = 0; (sliding_window > 0 || attention_chunk > 0) && l < stack_layers(); ++l)
+    attn_layers -= 1.0 - model_attention_fraction(static_cast<double>(S), attention_mask(l));
   Flops f;
   f.weights_flops = (ffn_total + (qkv + proj) * (L + M) + embedding + mtp) * 3 * grad_accum;
   f.attention_flops = attn * attn_layers * 3 * grad_accum;
@@ -166,6 +197,7 @@ nlohmann::json ModelSpec::to_json() const {
     if (routing_groups > 0) j.update({{"routing_groups", routing_groups}, {"groups_per_token", groups_per_token}});
   }
   if (sliding_window > 0) j.update({{"sliding_window", sliding_window}, {"window_layer_ids", window_layer_ids}});
+  if (attention_chunk > 0) j.update({{"attention_chunk", attention_chunk}, {"chunk_layer_ids", chunk_layer_ids}});
   // The flags only when set, so that the specs without them read as before.
   for (auto [key, flag] : kFlags)
     if (this->*flag) j[key] = true;
@@ -245,7 +277,7 @@ ModelSpec load_model(const nlohmann::json& doc, const std::string& origin) {
       "head_dim", "mlp_dim", "vocab_size", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
       "qk_rope_head_dim", "v_head_dim", "first_dense_layers", "num_experts", "experts_per_token",
       "shared_experts", "moe_mlp_dim", "shared_expert_mlp_dim", "dense_layer_ids", "routing_groups", "groups_per_token",
-      "sliding_window", "window_layer_ids"};
+      "sliding_window", "window_layer_ids", "attention_chunk", "chunk_layer_ids"};
   for (auto [key, flag] : kFlags) keys.push_back(key);
   v.allow_only(keys);
   ModelSpec m;
@@ -311,6 +343,20 @@ ModelSpec load_model(const nlohmann::json& doc, const std::string& origin) {
   } else if (v.has("window_layer_ids")) {
     v.at("window_layer_ids").fail("needs sliding_window");
   }
+  if (auto c = v.find("attention_chunk")) {
+    m.attention_chunk = c->positive_integer();
+    if (auto l = v.find("chunk_layer_ids")) {
+      m.chunk_layer_ids = layer_list(*l, m.num_layers, 0, true);
+      if (m.chunk_layer_ids.empty()) l->fail("lists no layer (leave attention_chunk out for none)");
+      for (std::int64_t layer : m.chunk_layer_ids)
+        if (m.attention_window(layer) > 0) l->fail("names layer " + std::to_string(layer) + ", which window_layer_ids has too");
+    } else {
+      for (std::int64_t l = 0; l < m.num_layers; ++l) m.chunk_layer_ids.push_back(l);  // every layer
+      if (m.sliding_window > 0) c->fail("needs chunk_layer_ids with sliding_window (no layer may be both)");
+    }
+  } else if (v.has("chunk_layer_ids")) {
+    v.at("chunk_layer_ids").fail("needs attention_chunk");
+  }
   validate(m, v, "num_query_heads", "num_kv_heads", "first_dense_layers", "experts_per_token");
   return m;
 }
@@ -323,6 +369,8 @@ enum class HfMoe {
   mixtral,   // num_local_experts experts of intermediate_size in every layer, no shared expert (also GPT-OSS)
   qwen,      // num_experts of moe_intermediate_size; decoder_sparse_step and mlp_only_layers pick dense layers
   deepseek,  // n_routed_experts of moe_intermediate_size, n_shared_experts, first_k_dense_replace dense layers
+  llama4,    // num_local_experts of intermediate_size and a shared one in the moe_layers (by default each
+             // interleave_moe_layer_step-th), dense layers of intermediate_size_mlp
 };
 // Which layers attend within a sliding window, as each transformers config class decides it.
 enum class HfWindow {
@@ -361,6 +409,13 @@ constexpr const char* kGemma3Defaults =
     R"({"vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
         "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "sliding_window": 4096,
         "tie_word_embeddings": true})";
+// Llama4TextConfig's: Scout's shape (16 experts in every layer), chunks of 8,192 tokens on all but every
+// fourth layer.
+constexpr const char* kLlama4Defaults =
+    R"({"vocab_size": 202048, "hidden_size": 5120, "intermediate_size": 8192, "intermediate_size_mlp": 16384,
+        "num_hidden_layers": 48, "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
+        "num_local_experts": 16, "num_experts_per_tok": 1, "interleave_moe_layer_step": 1,
+        "no_rope_layer_interval": 4, "attention_chunk_size": 8192})";
 constexpr HfArch kHfArchs[] = {
     {.name = "LlamaForCausalLM", .reads_attention_bias = true, .reads_mlp_bias = true},
     {.name = "MistralForCausalLM", .window = HfWindow::every, .default_window = 4096},  // MixtralConfig's: None
@@ -382,6 +437,9 @@ constexpr HfArch kHfArchs[] = {
      .window = HfWindow::typed, .window_period = 6, .defaults = kGemma3Defaults},
     {.name = "Gemma3ForConditionalGeneration", .reads_attention_bias = true, .qk_norm = true, .post_norms = true,
      .window = HfWindow::typed, .window_period = 6, .defaults = kGemma3Defaults, .text_config = true},
+    {.name = "Llama4ForCausalLM", .reads_attention_bias = true, .moe = HfMoe::llama4, .defaults = kLlama4Defaults},
+    {.name = "Llama4ForConditionalGeneration", .reads_attention_bias = true, .moe = HfMoe::llama4,
+     .defaults = kLlama4Defaults, .text_config = true},
 };
 
 bool optional_flag(const JsonView& v, const char* key) { return v.has(key) && v.at(key).boolean(); }
@@ -423,6 +481,46 @@ void read_hf_window(const JsonView& v, const HfArch& arch, ModelSpec& m) {
   }
   m.sliding_window = m.window_layer_ids.empty() ? 0 : window;
   if (m.sliding_window == 0) m.window_layer_ids.clear();
+}
+
+// Llama 4: the experts and the layers they are in, and the chunked layers (ModelSpec::attention_chunk).
+void read_llama4(const JsonView& v, ModelSpec& m) {
+  m.moe_mlp_dim = m.mlp_dim;  // intermediate_size is the experts' width
+  m.mlp_dim = v.at("intermediate_size_mlp").positive_integer();
+  m.num_experts = v.at("num_local_experts").positive_integer();
+  m.experts_per_token = v.at("num_experts_per_tok").positive_integer();
+  m.shared_experts = 1;  // Llama4TextMoe's shared_expert, of intermediate_size
+  // transformers: moe_layers, else every interleave_moe_layer_step-th layer from step - 1.
+  std::vector<std::int64_t> moe;
+  if (v.has("moe_layers") && !v.at("moe_layers").raw().is_null()) {
+    moe = layer_list(v.at("moe_layers"), m.num_layers, 0, false);
+  } else {
+    const std::int64_t step = v.at("interleave_moe_layer_step").positive_integer();
+    for (std::int64_t l = step - 1; l < m.num_layers; l += step) moe.push_back(l);
+  }
+  for (std::int64_t l = 0; l < m.num_layers; ++l)
+    if (!std::binary_search(moe.begin(), moe.end(), l)) m.dense_layer_ids.push_back(l);
+  if (moe.empty()) v.at(v.has("moe_layers") ? "moe_layers" : "interleave_moe_layer_step").fail("leaves no MoE layer");
+  // The layers with RoPE attend within their chunk (no_rope_layers: 1 uses RoPE; by default all but each
+  // no_rope_layer_interval-th), the NoPE ones over the whole prefix. attention_chunk_size null: no chunks.
+  const auto chunk = v.at("attention_chunk_size");
+  if (chunk.raw().is_null()) return;
+  m.attention_chunk = chunk.positive_integer();
+  if (v.has("no_rope_layers") && v.at("no_rope_layers").size() > 0) {
+    auto flags = v.at("no_rope_layers");
+    if (flags.size() != static_cast<std::size_t>(m.num_layers))
+      flags.fail("has " + std::to_string(flags.size()) + " entries; expected num_hidden_layers = " + std::to_string(m.num_layers));
+    for (std::size_t l = 0; l < flags.size(); ++l) {
+      const std::int64_t f = flags[l].integer();
+      if (f != 0 && f != 1) flags[l].fail("must be 0 (NoPE: full attention) or 1 (RoPE: chunked)");
+      if (f == 1) m.chunk_layer_ids.push_back(static_cast<std::int64_t>(l));
+    }
+  } else {
+    const std::int64_t interval = v.at("no_rope_layer_interval").positive_integer();
+    for (std::int64_t l = 0; l < m.num_layers; ++l)
+      if ((l + 1) % interval != 0) m.chunk_layer_ids.push_back(l);
+  }
+  if (m.chunk_layer_ids.empty()) m.attention_chunk = 0;
 }
 }  // namespace
 
@@ -521,6 +619,10 @@ ModelSpec load_hf_config(const nlohmann::json& doc, const std::string& origin) {
     std::sort(m.dense_layer_ids.begin(), m.dense_layer_ids.end());
     m.dense_layer_ids.erase(std::unique(m.dense_layer_ids.begin(), m.dense_layer_ids.end()), m.dense_layer_ids.end());
     dense_key = step > 1 ? "decoder_sparse_step" : "mlp_only_layers";
+  }
+  if (arch->moe == HfMoe::llama4) {
+    read_llama4(v, m);
+    dense_key = "interleave_moe_layer_step";
   }
   read_hf_window(v, *arch, m);
   validate(m, v, "num_attention_heads", "num_key_value_heads", dense_key, "num_experts_per_tok");

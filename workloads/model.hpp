@@ -12,6 +12,16 @@ namespace hbmsim {
 enum class Architecture { llama, deepseek_v3 };
 const char* to_string(Architecture a);
 
+// What a layer's queries attend to: the whole causal prefix; the last `tokens` of it, their own included (a
+// sliding window: Mistral, GPT-OSS, Gemma); or the earlier tokens of their own chunk of `tokens` (chunked
+// attention: Llama 4's attention_chunk_size, MaxText's chunk_attn_window_size).
+struct AttentionMask {
+  enum class Kind : std::uint8_t { full, sliding, chunked };
+  Kind kind = Kind::full;
+  std::int64_t tokens = 0;
+  auto operator<=>(const AttentionMask&) const = default;
+};
+
 struct ModelSpec {
   std::string id, name, source;
   Architecture architecture = Architecture::llama;
@@ -57,6 +67,11 @@ struct ModelSpec {
   std::vector<std::int64_t> window_layer_ids;  // sorted decoder layers
   // The window `layer` attends within (0: none); an MTP module's is the last decoder layer's, as its kind is.
   std::int64_t attention_window(std::int64_t layer) const;
+  // Chunked attention (Llama 4): the layers in chunk_layer_ids attend within their chunk of attention_chunk
+  // tokens (0: none); no layer is both windowed and chunked.
+  std::int64_t attention_chunk = 0;
+  std::vector<std::int64_t> chunk_layer_ids;  // sorted decoder layers
+  AttentionMask attention_mask(std::int64_t layer) const;  // an MTP module's is the last decoder layer's
 
   bool is_mla() const { return architecture == Architecture::deepseek_v3; }
   std::int64_t stack_layers() const { return num_layers + mtp_layers; }  // what a step runs, MTP modules last
@@ -101,10 +116,16 @@ bool window_cuts(double seq, double window);
 // causal one. Both are exactly 1 without a window or with one of seq or more.
 double executed_window_fraction(double seq, double window);
 double model_window_fraction(double seq, double window);
+// The same for any mask. A chunk of c tokens cuts a sequence of seq > c into n = floor(seq / c) chunks and a
+// rest r, each attended causally: (n c^2 + r^2) / seq^2 of the full layer's pairs, executed and in MaxText's
+// model FLOPs alike (calculate_llama4_attention_tflops).
+bool mask_cuts(double seq, const AttentionMask& mask);
+double executed_attention_fraction(double seq, const AttentionMask& mask);
+double model_attention_fraction(double seq, const AttentionMask& mask);
 
 ModelSpec load_model(const nlohmann::json& doc, const std::string& origin);
-// HuggingFace config.json: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM (dense);
-// MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM, GptOssForCausalLM (MoE).
+// HuggingFace config.json: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma2/3 (dense);
+// MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM, GptOssForCausalLM, Llama 4 (MoE).
 ModelSpec load_hf_config(const nlohmann::json& doc, const std::string& origin);
 std::vector<std::string> builtin_model_ids();
 // Every model shipped in the binary by the name --model takes: the built-in ids, then the HuggingFace configs

@@ -209,8 +209,8 @@ struct BufferRows {
 // on this device's share of the heads and MLP width. Each block returns the tensor it produces.
 class BodyBuilder {
  public:
-  // `window`: the layer's sliding attention window in tokens (0: none).
-  BodyBuilder(TemplateBuilder& b, const ModelSpec& m, const TrainingSpec& t, std::int64_t window) : b_(b), m_(m) {
+  // `mask`: what the layer's queries attend to (a sliding window, a chunk, or the whole prefix).
+  BodyBuilder(TemplateBuilder& b, const ModelSpec& m, const TrainingSpec& t, const AttentionMask& mask) : b_(b), m_(m) {
     const auto& p = t.parallelism;
     a_ = dtype_bytes(t.activation_dtype);
     d_ = static_cast<double>(m.d_model);
@@ -225,8 +225,9 @@ class BodyBuilder {
     dispatcher_ = p.moe_dispatcher;
     heads_ = static_cast<double>(m.num_query_heads) / tp_;
     seq_ = static_cast<double>(t.seq_len);
-    window_ = static_cast<double>(window);
-    window_fraction_ = executed_window_fraction(seq_, window_);
+    window_ = static_cast<double>(mask.tokens);
+    windowed_ = mask_cuts(seq_, mask);
+    window_fraction_ = executed_attention_fraction(seq_, mask);
     attn_dt_ = t.attention_gemm_dtype;
     mlp_dt_ = t.mlp_gemm_dtype;
     quantized_gather_ = t.fp8_saved_activations;
@@ -329,12 +330,12 @@ class BodyBuilder {
     const CommDef base{CommKind::none, CommKind::none, Axis::cp, context_, 0, false, {}};
     // A sliding window under the ring (Transformer Engine's p2p): each of a rank's two chunks (of 2 cp per
     // sequence) fetches only the window's keys and values before it, its halo, when the window fits in the
-    // cp - 1 chunks before; a longer one falls back to the all-gather.
-    const bool windowed = window_cuts(seq_, window_);
+    // cp - 1 chunks before; a longer one falls back to the all-gather. An attention chunk of c tokens needs
+    // at most the c before (its own chunk's start): taken as a window of c, a bound.
     const double chunk_tokens = seq_ / (2.0 * static_cast<double>(cp_));
-    if (cp_exchange_ == CpExchange::ring && windowed && window_ <= static_cast<double>(cp_ - 1) * chunk_tokens)
+    if (cp_exchange_ == CpExchange::ring && windowed_ && window_ <= static_cast<double>(cp_ - 1) * chunk_tokens)
       return halo_attention(q, k, v, ctx, kv_bytes, flops, base);
-    if (cp_exchange_ == CpExchange::all_gather || windowed) {
+    if (cp_exchange_ == CpExchange::all_gather || windowed_) {
       const double gathered = kv_bytes * static_cast<double>(cp_);
       int kvg = b_.tensor("kv_gathered", gathered);
       CommDef c = base;
@@ -558,8 +559,9 @@ class BodyBuilder {
   TemplateBuilder& b_;
   const ModelSpec& m_;
   double a_ = 2, d_ = 0, tp_ = 1, heads_ = 0, seq_ = 0;
-  double window_ = 0;           // the layer's attention window in tokens (0: none)
-  double window_fraction_ = 1;  // the attention's work with the layer's window over without (executed_window_fraction)
+  double window_ = 0;           // the layer's attention window or chunk in tokens (0: none)
+  bool windowed_ = false;       // it cuts the sequence (mask_cuts)
+  double window_fraction_ = 1;  // the attention's work with the layer's mask over without (executed_attention_fraction)
   std::int64_t cp_ = 1, ep_ = 1;
   bool sp_ = false, fold_ = false;
   double load_ = 1;  // TrainingSpec::moe_load_imbalance
@@ -577,9 +579,9 @@ double expert_split(const Parallelism& p) {
   return static_cast<double>(p.experts_fold_tp ? p.expert_group() : p.tp * p.ep);
 }
 
-LayerTemplate build_template(const ModelSpec& model, const TrainingSpec& training, bool moe, bool mtp, std::int64_t window) {
+LayerTemplate build_template(const ModelSpec& model, const TrainingSpec& training, bool moe, bool mtp, const AttentionMask& mask) {
   TemplateBuilder b(mtp ? "mtp" : moe ? "moe" : "dense");
-  BodyBuilder body(b, model, training, window);
+  BodyBuilder body(b, model, training, mask);
   const double T = training.layer_tokens();
   const double a = dtype_bytes(training.activation_dtype), d = static_cast<double>(model.d_model);
   int dli = b.tensor("decoder_layer_input", body.sharded(T) * d * a);
@@ -667,20 +669,20 @@ StepGraph build_step_graph(const ModelSpec& decoder, TrainingSpec training) {
   const bool sp = p.sequence_parallel && p.tp > 1;
   g.sharded_tokens = sp ? g.tokens / static_cast<double>(p.tp) : g.tokens;
 
-  g.templates.push_back(build_template(model, training, false, false, 0));
-  if (model.num_experts > 0) g.templates.push_back(build_template(model, training, true, false, 0));
-  // A layer whose window cuts the sequence has a template of its own per kind and window.
-  std::map<std::pair<int, std::int64_t>, int> windowed;
+  g.templates.push_back(build_template(model, training, false, false, {}));
+  if (model.num_experts > 0) g.templates.push_back(build_template(model, training, true, false, {}));
+  // A layer whose window or chunk cuts the sequence has a template of its own per kind and mask.
+  std::map<std::pair<int, AttentionMask>, int> masked;
   auto template_of = [&](std::int64_t layer, int plain) {
-    const std::int64_t w = model.attention_window(layer);
-    if (!window_cuts(static_cast<double>(training.seq_len), static_cast<double>(w))) return plain;
-    auto [it, made] = windowed.try_emplace({plain, w}, static_cast<int>(g.templates.size()));
-    if (made) g.templates.push_back(build_template(model, training, model.is_moe_layer(layer), model.is_mtp_layer(layer), w));
+    const AttentionMask mask = model.attention_mask(layer);
+    if (!mask_cuts(static_cast<double>(training.seq_len), mask)) return plain;
+    auto [it, made] = masked.try_emplace({plain, mask}, static_cast<int>(g.templates.size()));
+    if (made) g.templates.push_back(build_template(model, training, model.is_moe_layer(layer), model.is_mtp_layer(layer), mask));
     return it->second;
   };
   for (std::int64_t i = 0; i < model.num_layers; ++i) g.layer_template.push_back(template_of(i, model.is_moe_layer(i) ? 1 : 0));
   if (model.mtp_layers > 0) {
-    g.templates.push_back(build_template(model, training, model.is_moe_layer(model.num_layers), true, 0));
+    g.templates.push_back(build_template(model, training, model.is_moe_layer(model.num_layers), true, {}));
     const int mtp = template_of(model.num_layers, static_cast<int>(g.templates.size()) - 1);
     g.layer_template.insert(g.layer_template.end(), static_cast<std::size_t>(model.mtp_layers), mtp);
   }
