@@ -6,9 +6,9 @@
 #include <optional>
 #include <random>
 
-#include "better_hardware.hpp"
 #include "helpers.hpp"
 #include "hwmodels/builtin.hpp"
+#include "masked_laws.hpp"
 #include "planner/run_summary.hpp"
 #include "random_configs.hpp"
 #include "workloads/step_graph.hpp"
@@ -158,26 +158,7 @@ TEST_CASE("Llama 4: physics holds over random layouts", "[invariants][llama4]") 
     }
     INFO(c.to_json().dump());
     ++simulated;
-    CHECK(r->mfu <= 1.0);
-    CHECK(r->executed_flops_per_device >= r->model_flops_per_device * (1 - 1e-12));
-    const ModelSpec model = resolve_model(c.model);
-    CHECK(r->model_flops_per_device * static_cast<double>(c.gpus) ==
-          Approx(static_cast<double>(r->global_batch) * model.model_flops(1, c.seq, 1).total()).epsilon(1e-9));
-    const StepReport plain = simulate_resolved(c, false, false).report;
-    CHECK(plain.step_time_s == Approx(r->step_time_s).epsilon(1e-9));
-    CHECK(plain.hbm_peak_bytes == Approx(r->hbm_peak_bytes).epsilon(1e-9));
-    auto spec = model.to_json();
-    spec.erase("attention_chunk");
-    spec.erase("chunk_layer_ids");
-    const auto path = (test::temp_dir() / ("unchunked_" + std::to_string(k) + ".json")).string();
-    test::write(path, spec.dump());
-    RunConfig full = c;
-    full.model = path;
-    const StepReport unchunked = run_simulation(full);
-    const PreparedRun prepared = prepare_run(c);
-    // More attention work re-times the collectives as a slower GPU would (test::allowed_retiming).
-    CHECK(unchunked.step_time_s >= r->step_time_s * (1 - test::allowed_retiming(c, prepared, *r)));
-    CHECK(unchunked.model_flops_per_device > r->model_flops_per_device);
+    test::check_masked_run(c, *r, {"attention_chunk", "chunk_layer_ids"}, "unchunked_" + std::to_string(k));
   }
   CHECK(simulated >= 16);
 }

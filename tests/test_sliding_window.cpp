@@ -8,9 +8,9 @@
 
 #include "helpers.hpp"
 #include "hwmodels/builtin.hpp"
+#include "masked_laws.hpp"
 #include "planner/run_summary.hpp"
 #include "random_configs.hpp"
-#include "better_hardware.hpp"
 #include "workloads/step_graph.hpp"
 
 using namespace hbmsim;
@@ -261,26 +261,7 @@ TEST_CASE("Sliding window: physics holds for windowed models over random layouts
     INFO(c.to_json().dump());
     ++simulated;
     moe += c.model.find("gpt-oss") != std::string::npos;
-    CHECK(r->mfu <= 1.0);
-    CHECK(r->executed_flops_per_device >= r->model_flops_per_device * (1 - 1e-12));
-    const ModelSpec model = resolve_model(c.model);
-    CHECK(r->model_flops_per_device * static_cast<double>(c.gpus) ==
-          Approx(static_cast<double>(r->global_batch) * model.model_flops(1, c.seq, 1).total()).epsilon(1e-9));
-    const StepReport plain = simulate_resolved(c, false, false).report;
-    CHECK(plain.step_time_s == Approx(r->step_time_s).epsilon(1e-9));
-    CHECK(plain.hbm_peak_bytes == Approx(r->hbm_peak_bytes).epsilon(1e-9));
-    // Without the window: the same model file with sliding_window taken out.
-    auto spec = model.to_json();
-    spec.erase("sliding_window");
-    spec.erase("window_layer_ids");
-    const auto path = (test::temp_dir() / ("unwindowed_" + std::to_string(k) + ".json")).string();
-    test::write(path, spec.dump());
-    RunConfig full = c;
-    full.model = path;
-    const StepReport unwindowed = run_simulation(full);
-    const PreparedRun prepared = prepare_run(c);
-    CHECK(unwindowed.step_time_s >= r->step_time_s * (1 - test::allowed_slowdown(c, prepared, r->fits)));
-    CHECK(unwindowed.model_flops_per_device > r->model_flops_per_device);
+    test::check_masked_run(c, *r, {"sliding_window", "window_layer_ids"}, "unwindowed_" + std::to_string(k));
   }
   CHECK(simulated >= 30);
   CHECK(moe >= 8);

@@ -1,0 +1,41 @@
+// The laws a run of a model with windowed or chunked attention keeps (test_sliding_window.cpp, test_llama4.cpp):
+// DESIGN.md's on the run itself, the fast-forward equal to every event, and the same model without its mask (more
+// attention work) never faster.
+#pragma once
+#include <catch2/catch.hpp>
+
+#include <initializer_list>
+#include <string>
+
+#include "better_hardware.hpp"
+#include "helpers.hpp"
+#include "planner/run_summary.hpp"
+
+namespace test {
+
+// `r` is run_simulation(c); `mask_keys` the model-file keys that make the mask, taken out for the comparison
+// (`tag` names the temporary model file).
+inline void check_masked_run(const hbmsim::RunConfig& c, const hbmsim::StepReport& r, std::initializer_list<const char*> mask_keys,
+                             const std::string& tag) {
+  using namespace hbmsim;
+  CHECK(r.mfu <= 1.0);
+  CHECK(r.executed_flops_per_device >= r.model_flops_per_device * (1 - 1e-12));
+  const ModelSpec model = resolve_model(c.model);
+  CHECK(r.model_flops_per_device * static_cast<double>(c.gpus) ==
+        Approx(static_cast<double>(r.global_batch) * model.model_flops(1, c.seq, 1).total()).epsilon(1e-9));
+  const StepReport plain = simulate_resolved(c, false, false).report;
+  CHECK(plain.step_time_s == Approx(r.step_time_s).epsilon(1e-9));
+  CHECK(plain.hbm_peak_bytes == Approx(r.hbm_peak_bytes).epsilon(1e-9));
+  auto spec = model.to_json();
+  for (const char* key : mask_keys) spec.erase(key);
+  const auto path = (temp_dir() / (tag + ".json")).string();
+  write(path, spec.dump());
+  RunConfig full = c;
+  full.model = path;
+  const StepReport unmasked = run_simulation(full);
+  // More attention work re-times the collectives as a slower GPU would (allowed_retiming).
+  CHECK(unmasked.step_time_s >= r.step_time_s * (1 - allowed_retiming(c, prepare_run(c), r)));
+  CHECK(unmasked.model_flops_per_device > r.model_flops_per_device);
+}
+
+}  // namespace test
