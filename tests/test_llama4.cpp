@@ -8,34 +8,20 @@
 
 #include "helpers.hpp"
 #include "hwmodels/builtin.hpp"
-#include "masked_laws.hpp"
+#include "attention_masks.hpp"
 #include "planner/run_summary.hpp"
 #include "random_configs.hpp"
 #include "workloads/step_graph.hpp"
 
 using namespace hbmsim;
 
-namespace {
+using test::attention_flops;
+using test::hf_doc;
+using test::training;
 
-nlohmann::json hf_doc(const std::string& file) { return nlohmann::json::parse(*builtin_file("hf/" + file)); }
+namespace {
 const char* const kScout = "llama4-scout-17b-16e.config.json";
 const char* const kMaverick = "llama4-maverick-17b-128e.config.json";
-
-TrainingSpec training(std::int64_t seq) {
-  TrainingSpec t;
-  t.gpus = 8;
-  t.per_device_batch = 1;
-  t.seq_len = seq;
-  return t;
-}
-
-double attention_flops(const LayerTemplate& t) {
-  for (const auto& op : t.ops)
-    if (op.kind == OpKind::attention) return op.flops;
-  FAIL("no attention op");
-  return 0;
-}
-
 }  // namespace
 
 TEST_CASE("Llama 4: the HF configs' experts, dense layers and chunked layers", "[workloads][hf][llama4]") {

@@ -3,40 +3,26 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <filesystem>
 #include <optional>
 #include <random>
 
 #include "helpers.hpp"
 #include "hwmodels/builtin.hpp"
-#include "masked_laws.hpp"
+#include "attention_masks.hpp"
 #include "planner/run_summary.hpp"
 #include "random_configs.hpp"
 #include "workloads/step_graph.hpp"
 
 using namespace hbmsim;
 
+using test::attention_flops;
+using test::hf_doc;
+using test::training;
+
 namespace {
-
-nlohmann::json hf_doc(const std::string& file) { return nlohmann::json::parse(*builtin_file("hf/" + file)); }
-
-TrainingSpec training(std::int64_t seq) {
-  TrainingSpec t;
-  t.gpus = 8;
-  t.per_device_batch = 1;
-  t.seq_len = seq;
-  return t;
-}
-
-// The attention op of a layer template: its forward FLOPs.
-double attention_flops(const LayerTemplate& t) {
-  for (const auto& op : t.ops)
-    if (op.kind == OpKind::attention) return op.flops;
-  FAIL("no attention op");
-  return 0;
-}
-
-std::string mistral_path() { return std::string(HBMSIM_SOURCE_DIR) + "/data/hf/mistral-7b-v0.1.config.json"; }
-
+// (A path, not string concatenation: GCC 12 warned of a bogus out-of-bounds copy in `std::string + const char*`.)
+std::string mistral_path() { return (std::filesystem::path(HBMSIM_SOURCE_DIR) / "data/hf/mistral-7b-v0.1.config.json").string(); }
 }  // namespace
 
 TEST_CASE("Sliding window: the layers each HF config class puts in a window", "[workloads][hf][window]") {

@@ -1,6 +1,7 @@
-// The laws a run of a model with windowed or chunked attention keeps (test_sliding_window.cpp, test_llama4.cpp):
-// DESIGN.md's on the run itself, the fast-forward equal to every event, and the same model without its mask (more
-// attention work) never faster.
+// What the tests of windowed and chunked attention share (test_sliding_window.cpp, test_llama4.cpp): a shipped
+// HF config, a one-sequence step at a given length and its attention op, and the laws a run of such a model
+// keeps (DESIGN.md's on the run itself, the fast-forward equal to every event, and the same model without its
+// mask, more attention work, never faster).
 #pragma once
 #include <catch2/catch.hpp>
 
@@ -9,9 +10,30 @@
 
 #include "better_hardware.hpp"
 #include "helpers.hpp"
+#include "hwmodels/builtin.hpp"
 #include "planner/run_summary.hpp"
+#include "workloads/step_graph.hpp"
 
 namespace test {
+
+inline nlohmann::json hf_doc(const std::string& file) { return nlohmann::json::parse(*hbmsim::builtin_file("hf/" + file)); }
+
+// One sequence of `seq` tokens per device on 8 GPUs.
+inline hbmsim::TrainingSpec training(std::int64_t seq) {
+  hbmsim::TrainingSpec t;
+  t.gpus = 8;
+  t.per_device_batch = 1;
+  t.seq_len = seq;
+  return t;
+}
+
+// The attention op of a layer template: its forward FLOPs.
+inline double attention_flops(const hbmsim::LayerTemplate& t) {
+  for (const auto& op : t.ops)
+    if (op.kind == hbmsim::OpKind::attention) return op.flops;
+  FAIL("no attention op");
+  return 0;
+}
 
 // `r` is run_simulation(c); `mask_keys` the model-file keys that make the mask, taken out for the comparison
 // (`tag` names the temporary model file).
