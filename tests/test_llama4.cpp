@@ -112,6 +112,10 @@ TEST_CASE("Llama 4: bad chunk settings name the file, the path and the value", "
   doc = hf_doc(kMaverick);
   doc["text_config"]["interleave_moe_layer_step"] = 49;
   CHECK_THROWS_WITH(load_hf_config(doc, "m.json"), "m.json: text_config.interleave_moe_layer_step = 49 (leaves no MoE layer)");
+  doc["text_config"]["moe_layers"] = nullptr;  // null is not given: the step decides, and is named
+  CHECK_THROWS_WITH(load_hf_config(doc, "m.json"), "m.json: text_config.interleave_moe_layer_step = 49 (leaves no MoE layer)");
+  doc["text_config"]["moe_layers"] = nlohmann::json::array();
+  CHECK_THROWS_WITH(load_hf_config(doc, "m.json"), "m.json: text_config.moe_layers = [] (leaves no MoE layer)");
   // Model files: chunk_layer_ids needs attention_chunk, and no layer is both windowed and chunked.
   auto m = load_hf_config(hf_doc(kMaverick), "m").to_json();
   m.erase("attention_chunk");

@@ -492,7 +492,8 @@ void read_llama4(const JsonView& v, ModelSpec& m) {
   m.shared_experts = 1;  // Llama4TextMoe's shared_expert, of intermediate_size
   // transformers: moe_layers, else every interleave_moe_layer_step-th layer from step - 1.
   std::vector<std::int64_t> moe;
-  if (v.has("moe_layers") && !v.at("moe_layers").raw().is_null()) {
+  const bool listed = v.has("moe_layers") && !v.at("moe_layers").raw().is_null();
+  if (listed) {
     moe = layer_list(v.at("moe_layers"), m.num_layers, 0, false);
   } else {
     const std::int64_t step = v.at("interleave_moe_layer_step").positive_integer();
@@ -500,7 +501,7 @@ void read_llama4(const JsonView& v, ModelSpec& m) {
   }
   for (std::int64_t l = 0; l < m.num_layers; ++l)
     if (!std::binary_search(moe.begin(), moe.end(), l)) m.dense_layer_ids.push_back(l);
-  if (moe.empty()) v.at(v.has("moe_layers") ? "moe_layers" : "interleave_moe_layer_step").fail("leaves no MoE layer");
+  if (moe.empty()) v.at(listed ? "moe_layers" : "interleave_moe_layer_step").fail("leaves no MoE layer");
   // The layers with RoPE attend within their chunk (no_rope_layers: 1 uses RoPE; by default all but each
   // no_rope_layer_interval-th), the NoPE ones over the whole prefix. attention_chunk_size null: no chunks.
   const auto chunk = v.at("attention_chunk_size");
