@@ -65,10 +65,10 @@ struct Buffer {
 };
 static_assert(sizeof(Buffer) <= 16, "a buffer outgrew its 16 bytes");
 
-constexpr int kComputeQueue = 0;
+constexpr int kComputeQueue = 0;  // every program's first queue: device 0's compute stream
 // The longest layer pattern a loop is copied and fast-forwarded at, in iterations: Gemma 3 alternates five
 // sliding-window layers with a full one (6); a double-buffered scan body holds two layers.
-constexpr int kMaxPeriod = 8;  // every program's first queue: device 0's compute stream
+constexpr int kMaxPeriod = 8;
 constexpr int kMaxQueues = 4096;  // a program's queues (an op stores its queue in 16 bits)
 
 // Fields ordered by size so that an op packs into 96 bytes: the engine walks thousands per step, and at the

@@ -152,7 +152,8 @@ bool LoopInstances::continues_at(const Program& p, int i, int period) {
 }
 
 int LoopInstances::period(const Program& p, int i, const std::vector<int>& inputs, int only) {
-  for (int period = only > 0 ? only : 1; period <= (only > 0 ? only : 2); ++period) {
+  const int lowest = only > 0 ? only : 1, highest = only > 0 ? only : 2;
+  for (int period = lowest; period <= highest; ++period) {
     if (i - 3 * period < 0) break;
     const Iteration &a = its_[static_cast<std::size_t>(i - 2 * period)], &b = its_[static_cast<std::size_t>(i - period)];
     if (continues_at(p, i - period, period) && continues(a.inputs, b.inputs, inputs)) return period;

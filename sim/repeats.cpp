@@ -202,21 +202,9 @@ void Repeats::find(const Program& p, const std::vector<int>& gate_after, const s
     // The grouping whose middle iterations repeat: single iterations first.
     for (int group = 1; group <= kMaxPeriod; ++group) {
       bool found = false;
-      for (int offset = 0; offset < group && !found; ++offset) {
-        Repeat run{{f.first + offset * stride, group * stride}, {f.side_first + offset * side, group * side}, (count - offset) / group,
-                   static_cast<int>(b) - count + offset, group};
-        if (run.count < kMinIterations) continue;
-        runs_.push_back(run);
-        known_.emplace_back(static_cast<std::size_t>(run.count), 0);
-        priority_step_.emplace_back(p.resources.size(), kUnset);
-        const int mid = run.count / 2, last = std::min(run.count - 1, mid + std::max(1, (kMaxPeriod + group - 1) / group));
-        found = first_break(static_cast<int>(runs_.size()) - 1, mid, last) > last;
-        if (!found) {
-          runs_.pop_back();
-          known_.pop_back();
-          priority_step_.pop_back();
-        }
-      }
+      for (int offset = 0; offset < group && !found; ++offset)
+        found = try_run(Repeat{{f.first + offset * stride, group * stride}, {f.side_first + offset * side, group * side},
+                               (count - offset) / group, static_cast<int>(b) - count + offset, group});
       if (found) break;
     }
   }

@@ -6,12 +6,16 @@
 #include <catch2/catch.hpp>
 
 #include <initializer_list>
+#include <optional>
+#include <random>
 #include <string>
+#include <vector>
 
 #include "better_hardware.hpp"
 #include "helpers.hpp"
 #include "hwmodels/builtin.hpp"
 #include "planner/run_summary.hpp"
+#include "random_configs.hpp"
 #include "workloads/step_graph.hpp"
 
 namespace test {
@@ -58,6 +62,31 @@ inline void check_masked_run(const hbmsim::RunConfig& c, const hbmsim::StepRepor
   // More attention work re-times the collectives as a slower GPU would (allowed_retiming).
   CHECK(unmasked.step_time_s >= r.step_time_s * (1 - allowed_retiming(c, prepare_run(c), r)));
   CHECK(unmasked.model_flops_per_device > r.model_flops_per_device);
+}
+
+// Seeded random layouts (a third of them pipelines), each with `setup(c, k, rng)` putting in a masked model and
+// a sequence its mask cuts, no MTP: the layouts the model cannot take are skipped, the others checked with
+// check_masked_run, until `wanted` are or `attempts` were drawn. Returns the models of the runs checked.
+template <class Setup>
+std::vector<std::string> check_masked_draws(std::uint32_t seed, int attempts, int wanted, std::initializer_list<const char*> mask_keys,
+                                            const std::string& tag, Setup setup) {
+  std::mt19937 rng(seed);
+  std::vector<std::string> checked;
+  for (int k = 0; k < attempts && static_cast<int>(checked.size()) < wanted; ++k) {
+    hbmsim::RunConfig c = k % 3 == 0 ? random_pipeline(rng) : random_config(rng);
+    setup(c, k, rng);
+    c.mtp_layers = 0;
+    std::optional<hbmsim::StepReport> r;
+    try {
+      r = hbmsim::run_simulation(c);
+    } catch (const hbmsim::InputError&) {
+      continue;  // a layout this model cannot take (heads, experts or layers not divisible)
+    }
+    INFO(c.to_json().dump());
+    checked.push_back(c.model);
+    check_masked_run(c, *r, mask_keys, tag + "_" + std::to_string(k));
+  }
+  return checked;
 }
 
 }  // namespace test

@@ -25,6 +25,10 @@ inline hbmsim::RunConfig on_faster_network(hbmsim::RunConfig c, const hbmsim::Sy
   return c;
 }
 
+// The names of the better hardware that re-times a run's compute against its collectives (allowed_slowdown_on).
+inline constexpr const char* kFasterGpu = "a GPU twice as fast";
+inline constexpr const char* kFasterNetwork = "twice the network";
+
 // The run with 1.5x the system's HBM and host memory, with twice its faster host-link direction, with a GPU twice as fast (twice
 // its HBM bandwidth and every format's peak FLOP/s), and with twice its scale-up (NVLink) and scale-out (NIC)
 // bandwidth per GPU, each with its name. A faster network made an offloading
@@ -35,7 +39,7 @@ inline std::vector<std::pair<std::string, hbmsim::RunConfig>> better_hardware(co
   more_hbm.host_memory_bytes = 1.5 * sys.host_cpu.memory_bytes;
   faster_link.host_link_bytes_per_s = 2 * std::max(sys.host_h2d_bytes_per_s(), sys.host_d2h_bytes_per_s());
   return {{"1.5x the HBM and host memory", more_hbm}, {"twice the host link", faster_link},
-          {"a GPU twice as fast", on_faster_gpu(c, sys)}, {"twice the network", on_faster_network(c, sys)}};
+          {kFasterGpu, on_faster_gpu(c, sys)}, {kFasterNetwork, on_faster_network(c, sys)}};
 }
 
 // The run simulated on each kind of better hardware above (`prepared` is prepare_run(c)), with its name.
@@ -72,7 +76,7 @@ inline double allowed_retiming(const hbmsim::RunConfig& c, const hbmsim::Prepare
 // network; allowed_slowdown's for more memory or a faster host link.
 inline double allowed_slowdown_on(const std::string& what, const hbmsim::RunConfig& c, const hbmsim::PreparedRun& prepared,
                                   const hbmsim::StepReport& r) {
-  const bool retimes = what == "a GPU twice as fast" || what == "twice the network";
+  const bool retimes = what == kFasterGpu || what == kFasterNetwork;
   return retimes ? allowed_retiming(c, prepared, r) : allowed_slowdown(c, prepared, r.fits);
 }
 

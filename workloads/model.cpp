@@ -31,7 +31,10 @@ AttentionMask ModelSpec::attention_mask(std::int64_t layer) const {
   return {};
 }
 
+namespace {
+// Whether a window of `window` tokens (0: none) cuts a sequence of `seq`: one of the sequence or more is none.
 bool window_cuts(double seq, double window) { return window > 0 && window < seq; }
+}  // namespace
 
 bool mask_cuts(double seq, const AttentionMask& mask) {
   return mask.kind != AttentionMask::Kind::full && window_cuts(seq, static_cast<double>(mask.tokens));
@@ -231,12 +234,14 @@ static void validate(ModelSpec& m, const JsonView& v, const char* heads_key, con
   }
 }
 
+// The key is there and not null (HF configs write null for "not set").
+static bool given(const JsonView& v, const char* key) { return v.has(key) && !v.at(key).raw().is_null(); }
+
 // Group-limited routing from `groups_key` and `per_token_key` (both or neither): groups that split the experts
 // evenly, of which a token's experts fit in the ones it picks.
 static void read_routing_groups(ModelSpec& m, const JsonView& v, const char* groups_key, const char* per_token_key,
                                 const char* experts_key) {
-  const bool groups = v.has(groups_key) && !v.at(groups_key).raw().is_null();
-  const bool picks = v.has(per_token_key) && !v.at(per_token_key).raw().is_null();
+  const bool groups = given(v, groups_key), picks = given(v, per_token_key);
   if (!groups && !picks) return;
   if (!groups || !picks) v.at(groups ? groups_key : per_token_key).fail(std::string("needs ") + (groups ? per_token_key : groups_key) + " too");
   m.routing_groups = v.at(groups_key).positive_integer();
@@ -492,7 +497,7 @@ void read_llama4(const JsonView& v, ModelSpec& m) {
   m.shared_experts = 1;  // Llama4TextMoe's shared_expert, of intermediate_size
   // transformers: moe_layers, else every interleave_moe_layer_step-th layer from step - 1.
   std::vector<std::int64_t> moe;
-  const bool listed = v.has("moe_layers") && !v.at("moe_layers").raw().is_null();
+  const bool listed = given(v, "moe_layers");
   if (listed) {
     moe = layer_list(v.at("moe_layers"), m.num_layers, 0, false);
   } else {

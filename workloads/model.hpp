@@ -106,9 +106,6 @@ struct ModelSpec {
   nlohmann::json to_json() const;
 };
 
-// Whether a window of `window` tokens (0: none) cuts a sequence of `seq`: one of the sequence or more is no
-// window at all.
-bool window_cuts(double seq, double window);
 // A layer's causal attention work with a window of `window` tokens (0: none) over a sequence of `seq`, as a
 // fraction of the work without one. Executed: the (query, key) pairs a flash-attention kernel visits,
 // seq w - w^2 / 2 against seq^2 / 2 (the continuous count MaxText's causal half uses). Model FLOPs: MaxText's
