@@ -63,7 +63,8 @@ const Expected kExpected[] = {
 // The GQA configs: those above, GPT-OSS and Gemma (whose published counts are checked on their own below).
 std::vector<std::string> gqa_files() {
   std::vector<std::string> files = {"gpt-oss-120b.config.json", "gpt-oss-20b.config.json", "gemma-2-9b.config.json",
-                                    "gemma-3-1b.config.json", "gemma-3-27b.config.json"};
+                                    "gemma-3-1b.config.json", "gemma-3-27b.config.json", "glm-4.5.config.json",
+                                    "glm-4.5-air.config.json"};
   for (const auto& e : kExpected) files.emplace_back(e.file);
   return files;
 }
@@ -235,6 +236,79 @@ TEST_CASE("HF configs map onto the spec's fields", "[workloads][hf]") {
   doc = hf_doc("mistral-7b-v0.1.config.json");
   doc["attention_bias"] = true;
   CHECK(load_hf_config(doc, "mistral").total_params() == mistral.total_params());
+}
+
+TEST_CASE("HF configs: GLM-4 MoE is GQA with q/k/v biases over DeepSeek-V3's MoE block", "[workloads][hf]") {
+  // transformers' Glm4MoeForCausalLM: q/k/v biases (attention_bias) but none on o_proj, per-head q/k RMSNorms
+  // when use_qk_norm, DeepSeek-V3's router (weight and e_score_correction_bias) and shared experts of
+  // moe_intermediate_size, dense layers of intermediate_size before first_k_dense_replace. Per layer (d, H, K,
+  // h = 128, Fm, X, F): norms 2d; attention d*h*(H+2K) + h*(H+2K) + H*h*d (+ 2h); MoE X*d + X + 3*d*Fm*(X + 1).
+  // GLM-4.5 (d 5120, L 92, H 96, K 8, Fm 1536, X 160, F 12288, 3 dense, V 151552, q/k norms):
+  //   attention 136,339,712; MoE layer 3,799,285,920; dense MLP 188,743,680; tables 2*V*d + d = 1,551,897,600
+  //   total = tables + 92*attention + 3*dense + 89*MoE = 352,797,829,024
+  //   active with 8 of 160 experts: 33,632,266,144
+  // GLM-4.5-Air (d 4096, L 46, Fm 1408, X 128, F 10944, 1 dense, no q/k norms): 106,852,251,264; 13,424,129,664.
+  auto glm = hf("glm-4.5.config.json"), air = hf("glm-4.5-air.config.json");
+  CHECK(glm.total_params() == 352797829024.0);
+  CHECK(glm.activated_params() == 33632266144.0);
+  CHECK(air.total_params() == 106852251264.0);
+  CHECK(air.activated_params() == 13424129664.0);
+  // Zhipu's figures: 355B total with 32B active, and 106B with 12B. The active ones leave both tables out
+  // (32.08B and 12.18B); 355B lies between the decoder alone and the decoder with its one MTP module
+  // (num_nextn_predict_layers, which transformers does not build: a run's mtp_layers adds it): a MoE layer,
+  // eh_proj 2d^2 and three norms: 352,797,829,024 + 136,339,712 + 3,799,285,920 + 52,428,800 + 15,360 = 356,785,898,816.
+  CHECK(std::abs(glm.activated_params() - 2 * 151552.0 * 5120 - 32e9) <= 0.1e9);
+  CHECK(std::abs(air.activated_params() - 2 * 151552.0 * 4096 - 12e9) <= 0.2e9);
+  CHECK(std::abs(air.total_params() - 106e9) <= 1e9);
+  auto with_mtp = glm;
+  with_mtp.mtp_layers = 1;
+  CHECK(with_mtp.total_params() == 356785898816.0);
+  CHECK((glm.total_params() < 355e9 && 355e9 < with_mtp.total_params()));
+
+  CHECK(glm.architecture == Architecture::llama);
+  CHECK((glm.qkv_bias && !glm.out_bias && glm.qk_norm && glm.router_bias && !air.qk_norm));
+  CHECK(glm.head_dim == 128);
+  CHECK(glm.num_kv_heads == 8);
+  CHECK(glm.first_dense_layers == 3);
+  CHECK(glm.moe_layers() == 89);
+  CHECK(glm.shared_mlp_dim() == 1536);
+  CHECK(air.first_dense_layers == 1);
+  // n_group 1 with topk_group 1: one group of every expert, so a token may reach any of them.
+  CHECK(glm.routing_groups == 1);
+  // The class defaults: no q/k norms, no attention biases; moe_layer_freq is DeepSeek's key, not GLM's.
+  auto doc = hf_doc("glm-4.5.config.json");
+  doc.erase("use_qk_norm");
+  doc.erase("attention_bias");
+  doc["moe_layer_freq"] = 2;
+  auto plain = load_hf_config(doc, "glm");
+  CHECK((!plain.qk_norm && !plain.qkv_bias && !plain.out_bias));
+  CHECK(plain.moe_layers() == 89);
+  CHECK(glm.total_params() - plain.total_params() == 92.0 * (128 * (96 + 2 * 8) + 2 * 128));
+  doc.erase("head_dim");
+  CHECK_THROWS_WITH(load_hf_config(doc, "glm.json"), Catch::StartsWith("glm.json: head_dim is missing (required for Glm4MoeForCausalLM"));
+}
+
+TEST_CASE("HF configs: GLM-4.5-Air simulates, its one routing group reaching every expert", "[workloads][hf][cli]") {
+  // 64 GB200s, experts over 32, the flex dispatcher (whose copies follow the routing): n_group 1 and
+  // topk_group 1 leave a token free to pick any expert, so the step equals the one without the keys.
+  auto doc = hf_doc("glm-4.5-air.config.json");
+  doc.erase("n_group");
+  doc.erase("topk_group");
+  const auto ungrouped = test::temp_dir() / "glm-air-ungrouped.json";
+  test::write(ungrouped, doc.dump());
+  const std::string flags = " --system gb200-nvl72 --gpus 64 --ep 32 --moe-dispatcher flex --seq 4096 --json";
+  auto grouped = test::cli("simulate --model hf/glm-4.5-air.config.json" + flags);
+  auto free = test::cli("simulate --model " + ungrouped.string() + flags);
+  REQUIRE(grouped.status == 0);
+  REQUIRE(free.status == 0);
+  auto a = nlohmann::json::parse(grouped.out), b = nlohmann::json::parse(free.out);
+  CHECK(a.at("step_time_s") == b.at("step_time_s"));
+  CHECK(a.at("hbm_peak_bytes") == b.at("hbm_peak_bytes"));
+  CHECK(a.at("mfu").get<double>() > 0.05);
+  CHECK(a.at("mfu").get<double>() <= 1.0);
+  CHECK(a.at("fits").get<bool>());
+  // fp32 master weights of the whole model over the 64 devices (experts over ep 32, the rest over fsdp 2 x ep).
+  CHECK(a.at("hbm_breakdown_bytes").at("parameters").get<double>() == Approx(106852251264.0 * 4 / 64).epsilon(1e-9));
 }
 
 TEST_CASE("HF configs: decoder_sparse_step, mlp_only_layers and moe_layer_freq choose the dense layers", "[workloads][hf]") {

@@ -373,7 +373,8 @@ enum class HfMoe {
   none,
   mixtral,   // num_local_experts experts of intermediate_size in every layer, no shared expert (also GPT-OSS)
   qwen,      // num_experts of moe_intermediate_size; decoder_sparse_step and mlp_only_layers pick dense layers
-  deepseek,  // n_routed_experts of moe_intermediate_size, n_shared_experts, first_k_dense_replace dense layers
+  deepseek,  // n_routed_experts of moe_intermediate_size, n_shared_experts, first_k_dense_replace dense layers,
+             // n_group/topk_group routing (also GLM-4 MoE)
   llama4,    // num_local_experts of intermediate_size and a shared one in the moe_layers (by default each
              // interleave_moe_layer_step-th), dense layers of intermediate_size_mlp
 };
@@ -386,11 +387,15 @@ enum class HfWindow {
 };
 struct HfArch {
   const char* name;
+  bool mla = false;                   // DeepSeek's multi-head latent attention (q/kv LoRA ranks), else GQA
   bool qkv_bias = false;              // q/k/v biases always present
   bool reads_attention_bias = false;  // attention_bias adds q/k/v and output biases
   bool attention_bias = false;        // its default when absent
+  bool output_bias = true;            // attention_bias adds the output projection's bias too (GLM-4 MoE: no)
   bool reads_mlp_bias = false;        // mlp_bias adds the dense MLP's biases
   bool qk_norm = false;               // q_norm/k_norm
+  const char* qk_norm_key = nullptr;  // a key that turns q_norm/k_norm on (GLM-4 MoE's use_qk_norm; default off)
+  bool reads_moe_layer_freq = false;  // deepseek: moe_layer_freq spaces the MoE layers past the dense ones
   bool head_dim_required = false;     // head_dim has a config default that is not hidden_size / num_attention_heads
   HfMoe moe = HfMoe::none;
   bool shared_expert = false;         // qwen: one gated shared expert of shared_expert_intermediate_size
@@ -432,7 +437,11 @@ constexpr HfArch kHfArchs[] = {
      .window = HfWindow::qwen, .default_window = 4096},
     {.name = "Qwen3MoeForCausalLM", .reads_attention_bias = true, .qk_norm = true, .head_dim_required = true,
      .moe = HfMoe::qwen, .window = HfWindow::qwen, .default_window = 4096},
-    {.name = "DeepseekV3ForCausalLM", .moe = HfMoe::deepseek},
+    {.name = "DeepseekV3ForCausalLM", .mla = true, .reads_moe_layer_freq = true, .moe = HfMoe::deepseek},
+    // GLM-4.5 and 4.6/4.7 (Glm4MoeForCausalLM): GQA with q/k/v biases but none on o_proj, q/k norms when
+    // use_qk_norm, DeepSeek-V3's MoE block (its router, shared experts, first_k_dense_replace).
+    {.name = "Glm4MoeForCausalLM", .reads_attention_bias = true, .output_bias = false, .qk_norm_key = "use_qk_norm",
+     .head_dim_required = true, .moe = HfMoe::deepseek},
     {.name = "GptOssForCausalLM", .reads_attention_bias = true, .attention_bias = true, .head_dim_required = true,
      .moe = HfMoe::mixtral, .biased_experts = true, .attention_sinks = true, .window = HfWindow::typed,
      .default_window = 128},
@@ -486,6 +495,26 @@ void read_hf_window(const JsonView& v, const HfArch& arch, ModelSpec& m) {
   }
   m.sliding_window = m.window_layer_ids.empty() ? 0 : window;
   if (m.sliding_window == 0) m.window_layer_ids.clear();
+}
+
+// DeepSeek-V3's MoE block (GLM-4 MoE's too): routed experts of moe_intermediate_size with a routing bias
+// (e_score_correction_bias), shared experts of the same width, dense layers before first_k_dense_replace.
+void read_deepseek_moe(const JsonView& v, const HfArch& arch, ModelSpec& m) {
+  m.num_experts = v.at("n_routed_experts").positive_integer();
+  m.experts_per_token = v.at("num_experts_per_tok").positive_integer();
+  m.shared_experts = v.at("n_shared_experts").integer();
+  if (m.shared_experts < 0) v.at("n_shared_experts").fail("must be >= 0");
+  m.moe_mlp_dim = v.at("moe_intermediate_size").positive_integer();
+  m.first_dense_layers = v.at("first_k_dense_replace").integer();
+  if (m.first_dense_layers < 0) v.at("first_k_dense_replace").fail("must be >= 0");
+  m.router_bias = true;  // e_score_correction_bias
+  read_routing_groups(m, v, "n_group", "topk_group", "num_experts_per_tok");
+  if (!arch.reads_moe_layer_freq) return;
+  // Past the first dense layers, layer i is MoE when i % moe_layer_freq == 0.
+  const std::int64_t freq = v.has("moe_layer_freq") ? v.at("moe_layer_freq").positive_integer() : 1;
+  for (std::int64_t l = m.first_dense_layers; l < m.num_layers; ++l)
+    if (l % freq != 0) m.dense_layer_ids.push_back(l);
+  if (m.first_dense_layers < m.num_layers && m.moe_layers() == 0) v.at("moe_layer_freq").fail("leaves no MoE layer");
 }
 
 // Llama 4: the experts and the layers they are in, and the chunked layers (ModelSpec::attention_chunk).
@@ -563,27 +592,13 @@ ModelSpec load_hf_config(const nlohmann::json& doc, const std::string& origin) {
   // The config classes default tie_word_embeddings to false, Gemma's (in `defaults`) to true.
   m.tied_embeddings = optional_flag(v, "tie_word_embeddings");
   const char* dense_key = "first_k_dense_replace";
-  if (arch->moe == HfMoe::deepseek) {
+  if (arch->mla) {
     m.architecture = Architecture::deepseek_v3;
     m.q_lora_rank = v.at("q_lora_rank").raw().is_null() ? 0 : v.at("q_lora_rank").positive_integer();
     m.kv_lora_rank = v.at("kv_lora_rank").positive_integer();
     m.qk_nope_head_dim = v.at("qk_nope_head_dim").positive_integer();
     m.qk_rope_head_dim = v.at("qk_rope_head_dim").positive_integer();
     m.v_head_dim = v.at("v_head_dim").positive_integer();
-    m.num_experts = v.at("n_routed_experts").positive_integer();
-    m.experts_per_token = v.at("num_experts_per_tok").positive_integer();
-    m.shared_experts = v.at("n_shared_experts").integer();
-    if (m.shared_experts < 0) v.at("n_shared_experts").fail("must be >= 0");
-    m.moe_mlp_dim = v.at("moe_intermediate_size").positive_integer();
-    m.first_dense_layers = v.at("first_k_dense_replace").integer();
-    if (m.first_dense_layers < 0) v.at("first_k_dense_replace").fail("must be >= 0");
-    m.router_bias = true;  // e_score_correction_bias
-    read_routing_groups(m, v, "n_group", "topk_group", "num_experts_per_tok");
-    // Past the first dense layers, layer i is MoE when i % moe_layer_freq == 0.
-    const std::int64_t freq = v.has("moe_layer_freq") ? v.at("moe_layer_freq").positive_integer() : 1;
-    for (std::int64_t l = m.first_dense_layers; l < m.num_layers; ++l)
-      if (l % freq != 0) m.dense_layer_ids.push_back(l);
-    if (m.first_dense_layers < m.num_layers && m.moe_layers() == 0) v.at("moe_layer_freq").fail("leaves no MoE layer");
   } else {
     m.architecture = Architecture::llama;
     m.num_kv_heads = v.has("num_key_value_heads") ? v.at("num_key_value_heads").positive_integer() : m.num_query_heads;
@@ -594,13 +609,16 @@ ModelSpec load_hf_config(const nlohmann::json& doc, const std::string& origin) {
     else if (m.d_model % m.num_query_heads != 0) v.at("hidden_size").fail("must be divisible by num_attention_heads");
     else m.head_dim = m.d_model / m.num_query_heads;
     m.qkv_bias = arch->qkv_bias;
-    if (arch->reads_attention_bias)
-      m.qkv_bias = m.out_bias = v.has("attention_bias") ? v.at("attention_bias").boolean() : arch->attention_bias;
+    if (arch->reads_attention_bias) {
+      m.qkv_bias = v.has("attention_bias") ? v.at("attention_bias").boolean() : arch->attention_bias;
+      m.out_bias = m.qkv_bias && arch->output_bias;
+    }
     m.attention_sinks = arch->attention_sinks;
     m.post_norms = arch->post_norms;
     if (arch->reads_mlp_bias) m.mlp_bias = optional_flag(v, "mlp_bias");
-    m.qk_norm = arch->qk_norm;
+    m.qk_norm = arch->qk_norm_key ? optional_flag(v, arch->qk_norm_key) : arch->qk_norm;
   }
+  if (arch->moe == HfMoe::deepseek) read_deepseek_moe(v, *arch, m);
   if (arch->moe == HfMoe::mixtral) {
     m.num_experts = v.at("num_local_experts").positive_integer();
     m.experts_per_token = v.at("num_experts_per_tok").positive_integer();

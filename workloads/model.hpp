@@ -122,7 +122,8 @@ double model_attention_fraction(double seq, const AttentionMask& mask);
 
 ModelSpec load_model(const nlohmann::json& doc, const std::string& origin);
 // HuggingFace config.json: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma2/3 (dense);
-// MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM, GptOssForCausalLM, Llama 4 (MoE).
+// MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM, Glm4MoeForCausalLM,
+// GptOssForCausalLM, Llama 4 (MoE).
 ModelSpec load_hf_config(const nlohmann::json& doc, const std::string& origin);
 std::vector<std::string> builtin_model_ids();
 // Every model shipped in the binary by the name --model takes: the built-in ids, then the HuggingFace configs
