@@ -288,6 +288,25 @@ TEST_CASE("HF configs: GLM-4 MoE is GQA with q/k/v biases over DeepSeek-V3's MoE
   CHECK_THROWS_WITH(load_hf_config(doc, "glm.json"), Catch::StartsWith("glm.json: head_dim is missing (required for Glm4MoeForCausalLM"));
 }
 
+TEST_CASE("HF configs: Kimi K2 is DeepSeek-V3's architecture with 384 experts and 64 heads", "[workloads][hf]") {
+  // MLA per layer (d 7168, H 64, q rank 1536, kv rank 512, nope 128, rope 64, v 128): norms 2d, d*1536 + 1536
+  // + 1536*H*192 + d*576 + 512 + 512*H*256 + H*128*d = 101,138,432. One dense MLP of F 18432 (3dF =
+  // 396,361,728), 60 MoE blocks of 384 experts and a shared one of 2048 with the router (384 d + 384):
+  // 16,958,226,816 each. Tables 2*163840*d + d = 2,348,817,408. Total 1,026,408,232,448; active with 8 experts
+  // 32,861,500,928.
+  auto k2 = hf("kimi-k2.config.json");
+  CHECK(k2.total_params() == 1026408232448.0);
+  CHECK(k2.activated_params() == 32861500928.0);
+  CHECK(k2.routing_groups == 1);
+  CHECK(k2.first_dense_layers == 1);
+  // Moonshot's figures: 32B activated (as DeepSeek's 37B for V3, without the input table: 31.7B here) and
+  // 1.04T total in its report (1T on the model card): 1.3% above hbmsim's count of the same tensors.
+  CHECK(std::abs(k2.activated_params() - 163840.0 * 7168 - 32e9) <= 0.5e9);
+  auto ds = hf("deepseek-v3.config.json");
+  CHECK(std::abs(ds.activated_params() - 129280.0 * 7168 - 37e9) <= 0.5e9);
+  CHECK(std::abs(k2.total_params() / 1.04e12 - 1) <= 0.015);
+}
+
 TEST_CASE("HF configs: GLM-4.5-Air simulates, its one routing group reaching every expert", "[workloads][hf][cli]") {
   // 64 GB200s, experts over 32, the flex dispatcher (whose copies follow the routing): n_group 1 and
   // topk_group 1 leave a token free to pick any expert, so the step equals the one without the keys.
