@@ -64,7 +64,7 @@ const Expected kExpected[] = {
 std::vector<std::string> gqa_files() {
   std::vector<std::string> files = {"gpt-oss-120b.config.json", "gpt-oss-20b.config.json", "gemma-2-9b.config.json",
                                     "gemma-3-1b.config.json", "gemma-3-27b.config.json", "glm-4.5.config.json",
-                                    "glm-4.5-air.config.json"};
+                                    "glm-4.5-air.config.json", "minimax-m2.config.json"};
   for (const auto& e : kExpected) files.emplace_back(e.file);
   return files;
 }
@@ -305,6 +305,39 @@ TEST_CASE("HF configs: Kimi K2 is DeepSeek-V3's architecture with 384 experts an
   auto ds = hf("deepseek-v3.config.json");
   CHECK(std::abs(ds.activated_params() - 129280.0 * 7168 - 37e9) <= 0.5e9);
   CHECK(std::abs(k2.total_params() / 1.04e12 - 1) <= 0.015);
+}
+
+TEST_CASE("HF configs: MiniMax-M2 normalises queries and keys over all heads at once", "[workloads][hf]") {
+  // MiniMaxM2ForCausalLM (d 3072, L 62, H 48, K 8, h 128, V 200064): q/k RMSNorms over the whole projection
+  // (qk_norm_type per_layer: H*h and K*h scales), 256 experts of intermediate_size 1536 in every layer with a
+  // routing bias, no shared expert. Per layer: norms 2d + q,k,v,o d*h*(H+2K) + H*h*d + norms h*(H+K) =
+  // 44,053,504; router 256 d + 256 and experts 256*3*d*1536: 3,624,665,344. Tables 2*V*d + d.
+  // Total 228,689,764,864 (MiniMax: 230B); active with 8 experts 11,030,553,088, 9.80B without the tables (10B).
+  auto m2 = hf("minimax-m2.config.json");
+  CHECK(m2.total_params() == 228689764864.0);
+  CHECK(m2.activated_params() == 11030553088.0);
+  CHECK(std::abs(m2.activated_params() - 2 * 200064.0 * 3072 - 10e9) <= 0.25e9);
+  CHECK((m2.qk_norm && m2.qk_norm_per_layer && m2.router_bias && !m2.expert_bias && !m2.qkv_bias));
+  CHECK(m2.moe_layers() == 62);
+  CHECK(m2.shared_mlp_dim() == 0);
+  // MiniMaxM2Config's defaults: the same model without the three keys; per-head norms count 2h a layer.
+  auto doc = hf_doc("minimax-m2.config.json");
+  for (auto key : {"use_qk_norm", "qk_norm_type", "use_routing_bias"}) doc.erase(key);
+  CHECK(load_hf_config(doc, "m2").total_params() == m2.total_params());
+  doc["qk_norm_type"] = "per_head";
+  CHECK(m2.total_params() - load_hf_config(doc, "m2").total_params() == 62.0 * (128 * (48 + 8) - 2 * 128));
+  doc["qk_norm_type"] = "per_token";
+  CHECK_THROWS_WITH(load_hf_config(doc, "m2.json"), "m2.json: qk_norm_type = \"per_token\" (expected per_layer or per_head)");
+  // MiniMax-Text-01's lightning (linear) attention layers are refused, not simulated as softmax ones.
+  doc = hf_doc("minimax-m2.config.json");
+  doc["attn_type_list"][7] = 0;
+  CHECK_THROWS_WITH(load_hf_config(doc, "m2.json"),
+                    "m2.json: attn_type_list[7] = 0 (is a linear (lightning) attention layer, which hbmsim does not model)");
+  // A model file keeps the per-layer norms, and refuses them without qk_norm.
+  auto j = m2.to_json();
+  CHECK(j.at("qk_norm_per_layer").get<bool>());
+  j.erase("qk_norm");
+  CHECK_THROWS_WITH(load_model(j, "f.json"), "f.json: qk_norm_per_layer = true (needs qk_norm)");
 }
 
 TEST_CASE("HF configs: GLM-4.5-Air simulates, its one routing group reaching every expert", "[workloads][hf][cli]") {

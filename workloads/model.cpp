@@ -89,7 +89,7 @@ double ModelSpec::attention_params_per_layer() const {
     p += d * qkv_width + H * hd * d;
     if (qkv_bias) p += qkv_width;
     if (out_bias) p += d;
-    if (qk_norm) p += 2 * hd;
+    if (qk_norm) p += qk_norm_per_layer ? hd * (H + static_cast<double>(num_kv_heads)) : 2 * hd;
     if (attention_sinks) p += H;
   }
   return p;
@@ -179,7 +179,8 @@ constexpr std::pair<const char*, bool ModelSpec::*> kFlags[] = {
     {"out_bias", &ModelSpec::out_bias},               {"mlp_bias", &ModelSpec::mlp_bias},
     {"qk_norm", &ModelSpec::qk_norm},                 {"router_bias", &ModelSpec::router_bias},
     {"shared_expert_gate", &ModelSpec::shared_expert_gate}, {"expert_bias", &ModelSpec::expert_bias},
-    {"attention_sinks", &ModelSpec::attention_sinks}, {"post_norms", &ModelSpec::post_norms}};
+    {"attention_sinks", &ModelSpec::attention_sinks}, {"post_norms", &ModelSpec::post_norms},
+    {"qk_norm_per_layer", &ModelSpec::qk_norm_per_layer}};
 }  // namespace
 
 nlohmann::json ModelSpec::to_json() const {
@@ -305,7 +306,7 @@ ModelSpec load_model(const nlohmann::json& doc, const std::string& origin) {
                               {"qk_rope_head_dim", &m.qk_rope_head_dim}, {"v_head_dim", &m.v_head_dim}})
       *field = v.at(key).positive_integer();
     // MLA's projections have their own shapes: these would be silently miscounted.
-    for (auto key : {"qkv_bias", "out_bias", "qk_norm", "attention_sinks"})
+    for (auto key : {"qkv_bias", "out_bias", "qk_norm", "qk_norm_per_layer", "attention_sinks"})
       if (v.has(key)) v.at(key).fail("applies to llama (GQA) attention only");
     // 0 or absent: the query is projected directly, without a low-rank latent (DeepSeek-V2-Lite).
     if (auto q = v.find("q_lora_rank")) {
@@ -315,6 +316,7 @@ ModelSpec load_model(const nlohmann::json& doc, const std::string& origin) {
   } else {
     m.num_kv_heads = v.at("num_kv_heads").positive_integer();
     m.head_dim = v.at("head_dim").positive_integer();
+    if (m.qk_norm_per_layer && !m.qk_norm) v.at("qk_norm_per_layer").fail("needs qk_norm");
   }
   if (v.has("num_experts")) {
     for (auto [key, field] : {std::pair{"num_experts", &m.num_experts}, {"experts_per_token", &m.experts_per_token},
@@ -395,6 +397,9 @@ struct HfArch {
   bool reads_mlp_bias = false;        // mlp_bias adds the dense MLP's biases
   bool qk_norm = false;               // q_norm/k_norm
   const char* qk_norm_key = nullptr;  // a key that turns q_norm/k_norm on (GLM-4 MoE's use_qk_norm; default off)
+  bool reads_qk_norm_type = false;    // qk_norm_type: per_layer (the norms span all heads) or per_head (MiniMax-M2)
+  const char* router_bias_key = nullptr;  // a key that gives the router its bias (MiniMax-M2's use_routing_bias)
+  bool reads_attn_types = false;      // attn_type_list: 1 softmax attention, 0 linear (MiniMax; refused)
   bool reads_moe_layer_freq = false;  // deepseek: moe_layer_freq spaces the MoE layers past the dense ones
   bool head_dim_required = false;     // head_dim has a config default that is not hidden_size / num_attention_heads
   HfMoe moe = HfMoe::none;
@@ -426,6 +431,8 @@ constexpr const char* kLlama4Defaults =
         "num_hidden_layers": 48, "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
         "num_local_experts": 16, "num_experts_per_tok": 1, "interleave_moe_layer_step": 1,
         "no_rope_layer_interval": 4, "attention_chunk_size": 8192})";
+// MiniMaxM2Config's: the q/k norms over all heads at once, a routing bias.
+constexpr const char* kMiniMaxM2Defaults = R"({"use_qk_norm": true, "qk_norm_type": "per_layer", "use_routing_bias": true})";
 constexpr HfArch kHfArchs[] = {
     {.name = "LlamaForCausalLM", .reads_attention_bias = true, .reads_mlp_bias = true},
     {.name = "MistralForCausalLM", .window = HfWindow::every, .default_window = 4096},  // MixtralConfig's: None
@@ -442,6 +449,11 @@ constexpr HfArch kHfArchs[] = {
     // use_qk_norm, DeepSeek-V3's MoE block (its router, shared experts, first_k_dense_replace).
     {.name = "Glm4MoeForCausalLM", .reads_attention_bias = true, .output_bias = false, .qk_norm_key = "use_qk_norm",
      .head_dim_required = true, .moe = HfMoe::deepseek},
+    // MiniMax-M2 (and M2.1 to M2.7): every layer softmax attention with q/k norms over all heads at once and
+    // num_local_experts experts of intermediate_size, no shared one, a routing bias with use_routing_bias.
+    {.name = "MiniMaxM2ForCausalLM", .qk_norm_key = "use_qk_norm", .reads_qk_norm_type = true,
+     .router_bias_key = "use_routing_bias", .reads_attn_types = true, .head_dim_required = true, .moe = HfMoe::mixtral,
+     .defaults = kMiniMaxM2Defaults},
     {.name = "GptOssForCausalLM", .reads_attention_bias = true, .attention_bias = true, .head_dim_required = true,
      .moe = HfMoe::mixtral, .biased_experts = true, .attention_sinks = true, .window = HfWindow::typed,
      .default_window = 128},
@@ -617,6 +629,23 @@ ModelSpec load_hf_config(const nlohmann::json& doc, const std::string& origin) {
     m.post_norms = arch->post_norms;
     if (arch->reads_mlp_bias) m.mlp_bias = optional_flag(v, "mlp_bias");
     m.qk_norm = arch->qk_norm_key ? optional_flag(v, arch->qk_norm_key) : arch->qk_norm;
+    if (arch->reads_qk_norm_type && m.qk_norm && v.has("qk_norm_type")) {
+      const auto type = v.at("qk_norm_type");
+      const std::string t = type.string();
+      if (t != "per_layer" && t != "per_head") type.fail("expected per_layer or per_head");
+      m.qk_norm_per_layer = t == "per_layer";
+    }
+    if (arch->reads_attn_types && v.has("attn_type_list")) {
+      const auto types = v.at("attn_type_list");
+      types.expect_array();
+      if (types.size() != static_cast<std::size_t>(m.num_layers))
+        types.fail("has " + std::to_string(types.size()) + " entries; expected num_hidden_layers = " + std::to_string(m.num_layers));
+      for (std::size_t l = 0; l < types.size(); ++l) {
+        const std::int64_t t = types[l].integer();
+        if (t == 0) types[l].fail("is a linear (lightning) attention layer, which hbmsim does not model");
+        if (t != 1) types[l].fail("must be 1 (softmax attention)");
+      }
+    }
   }
   if (arch->moe == HfMoe::deepseek) read_deepseek_moe(v, *arch, m);
   if (arch->moe == HfMoe::mixtral) {
@@ -624,6 +653,7 @@ ModelSpec load_hf_config(const nlohmann::json& doc, const std::string& origin) {
     m.experts_per_token = v.at("num_experts_per_tok").positive_integer();
     m.moe_mlp_dim = m.mlp_dim;  // every layer is MoE: intermediate_size is the experts' width
     m.router_bias = m.expert_bias = arch->biased_experts;
+    if (arch->router_bias_key) m.router_bias = optional_flag(v, arch->router_bias_key);
   } else if (arch->moe == HfMoe::qwen) {
     m.num_experts = v.at("num_experts").positive_integer();
     m.experts_per_token = v.at("num_experts_per_tok").positive_integer();

@@ -38,6 +38,9 @@ struct ModelSpec {
   bool out_bias = false;       // a bias on the attention output projection (Llama/Qwen3 attention_bias)
   bool mlp_bias = false;       // biases on the dense MLP's gate, up and down projections (Llama mlp_bias)
   bool qk_norm = false;        // per-head RMSNorm scales of queries and keys, head_dim each (Qwen3)
+  // The q and k norms span every head's features at once (MiniMax-M2's qk_norm_type per_layer): H h and K h
+  // scales rather than h each.
+  bool qk_norm_per_layer = false;
   bool router_bias = false;    // one routing bias per expert (DeepSeek-V3's e_score_correction_bias, GPT-OSS's router)
   bool expert_bias = false;    // biases on each routed expert's gate, up and down projections (GPT-OSS)
   bool attention_sinks = false;  // one learned sink logit per query head (GPT-OSS)
@@ -123,7 +126,7 @@ double model_attention_fraction(double seq, const AttentionMask& mask);
 ModelSpec load_model(const nlohmann::json& doc, const std::string& origin);
 // HuggingFace config.json: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma2/3 (dense);
 // MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM, Glm4MoeForCausalLM,
-// GptOssForCausalLM, Llama 4 (MoE).
+// GptOssForCausalLM, MiniMaxM2ForCausalLM, Llama 4 (MoE).
 ModelSpec load_hf_config(const nlohmann::json& doc, const std::string& origin);
 std::vector<std::string> builtin_model_ids();
 // Every model shipped in the binary by the name --model takes: the built-in ids, then the HuggingFace configs
