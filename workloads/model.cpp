@@ -397,9 +397,8 @@ struct HfArch {
   bool reads_mlp_bias = false;        // mlp_bias adds the dense MLP's biases
   bool qk_norm = false;               // q_norm/k_norm
   const char* qk_norm_key = nullptr;  // a key that turns q_norm/k_norm on (GLM-4 MoE's use_qk_norm; default off)
-  bool reads_qk_norm_type = false;    // qk_norm_type: per_layer (the norms span all heads) or per_head (MiniMax-M2)
   const char* router_bias_key = nullptr;  // a key that gives the router its bias (MiniMax-M2's use_routing_bias)
-  bool reads_attn_types = false;      // attn_type_list: 1 softmax attention, 0 linear (MiniMax; refused)
+  bool minimax_attention = false;     // qk_norm_type (per_layer: the norms span all heads) and attn_type_list
   bool reads_moe_layer_freq = false;  // deepseek: moe_layer_freq spaces the MoE layers past the dense ones
   bool head_dim_required = false;     // head_dim has a config default that is not hidden_size / num_attention_heads
   HfMoe moe = HfMoe::none;
@@ -451,9 +450,8 @@ constexpr HfArch kHfArchs[] = {
      .head_dim_required = true, .moe = HfMoe::deepseek},
     // MiniMax-M2 (and M2.1 to M2.7): every layer softmax attention with q/k norms over all heads at once and
     // num_local_experts experts of intermediate_size, no shared one, a routing bias with use_routing_bias.
-    {.name = "MiniMaxM2ForCausalLM", .qk_norm_key = "use_qk_norm", .reads_qk_norm_type = true,
-     .router_bias_key = "use_routing_bias", .reads_attn_types = true, .head_dim_required = true, .moe = HfMoe::mixtral,
-     .defaults = kMiniMaxM2Defaults},
+    {.name = "MiniMaxM2ForCausalLM", .qk_norm_key = "use_qk_norm", .router_bias_key = "use_routing_bias",
+     .minimax_attention = true, .head_dim_required = true, .moe = HfMoe::mixtral, .defaults = kMiniMaxM2Defaults},
     {.name = "GptOssForCausalLM", .reads_attention_bias = true, .attention_bias = true, .head_dim_required = true,
      .moe = HfMoe::mixtral, .biased_experts = true, .attention_sinks = true, .window = HfWindow::typed,
      .default_window = 128},
@@ -527,6 +525,27 @@ void read_deepseek_moe(const JsonView& v, const HfArch& arch, ModelSpec& m) {
   for (std::int64_t l = m.first_dense_layers; l < m.num_layers; ++l)
     if (l % freq != 0) m.dense_layer_ids.push_back(l);
   if (m.first_dense_layers < m.num_layers && m.moe_layers() == 0) v.at("moe_layer_freq").fail("leaves no MoE layer");
+}
+
+// MiniMax: the q/k norms' span (qk_norm_type) and the layers' attention kind (attn_type_list: 1 softmax, 0 the
+// linear "lightning" attention of MiniMax-Text-01, which is refused rather than simulated as softmax).
+void read_minimax_attention(const JsonView& v, ModelSpec& m) {
+  if (m.qk_norm && v.has("qk_norm_type")) {
+    const auto type = v.at("qk_norm_type");
+    const std::string t = type.string();
+    if (t != "per_layer" && t != "per_head") type.fail("expected per_layer or per_head");
+    m.qk_norm_per_layer = t == "per_layer";
+  }
+  if (!v.has("attn_type_list")) return;
+  const auto types = v.at("attn_type_list");
+  types.expect_array();
+  if (types.size() != static_cast<std::size_t>(m.num_layers))
+    types.fail("has " + std::to_string(types.size()) + " entries; expected num_hidden_layers = " + std::to_string(m.num_layers));
+  for (std::size_t l = 0; l < types.size(); ++l) {
+    const std::int64_t t = types[l].integer();
+    if (t == 0) types[l].fail("is a linear (lightning) attention layer, which hbmsim does not model");
+    if (t != 1) types[l].fail("must be 1 (softmax attention)");
+  }
 }
 
 // Llama 4: the experts and the layers they are in, and the chunked layers (ModelSpec::attention_chunk).
@@ -629,23 +648,7 @@ ModelSpec load_hf_config(const nlohmann::json& doc, const std::string& origin) {
     m.post_norms = arch->post_norms;
     if (arch->reads_mlp_bias) m.mlp_bias = optional_flag(v, "mlp_bias");
     m.qk_norm = arch->qk_norm_key ? optional_flag(v, arch->qk_norm_key) : arch->qk_norm;
-    if (arch->reads_qk_norm_type && m.qk_norm && v.has("qk_norm_type")) {
-      const auto type = v.at("qk_norm_type");
-      const std::string t = type.string();
-      if (t != "per_layer" && t != "per_head") type.fail("expected per_layer or per_head");
-      m.qk_norm_per_layer = t == "per_layer";
-    }
-    if (arch->reads_attn_types && v.has("attn_type_list")) {
-      const auto types = v.at("attn_type_list");
-      types.expect_array();
-      if (types.size() != static_cast<std::size_t>(m.num_layers))
-        types.fail("has " + std::to_string(types.size()) + " entries; expected num_hidden_layers = " + std::to_string(m.num_layers));
-      for (std::size_t l = 0; l < types.size(); ++l) {
-        const std::int64_t t = types[l].integer();
-        if (t == 0) types[l].fail("is a linear (lightning) attention layer, which hbmsim does not model");
-        if (t != 1) types[l].fail("must be 1 (softmax attention)");
-      }
-    }
+    if (arch->minimax_attention) read_minimax_attention(v, m);
   }
   if (arch->moe == HfMoe::deepseek) read_deepseek_moe(v, *arch, m);
   if (arch->moe == HfMoe::mixtral) {
