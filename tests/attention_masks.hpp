@@ -13,14 +13,11 @@
 
 #include "better_hardware.hpp"
 #include "helpers.hpp"
-#include "hwmodels/builtin.hpp"
 #include "planner/run_summary.hpp"
 #include "random_configs.hpp"
 #include "workloads/step_graph.hpp"
 
 namespace test {
-
-inline nlohmann::json hf_doc(const std::string& file) { return nlohmann::json::parse(*hbmsim::builtin_file("hf/" + file)); }
 
 // One sequence of `seq` tokens per device on 8 GPUs.
 inline hbmsim::TrainingSpec training(std::int64_t seq) {

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "hwmodels/builtin.hpp"
 #include "planner/run_config.hpp"
 
 namespace test {
@@ -33,6 +34,9 @@ inline std::filesystem::path temp_dir() {
   std::filesystem::create_directories(folder.path);
   return folder.path;
 }
+
+// A HuggingFace config shipped under data/hf, as JSON.
+inline nlohmann::json hf_doc(const std::string& file) { return nlohmann::json::parse(*hbmsim::builtin_file("hf/" + file)); }
 
 inline std::string slurp(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);

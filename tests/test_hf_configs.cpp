@@ -10,6 +10,7 @@
 #include "workloads/step_graph.hpp"
 
 using namespace hbmsim;
+using test::hf_doc;
 
 namespace {
 
@@ -20,7 +21,6 @@ ModelSpec hf(const std::string& file) {
   return load_hf_config(nlohmann::json::parse(*text), name);
 }
 
-nlohmann::json hf_doc(const std::string& file) { return nlohmann::json::parse(*builtin_file("hf/" + file)); }
 
 struct Expected {
   const char* file;

@@ -391,7 +391,7 @@ struct HfArch {
   const char* name;
   bool mla = false;                   // DeepSeek's multi-head latent attention (q/kv LoRA ranks), else GQA
   bool qkv_bias = false;              // q/k/v biases always present
-  bool reads_attention_bias = false;  // attention_bias adds q/k/v and output biases
+  bool reads_attention_bias = false;  // attention_bias adds q/k/v biases (and the output's, see output_bias)
   bool attention_bias = false;        // its default when absent
   bool output_bias = true;            // attention_bias adds the output projection's bias too (GLM-4 MoE: no)
   bool reads_mlp_bias = false;        // mlp_bias adds the dense MLP's biases
@@ -468,6 +468,12 @@ constexpr HfArch kHfArchs[] = {
 
 bool optional_flag(const JsonView& v, const char* key) { return v.has(key) && v.at(key).boolean(); }
 
+// A per-layer list of an HF config (layer_types, no_rope_layers, attn_type_list): one entry per decoder layer.
+void expect_one_per_layer(const JsonView& list, const ModelSpec& m) {
+  if (list.size() != static_cast<std::size_t>(m.num_layers))
+    list.fail("has " + std::to_string(list.size()) + " entries; expected num_hidden_layers = " + std::to_string(m.num_layers));
+}
+
 // sliding_window as a window in tokens: null is none; otherwise a positive integer.
 std::int64_t window_tokens(const JsonView& w) { return w.raw().is_null() ? 0 : w.positive_integer(); }
 
@@ -482,8 +488,7 @@ void read_hf_window(const JsonView& v, const HfArch& arch, ModelSpec& m) {
     if (v.has("layer_types")) {
       auto types = v.at("layer_types");
       types.expect_array();
-      if (types.size() != static_cast<std::size_t>(m.num_layers))
-        types.fail("has " + std::to_string(types.size()) + " entries; expected num_hidden_layers = " + std::to_string(m.num_layers));
+      expect_one_per_layer(types, m);
       for (std::size_t l = 0; l < types.size(); ++l) {
         const std::string t = types[l].string();
         if (t == "sliding_attention") m.window_layer_ids.push_back(static_cast<std::int64_t>(l));
@@ -539,8 +544,7 @@ void read_minimax_attention(const JsonView& v, ModelSpec& m) {
   if (!v.has("attn_type_list")) return;
   const auto types = v.at("attn_type_list");
   types.expect_array();
-  if (types.size() != static_cast<std::size_t>(m.num_layers))
-    types.fail("has " + std::to_string(types.size()) + " entries; expected num_hidden_layers = " + std::to_string(m.num_layers));
+  expect_one_per_layer(types, m);
   for (std::size_t l = 0; l < types.size(); ++l) {
     const std::int64_t t = types[l].integer();
     if (t == 0) types[l].fail("is a linear (lightning) attention layer, which hbmsim does not model");
@@ -574,8 +578,7 @@ void read_llama4(const JsonView& v, ModelSpec& m) {
   m.attention_chunk = chunk.positive_integer();
   if (v.has("no_rope_layers") && v.at("no_rope_layers").size() > 0) {
     auto flags = v.at("no_rope_layers");
-    if (flags.size() != static_cast<std::size_t>(m.num_layers))
-      flags.fail("has " + std::to_string(flags.size()) + " entries; expected num_hidden_layers = " + std::to_string(m.num_layers));
+    expect_one_per_layer(flags, m);
     for (std::size_t l = 0; l < flags.size(); ++l) {
       const std::int64_t f = flags[l].integer();
       if (f != 0 && f != 1) flags[l].fail("must be 0 (NoPE: full attention) or 1 (RoPE: chunked)");
