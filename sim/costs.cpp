@@ -13,6 +13,14 @@ double Costs::attention_s(double flops) const {
   return flops / (sys.gpu.peak_flops(Dtype::bf16) * sys.efficiency.attention.at(flops)) + sys.gpu.launch_overhead_s;
 }
 
+double Costs::linear_attention_s(double flops, double bytes) const {
+  return std::max(attention_s(flops) - sys.gpu.launch_overhead_s, memory_s_raw(bytes)) + sys.gpu.launch_overhead_s;
+}
+
+bool Costs::memory_bound_linear_attention(double flops, double bytes) const {
+  return memory_s_raw(bytes) > attention_s(flops) - sys.gpu.launch_overhead_s;
+}
+
 double Costs::memory_s_raw(double bytes) const {
   return bytes / (sys.gpu.hbm_bandwidth_bytes_per_s * sys.efficiency.memory_bound.at(bytes));
 }

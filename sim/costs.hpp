@@ -13,6 +13,10 @@ struct Costs {
 
   double gemm_s(double flops, double bytes, Dtype dt) const;
   double attention_s(double flops) const;
+  // A Gated DeltaNet recurrence: its tensor-core work at flash attention's efficiency (a tiled kernel of the same
+  // kind; no measurement of its own yet), or the HBM traffic of its chunk states and inputs where that is longer.
+  double linear_attention_s(double flops, double bytes) const;
+  bool memory_bound_linear_attention(double flops, double bytes) const;
   double memory_s_raw(double bytes) const;
   double memory_s(double bytes) const { return memory_s_raw(bytes) + sys.gpu.launch_overhead_s; }
   bool memory_bound_gemm(double flops, double bytes, Dtype dt) const;

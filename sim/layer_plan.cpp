@@ -307,6 +307,11 @@ void plan_template(const LayerTemplate& t, const Policy& policy, const Costs& c,
         f = c.attention_s(op.flops);
         b = c.attention_s(op.bwd_flops);
         break;
+      case OpKind::linear_attention:
+        f = c.linear_attention_s(op.flops, op.bytes);
+        b = c.linear_attention_s(op.bwd_flops, op.bwd_bytes);
+        mb = c.memory_bound_linear_attention(op.flops, op.bytes);
+        break;
       case OpKind::memory:
         f = c.memory_s(op.bytes);
         b = c.memory_s(op.bwd_bytes);

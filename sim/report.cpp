@@ -19,7 +19,7 @@ double weighted_peak_flops(const StepGraph& g, const System& sys) {
   double flops = 0, seconds = 0;
   for (std::int64_t l = 0; l < g.model.stack_layers(); ++l)
     for (const auto& op : g.layer(l).ops) {
-      if (op.kind != OpKind::gemm && op.kind != OpKind::attention) continue;
+      if (op.kind != OpKind::gemm && op.kind != OpKind::attention && op.kind != OpKind::linear_attention) continue;
       flops += op.flops;
       seconds += op.flops / sys.gpu.peak_flops(op.kind == OpKind::gemm ? op.dtype : Dtype::bf16);
     }

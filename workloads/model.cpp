@@ -31,6 +31,11 @@ AttentionMask ModelSpec::attention_mask(std::int64_t layer) const {
   return {};
 }
 
+bool ModelSpec::is_linear_attention_layer(std::int64_t layer) const {
+  if (is_mtp_layer(layer)) return is_linear_attention_layer(num_layers - 1);
+  return std::binary_search(linear_attention_layer_ids.begin(), linear_attention_layer_ids.end(), layer);
+}
+
 namespace {
 // Whether a window of `window` tokens (0: none) cuts a sequence of `seq`: one of the sequence or more is none.
 bool window_cuts(double seq, double window) { return window > 0 && window < seq; }
@@ -91,8 +96,24 @@ double ModelSpec::attention_params_per_layer() const {
     if (out_bias) p += d;
     if (qk_norm) p += qk_norm_per_layer ? hd * (H + static_cast<double>(num_kv_heads)) : 2 * hd;
     if (attention_sinks) p += H;
+    if (attention_output_gate) p += d * H * hd;
   }
   return p;
+}
+
+double ModelSpec::linear_attention_params_per_layer() const {
+  const double d = static_cast<double>(d_model), Hv = static_cast<double>(linear_num_value_heads);
+  const double K = static_cast<double>(linear_num_key_heads * linear_key_head_dim), V = Hv * static_cast<double>(linear_value_head_dim);
+  double p = (post_norms ? 4 : 2) * d;
+  p += d * (2 * K + 2 * V) + d * 2 * Hv;                          // in_proj_qkvz, in_proj_ba
+  p += (2 * K + V) * static_cast<double>(linear_conv_kernel_dim);  // the depthwise convolution (no bias)
+  p += 2 * Hv + static_cast<double>(linear_value_head_dim);         // dt_bias and A_log per value head, the gated norm
+  p += V * d;                                                       // out_proj
+  return p;
+}
+
+double ModelSpec::mixer_params(std::int64_t layer) const {
+  return is_linear_attention_layer(layer) ? linear_attention_params_per_layer() : attention_params_per_layer();
 }
 
 double ModelSpec::dense_mlp_params_per_layer() const {
@@ -108,7 +129,7 @@ double ModelSpec::moe_nonexpert_params_per_layer() const {
 }
 
 double ModelSpec::layer_params(std::int64_t layer) const {
-  return attention_params_per_layer() + (is_moe_layer(layer) ? expert_params_per_layer() + moe_nonexpert_params_per_layer()
+  return mixer_params(layer) + (is_moe_layer(layer) ? expert_params_per_layer() + moe_nonexpert_params_per_layer()
                                                              : dense_mlp_params_per_layer()) +
          (is_mtp_layer(layer) ? mtp_extra_params() : 0.0);
 }
@@ -116,7 +137,8 @@ double ModelSpec::layer_params(std::int64_t layer) const {
 double ModelSpec::total_params() const {
   // Embedding and unembedding tables (one when tied) and the final norm; MTP modules share them.
   double p = (tied_embeddings ? 1.0 : 2.0) * vocab_size * d_model + d_model;
-  p += num_layers * attention_params_per_layer();
+  const double linear = static_cast<double>(linear_attention_layer_ids.size());
+  p += (static_cast<double>(num_layers) - linear) * attention_params_per_layer() + linear * linear_attention_params_per_layer();
   p += dense_layers() * dense_mlp_params_per_layer();
   p += moe_layers() * (expert_params_per_layer() + moe_nonexpert_params_per_layer());
   for (std::int64_t l = num_layers; l < stack_layers(); ++l) p += layer_params(l);
@@ -166,9 +188,21 @@ ModelSpec::Flops ModelSpec::model_flops(double B, std::int64_t S, std::int64_t g
   double attn_layers = L + M;
   for (std::int64_t l = 0; (sliding_window > 0 || attention_chunk > 0) && l < stack_layers(); ++l)
     attn_layers -= 1.0 - model_attention_fraction(static_cast<double>(S), attention_mask(l));
+  // Gated DeltaNet layers (MaxText calculate_gated_delta_net_flops_per_device, after Megatron's count): their
+  // projections and convolution as weights, and 8 Dk Dv per token and value head for the recurrence (its four
+  // Dk x Dv products: k k^T, v k^T, the state's decay-and-update and its read by q), in place of attention.
+  double linear = 0;
+  for (std::int64_t l = 0; !linear_attention_layer_ids.empty() && l < stack_layers(); ++l) linear += is_linear_attention_layer(l);
+  double gdn_weights = 0, gdn_core = 0;
+  if (linear > 0) {
+    const double Hv = static_cast<double>(linear_num_value_heads), K = static_cast<double>(linear_num_key_heads * linear_key_head_dim);
+    const double V = Hv * static_cast<double>(linear_value_head_dim);
+    gdn_weights = 2.0 * BS * E * (2 * K + 2 * V + 2 * Hv) + 2.0 * BS * E * V + 2.0 * BS * static_cast<double>(linear_conv_kernel_dim) * (2 * K + V);
+    gdn_core = 8.0 * BS * Hv * static_cast<double>(linear_key_head_dim * linear_value_head_dim);
+  }
   Flops f;
-  f.weights_flops = (ffn_total + (qkv + proj) * (L + M) + embedding + mtp) * 3 * grad_accum;
-  f.attention_flops = attn * attn_layers * 3 * grad_accum;
+  f.weights_flops = (ffn_total + (qkv + proj) * (L + M - linear) + gdn_weights * linear + embedding + mtp) * 3 * grad_accum;
+  f.attention_flops = (attn * (attn_layers - linear) + gdn_core * linear) * 3 * grad_accum;
   return f;
 }
 
@@ -180,7 +214,12 @@ constexpr std::pair<const char*, bool ModelSpec::*> kFlags[] = {
     {"qk_norm", &ModelSpec::qk_norm},                 {"router_bias", &ModelSpec::router_bias},
     {"shared_expert_gate", &ModelSpec::shared_expert_gate}, {"expert_bias", &ModelSpec::expert_bias},
     {"attention_sinks", &ModelSpec::attention_sinks}, {"post_norms", &ModelSpec::post_norms},
-    {"qk_norm_per_layer", &ModelSpec::qk_norm_per_layer}};
+    {"qk_norm_per_layer", &ModelSpec::qk_norm_per_layer}, {"attention_output_gate", &ModelSpec::attention_output_gate}};
+// The Gated DeltaNet shape's fields, under the field's own name (a model file's and HF's keys alike).
+constexpr std::pair<const char*, std::int64_t ModelSpec::*> kLinearShape[] = {
+    {"linear_num_key_heads", &ModelSpec::linear_num_key_heads}, {"linear_num_value_heads", &ModelSpec::linear_num_value_heads},
+    {"linear_key_head_dim", &ModelSpec::linear_key_head_dim},   {"linear_value_head_dim", &ModelSpec::linear_value_head_dim},
+    {"linear_conv_kernel_dim", &ModelSpec::linear_conv_kernel_dim}};
 }  // namespace
 
 nlohmann::json ModelSpec::to_json() const {
@@ -202,6 +241,10 @@ nlohmann::json ModelSpec::to_json() const {
   }
   if (sliding_window > 0) j.update({{"sliding_window", sliding_window}, {"window_layer_ids", window_layer_ids}});
   if (attention_chunk > 0) j.update({{"attention_chunk", attention_chunk}, {"chunk_layer_ids", chunk_layer_ids}});
+  if (!linear_attention_layer_ids.empty()) {
+    for (auto [key, field] : kLinearShape) j[key] = this->*field;
+    j["linear_attention_layer_ids"] = linear_attention_layer_ids;
+  }
   // The flags only when set, so that the specs without them read as before.
   for (auto [key, flag] : kFlags)
     if (this->*flag) j[key] = true;
@@ -276,6 +319,20 @@ static std::vector<std::int64_t> layer_list(const JsonView& list, std::int64_t n
   return layers;
 }
 
+// The Gated DeltaNet shape (kLinearShape) read from `v` once some layer is one: value heads that share the key
+// heads evenly (each key head serves linear_num_value_heads / linear_num_key_heads of them, as GQA's do), softmax
+// attention's layers kept to GQA (MLA's linear variant, Kimi Linear's KDA, is another mixer), and no linear
+// layer that is also windowed or chunked (those are softmax attention's masks). `ids` names the layer list.
+static void read_linear_shape(ModelSpec& m, const JsonView& v, const JsonView& ids) {
+  for (auto [key, field] : kLinearShape) m.*field = v.at(key).positive_integer();
+  if (m.linear_num_value_heads % m.linear_num_key_heads != 0)
+    v.at("linear_num_value_heads").fail("must be a multiple of linear_num_key_heads = " + std::to_string(m.linear_num_key_heads));
+  if (m.is_mla()) ids.fail("Gated DeltaNet layers are modelled beside GQA attention only, not MLA");
+  for (std::int64_t layer : m.linear_attention_layer_ids)
+    if (m.attention_mask(layer).kind != AttentionMask::Kind::full)
+      ids.fail("names layer " + std::to_string(layer) + ", which is also a windowed or chunked attention layer");
+}
+
 ModelSpec load_model(const nlohmann::json& doc, const std::string& origin) {
   JsonView v(doc, origin);
   std::vector<std::string_view> keys = {
@@ -283,8 +340,9 @@ ModelSpec load_model(const nlohmann::json& doc, const std::string& origin) {
       "head_dim", "mlp_dim", "vocab_size", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
       "qk_rope_head_dim", "v_head_dim", "first_dense_layers", "num_experts", "experts_per_token",
       "shared_experts", "moe_mlp_dim", "shared_expert_mlp_dim", "dense_layer_ids", "routing_groups", "groups_per_token",
-      "sliding_window", "window_layer_ids", "attention_chunk", "chunk_layer_ids"};
+      "sliding_window", "window_layer_ids", "attention_chunk", "chunk_layer_ids", "linear_attention_layer_ids"};
   for (auto [key, flag] : kFlags) keys.push_back(key);
+  for (auto [key, field] : kLinearShape) keys.push_back(key);
   v.allow_only(keys);
   ModelSpec m;
   m.id = v.at("id").string();
@@ -306,7 +364,7 @@ ModelSpec load_model(const nlohmann::json& doc, const std::string& origin) {
                               {"qk_rope_head_dim", &m.qk_rope_head_dim}, {"v_head_dim", &m.v_head_dim}})
       *field = v.at(key).positive_integer();
     // MLA's projections have their own shapes: these would be silently miscounted.
-    for (auto key : {"qkv_bias", "out_bias", "qk_norm", "qk_norm_per_layer", "attention_sinks"})
+    for (auto key : {"qkv_bias", "out_bias", "qk_norm", "qk_norm_per_layer", "attention_sinks", "attention_output_gate"})
       if (v.has(key)) v.at(key).fail("applies to llama (GQA) attention only");
     // 0 or absent: the query is projected directly, without a low-rank latent (DeepSeek-V2-Lite).
     if (auto q = v.find("q_lora_rank")) {
@@ -364,6 +422,14 @@ ModelSpec load_model(const nlohmann::json& doc, const std::string& origin) {
   } else if (v.has("chunk_layer_ids")) {
     v.at("chunk_layer_ids").fail("needs attention_chunk");
   }
+  if (auto l = v.find("linear_attention_layer_ids")) {
+    m.linear_attention_layer_ids = layer_list(*l, m.num_layers, 0, true);
+    if (m.linear_attention_layer_ids.empty()) l->fail("lists no layer (leave it out for none)");
+    read_linear_shape(m, v, *l);
+  } else {
+    for (auto [key, field] : kLinearShape)
+      if (v.has(key)) v.at(key).fail("needs linear_attention_layer_ids");
+  }
   validate(m, v, "num_query_heads", "num_kv_heads", "first_dense_layers", "experts_per_token");
   return m;
 }
@@ -399,6 +465,9 @@ struct HfArch {
   const char* qk_norm_key = nullptr;  // a key that turns q_norm/k_norm on (GLM-4 MoE's use_qk_norm; default off)
   const char* router_bias_key = nullptr;  // a key that gives the router its bias (MiniMax-M2's use_routing_bias)
   bool minimax_attention = false;     // qk_norm_type (per_layer: the norms span all heads) and attn_type_list
+  // Gated DeltaNet layers where layer_types says linear_attention (else all but each full_attention_interval-th,
+  // default 4) with the linear_* shape keys, and the softmax layers' sigmoid output gate (Qwen3-Next).
+  bool gated_delta_net = false;
   bool reads_moe_layer_freq = false;  // deepseek: moe_layer_freq spaces the MoE layers past the dense ones
   bool head_dim_required = false;     // head_dim has a config default that is not hidden_size / num_attention_heads
   HfMoe moe = HfMoe::none;
@@ -452,6 +521,10 @@ constexpr HfArch kHfArchs[] = {
     // num_local_experts experts of intermediate_size, no shared one, a routing bias with use_routing_bias.
     {.name = "MiniMaxM2ForCausalLM", .qk_norm_key = "use_qk_norm", .router_bias_key = "use_routing_bias",
      .minimax_attention = true, .head_dim_required = true, .moe = HfMoe::mixtral, .defaults = kMiniMaxM2Defaults},
+    // Qwen3-Next (and Qwen3-Coder-Next): three Gated DeltaNet layers to one gated softmax attention layer with
+    // per-head q/k norms, Qwen's MoE block with a gated shared expert in every layer.
+    {.name = "Qwen3NextForCausalLM", .reads_attention_bias = true, .qk_norm = true, .gated_delta_net = true,
+     .head_dim_required = true, .moe = HfMoe::qwen, .shared_expert = true},
     {.name = "GptOssForCausalLM", .reads_attention_bias = true, .attention_bias = true, .head_dim_required = true,
      .moe = HfMoe::mixtral, .biased_experts = true, .attention_sinks = true, .window = HfWindow::typed,
      .default_window = 128},
@@ -550,6 +623,26 @@ void read_minimax_attention(const JsonView& v, ModelSpec& m) {
     if (t == 0) types[l].fail("is a linear (lightning) attention layer, which hbmsim does not model");
     if (t != 1) types[l].fail("must be 1 (softmax attention)");
   }
+}
+
+// Qwen3-Next's Gated DeltaNet layers (ModelSpec::linear_attention_layer_ids) and their shape.
+void read_gated_delta_net(const JsonView& v, ModelSpec& m) {
+  m.attention_output_gate = true;  // Qwen3NextAttention's q_proj always carries the gate's half
+  if (v.has("layer_types")) {
+    auto types = v.at("layer_types");
+    types.expect_array();
+    expect_one_per_layer(types, m);
+    for (std::size_t l = 0; l < types.size(); ++l) {
+      const std::string t = types[l].string();
+      if (t == "linear_attention") m.linear_attention_layer_ids.push_back(static_cast<std::int64_t>(l));
+      else if (t != "full_attention") types[l].fail("unknown layer type; expected linear_attention or full_attention");
+    }
+  } else {
+    const std::int64_t interval = v.has("full_attention_interval") ? v.at("full_attention_interval").positive_integer() : 4;
+    for (std::int64_t l = 0; l < m.num_layers; ++l)
+      if ((l + 1) % interval != 0) m.linear_attention_layer_ids.push_back(l);
+  }
+  if (!m.linear_attention_layer_ids.empty()) read_linear_shape(m, v, v.has("layer_types") ? v.at("layer_types") : v);
 }
 
 // Llama 4: the experts and the layers they are in, and the chunked layers (ModelSpec::attention_chunk).
@@ -652,6 +745,7 @@ ModelSpec load_hf_config(const nlohmann::json& doc, const std::string& origin) {
     if (arch->reads_mlp_bias) m.mlp_bias = optional_flag(v, "mlp_bias");
     m.qk_norm = arch->qk_norm_key ? optional_flag(v, arch->qk_norm_key) : arch->qk_norm;
     if (arch->minimax_attention) read_minimax_attention(v, m);
+    if (arch->gated_delta_net) read_gated_delta_net(v, m);
   }
   if (arch->moe == HfMoe::deepseek) read_deepseek_moe(v, *arch, m);
   if (arch->moe == HfMoe::mixtral) {

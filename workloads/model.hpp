@@ -75,6 +75,21 @@ struct ModelSpec {
   std::int64_t attention_chunk = 0;
   std::vector<std::int64_t> chunk_layer_ids;  // sorted decoder layers
   AttentionMask attention_mask(std::int64_t layer) const;  // an MTP module's is the last decoder layer's
+  // Gated DeltaNet layers (Qwen3-Next and Qwen3.5's linear_attention layer_types; Megatron's
+  // experimental_attention_variant gated_delta_net; MaxText's qwen3_next gdn_*): the layers in
+  // linear_attention_layer_ids mix tokens through a recurrent state per value head instead of softmax
+  // attention. in_proj_qkvz projects to queries and keys (linear_num_key_heads x linear_key_head_dim each),
+  // values and an output gate (linear_num_value_heads x linear_value_head_dim each), in_proj_ba to a decay and
+  // a write strength per value head; a depthwise causal convolution of linear_conv_kernel_dim taps runs over
+  // the queries, keys and values; a gated RMSNorm and out_proj follow. Not with MLA (Kimi Linear's KDA).
+  std::int64_t linear_num_key_heads = 0, linear_num_value_heads = 0, linear_key_head_dim = 0, linear_value_head_dim = 0;
+  std::int64_t linear_conv_kernel_dim = 0;
+  std::vector<std::int64_t> linear_attention_layer_ids;  // sorted decoder layers
+  // Whether `layer` is a Gated DeltaNet layer; an MTP module's kind is the last decoder layer's.
+  bool is_linear_attention_layer(std::int64_t layer) const;
+  // The softmax attention's output is scaled by sigmoid(x W_g), W_g a second half of the query projection
+  // (Qwen3-Next's and Qwen3.5's attn_output_gate; Megatron's attention_output_gate): H x head_dim x d_model more.
+  bool attention_output_gate = false;
 
   bool is_mla() const { return architecture == Architecture::deepseek_v3; }
   std::int64_t stack_layers() const { return num_layers + mtp_layers; }  // what a step runs, MTP modules last
@@ -87,7 +102,9 @@ struct ModelSpec {
   }
 
   // Parameter counts (embedding and unembedding included, once when tied; norms and biases included).
-  double attention_params_per_layer() const;
+  double attention_params_per_layer() const;       // a softmax attention layer's mixer and norms
+  double linear_attention_params_per_layer() const;  // a Gated DeltaNet layer's mixer and norms
+  double mixer_params(std::int64_t layer) const;     // whichever of the two `layer` has
   double dense_mlp_params_per_layer() const;
   double expert_params() const;                 // one routed expert's
   double expert_params_per_layer() const;       // routed experts only
@@ -100,7 +117,7 @@ struct ModelSpec {
   // MaxText calculate_tflops_training_per_device, in FLOPs (not TFLOPs), for one device's step.
   struct Flops {
     double weights_flops = 0;    // learnable-weight matmuls x3
-    double attention_flops = 0;  // causal attention x3 (halved)
+    double attention_flops = 0;  // causal attention x3 (halved); a Gated DeltaNet layer's recurrence
     double total() const { return weights_flops + attention_flops; }
   };
   // per_device_batch may be a fraction (MaxText allows one when each model replica's sequences are whole).
@@ -126,7 +143,7 @@ double model_attention_fraction(double seq, const AttentionMask& mask);
 ModelSpec load_model(const nlohmann::json& doc, const std::string& origin);
 // HuggingFace config.json: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma2/3 (dense);
 // MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM, Glm4MoeForCausalLM,
-// GptOssForCausalLM, MiniMaxM2ForCausalLM, Llama 4 (MoE).
+// GptOssForCausalLM, MiniMaxM2ForCausalLM, Llama 4 (MoE); Qwen3NextForCausalLM (Gated DeltaNet + MoE).
 ModelSpec load_hf_config(const nlohmann::json& doc, const std::string& origin);
 std::vector<std::string> builtin_model_ids();
 // Every model shipped in the binary by the name --model takes: the built-in ids, then the HuggingFace configs

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 #include <boost/graph/topological_sort.hpp>
 
@@ -52,6 +53,7 @@ const char* to_string(OpKind k) {
   switch (k) {
     case OpKind::gemm: return "gemm";
     case OpKind::attention: return "attention";
+    case OpKind::linear_attention: return "linear_attention";
     case OpKind::memory: return "memory";
     case OpKind::comm: return "comm";
   }
@@ -164,6 +166,23 @@ class TemplateBuilder {
     op.saved = std::move(saved);
     t_.ops.push_back(op);
   }
+  // A Gated DeltaNet recurrence of `flops` moving `bytes` through HBM (its inputs, output and chunk states). Its
+  // backward recomputes the chunk states and then runs about twice the forward's products and traffic (FLA's
+  // chunk_gated_delta_rule backward, which Megatron and MaxText's kernels follow): 2.5x, as flash attention's.
+  void linear_attention(const std::string& name, std::vector<int> in, int out, double flops, double bytes, std::vector<int> saved) {
+    OpDef op;
+    op.name = prefix_ + name;
+    op.kind = OpKind::linear_attention;
+    op.dtype = Dtype::bf16;
+    op.flops = flops;
+    op.bwd_flops = 2.5 * flops;
+    op.bytes = bytes;
+    op.bwd_bytes = 2.5 * bytes;
+    op.inputs = std::move(in);
+    op.outputs = {out};
+    op.saved = std::move(saved);
+    t_.ops.push_back(op);
+  }
   // A collective: its backward is the mirrored collective (CommDef::backward) and reads no forward value.
   void comm(const std::string& name, std::vector<int> in, int out, const CommDef& c) {
     OpDef op;
@@ -209,8 +228,10 @@ struct BufferRows {
 // on this device's share of the heads and MLP width. Each block returns the tensor it produces.
 class BodyBuilder {
  public:
-  // `mask`: what the layer's queries attend to (a sliding window, a chunk, or the whole prefix).
-  BodyBuilder(TemplateBuilder& b, const ModelSpec& m, const TrainingSpec& t, const AttentionMask& mask) : b_(b), m_(m) {
+  // `mask`: what the layer's queries attend to (a sliding window, a chunk, or the whole prefix); `linear`: its
+  // token mixer is a Gated DeltaNet instead.
+  BodyBuilder(TemplateBuilder& b, const ModelSpec& m, const TrainingSpec& t, const AttentionMask& mask, bool linear)
+      : b_(b), m_(m), linear_(linear) {
     const auto& p = t.parallelism;
     a_ = dtype_bytes(t.activation_dtype);
     d_ = static_cast<double>(m.d_model);
@@ -240,7 +261,7 @@ class BodyBuilder {
   double sharded(double T) const { return sp_ ? T / tp_ : T; }
 
   int layer(int input, bool moe, double T) {
-    const int res = attention_block(input, T);
+    const int res = linear_ ? linear_attention_block(input, T) : attention_block(input, T);
     return moe ? moe_block(res, T) : dense_mlp_block(res, T);
   }
 
@@ -433,6 +454,11 @@ class BodyBuilder {
       b_.gemm("wq", x, q, T, d, H * hd, attn_dt_, a);
       b_.gemm("wk", x, k, T, d, Hkv * hd, attn_dt_, a);
       b_.gemm("wv", x, v, T, d, Hkv * hd, attn_dt_, a);
+      int gate = -1;  // the output gate's logits: the query projection's second half (Qwen3-Next's q_proj)
+      if (m_.attention_output_gate) {
+        gate = b_.tensor("attention_gate", T * H * hd * a);
+        b_.gemm("wq_gate", x, gate, T, d, H * hd, attn_dt_, a);
+      }
       // Qwen3's and OLMo 2's RMSNorm over each query and key head (Megatron q_layernorm / k_layernorm, MaxText
       // query_norm / key_norm) after the projections: its backward reads the projections.
       if (m_.qk_norm) {
@@ -444,10 +470,51 @@ class BodyBuilder {
       }
       ctx = attention_core(q, k, v, T * H * hd * a, 4.0 * T * seq_ * H * hd / 2 * window_fraction_);
       ctx_width = H * hd;
+      if (gate >= 0) {  // context x sigmoid(gate): its backward reads both
+        int gated = b_.tensor("gated_context", T * H * hd * a);
+        b_.memory("output_gate", {ctx, gate}, {gated}, {ctx, gate});
+        ctx = gated;
+      }
     }
     int o = b_.tensor("out_proj", T * d * a);
     b_.gemm("wo_attn", ctx, o, T, ctx_width, d, attn_dt_, a);
     int r = post_norm("attn", tp_exit("attn_out", o, sharded(T) * d * a), T);
+    int res = b_.tensor("attention_out", sharded(T) * d * a);
+    b_.memory("residual_attn", {dli, r}, {res}, {});
+    return res;
+  }
+
+  // A Gated DeltaNet mixer (Qwen3-Next's Qwen3NextGatedDeltaNet, Megatron's GatedDeltaNet) over this rank's
+  // share of the heads: the projections to queries and keys (key heads), values and the output gate z (value
+  // heads), and the decay and write strength per value head; the depthwise causal convolution (with SiLU) over
+  // queries, keys and values; the chunked recurrence; the norm gated by z; out_proj.
+  int linear_attention_block(int dli, double T) {
+    const double a = a_, d = d_;
+    const double Hv = static_cast<double>(m_.linear_num_value_heads) / tp_;
+    const double Dk = static_cast<double>(m_.linear_key_head_dim), Dv = static_cast<double>(m_.linear_value_head_dim);
+    const double K = static_cast<double>(m_.linear_num_key_heads) / tp_ * Dk, V = Hv * Dv;
+    int norm = b_.tensor("attn_norm", sharded(T) * d * a);
+    b_.memory("attn_norm", {dli}, {norm}, {dli});
+    int x = tp_enter("attn_norm", norm, T * d * a, attn_dt_);
+    int qkv = b_.tensor("qkv_proj", T * (2 * K + V) * a);
+    b_.gemm("in_proj_qkv", x, qkv, T, d, 2 * K + V, attn_dt_, a);
+    int z = b_.tensor("linear_gate", T * V * a);
+    b_.gemm("in_proj_z", x, z, T, d, V, attn_dt_, a);
+    int ba = b_.tensor("linear_decay", T * 2 * Hv * a);
+    b_.gemm("in_proj_ba", x, ba, T, d, 2 * Hv, attn_dt_, a);
+    int conv = b_.tensor("linear_conv", T * (2 * K + V) * a);
+    b_.memory("linear_conv", {qkv}, {conv}, {qkv});
+    // The kernel reads queries and keys repeated to the value heads, the values and both gates, and writes the
+    // output; its forward writes each chunk's state (Dk x Dv per value head) and reads it back for the output.
+    const double tokens = T * Hv;
+    const double bytes = tokens * (2 * Dk + 2 * Dv + 2) * a + 2 * (T / kGdnChunkTokens) * Hv * Dk * Dv * a;
+    int o = b_.tensor("context", T * V * a);
+    b_.linear_attention("gated_delta_rule", {conv, ba}, o, 8.0 * tokens * Dk * Dv, bytes, {conv, ba, o});
+    int gated = b_.tensor("linear_gated_norm", T * V * a);
+    b_.memory("gated_norm", {o, z}, {gated}, {o, z});
+    int out = b_.tensor("out_proj", T * d * a);
+    b_.gemm("out_proj", gated, out, T, V, d, attn_dt_, a);
+    int r = post_norm("attn", tp_exit("attn_out", out, sharded(T) * d * a), T);
     int res = b_.tensor("attention_out", sharded(T) * d * a);
     b_.memory("residual_attn", {dli, r}, {res}, {});
     return res;
@@ -556,8 +623,13 @@ class BodyBuilder {
     return {stash_ > 0 ? stash_ : transient, transient};
   }
 
+  // FLA's chunked Gated DeltaNet kernels (which Megatron calls; MaxText's gdn_chunk_size defaults to the same)
+  // carry the state from one chunk of 64 tokens to the next.
+  static constexpr double kGdnChunkTokens = 64;
+
   TemplateBuilder& b_;
   const ModelSpec& m_;
+  bool linear_ = false;  // a Gated DeltaNet layer
   double a_ = 2, d_ = 0, tp_ = 1, heads_ = 0, seq_ = 0;
   double window_ = 0;           // the layer's attention window or chunk in tokens (0: none)
   bool windowed_ = false;       // it cuts the sequence (mask_cuts)
@@ -579,9 +651,10 @@ double expert_split(const Parallelism& p) {
   return static_cast<double>(p.experts_fold_tp ? p.expert_group() : p.tp * p.ep);
 }
 
-LayerTemplate build_template(const ModelSpec& model, const TrainingSpec& training, bool moe, bool mtp, const AttentionMask& mask) {
+LayerTemplate build_template(const ModelSpec& model, const TrainingSpec& training, bool moe, bool mtp, const AttentionMask& mask,
+                             bool linear) {
   TemplateBuilder b(mtp ? "mtp" : moe ? "moe" : "dense");
-  BodyBuilder body(b, model, training, mask);
+  BodyBuilder body(b, model, training, mask, linear);
   const double T = training.layer_tokens();
   const double a = dtype_bytes(training.activation_dtype), d = static_cast<double>(model.d_model);
   int dli = b.tensor("decoder_layer_input", body.sharded(T) * d * a);
@@ -607,7 +680,8 @@ LayerTemplate build_template(const ModelSpec& model, const TrainingSpec& trainin
   // reduce-scattered in the weight storage dtype.
   const auto& p = training.parallelism;
   const double tp = static_cast<double>(p.tp);
-  double attn_params = (model.attention_params_per_layer() + (mtp ? model.mtp_extra_params() : 0)) / tp;
+  const double mixer = linear ? model.linear_attention_params_per_layer() : model.attention_params_per_layer();
+  double attn_params = (mixer + (mtp ? model.mtp_extra_params() : 0)) / tp;
   double mlp_params = moe ? model.moe_nonexpert_params_per_layer() / tp : model.dense_mlp_params_per_layer() / tp;
   double expert_params = moe ? model.expert_params_per_layer() / expert_split(p) : 0;
   t.gathered_dense_bytes = attn_params * dtype_bytes(training.attention_gemm_dtype) + mlp_params * dtype_bytes(training.mlp_gemm_dtype);
@@ -669,20 +743,23 @@ StepGraph build_step_graph(const ModelSpec& decoder, TrainingSpec training) {
   const bool sp = p.sequence_parallel && p.tp > 1;
   g.sharded_tokens = sp ? g.tokens / static_cast<double>(p.tp) : g.tokens;
 
-  g.templates.push_back(build_template(model, training, false, false, {}));
-  if (model.num_experts > 0) g.templates.push_back(build_template(model, training, true, false, {}));
-  // A layer whose window or chunk cuts the sequence has a template of its own per kind and mask.
-  std::map<std::pair<int, AttentionMask>, int> masked;
+  g.templates.push_back(build_template(model, training, false, false, {}, false));
+  if (model.num_experts > 0) g.templates.push_back(build_template(model, training, true, false, {}, false));
+  // A layer whose window or chunk cuts the sequence, or whose mixer is a Gated DeltaNet, has a template of its
+  // own per kind, mask and mixer.
+  std::map<std::tuple<int, AttentionMask, bool>, int> variants;
   auto template_of = [&](std::int64_t layer, int plain) {
     const AttentionMask mask = model.attention_mask(layer);
-    if (!mask_cuts(static_cast<double>(training.seq_len), mask)) return plain;
-    auto [it, made] = masked.try_emplace({plain, mask}, static_cast<int>(g.templates.size()));
-    if (made) g.templates.push_back(build_template(model, training, model.is_moe_layer(layer), model.is_mtp_layer(layer), mask));
+    const bool linear = model.is_linear_attention_layer(layer);
+    if (!linear && !mask_cuts(static_cast<double>(training.seq_len), mask)) return plain;
+    auto [it, made] = variants.try_emplace({plain, mask, linear}, static_cast<int>(g.templates.size()));
+    if (made)
+      g.templates.push_back(build_template(model, training, model.is_moe_layer(layer), model.is_mtp_layer(layer), mask, linear));
     return it->second;
   };
   for (std::int64_t i = 0; i < model.num_layers; ++i) g.layer_template.push_back(template_of(i, model.is_moe_layer(i) ? 1 : 0));
   if (model.mtp_layers > 0) {
-    g.templates.push_back(build_template(model, training, model.is_moe_layer(model.num_layers), true, {}));
+    g.templates.push_back(build_template(model, training, model.is_moe_layer(model.num_layers), true, {}, false));
     const int mtp = template_of(model.num_layers, static_cast<int>(g.templates.size()) - 1);
     g.layer_template.insert(g.layer_template.end(), static_cast<std::size_t>(model.mtp_layers), mtp);
   }
@@ -773,7 +850,8 @@ std::string layer_dot(const LayerTemplate& t, const std::string& title) {
   for (std::size_t i = 0; i < t.ops.size(); ++i) {
     const auto& op = t.ops[i];
     os << "  op" << i << " [label=\"" << op.name << "\\n" << to_string(op.kind);
-    if (op.kind == OpKind::gemm || op.kind == OpKind::attention) os << " " << op.flops / 1e12 << " TFLOP";
+    if (op.kind == OpKind::gemm || op.kind == OpKind::attention || op.kind == OpKind::linear_attention)
+      os << " " << op.flops / 1e12 << " TFLOP";
     if (op.kind == OpKind::comm)
       os << " " << to_string(op.comm.forward) << "/" << to_string(op.comm.backward) << " over " << op.comm.group.name();
     os << "\"];\n";

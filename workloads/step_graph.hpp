@@ -32,7 +32,8 @@ TensorKey split_tensor_key(const std::string& key);
 // Why `key` names no tensor a policy can place ("unknown checkpoint name", "unknown layer kind ..."); "" if it does.
 std::string tensor_key_error(const std::string& key);
 
-enum class OpKind { gemm, attention, memory, comm };
+// linear_attention: a Gated DeltaNet layer's chunked recurrence (ModelSpec::linear_attention_layer_ids).
+enum class OpKind { gemm, attention, linear_attention, memory, comm };
 const char* to_string(OpKind k);
 
 enum class CommKind : std::uint8_t { none, all_gather, reduce_scatter, all_reduce, all_to_all, send_recv };

@@ -119,6 +119,9 @@ void check_model_split(const TrainingSpec& t, const ModelSpec& m) {
     throw InputError("tp = " + str(p.tp) + " (num_query_heads = " + str(m.num_query_heads) + " is not divisible by it)");
   if (!m.is_mla() && m.num_kv_heads % p.tp != 0 && p.tp % m.num_kv_heads != 0)
     throw InputError("tp = " + str(p.tp) + " (num_kv_heads = " + str(m.num_kv_heads) + " neither divides nor is divided by it)");
+  // A Gated DeltaNet layer's heads are split over tp as Megatron's GatedDeltaNet splits them: whole key heads.
+  if (!m.linear_attention_layer_ids.empty() && m.linear_num_key_heads % p.tp != 0)
+    throw InputError("tp = " + str(p.tp) + " (linear_num_key_heads = " + str(m.linear_num_key_heads) + " is not divisible by it)");
   if (m.dense_layers() > 0 && m.mlp_dim % p.tp != 0)  // unused when every layer is MoE (Mixtral)
     throw InputError("tp = " + str(p.tp) + " (mlp_dim = " + str(m.mlp_dim) + " is not divisible by it)");
   if (m.num_experts > 0 && m.moe_mlp_dim % p.tp != 0)
@@ -138,6 +141,11 @@ void check_model_split(const TrainingSpec& t, const ModelSpec& m) {
   if (p.cp > 1 && t.seq_len % (2 * p.cp) != 0)
     throw InputError("cp = " + str(p.cp) + " (seq = " + str(t.seq_len) + " is not divisible by 2 x cp = " + str(2 * p.cp) +
                      ", which causal load balancing needs)");
+  // Megatron runs a Gated DeltaNet layer over context ranks by trading sequence shards for head shards (an
+  // all-to-all each way around the recurrence): not modelled.
+  if (p.cp > 1 && !m.linear_attention_layer_ids.empty())
+    throw InputError("cp = " + str(p.cp) + " (" + m.name + " has Gated DeltaNet layers, whose context parallelism is not "
+                     "modelled; use cp = 1)");
 }
 
 // The sequences one model replica runs per micro-step, from either meaning of the batch, and the

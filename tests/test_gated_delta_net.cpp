@@ -1,0 +1,152 @@
+// Gated DeltaNet layers (Qwen3-Next's linear_attention layer_types): parameter counts against the published
+// size, MaxText's model FLOPs, the layer's ops and their tensor-parallel split, an end-to-end step, and the
+// inputs refused.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+
+#include "helpers.hpp"
+#include "workloads/step_graph.hpp"
+
+using namespace hbmsim;
+using test::hf_doc;
+
+namespace {
+
+ModelSpec qwen3_next(const nlohmann::json& doc) { return load_hf_config(doc, "qwen3-next.json"); }
+
+// The sum of one kind of op's forward FLOPs in a layer template.
+double flops_of(const LayerTemplate& t, OpKind kind) {
+  double f = 0;
+  for (const auto& op : t.ops)
+    if (op.kind == kind) f += op.flops;
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("Gated DeltaNet: Qwen3-Next-80B-A3B's parameters by hand and against Qwen's 80B / 3B", "[workloads][hf][gdn]") {
+  // d 2048, L 48 (every fourth full attention: 12, the rest Gated DeltaNet: 36), H 16, K 2, h 256, V 151936;
+  // linear key heads 16, value heads 32, head dims 128, convolution 4 taps; 512 experts of 512, 10 per token, a
+  // gated shared expert of 512 in every layer. Per layer:
+  //   full attention: norms 2d + q with its gate 2*d*H*h + k, v 2*d*K*h + o H*h*d + q/k norms 2h = 27,267,584
+  //   Gated DeltaNet (key dim Kd = 16*128 = 2048, value dim Vd = 32*128 = 4096): norms 2d + in_proj_qkvz
+  //     d*(2Kd + 2Vd) + in_proj_ba d*2*32 + convolution (2Kd + Vd)*4 + dt_bias and A_log 2*32 + gated norm 128
+  //     + out_proj Vd*d = 33,722,560
+  //   MoE: router d*512 + experts 512*3*d*512 + shared expert 3*d*512 + its gate d = 1,614,809,088
+  // Total 2*V*d + d + 12*27,267,584 + 36*33,722,560 + 48*1,614,809,088 = 79,674,391,296 (Qwen: 80B); active with
+  // 10 experts 3,874,929,408, 3.25B without the two tables (Qwen: 3B).
+  const auto m = qwen3_next(hf_doc("qwen3-next-80b-a3b.config.json"));
+  CHECK(m.attention_params_per_layer() == 27267584.0);
+  CHECK(m.linear_attention_params_per_layer() == 33722560.0);
+  CHECK(m.total_params() == 79674391296.0);
+  CHECK(m.activated_params() == 3874929408.0);
+  CHECK(std::abs(m.total_params() - 80e9) <= 0.5e9);
+  CHECK(std::abs(m.activated_params() - 2 * 151936.0 * 2048 - 3e9) <= 0.3e9);
+  REQUIRE(m.linear_attention_layer_ids.size() == 36);
+  CHECK(m.is_linear_attention_layer(0));
+  CHECK(!m.is_linear_attention_layer(3));
+  CHECK(!m.is_linear_attention_layer(47));
+  CHECK((m.attention_output_gate && m.qk_norm && m.shared_expert_gate && !m.qkv_bias));
+  CHECK(m.moe_layers() == 48);
+  // Without layer_types the class puts full attention at each full_attention_interval-th layer (default 4).
+  auto doc = hf_doc("qwen3-next-80b-a3b.config.json");
+  doc.erase("layer_types");
+  CHECK(qwen3_next(doc).linear_attention_layer_ids == m.linear_attention_layer_ids);
+  doc.erase("full_attention_interval");
+  CHECK(qwen3_next(doc).linear_attention_layer_ids == m.linear_attention_layer_ids);
+  doc["full_attention_interval"] = 2;
+  CHECK(qwen3_next(doc).linear_attention_layer_ids.size() == 24);
+  // A model file keeps the layers and the shape.
+  auto back = load_model(m.to_json(), "roundtrip");
+  CHECK(back.to_json() == m.to_json());
+  CHECK(back.total_params() == m.total_params());
+}
+
+TEST_CASE("Gated DeltaNet: model FLOPs follow MaxText's qwen3_next count", "[workloads][gdn]") {
+  // MaxText calculate_tflops_training_per_device with calculate_gated_delta_net_flops_per_device, B 1, S 4096,
+  // everything x3 (hbmsim counts the shared expert's gate logit in the router, 2 B S d (512 + 1)):
+  //   MoE per layer 2BSd*513 + 6BS*512*d*10 + 6BS*512*d; full attention layers' qkv 2BSd*(16 + 4)*256 and
+  //   projection 2BSd*16*256 (the output gate is not counted, as in MaxText); Gated DeltaNet layers' weights
+  //   2BSd*(2*2048 + 2*4096 + 64) + 2BSd*4096 + 2BS*4*(2*2048 + 4096); unembedding 2BSdV.
+  //   weights (48 MoE + 12 (qkv + proj) + 36 gdn + unembedding) x3 = 85,103,971,663,872
+  //   attention (12 causal layers 4 B S^2 16*256 / 2 + 36 recurrences 8 B S 32*128*128) x3 = 6,803,228,196,864
+  const auto m = qwen3_next(hf_doc("qwen3-next-80b-a3b.config.json"));
+  const auto f = m.model_flops(1, 4096);
+  CHECK(f.weights_flops == Approx(85103971663872.0).epsilon(1e-12));
+  CHECK(f.attention_flops == Approx(6803228196864.0).epsilon(1e-12));
+}
+
+TEST_CASE("Gated DeltaNet: a layer's ops split over tp and run the recurrence at its FLOPs", "[workloads][gdn]") {
+  const auto m = qwen3_next(hf_doc("qwen3-next-80b-a3b.config.json"));
+  for (std::int64_t tp : {1, 2, 4}) {
+    INFO("tp " << tp);
+    TrainingSpec t;
+    t.gpus = 8;
+    t.per_device_batch = 1;
+    t.seq_len = 4096;
+    t.parallelism.tp = tp;
+    t.parallelism.ep = 8 / tp;
+    const StepGraph g = build_step_graph(m, t);
+    const LayerTemplate &linear = g.layer(0), &full = g.layer(3);
+    // The tensor-parallel group's tokens: a per-device batch of 1 gives a replica of tp devices tp sequences.
+    const double T = g.tokens;
+    CHECK(T == 4096.0 * static_cast<double>(tp));
+    // The recurrence: 8 Dk Dv per token and value head, this rank's 32 / tp heads.
+    CHECK(flops_of(linear, OpKind::linear_attention) == Approx(8.0 * T * (32.0 / tp) * 128 * 128).epsilon(1e-12));
+    CHECK(flops_of(full, OpKind::linear_attention) == 0);
+    // Its HBM traffic, bf16: queries and keys repeated to the value heads, values, output and the two gates per
+    // token and head, 2 (2*128 + 2*128 + 2) bytes, and each 64-token chunk's 128 x 128 state written and read back.
+    for (const auto& op : linear.ops)
+      if (op.kind == OpKind::linear_attention)
+        CHECK(op.bytes == Approx(T * (32.0 / tp) * 2 * (2 * 128 + 2 * 128 + 2) + 2 * (T / 64) * (32.0 / tp) * 128 * 128 * 2).epsilon(1e-12));
+    CHECK(flops_of(linear, OpKind::attention) == 0);
+    // The mixer's GEMMs (in_proj_qkv, in_proj_z, in_proj_ba, out_proj) on this rank's heads, against the gated
+    // attention's (q and its gate 2 H / tp heads, k and v one of the 2 KV heads each once tp exceeds them, o).
+    const double gdn = 2 * T * 2048 * (2 * 2048 + 2 * 4096 + 64) / tp + 2 * T * 4096 * 2048 / tp;
+    const double kv_heads = std::max(1.0, 2.0 / tp);
+    const double attention = 2 * T * 2048 * (2 * 16.0 / tp + 2 * kv_heads) * 256 + 2 * T * 16 * 256 * 2048 / tp;
+    CHECK(flops_of(linear, OpKind::gemm) - flops_of(full, OpKind::gemm) == Approx(gdn - attention).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("Gated DeltaNet: Qwen3-Next simulates end to end within the physical laws", "[workloads][gdn][cli]") {
+  auto res = test::cli("simulate --model hf/qwen3-next-80b-a3b.config.json --system h100-hgx --gpus 32 --ep 8 --tp 2 "
+                       "--seq 4096 --batch 1 --json");
+  REQUIRE(res.status == 0);
+  auto j = nlohmann::json::parse(res.out);
+  CHECK(j.at("mfu").get<double>() > 0.02);
+  CHECK(j.at("mfu").get<double>() <= 1.0);
+  CHECK(j.at("executed_flops_per_device").get<double>() >= j.at("model_flops_per_device").get<double>());
+  CHECK(j.at("fits").get<bool>());
+  // fp32 master weights of the whole model over the 32 devices.
+  CHECK(j.at("hbm_breakdown_bytes").at("parameters").get<double>() == Approx(79674391296.0 * 4 / 32).epsilon(1e-9));
+}
+
+TEST_CASE("Gated DeltaNet: what is not modelled or malformed is refused with its field", "[workloads][gdn]") {
+  auto res = test::cli("simulate --model hf/qwen3-next-80b-a3b.config.json --system h100-hgx --gpus 32 --ep 8 --cp 2 --seq 4096");
+  CHECK(res.status == 2);
+  CHECK_THAT(res.err, Catch::Contains("cp = 2 (Qwen3NextForCausalLM has Gated DeltaNet layers, whose context parallelism is not modelled"));
+  res = test::cli("simulate --model hf/qwen3-next-80b-a3b.config.json --system h100-hgx --gpus 32 --tp 32 --seq 4096");
+  CHECK(res.status == 2);
+  CHECK_THAT(res.err, Catch::Contains("tp = 32 (num_query_heads = 16 is not divisible by it)"));
+  auto doc = hf_doc("qwen3-next-80b-a3b.config.json");
+  doc["linear_num_value_heads"] = 24;
+  CHECK_THROWS_WITH(qwen3_next(doc), "qwen3-next.json: linear_num_value_heads = 24 (must be a multiple of linear_num_key_heads = 16)");
+  doc = hf_doc("qwen3-next-80b-a3b.config.json");
+  doc["layer_types"][5] = "mamba";
+  CHECK_THROWS_WITH(qwen3_next(doc), "qwen3-next.json: layer_types[5] = \"mamba\" (unknown layer type; expected linear_attention or full_attention)");
+  doc = hf_doc("qwen3-next-80b-a3b.config.json");
+  doc.erase("linear_conv_kernel_dim");
+  CHECK_THROWS_WITH(qwen3_next(doc), "qwen3-next.json: linear_conv_kernel_dim is missing (required)");
+  // Model files: the shape without layers, layers beside MLA.
+  auto j = qwen3_next(hf_doc("qwen3-next-80b-a3b.config.json")).to_json();
+  j.erase("linear_attention_layer_ids");
+  CHECK_THROWS_WITH(load_model(j, "f.json"), Catch::StartsWith("f.json: linear_") && Catch::Contains("(needs linear_attention_layer_ids)"));
+  auto ds = builtin_model("deepseek-v3-671b").to_json();
+  ds["linear_attention_layer_ids"] = {1, 2};
+  for (auto key : {"linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim"})
+    ds[key] = 4;
+  CHECK_THROWS_WITH(load_model(ds, "ds.json"),
+                    "ds.json: linear_attention_layer_ids = [1,2] (Gated DeltaNet layers are modelled beside GQA attention only, not MLA)");
+}
