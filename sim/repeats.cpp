@@ -161,7 +161,17 @@ void Repeats::find(const Program& p, const std::vector<int>& gate_after, const s
   known_.clear();
   priority_step_.clear();
   const auto& its = p.iterations;
-  std::size_t mixed_from = 0;  // the first of the back-to-back short stretches before `a` (mixed_groups)
+  // Stretches shorter than a pattern (below kMaxPeriod iterations: Qwen3-Next's three Gated DeltaNet layers
+  // between its attention layers) are gathered while they lie back to back and first grouped together; those
+  // long enough to repeat alone are tried alone only where no grouping of the whole gathering repeats.
+  std::size_t mixed_from = 0;  // the first of the gathered stretches
+  std::vector<std::pair<std::size_t, std::size_t>> alone;  // gathered stretches of kMinIterations or more
+  auto flush = [&](std::size_t to) {
+    if (!mixed_groups(its, mixed_from, to))
+      for (auto [a, b] : alone) one_shape(its, a, b);
+    alone.clear();
+    mixed_from = to;
+  };
   for (std::size_t a = 0; a < its.size();) {
     // A candidate: back-to-back iterations of one shape (their side ops back to back too, if any).
     const auto& f = its[a];
@@ -171,43 +181,41 @@ void Repeats::find(const Program& p, const std::vector<int>& gate_after, const s
            its[b].side_end - its[b].side_first == side && (side == 0 || its[b].side_first == its[b - 1].side_end))
       ++b;
     const int count = static_cast<int>(b - a);
-    // Stretches too short to repeat alone may alternate (dense and MoE layers in turn): gathered while they
-    // lie back to back, and grouped once the next one does not continue them.
-    const bool short_stretch = stride > 0 && count < kMinIterations;
-    if (!short_stretch || !adjoins(its, a)) {
-      mixed_groups(its, mixed_from, a);
-      mixed_from = a;
+    const bool short_stretch = stride > 0 && count < kMaxPeriod;
+    if (!short_stretch || !adjoins(its, a)) flush(a);
+    if (short_stretch) {
+      if (count >= kMinIterations) alone.emplace_back(a, b);
+      if (b == its.size()) flush(b);
+    } else {
+      mixed_from = b;
+      if (stride > 0) one_shape(its, a, b);
     }
-    if (short_stretch && b == its.size()) mixed_groups(its, mixed_from, b);
-    if (!short_stretch) mixed_from = b;
     a = b;
-    if (stride <= 0 || count < kMinIterations) continue;
-    // Where the builder copied iterations (Program::Iteration::copy_of; the last copies of a stretch are
-    // looked at), they repeat at its period: taken without a check (each replay checks what it relies on).
-    std::size_t last_copy = b - 1;
-    while (last_copy > b - static_cast<std::size_t>(count) && its[last_copy].copy_of == 0) --last_copy;
-    if (const int period = its[last_copy].copy_of;
-        period > 0 && period <= kMaxPeriod && last_copy > b - static_cast<std::size_t>(count) && its[last_copy - 1].copy_of == period) {
-      runs_.push_back(Repeat{{f.first, period * stride}, {f.side_first, period * side}, count / period,
-                             static_cast<int>(b) - count, period});
-      known_.emplace_back(static_cast<std::size_t>(count / period), 0);
-      priority_step_.emplace_back(p.resources.size(), kUnset);
-      if (runs_.back().count < kMinIterations) {
-        runs_.pop_back();
-        known_.pop_back();
-        priority_step_.pop_back();
-      }
-      continue;
-    }
-    // The grouping whose middle iterations repeat: single iterations first.
-    for (int group = 1; group <= kMaxPeriod; ++group) {
-      bool found = false;
-      for (int offset = 0; offset < group && !found; ++offset)
-        found = try_run(Repeat{{f.first + offset * stride, group * stride}, {f.side_first + offset * side, group * side},
-                               (count - offset) / group, static_cast<int>(b) - count + offset, group});
-      if (found) break;
-    }
   }
+}
+
+void Repeats::one_shape(const std::vector<Program::Iteration>& its, std::size_t a, std::size_t b) {
+  const auto& f = its[a];
+  const int stride = f.end - f.first, side = f.side_end - f.side_first;
+  const int count = static_cast<int>(b - a);
+  // Where the builder copied iterations (Program::Iteration::copy_of; the last copies of a stretch are
+  // looked at), they repeat at its period: taken without a check (each replay checks what it relies on).
+  std::size_t last_copy = b - 1;
+  while (last_copy > a && its[last_copy].copy_of == 0) --last_copy;
+  if (const int period = its[last_copy].copy_of;
+      period > 0 && period <= kMaxPeriod && last_copy > a && its[last_copy - 1].copy_of == period) {
+    if (count / period < kMinIterations) return;
+    runs_.push_back(Repeat{{f.first, period * stride}, {f.side_first, period * side}, count / period, static_cast<int>(a), period});
+    known_.emplace_back(static_cast<std::size_t>(count / period), 0);
+    priority_step_.emplace_back(p_->resources.size(), kUnset);
+    return;
+  }
+  // The grouping whose middle iterations repeat: single iterations first.
+  for (int group = 1; group <= kMaxPeriod; ++group)
+    for (int offset = 0; offset < group; ++offset)
+      if (try_run(Repeat{{f.first + offset * stride, group * stride}, {f.side_first + offset * side, group * side},
+                         (count - offset) / group, static_cast<int>(a) + offset, group}))
+        return;
 }
 
 bool Repeats::adjoins(const std::vector<Program::Iteration>& its, std::size_t i) {
@@ -230,10 +238,10 @@ bool Repeats::try_run(const Repeat& run) {
   return false;
 }
 
-void Repeats::mixed_groups(const std::vector<Program::Iteration>& its, std::size_t from, std::size_t to) {
-  if (to - from < 2 * static_cast<std::size_t>(kMinIterations)) return;
+bool Repeats::mixed_groups(const std::vector<Program::Iteration>& its, std::size_t from, std::size_t to) {
+  if (to - from < 2 * static_cast<std::size_t>(kMinIterations)) return false;
   for (std::size_t i = from + 1; i < to; ++i)
-    if (!adjoins(its, i)) return;
+    if (!adjoins(its, i)) return false;
   // Groups of 2 .. kMaxPeriod iterations, the fewest whose groups span alike and repeat mid-stretch.
   for (int group = 2; group <= kMaxPeriod; ++group)
     for (int offset = 0; offset < group; ++offset) {
@@ -246,8 +254,9 @@ void Repeats::mixed_groups(const std::vector<Program::Iteration>& its, std::size
              side_span(first + count * G) == side_span(first))
         ++count;
       const auto& f = its[first];
-      if (try_run(Repeat{{f.first, span(first)}, {f.side_first, side_span(first)}, count, static_cast<int>(first), group})) return;
+      if (try_run(Repeat{{f.first, span(first)}, {f.side_first, side_span(first)}, count, static_cast<int>(first), group})) return true;
     }
+  return false;
 }
 
 int Repeats::first_break(int r, int first, int last) {

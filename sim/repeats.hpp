@@ -69,8 +69,11 @@ class Repeats {
   static bool adjoins(const std::vector<Program::Iteration>& its, std::size_t i);
   // Keeps `run` if its middle iterations repeat (a stretch of about kMaxPeriod layers from the middle).
   bool try_run(const Repeat& run);
-  // Iterations [from, to), back to back but of alternating shapes, as groups of several that span alike.
-  void mixed_groups(const std::vector<Program::Iteration>& its, std::size_t from, std::size_t to);
+  // Iterations [from, to), back to back but of alternating shapes, as groups of several that span alike;
+  // whether a run was kept.
+  bool mixed_groups(const std::vector<Program::Iteration>& its, std::size_t from, std::size_t to);
+  // Iterations [a, b) of one shape: the builder's copies at their period, else the fewest per group that repeat.
+  void one_shape(const std::vector<Program::Iteration>& its, std::size_t a, std::size_t b);
   bool repeats_previous(int r, int i);
   // Iterations i - 1 and i of run r are builder copies at a period dividing the run's group
   // (Program::Iteration::copy_of), so that i - 2, i - 1 and i continue one another.
