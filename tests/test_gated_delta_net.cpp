@@ -110,6 +110,38 @@ TEST_CASE("Gated DeltaNet: a layer's ops split over tp and run the recurrence at
   }
 }
 
+TEST_CASE("Gated DeltaNet: over cp, all-to-alls trade sequence shards for head shards around the recurrence", "[workloads][gdn]") {
+  // Megatron's GatedDeltaNet with cp: the projections' outputs (q, k, v; z; the decay and write strength) go
+  // through tensor_a2a_cp2hp, the normed output back through hp2cp before out_proj. Each all-to-all moves the
+  // rank's whole tensor re-split, so its bytes are the tensor's; the recurrence's work per rank is unchanged.
+  const auto m = qwen3_next(hf_doc("qwen3-next-80b-a3b.config.json"));
+  TrainingSpec t;
+  t.gpus = 32;
+  t.per_device_batch = 1;
+  t.seq_len = 8192;
+  t.parallelism.tp = 2;
+  t.parallelism.cp = 2;
+  t.parallelism.ep = 8;
+  const StepGraph g = build_step_graph(m, t);
+  const double T = g.tokens, a = 2, K = 16 / 2 * 128.0, V = 32 / 2 * 128.0, Hv = 32 / 2.0;
+  CHECK(T == 8192.0 * 2 * 2 / 2);  // tp x cp sequences per replica, this rank's 1/cp of them
+  std::vector<double> cp_bytes;
+  for (const auto& op : g.layer(0).ops)
+    if (op.kind == OpKind::comm && op.comm.axis == Axis::cp) {
+      CHECK(op.comm.forward == CommKind::all_to_all);
+      CHECK(op.comm.backward == CommKind::all_to_all);
+      cp_bytes.push_back(op.comm.bytes);
+    }
+  CHECK(cp_bytes == std::vector<double>{T * (2 * K + V) * a, T * V * a, T * 2 * Hv * a, T * V * a});
+  CHECK(flops_of(g.layer(0), OpKind::linear_attention) == Approx(8.0 * T * Hv * 128 * 128).epsilon(1e-12));
+  auto res = test::cli("simulate --model hf/qwen3-next-80b-a3b.config.json --system gb200-nvl72 --gpus 32 --tp 2 --cp 2 --ep 8 "
+                       "--seq 8192 --json");
+  REQUIRE(res.status == 0);
+  auto j = nlohmann::json::parse(res.out);
+  CHECK(j.at("mfu").get<double>() <= 1.0);
+  CHECK(j.at("executed_flops_per_device").get<double>() >= j.at("model_flops_per_device").get<double>());
+}
+
 TEST_CASE("Gated DeltaNet: Qwen3-Next simulates end to end within the physical laws", "[workloads][gdn][cli]") {
   auto res = test::cli("simulate --model hf/qwen3-next-80b-a3b.config.json --system h100-hgx --gpus 32 --ep 8 --tp 2 "
                        "--seq 4096 --batch 1 --json");
@@ -124,9 +156,9 @@ TEST_CASE("Gated DeltaNet: Qwen3-Next simulates end to end within the physical l
 }
 
 TEST_CASE("Gated DeltaNet: what is not modelled or malformed is refused with its field", "[workloads][gdn]") {
-  auto res = test::cli("simulate --model hf/qwen3-next-80b-a3b.config.json --system h100-hgx --gpus 32 --ep 8 --cp 2 --seq 4096");
+  auto res = test::cli("simulate --model hf/qwen3-next-80b-a3b.config.json --system h100-hgx --gpus 64 --tp 4 --cp 8 --seq 8192");
   CHECK(res.status == 2);
-  CHECK_THAT(res.err, Catch::Contains("cp = 2 (Qwen3NextForCausalLM has Gated DeltaNet layers, whose context parallelism is not modelled"));
+  CHECK_THAT(res.err, Catch::Contains("cp = 8 (linear_num_key_heads = 16 is not divisible by tp x cp = 32, as Megatron's Gated DeltaNet needs over cp)"));
   res = test::cli("simulate --model hf/qwen3-next-80b-a3b.config.json --system h100-hgx --gpus 32 --tp 32 --seq 4096");
   CHECK(res.status == 2);
   CHECK_THAT(res.err, Catch::Contains("tp = 32 (num_query_heads = 16 is not divisible by it)"));

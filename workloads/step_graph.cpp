@@ -502,6 +502,11 @@ class BodyBuilder {
     b_.gemm("in_proj_z", x, z, T, d, V, attn_dt_, a);
     int ba = b_.tensor("linear_decay", T * 2 * Hv * a);
     b_.gemm("in_proj_ba", x, ba, T, d, 2 * Hv, attn_dt_, a);
+    // Over cp, Megatron trades this rank's share of the sequence for a 1/cp share of the heads over the whole
+    // sequence before the convolution (tensor_a2a_cp2hp), and back before out_proj: the same elements per rank.
+    qkv = heads_over_sequence("qkv_heads", qkv);
+    z = heads_over_sequence("linear_gate_heads", z);
+    ba = heads_over_sequence("linear_decay_heads", ba);
     int conv = b_.tensor("linear_conv", T * (2 * K + V) * a);
     b_.memory("linear_conv", {qkv}, {conv}, {qkv});
     // The kernel reads queries and keys repeated to the value heads, the values and both gates, and writes the
@@ -512,12 +517,22 @@ class BodyBuilder {
     b_.linear_attention("gated_delta_rule", {conv, ba}, o, 8.0 * tokens * Dk * Dv, bytes, {conv, ba, o});
     int gated = b_.tensor("linear_gated_norm", T * V * a);
     b_.memory("gated_norm", {o, z}, {gated}, {o, z});
+    gated = heads_over_sequence("linear_sequence_shard", gated);
     int out = b_.tensor("out_proj", T * d * a);
     b_.gemm("out_proj", gated, out, T, V, d, attn_dt_, a);
     int r = post_norm("attn", tp_exit("attn_out", out, sharded(T) * d * a), T);
     int res = b_.tensor("attention_out", sharded(T) * d * a);
     b_.memory("residual_attn", {dli, r}, {res}, {});
     return res;
+  }
+
+  // With cp > 1 an all-to-all over the context axis (its backward another): the rank's tensor re-split the other
+  // way, sequence shards for head shards or back (Megatron's tensor_a2a_cp2hp / hp2cp); as it is without cp.
+  int heads_over_sequence(const std::string& name, int x) {
+    if (cp_ == 1) return x;
+    int out = b_.tensor(name, b_.bytes(x));
+    b_.comm(name + "_all_to_all", {x}, out, CommDef{CommKind::all_to_all, CommKind::all_to_all, Axis::cp, context_, b_.bytes(x), false, {}});
+    return out;
   }
 
   // A gated MLP of width F (this rank's share) over `rows` rows, run `load` times over; returns its output.

@@ -142,10 +142,10 @@ void check_model_split(const TrainingSpec& t, const ModelSpec& m) {
     throw InputError("cp = " + str(p.cp) + " (seq = " + str(t.seq_len) + " is not divisible by 2 x cp = " + str(2 * p.cp) +
                      ", which causal load balancing needs)");
   // Megatron runs a Gated DeltaNet layer over context ranks by trading sequence shards for head shards (an
-  // all-to-all each way around the recurrence): not modelled.
-  if (p.cp > 1 && !m.linear_attention_layer_ids.empty())
-    throw InputError("cp = " + str(p.cp) + " (" + m.name + " has Gated DeltaNet layers, whose context parallelism is not "
-                     "modelled; use cp = 1)");
+  // all-to-all each way around the recurrence): each rank of tp x cp keeps whole key heads.
+  if (p.cp > 1 && !m.linear_attention_layer_ids.empty() && m.linear_num_key_heads % (p.tp * p.cp) != 0)
+    throw InputError("cp = " + str(p.cp) + " (linear_num_key_heads = " + str(m.linear_num_key_heads) +
+                     " is not divisible by tp x cp = " + str(p.tp * p.cp) + ", as Megatron's Gated DeltaNet needs over cp)");
 }
 
 // The sequences one model replica runs per micro-step, from either meaning of the batch, and the
