@@ -43,6 +43,30 @@ Program layer_loop(int n, double saved_bytes, bool keep, double gate_bytes = 0, 
   return p;
 }
 
+// A loop of `n` layers of two shapes: each a 1 ms compute op whose 1 GB of saved activations a 0.5 ms copy
+// frees, the layers where `longer(i)` holds with a second 0.5 ms compute op after the first.
+template <class Longer>
+Program shaped_loop(int n, Longer longer) {
+  Program p;
+  const int copies = p.queue("d2h", QueueKind::concurrent, true);
+  const int link = p.resource("host link", 1e9);
+  for (int i = 0; i < n; ++i) {
+    const int first = static_cast<int>(p.ops.size());
+    ProgramOp layer(kComputeQueue, 1e-3);
+    const int saved = p.add_buffer(1e9, MemCategory::saved_activations);
+    layer.allocs.push_back(saved);
+    const int l = p.add(layer);
+    if (longer(i)) p.add(ProgramOp(kComputeQueue, 0.5e-3));
+    ProgramOp copy(copies, 0.5e-3);
+    copy.deps.push_back(l);
+    copy.releases.push_back(saved);
+    const int c = p.add(copy);
+    p.use(c, link, 1e9);
+    p.iterations.push_back({first, static_cast<int>(p.ops.size())});
+  }
+  return p;
+}
+
 // The measured reference runs and the bench's configurations, by name, and Megatron's offload on Transformer
 // Engine's schedule (its reloads and waits reach across many layers): the GB200 recipe's 40 of 80 layers, a
 // range that is not the first layers, six micro-steps, and a pipeline.
@@ -200,23 +224,7 @@ TEST_CASE("a loop of layers of alternating shapes is replayed a pair of layers a
   // 24 layers: each a 1 ms compute op whose 1 GB of saved activations a 0.5 ms copy frees; the odd ones have a
   // second 0.5 ms compute op after the first (a MoE layer after a dense one), so no two iterations in a row have
   // one shape and only pairs repeat.
-  Program p;
-  const int copies = p.queue("d2h", QueueKind::concurrent, true);
-  const int link = p.resource("host link", 1e9);
-  for (int i = 0; i < 24; ++i) {
-    const int first = static_cast<int>(p.ops.size());
-    ProgramOp layer(kComputeQueue, 1e-3);
-    const int saved = p.add_buffer(1e9, MemCategory::saved_activations);
-    layer.allocs.push_back(saved);
-    const int l = p.add(layer);
-    if (i % 2 == 1) p.add(ProgramOp(kComputeQueue, 0.5e-3));
-    ProgramOp copy(copies, 0.5e-3);
-    copy.deps.push_back(l);
-    copy.releases.push_back(saved);
-    const int c = p.add(copy);
-    p.use(c, link, 1e9);
-    p.iterations.push_back({first, static_cast<int>(p.ops.size())});
-  }
+  const Program p = shaped_loop(24, [](int i) { return i % 2 == 1; });
   const auto plain = run_program(p, true, false);
   // By hand: 12 x 1 ms + 12 x 1.5 ms of compute; the last copy ends with the last second op. A dense layer's
   // copy still holds its 1 GB while the next layer starts: 2 GB at the peak.
@@ -232,23 +240,7 @@ TEST_CASE("a pattern of three layers of one shape and one of another is replayed
   // 48 layers as Qwen3-Next's: three with a second 0.5 ms compute op (Gated DeltaNet layers), then one without
   // (attention), each saving 1 GB that a 0.5 ms copy frees. Stretches of three iterations of one shape are each
   // too short to replay alone; the pattern of four repeats.
-  Program p;
-  const int copies = p.queue("d2h", QueueKind::concurrent, true);
-  const int link = p.resource("host link", 1e9);
-  for (int i = 0; i < 48; ++i) {
-    const int first = static_cast<int>(p.ops.size());
-    ProgramOp layer(kComputeQueue, 1e-3);
-    const int saved = p.add_buffer(1e9, MemCategory::saved_activations);
-    layer.allocs.push_back(saved);
-    const int l = p.add(layer);
-    if (i % 4 != 3) p.add(ProgramOp(kComputeQueue, 0.5e-3));
-    ProgramOp copy(copies, 0.5e-3);
-    copy.deps.push_back(l);
-    copy.releases.push_back(saved);
-    const int c = p.add(copy);
-    p.use(c, link, 1e9);
-    p.iterations.push_back({first, static_cast<int>(p.ops.size())});
-  }
+  const Program p = shaped_loop(48, [](int i) { return i % 4 != 3; });
   const auto plain = run_program(p, true, false);
   // By hand: 36 x 1.5 ms + 12 x 1 ms of compute, the last layer's copy ending 0.5 ms after it.
   CHECK(plain.end_time_s == Approx(66.5e-3));

@@ -167,7 +167,7 @@ TEST_CASE("Gated DeltaNet: what is not modelled or malformed is refused with its
   CHECK_THROWS_WITH(qwen3_next(doc), "qwen3-next.json: linear_num_value_heads = 24 (must be a multiple of linear_num_key_heads = 16)");
   doc = hf_doc("qwen3-next-80b-a3b.config.json");
   doc["layer_types"][5] = "mamba";
-  CHECK_THROWS_WITH(qwen3_next(doc), "qwen3-next.json: layer_types[5] = \"mamba\" (unknown layer type; expected linear_attention or full_attention)");
+  CHECK_THROWS_WITH(qwen3_next(doc), "qwen3-next.json: layer_types[5] = \"mamba\" (unknown layer type; expected full_attention or linear_attention)");
   doc = hf_doc("qwen3-next-80b-a3b.config.json");
   doc.erase("linear_conv_kernel_dim");
   CHECK_THROWS_WITH(qwen3_next(doc), "qwen3-next.json: linear_conv_kernel_dim is missing (required)");

@@ -547,6 +547,19 @@ void expect_one_per_layer(const JsonView& list, const ModelSpec& m) {
     list.fail("has " + std::to_string(list.size()) + " entries; expected num_hidden_layers = " + std::to_string(m.num_layers));
 }
 
+// The layers an HF layer_types list marks `kind` (one entry per layer); every other entry must be full_attention.
+std::vector<std::int64_t> typed_layers(const JsonView& types, const ModelSpec& m, const std::string& kind) {
+  types.expect_array();
+  expect_one_per_layer(types, m);
+  std::vector<std::int64_t> layers;
+  for (std::size_t l = 0; l < types.size(); ++l) {
+    const std::string t = types[l].string();
+    if (t == kind) layers.push_back(static_cast<std::int64_t>(l));
+    else if (t != "full_attention") types[l].fail("unknown layer type; expected full_attention or " + kind);
+  }
+  return layers;
+}
+
 // sliding_window as a window in tokens: null is none; otherwise a positive integer.
 std::int64_t window_tokens(const JsonView& w) { return w.raw().is_null() ? 0 : w.positive_integer(); }
 
@@ -559,14 +572,8 @@ void read_hf_window(const JsonView& v, const HfArch& arch, ModelSpec& m) {
     for (std::int64_t l = 0; window > 0 && l < m.num_layers; ++l) m.window_layer_ids.push_back(l);
   } else {
     if (v.has("layer_types")) {
-      auto types = v.at("layer_types");
-      types.expect_array();
-      expect_one_per_layer(types, m);
-      for (std::size_t l = 0; l < types.size(); ++l) {
-        const std::string t = types[l].string();
-        if (t == "sliding_attention") m.window_layer_ids.push_back(static_cast<std::int64_t>(l));
-        else if (t != "full_attention") types[l].fail("unknown layer type; expected full_attention or sliding_attention");
-      }
+      const auto types = v.at("layer_types");
+      m.window_layer_ids = typed_layers(types, m, "sliding_attention");
       if (!m.window_layer_ids.empty() && window == 0) types.fail("names sliding_attention layers but sliding_window is null");
     } else if (arch.window == HfWindow::typed) {
       const std::int64_t period = v.has("sliding_window_pattern") ? v.at("sliding_window_pattern").positive_integer() : arch.window_period;
@@ -629,14 +636,7 @@ void read_minimax_attention(const JsonView& v, ModelSpec& m) {
 void read_gated_delta_net(const JsonView& v, ModelSpec& m) {
   m.attention_output_gate = true;  // Qwen3NextAttention's q_proj always carries the gate's half
   if (v.has("layer_types")) {
-    auto types = v.at("layer_types");
-    types.expect_array();
-    expect_one_per_layer(types, m);
-    for (std::size_t l = 0; l < types.size(); ++l) {
-      const std::string t = types[l].string();
-      if (t == "linear_attention") m.linear_attention_layer_ids.push_back(static_cast<std::int64_t>(l));
-      else if (t != "full_attention") types[l].fail("unknown layer type; expected linear_attention or full_attention");
-    }
+    m.linear_attention_layer_ids = typed_layers(v.at("layer_types"), m, "linear_attention");
   } else {
     const std::int64_t interval = v.has("full_attention_interval") ? v.at("full_attention_interval").positive_integer() : 4;
     for (std::int64_t l = 0; l < m.num_layers; ++l)

@@ -152,36 +152,16 @@ class TemplateBuilder {
   // Flash attention: forward FLOPs as MaxText counts them (causal half); backward recomputes the scores,
   // 5 matmuls against the forward's 2, so 2.5x. `saved`: what its backward reads (inputs and the output).
   void attention(const std::string& name, std::vector<int> in, int out, double flops, std::vector<int> saved) {
-    OpDef op;
-    op.name = prefix_ + name;
-    op.kind = OpKind::attention;
-    op.dtype = Dtype::bf16;
-    op.flops = flops;
-    op.bwd_flops = 2.5 * flops;
-    for (int i : in) op.bytes += bytes(i);
-    op.bytes += bytes(out);
-    op.bwd_bytes = 2 * op.bytes;
-    op.inputs = std::move(in);
-    op.outputs = {out};
-    op.saved = std::move(saved);
-    t_.ops.push_back(op);
+    double traffic = 0;
+    for (int i : in) traffic += bytes(i);
+    traffic += bytes(out);
+    mixer(name, OpKind::attention, std::move(in), out, flops, traffic, 2, std::move(saved));
   }
-  // A Gated DeltaNet recurrence of `flops` moving `bytes` through HBM (its inputs, output and chunk states). Its
+  // A Gated DeltaNet recurrence of `flops` moving `traffic` through HBM (its inputs, output and chunk states). Its
   // backward recomputes the chunk states and then runs about twice the forward's products and traffic (FLA's
   // chunk_gated_delta_rule backward, which Megatron and MaxText's kernels follow): 2.5x, as flash attention's.
-  void linear_attention(const std::string& name, std::vector<int> in, int out, double flops, double bytes, std::vector<int> saved) {
-    OpDef op;
-    op.name = prefix_ + name;
-    op.kind = OpKind::linear_attention;
-    op.dtype = Dtype::bf16;
-    op.flops = flops;
-    op.bwd_flops = 2.5 * flops;
-    op.bytes = bytes;
-    op.bwd_bytes = 2.5 * bytes;
-    op.inputs = std::move(in);
-    op.outputs = {out};
-    op.saved = std::move(saved);
-    t_.ops.push_back(op);
+  void linear_attention(const std::string& name, std::vector<int> in, int out, double flops, double traffic, std::vector<int> saved) {
+    mixer(name, OpKind::linear_attention, std::move(in), out, flops, traffic, 2.5, std::move(saved));
   }
   // A collective: its backward is the mirrored collective (CommDef::backward) and reads no forward value.
   void comm(const std::string& name, std::vector<int> in, int out, const CommDef& c) {
@@ -209,6 +189,23 @@ class TemplateBuilder {
   LayerTemplate& get() { return t_; }
 
  private:
+  // A token mixer's kernel (bf16): backward FLOPs 2.5x the forward's, backward traffic `bwd_traffic` times.
+  void mixer(const std::string& name, OpKind kind, std::vector<int> in, int out, double flops, double traffic, double bwd_traffic,
+             std::vector<int> saved) {
+    OpDef op;
+    op.name = prefix_ + name;
+    op.kind = kind;
+    op.dtype = Dtype::bf16;
+    op.flops = flops;
+    op.bwd_flops = 2.5 * flops;
+    op.bytes = traffic;
+    op.bwd_bytes = bwd_traffic * traffic;
+    op.inputs = std::move(in);
+    op.outputs = {out};
+    op.saved = std::move(saved);
+    t_.ops.push_back(op);
+  }
+
   LayerTemplate t_;
   std::string prefix_;
   double input_share_ = 1;
