@@ -63,6 +63,39 @@ TEST_CASE("Gated DeltaNet: Qwen3-Next-80B-A3B's parameters by hand and against Q
   CHECK(back.total_params() == m.total_params());
 }
 
+TEST_CASE("Gated DeltaNet: Qwen3.5-35B-A3B's language model by hand and against Qwen's 35B / 3B", "[workloads][hf][gdn]") {
+  // Qwen3_5MoeForConditionalGeneration's text_config: Qwen3-Next's layers (the same 27,267,584 per gated attention
+  // layer and 33,722,560 per Gated DeltaNet layer) over 40 layers (10 attention), 256 experts of 512 with 8 per
+  // token and the gated shared expert of 512 in every layer, V 248320, no intermediate_size (no dense layer):
+  //   MoE per layer d*256 + 256*3*d*512 + 3*d*512 + d = 808,978,432
+  //   total 2*V*d + d + 10*27,267,584 + 30*33,722,560 + 40*808,978,432 = 34,660,610,688 (Qwen: 35B)
+  //   active with 8 experts: MoE per layer 28,837,888, in all 3,454,988,928 (Qwen: 3B; 2.44B without the tables)
+  const auto doc = hf_doc("qwen3.5-35b-a3b.config.json");
+  const auto m = load_hf_config(doc, "qwen3.5.json");
+  CHECK(m.total_params() == 34660610688.0);
+  CHECK(m.activated_params() == 3454988928.0);
+  CHECK(std::abs(m.total_params() - 35e9) <= 0.5e9);
+  CHECK(m.linear_attention_layer_ids.size() == 30);
+  CHECK(m.moe_layers() == 40);
+  CHECK(m.mlp_dim == m.moe_mlp_dim);  // no dense width given; no dense layer uses it
+  // attn_output_gate false: 10 layers' gate halves of q_proj (16*256*2048 each) fewer.
+  auto ungated = doc;
+  ungated["text_config"]["attn_output_gate"] = false;
+  CHECK(m.total_params() - load_hf_config(ungated, "q.json").total_params() == 10.0 * 16 * 256 * 2048);
+  // A dense layer without a dense width is refused naming the key that made it.
+  auto dense = doc;
+  dense["text_config"]["mlp_only_layers"] = {3};
+  CHECK_THROWS_WITH(load_hf_config(dense, "q.json"),
+                    "q.json: text_config.mlp_only_layers = [3] (makes dense layers, but intermediate_size (their width) is missing)");
+  // Simulated end to end: 32 GB200s, experts over 16, cp 2 over both mixers.
+  auto res = test::cli("simulate --model hf/qwen3.5-35b-a3b.config.json --system gb200-nvl72 --gpus 32 --ep 16 --cp 2 --seq 16384 --json");
+  REQUIRE(res.status == 0);
+  auto j = nlohmann::json::parse(res.out);
+  CHECK(j.at("mfu").get<double>() <= 1.0);
+  CHECK(j.at("fits").get<bool>());
+  CHECK(j.at("hbm_breakdown_bytes").at("parameters").get<double>() == Approx(34660610688.0 * 4 / 32).epsilon(1e-9));
+}
+
 TEST_CASE("Gated DeltaNet: model FLOPs follow MaxText's qwen3_next count", "[workloads][gdn]") {
   // MaxText calculate_tflops_training_per_device with calculate_gated_delta_net_flops_per_device, B 1, S 4096,
   // everything x3 (hbmsim counts the shared expert's gate logit in the router, 2 B S d (512 + 1)):

@@ -466,8 +466,11 @@ struct HfArch {
   const char* router_bias_key = nullptr;  // a key that gives the router its bias (MiniMax-M2's use_routing_bias)
   bool minimax_attention = false;     // qk_norm_type (per_layer: the norms span all heads) and attn_type_list
   // Gated DeltaNet layers where layer_types says linear_attention (else all but each full_attention_interval-th,
-  // default 4) with the linear_* shape keys, and the softmax layers' sigmoid output gate (Qwen3-Next).
+  // default 4) with the linear_* shape keys, and the softmax layers' sigmoid output gate (Qwen3-Next, Qwen3.5).
   bool gated_delta_net = false;
+  const char* output_gate_key = nullptr;  // a key that can turn that gate off (Qwen3.5's attn_output_gate; default on)
+  // intermediate_size may be absent when every layer is MoE (Qwen3.5's MoE text configs leave it out).
+  bool dense_width_optional = false;
   bool reads_moe_layer_freq = false;  // deepseek: moe_layer_freq spaces the MoE layers past the dense ones
   bool head_dim_required = false;     // head_dim has a config default that is not hidden_size / num_attention_heads
   HfMoe moe = HfMoe::none;
@@ -525,6 +528,19 @@ constexpr HfArch kHfArchs[] = {
     // per-head q/k norms, Qwen's MoE block with a gated shared expert in every layer.
     {.name = "Qwen3NextForCausalLM", .reads_attention_bias = true, .qk_norm = true, .gated_delta_net = true,
      .head_dim_required = true, .moe = HfMoe::qwen, .shared_expert = true},
+    // Qwen3.5 and 3.6 (the language model of Qwen3_5ForConditionalGeneration / Qwen3_5MoeForConditionalGeneration,
+    // or the text-only *ForCausalLM): Qwen3-Next's layers, with attn_output_gate; the MoE ones without a dense
+    // width when every layer is MoE.
+    {.name = "Qwen3_5MoeForConditionalGeneration", .reads_attention_bias = true, .qk_norm = true, .gated_delta_net = true,
+     .output_gate_key = "attn_output_gate", .dense_width_optional = true, .head_dim_required = true, .moe = HfMoe::qwen,
+     .shared_expert = true, .text_config = true},
+    {.name = "Qwen3_5MoeForCausalLM", .reads_attention_bias = true, .qk_norm = true, .gated_delta_net = true,
+     .output_gate_key = "attn_output_gate", .dense_width_optional = true, .head_dim_required = true, .moe = HfMoe::qwen,
+     .shared_expert = true},
+    {.name = "Qwen3_5ForConditionalGeneration", .reads_attention_bias = true, .qk_norm = true, .gated_delta_net = true,
+     .output_gate_key = "attn_output_gate", .head_dim_required = true, .text_config = true},
+    {.name = "Qwen3_5ForCausalLM", .reads_attention_bias = true, .qk_norm = true, .gated_delta_net = true,
+     .output_gate_key = "attn_output_gate", .head_dim_required = true},
     {.name = "GptOssForCausalLM", .reads_attention_bias = true, .attention_bias = true, .head_dim_required = true,
      .moe = HfMoe::mixtral, .biased_experts = true, .attention_sinks = true, .window = HfWindow::typed,
      .default_window = 128},
@@ -632,9 +648,10 @@ void read_minimax_attention(const JsonView& v, ModelSpec& m) {
   }
 }
 
-// Qwen3-Next's Gated DeltaNet layers (ModelSpec::linear_attention_layer_ids) and their shape.
-void read_gated_delta_net(const JsonView& v, ModelSpec& m) {
-  m.attention_output_gate = true;  // Qwen3NextAttention's q_proj always carries the gate's half
+// Qwen3-Next's and Qwen3.5's Gated DeltaNet layers (ModelSpec::linear_attention_layer_ids) and their shape, and the
+// attention layers' output gate (always there in Qwen3NextAttention; Qwen3.5's attn_output_gate, default on).
+void read_gated_delta_net(const JsonView& v, const HfArch& arch, ModelSpec& m) {
+  m.attention_output_gate = arch.output_gate_key && v.has(arch.output_gate_key) ? v.at(arch.output_gate_key).boolean() : true;
   if (v.has("layer_types")) {
     m.linear_attention_layer_ids = typed_layers(v.at("layer_types"), m, "linear_attention");
   } else {
@@ -714,7 +731,8 @@ ModelSpec load_hf_config(const nlohmann::json& doc, const std::string& origin) {
   m.num_layers = layer_count(v.at("num_hidden_layers"));
   m.d_model = v.at("hidden_size").positive_integer();
   m.num_query_heads = v.at("num_attention_heads").positive_integer();
-  m.mlp_dim = v.at("intermediate_size").positive_integer();
+  const bool dense_width = !arch->dense_width_optional || given(v, "intermediate_size");
+  if (dense_width) m.mlp_dim = v.at("intermediate_size").positive_integer();
   m.vocab_size = v.at("vocab_size").positive_integer();
   // The config classes default tie_word_embeddings to false, Gemma's (in `defaults`) to true.
   m.tied_embeddings = optional_flag(v, "tie_word_embeddings");
@@ -745,7 +763,7 @@ ModelSpec load_hf_config(const nlohmann::json& doc, const std::string& origin) {
     if (arch->reads_mlp_bias) m.mlp_bias = optional_flag(v, "mlp_bias");
     m.qk_norm = arch->qk_norm_key ? optional_flag(v, arch->qk_norm_key) : arch->qk_norm;
     if (arch->minimax_attention) read_minimax_attention(v, m);
-    if (arch->gated_delta_net) read_gated_delta_net(v, m);
+    if (arch->gated_delta_net) read_gated_delta_net(v, *arch, m);
   }
   if (arch->moe == HfMoe::deepseek) read_deepseek_moe(v, *arch, m);
   if (arch->moe == HfMoe::mixtral) {
@@ -779,6 +797,10 @@ ModelSpec load_hf_config(const nlohmann::json& doc, const std::string& origin) {
     dense_key = "interleave_moe_layer_step";
   }
   read_hf_window(v, *arch, m);
+  if (!dense_width) {  // no dense width: every layer must be MoE, and mlp_dim (then unused) takes the experts'
+    if (m.dense_layers() > 0) v.at(dense_key).fail("makes dense layers, but intermediate_size (their width) is missing");
+    m.mlp_dim = m.moe_mlp_dim;
+  }
   validate(m, v, "num_attention_heads", "num_key_value_heads", dense_key, "num_experts_per_tok");
   return m;
 }
