@@ -4,8 +4,13 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <optional>
+#include <random>
 
+#include "better_hardware.hpp"
 #include "helpers.hpp"
+#include "planner/run_summary.hpp"
+#include "random_configs.hpp"
 #include "workloads/step_graph.hpp"
 
 using namespace hbmsim;
@@ -214,4 +219,39 @@ TEST_CASE("Gated DeltaNet: what is not modelled or malformed is refused with its
     ds[key] = 4;
   CHECK_THROWS_WITH(load_model(ds, "ds.json"),
                     "ds.json: linear_attention_layer_ids = [1,2] (Gated DeltaNet layers are modelled beside GQA attention only, not MLA)");
+}
+
+TEST_CASE("Gated DeltaNet: physics holds over random layouts", "[invariants][gdn]") {
+  // The suite's random layouts (a third pipelines) with Qwen3-Next or Qwen3.5 in place of the drawn model: MFU at
+  // most 1, executed FLOPs at least the model's (MaxText's count times the global batch), the fast-forward equal
+  // to every event, and better hardware never slower beyond a greedy schedule's allowance (better_hardware.hpp).
+  std::mt19937 rng(20261206);
+  int checked = 0;
+  for (int k = 0; k < 300 && checked < 16; ++k) {
+    RunConfig c = k % 3 == 0 ? test::random_pipeline(rng) : test::random_config(rng);
+    c.model = k % 2 == 0 ? "hf/qwen3-next-80b-a3b.config.json" : "hf/qwen3.5-35b-a3b.config.json";
+    c.mtp_layers = 0;
+    c.embedding_as_layer = c.loss_as_layer = false;
+    std::optional<StepReport> r;
+    try {
+      r = run_simulation(c);
+    } catch (const InputError&) {
+      continue;  // a layout the model cannot take (heads, experts or layers not divisible)
+    }
+    INFO(c.to_json().dump());
+    ++checked;
+    CHECK(r->mfu <= 1.0);
+    CHECK(r->executed_flops_per_device >= r->model_flops_per_device * (1 - 1e-12));
+    CHECK(r->model_flops_per_device * static_cast<double>(c.gpus) ==
+          Approx(static_cast<double>(r->global_batch) * resolve_model(c.model).model_flops(1, c.seq, 1).total()).epsilon(1e-9));
+    const StepReport plain = simulate_resolved(c, false, false).report;
+    CHECK(plain.step_time_s == Approx(r->step_time_s).epsilon(1e-9));
+    CHECK(plain.hbm_peak_bytes == Approx(r->hbm_peak_bytes).epsilon(1e-9));
+    const PreparedRun prepared = prepare_run(c);
+    for (const auto& [what, better] : test::on_better_hardware(c, prepared)) {
+      INFO(what);
+      CHECK(better.step_time_s <= r->step_time_s * (1 + test::allowed_slowdown_on(what, c, prepared, *r)));
+    }
+  }
+  CHECK(checked >= 12);
 }
