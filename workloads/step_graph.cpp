@@ -258,7 +258,7 @@ class BodyBuilder {
   double sharded(double T) const { return sp_ ? T / tp_ : T; }
 
   int layer(int input, bool moe, double T) {
-    const int res = linear_ ? linear_attention_block(input, T) : attention_block(input, T);
+    const int res = attention_block(input, T);
     return moe ? moe_block(res, T) : dense_mlp_block(res, T);
   }
 
@@ -405,11 +405,31 @@ class BodyBuilder {
     return ctx;
   }
 
+  // A layer's token-mixing block: the input norm (and tp's gather), the mixer (softmax attention, or a Gated
+  // DeltaNet for linear_), whose context of ctx_width features per token out_proj maps back to d_model (and tp
+  // reduces), then the residual add.
   int attention_block(int dli, double T) {
-    const double a = a_, d = d_, H = heads_;
+    const double a = a_, d = d_;
     int norm = b_.tensor("attn_norm", sharded(T) * d * a);
     b_.memory("attn_norm", {dli}, {norm}, {dli});
     int x = tp_enter("attn_norm", norm, T * d * a, attn_dt_);
+    const auto [ctx, ctx_width] = linear_ ? gated_delta_net(x, T) : softmax_attention(x, T);
+    int o = b_.tensor("out_proj", T * d * a);
+    b_.gemm("wo_attn", ctx, o, T, ctx_width, d, attn_dt_, a);
+    int r = post_norm("attn", tp_exit("attn_out", o, sharded(T) * d * a), T);
+    int res = b_.tensor("attention_out", sharded(T) * d * a);
+    b_.memory("residual_attn", {dli, r}, {res}, {});
+    return res;
+  }
+
+  struct Context {
+    int tensor;
+    double width;  // features per token
+  };
+
+  // Softmax attention (GQA or MLA) over x, the normed input: its context.
+  Context softmax_attention(int x, double T) {
+    const double a = a_, d = d_, H = heads_;
     int ctx;
     double ctx_width;
     if (m_.is_mla()) {
@@ -473,26 +493,18 @@ class BodyBuilder {
         ctx = gated;
       }
     }
-    int o = b_.tensor("out_proj", T * d * a);
-    b_.gemm("wo_attn", ctx, o, T, ctx_width, d, attn_dt_, a);
-    int r = post_norm("attn", tp_exit("attn_out", o, sharded(T) * d * a), T);
-    int res = b_.tensor("attention_out", sharded(T) * d * a);
-    b_.memory("residual_attn", {dli, r}, {res}, {});
-    return res;
+    return {ctx, ctx_width};
   }
 
-  // A Gated DeltaNet mixer (Qwen3-Next's Qwen3NextGatedDeltaNet, Megatron's GatedDeltaNet) over this rank's
+  // A Gated DeltaNet mixer (Qwen3-Next's Qwen3NextGatedDeltaNet, Megatron's GatedDeltaNet) over x, this rank's
   // share of the heads: the projections to queries and keys (key heads), values and the output gate z (value
   // heads), and the decay and write strength per value head; the depthwise causal convolution (with SiLU) over
-  // queries, keys and values; the chunked recurrence; the norm gated by z; out_proj.
-  int linear_attention_block(int dli, double T) {
+  // queries, keys and values; the chunked recurrence; the norm gated by z: its context.
+  Context gated_delta_net(int x, double T) {
     const double a = a_, d = d_;
     const double Hv = static_cast<double>(m_.linear_num_value_heads) / tp_;
     const double Dk = static_cast<double>(m_.linear_key_head_dim), Dv = static_cast<double>(m_.linear_value_head_dim);
     const double K = static_cast<double>(m_.linear_num_key_heads) / tp_ * Dk, V = Hv * Dv;
-    int norm = b_.tensor("attn_norm", sharded(T) * d * a);
-    b_.memory("attn_norm", {dli}, {norm}, {dli});
-    int x = tp_enter("attn_norm", norm, T * d * a, attn_dt_);
     int qkv = b_.tensor("qkv_proj", T * (2 * K + V) * a);
     b_.gemm("in_proj_qkv", x, qkv, T, d, 2 * K + V, attn_dt_, a);
     int z = b_.tensor("linear_gate", T * V * a);
@@ -514,13 +526,7 @@ class BodyBuilder {
     b_.linear_attention("gated_delta_rule", {conv, ba}, o, 8.0 * tokens * Dk * Dv, bytes, {conv, ba, o});
     int gated = b_.tensor("linear_gated_norm", T * V * a);
     b_.memory("gated_norm", {o, z}, {gated}, {o, z});
-    gated = heads_over_sequence("linear_sequence_shard", gated);
-    int out = b_.tensor("out_proj", T * d * a);
-    b_.gemm("out_proj", gated, out, T, V, d, attn_dt_, a);
-    int r = post_norm("attn", tp_exit("attn_out", out, sharded(T) * d * a), T);
-    int res = b_.tensor("attention_out", sharded(T) * d * a);
-    b_.memory("residual_attn", {dli, r}, {res}, {});
-    return res;
+    return {heads_over_sequence("linear_sequence_shard", gated), V};
   }
 
   // With cp > 1 an all-to-all over the context axis (its backward another): the rank's tensor re-split the other
