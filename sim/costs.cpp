@@ -9,16 +9,16 @@ double Costs::gemm_s(double flops, double bytes, Dtype dt) const {
   return std::max(t_flops, memory_s_raw(bytes)) + sys.gpu.launch_overhead_s;
 }
 
-double Costs::attention_s(double flops) const {
-  return flops / (sys.gpu.peak_flops(Dtype::bf16) * sys.efficiency.attention.at(flops)) + sys.gpu.launch_overhead_s;
+double Costs::attention_s_raw(double flops) const {
+  return flops / (sys.gpu.peak_flops(Dtype::bf16) * sys.efficiency.attention.at(flops));
 }
 
 double Costs::linear_attention_s(double flops, double bytes) const {
-  return std::max(attention_s(flops) - sys.gpu.launch_overhead_s, memory_s_raw(bytes)) + sys.gpu.launch_overhead_s;
+  return std::max(attention_s_raw(flops), memory_s_raw(bytes)) + sys.gpu.launch_overhead_s;
 }
 
 bool Costs::memory_bound_linear_attention(double flops, double bytes) const {
-  return memory_s_raw(bytes) > attention_s(flops) - sys.gpu.launch_overhead_s;
+  return memory_s_raw(bytes) > attention_s_raw(flops);
 }
 
 double Costs::memory_s_raw(double bytes) const {

@@ -12,7 +12,8 @@ struct Costs {
   const Network& net;
 
   double gemm_s(double flops, double bytes, Dtype dt) const;
-  double attention_s(double flops) const;
+  double attention_s_raw(double flops) const;  // without the launch
+  double attention_s(double flops) const { return attention_s_raw(flops) + sys.gpu.launch_overhead_s; }
   // A Gated DeltaNet recurrence: its tensor-core work at flash attention's efficiency (a tiled kernel of the same
   // kind; no measurement of its own yet), or the HBM traffic of its chunk states and inputs where that is longer.
   double linear_attention_s(double flops, double bytes) const;
