@@ -239,6 +239,7 @@ TrainingSpec training_shape(const RunConfig& c) {
     t.optimizer_bytes_per_param = 12;
     t.loss_extra_bytes_per_logit = 0;
     t.wgrad_into_grad_buffer = true;
+    t.moe_probs_in_activation = true;
   } else if (c.framework != "maxtext") {
     throw InputError("framework = " + quote(c.framework) + " (expected maxtext or megatron)");
   }
@@ -341,7 +342,8 @@ const std::vector<RecomputeModule>& megatron_recompute_modules() {
       {"mla_up_proj", "MLA up-projections", {}, {"query_proj", "key_proj", "value_proj"}, {}, {}, {}},
       {"mlp", "dense MLP", {}, {}, {}, {}, {"mlp_norm@dense", "mlpwi_0@dense", "mlpwi_1@dense", "mlp_act@dense"}},
       // Before moe_act and shared_experts, whose tensors it includes: a policy that recomputes the whole layer
-      // is named moe.
+      // is named moe. moe_returned, the combine's output, is listed though Megatron's backward does not read it
+      // (TrainingSpec::moe_probs_in_activation): the checkpoint runs the combine again (plan_template).
       {"moe", "MoE layer", {}, {}, {"router_logits", "moe_dispatched", "moe_mlpwi_0", "moe_mlpwi_1", "moe_mlp_act", "moe_returned"},
        {"mlpwi_0@moe", "mlpwi_1@moe", "mlp_act@moe"}, {}},
       {"moe_act", "expert activation function", {}, {}, {"moe_mlp_act"}, {}, {}},

@@ -149,12 +149,16 @@ double backward_working_set(const LayerTemplate& t, const TemplatePlan& p, const
     const auto& def = t.ops[steps[s].op];
     const Kind kind = steps[s].kind;
     if (kind == Kind::replay) {
+      double unread = 0;  // a module's last output, made again and dropped (plan_template)
       for (int out : def.outputs) {
         auto k = static_cast<std::size_t>(out);
         if (p.placement[k] != Placement::remat || replayed[k]) continue;
         replayed[k] = true;
         live += t.tensors[k].bytes;
+        if (last_read[k] < 0) unread += t.tensors[k].bytes;
       }
+      peak = std::max(peak, live);
+      live -= unread;
     } else if (kind != Kind::bwd_w) {
       for (int in : def.inputs)
         if (!grad[static_cast<std::size_t>(in)]) {
@@ -277,10 +281,18 @@ void plan_template(const LayerTemplate& t, const Policy& policy, const Costs& c,
   p.replay.assign(no, false);
   p.last_fwd_use.assign(nt, -1);
   place_tensors(t, policy, p.placement, p.needed_in_bwd, p.producer);
-  // Tensors the backward needs but nobody saved are recomputed, and so are whatever their producers need.
+  // Tensors the backward needs but nobody saved are recomputed, and so are whatever their producers need. Where
+  // autograd's tensors are kept, a tensor named remat is a Megatron recompute module's (megatron_recompute_modules):
+  // its checkpoint runs the whole function again, so the tensor is made again even where the backward does not
+  // read it (the MLP's down projection, the MoE layer's combine).
   std::vector<int> work;
-  for (std::size_t i = 0; i < nt; ++i)
-    if (p.needed_in_bwd[i] && p.placement[i] == Placement::remat) work.push_back(static_cast<int>(i));
+  const bool kinds = policy.has_kind_keys();
+  for (std::size_t i = 0; i < nt; ++i) {
+    if (p.placement[i] != Placement::remat) continue;
+    const std::string& name = t.tensors[i].name;
+    const bool named = policy.keep_backward_inputs && (kinds ? policy.places(name, t.kind) : policy.placements.count(name) > 0);
+    if (p.needed_in_bwd[i] || named) work.push_back(static_cast<int>(i));
+  }
   while (!work.empty()) {
     int tensor = work.back();
     work.pop_back();
@@ -290,6 +302,10 @@ void plan_template(const LayerTemplate& t, const Policy& policy, const Costs& c,
     for (int in : t.ops[static_cast<std::size_t>(op)].inputs)
       if (p.placement[static_cast<std::size_t>(in)] == Placement::remat) work.push_back(in);
   }
+  // A layer that keeps only its input is checkpointed whole. PyTorch's checkpoint (Megatron's full recompute)
+  // runs the layer's forward again entirely; XLA's rematerialization only what the backward reads.
+  if (opt.program_order && std::all_of(p.placement.begin() + 1, p.placement.end(), [](Placement w) { return w == Placement::remat; }))
+    p.replay.assign(no, true);
   for (const auto& op : t.ops) {
     double f = 0, b = 0, dot = 0;
     bool mb = false;

@@ -2,6 +2,8 @@
 // saved tensors (moe_paged_stash). They change what the expert tensors hold, not what kernels move.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <set>
 #include <string>
 
 #include "helpers.hpp"
@@ -103,4 +105,27 @@ TEST_CASE("the Megatron arguments printed for a run carry its expert buffer size
   CHECK(args.find(" --moe-paged-stash --moe-paged-stash-buffer-size-factor-cuda 1.2") != std::string::npos);
   c.moe_paged_stash = 0;
   CHECK(megatron_settings(c).find("--moe-paged-stash") == std::string::npos);
+}
+
+TEST_CASE("Megatron's combine keeps no expert output and MaxText's keeps them for the probabilities' gradient", "[moe]") {
+  // Megatron-Core's experts multiply their activation by the router's probabilities (the weighted SwiGLU), so
+  // the combine sums the returned tokens and its backward reads only the routing; MaxText's unpermute weighs the
+  // expert outputs, and the weights' gradient reads them: Ts x k x d x 2 bytes = 4096 x 8 x 2048 x 2 = 128 MiB
+  // per MoE layer of Qwen3-30B-A3B at one sequence of 4096 tokens.
+  RunConfig megatron = qwen3_ep8(), maxtext = qwen3_ep8();
+  maxtext.framework = "maxtext";
+  maxtext.moe_dispatcher = "alltoall";
+  for (const RunConfig* c : {&megatron, &maxtext}) {
+    INFO(c->framework);
+    const StepGraph g = prepare_run(*c).graph;
+    const LayerTemplate& t = moe_template(g);
+    const auto op = std::find_if(t.ops.begin(), t.ops.end(), [](const OpDef& o) { return o.name == "unpermute_combine"; });
+    REQUIRE(op != t.ops.end());
+    std::set<std::string> saved;
+    for (int k : op->saved) saved.insert(t.tensors[static_cast<std::size_t>(k)].name);
+    const std::set<std::string> expected = c->framework == "megatron" ? std::set<std::string>{"router_logits"}
+                                                                      : std::set<std::string>{"moe_returned", "router_logits"};
+    CHECK(saved == expected);
+    CHECK(g.tensor_bytes("moe_returned", "moe") == Approx(4096.0 * 8 * 2048 * 2));
+  }
 }

@@ -600,5 +600,5 @@ TEST_CASE("the out-of-corpus configs in notes/ still read and simulate, and run.
     CHECK(r.fits);
     CHECK(r.tflops_per_device > 0);
   }
-  CHECK(configs >= 6);
+  CHECK(configs >= 14);
 }

@@ -252,6 +252,7 @@ class BodyBuilder {
     load_ = t.moe_load_imbalance;
     capacity_ = t.moe_capacity_factor;
     stash_ = t.moe_paged_stash;
+    probs_in_activation_ = t.moe_probs_in_activation;
   }
 
   // Tokens of the norm/residual activations: sharded over tp with sequence parallelism.
@@ -623,7 +624,7 @@ class BodyBuilder {
       back = ret;
     }
     int moe_out = b_.tensor("moe_out", Ts * d * a);
-    b_.memory("unpermute_combine", {back, logits}, {moe_out}, {back, logits});
+    b_.memory("unpermute_combine", {back, logits}, {moe_out}, probs_in_activation_ ? std::vector<int>{logits} : std::vector<int>{back, logits});
     std::vector<int> ins = {res, moe_out};
     if (m_.shared_experts > 0) {
       int x = tp_enter("mlp_norm", mnorm, T * d * a);
@@ -656,6 +657,7 @@ class BodyBuilder {
   bool sp_ = false, fold_ = false;
   double load_ = 1;  // TrainingSpec::moe_load_imbalance
   double capacity_ = 0, stash_ = 0;  // TrainingSpec::moe_capacity_factor, moe_paged_stash
+  bool probs_in_activation_ = false;  // TrainingSpec::moe_probs_in_activation
   bool quantized_gather_ = false;  // TE gathers a low-precision GEMM's input quantized (fp8_saved_activations)
   CpExchange cp_exchange_ = CpExchange::all_gather;
   MoeDispatcher dispatcher_ = MoeDispatcher::alltoall;

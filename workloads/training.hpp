@@ -130,6 +130,11 @@ struct TrainingSpec {
   // (param_and_grad_buffer.py), so a layer whose weights are whole on the device has no unsharded gradients
   // of its own. Off (XLA): a layer's gradients are made, then reduced and added.
   bool wgrad_into_grad_buffer = false;
+  // Megatron-Core's experts scale their activation by the router's probabilities (the weighted SwiGLU of
+  // experts.py, fed permuted_probs by every dispatcher), so the combine is a plain sum of the returned tokens
+  // whose backward reads nothing back. Off (MaxText's unpermute): the combine weighs the expert outputs, and the
+  // probabilities' gradient needs them kept for the backward (k x d_model per token and MoE layer).
+  bool moe_probs_in_activation = false;
   // Bytes per logit the loss holds beyond the bf16 logits, from the unembedding to its backward. MaxText casts
   // the logits to fp32 and its cross-entropy is a custom VJP that saves exp(logits - max) in fp32 for the
   // backward: 4. The fp32 copy itself and the fp32 gradient need not exist (XLA's GPU fusion duplicates the
