@@ -112,7 +112,10 @@ const std::vector<RunField> kFields = {
      "layers on and reloaded from the backward n - 1 - N layers ahead); a layer's ops run as XLA's latency-hiding "
      "scheduler orders them (maxtext, with lhs) or in program order (megatron: no such scheduler, lhs does not "
      "apply; a collective holds the compute stream unless a library overlaps it: the CP ring, the expert "
-     "all-to-all under ep_overlap, tp under tp_comm_overlap); it also sets what mesh_order, cp_exchange, "
+     "all-to-all under ep_overlap, tp under tp_comm_overlap); recompute replays only what the backward reads "
+     "(maxtext: XLA's rematerialization) or the checkpointed function whole (megatron: PyTorch's checkpoint); a "
+     "MoE combine keeps the expert outputs for the backward (maxtext: its unpermute weighs them) or nothing "
+     "(megatron: the experts scale their activation by the router's probabilities); it also sets what mesh_order, cp_exchange, "
      "cp_shards_weights and ep_shards_weights mean when auto (their default): Megatron-Core's rank order, ring "
      "and whole weights on context and expert ranks, or MaxText's",
      &C::framework},
