@@ -281,8 +281,8 @@ void plan_template(const LayerTemplate& t, const Policy& policy, const Costs& c,
   p.replay.assign(no, false);
   p.last_fwd_use.assign(nt, -1);
   place_tensors(t, policy, p.placement, p.needed_in_bwd, p.producer);
-  // Tensors the backward needs but nobody saved are recomputed, and so are whatever their producers need. Where
-  // autograd's tensors are kept, a tensor named remat is a Megatron recompute module's (megatron_recompute_modules):
+  // Tensors the backward needs but nobody saved are recomputed, and so are whatever their producers need. In
+  // Megatron's program, where autograd's tensors are kept, a tensor named remat is a recompute module's (megatron_recompute_modules):
   // its checkpoint runs the whole function again, so the tensor is made again even where the backward does not
   // read it (the MLP's down projection, the MoE layer's combine).
   std::vector<int> work;
@@ -290,7 +290,8 @@ void plan_template(const LayerTemplate& t, const Policy& policy, const Costs& c,
   for (std::size_t i = 0; i < nt; ++i) {
     if (p.placement[i] != Placement::remat) continue;
     const std::string& name = t.tensors[i].name;
-    const bool named = policy.keep_backward_inputs && (kinds ? policy.places(name, t.kind) : policy.placements.count(name) > 0);
+    const bool named = opt.program_order && policy.keep_backward_inputs &&
+                       (kinds ? policy.places(name, t.kind) : policy.placements.count(name) > 0);
     if (p.needed_in_bwd[i] || named) work.push_back(static_cast<int>(i));
   }
   while (!work.empty()) {
