@@ -624,7 +624,8 @@ class BodyBuilder {
       back = ret;
     }
     int moe_out = b_.tensor("moe_out", Ts * d * a);
-    b_.memory("unpermute_combine", {back, logits}, {moe_out}, probs_in_activation_ ? std::vector<int>{logits} : std::vector<int>{back, logits});
+    const std::vector<int> combine_saved = probs_in_activation_ ? std::vector<int>{logits} : std::vector<int>{back, logits};
+    b_.memory("unpermute_combine", {back, logits}, {moe_out}, combine_saved);
     std::vector<int> ins = {res, moe_out};
     if (m_.shared_experts > 0) {
       int x = tp_enter("mlp_norm", mnorm, T * d * a);
