@@ -340,14 +340,16 @@ const std::vector<RecomputeModule>& megatron_recompute_modules() {
       // name, what; tensors in every model, in MLA models, in MoE models, with shared experts, with dense layers
       {"core_attn", "core attention", {"context"}, {}, {}, {}, {}},
       {"mla_up_proj", "MLA up-projections", {}, {"query_proj", "key_proj", "value_proj"}, {}, {}, {}},
-      {"mlp", "dense MLP", {}, {}, {}, {}, {"mlp_norm@dense", "mlpwi_0@dense", "mlpwi_1@dense", "mlp_act@dense"}},
+      // A module's last output is listed though the backward does not read it (the MLP's mlpwo; the combine's
+      // moe_returned, TrainingSpec::moe_probs_in_activation): Megatron's checkpoint runs the whole function again,
+      // fc2 and the combine included, and a tensor named remat is made again (plan_template).
+      {"mlp", "dense MLP", {}, {}, {}, {}, {"mlp_norm@dense", "mlpwi_0@dense", "mlpwi_1@dense", "mlp_act@dense", "mlpwo@dense"}},
       // Before moe_act and shared_experts, whose tensors it includes: a policy that recomputes the whole layer
-      // is named moe. moe_returned, the combine's output, is listed though Megatron's backward does not read it
-      // (TrainingSpec::moe_probs_in_activation): the checkpoint runs the combine again (plan_template).
+      // is named moe.
       {"moe", "MoE layer", {}, {}, {"router_logits", "moe_dispatched", "moe_mlpwi_0", "moe_mlpwi_1", "moe_mlp_act", "moe_returned"},
-       {"mlpwi_0@moe", "mlpwi_1@moe", "mlp_act@moe"}, {}},
+       {"mlpwi_0@moe", "mlpwi_1@moe", "mlp_act@moe", "mlpwo@moe"}, {}},
       {"moe_act", "expert activation function", {}, {}, {"moe_mlp_act"}, {}, {}},
-      {"shared_experts", "shared experts", {}, {}, {}, {"mlpwi_0@moe", "mlpwi_1@moe", "mlp_act@moe"}, {}},
+      {"shared_experts", "shared experts", {}, {}, {}, {"mlpwi_0@moe", "mlpwi_1@moe", "mlp_act@moe", "mlpwo@moe"}, {}},
       {"layernorm", "norms outside a fused GEMM", {}, {"attn_norm"}, {"mlp_norm@moe"}, {}, {}}};
   return modules;
 }

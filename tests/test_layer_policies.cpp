@@ -409,14 +409,14 @@ TEST_CASE("NAME@dense and NAME@moe place a tensor in one kind of layer: DeepSeek
     REQUIRE(moe.count(t) == 1);
   }
   RunConfig mlp = c;  // Megatron's mlp: the dense layers' MLP, norm included (fused into its first GEMM)
-  for (const char* t : {"mlp_norm@dense", "mlpwi_0@dense", "mlpwi_1@dense", "mlp_act@dense"}) mlp.tensors[t] = "remat";
+  for (const char* t : {"mlp_norm@dense", "mlpwi_0@dense", "mlpwi_1@dense", "mlp_act@dense", "mlpwo@dense"}) mlp.tensors[t] = "remat";
   auto expected = dense;
   for (const char* t : {"mlp_norm", "mlpwi_0", "mlpwi_1", "mlp_act"}) CHECK(expected.erase(t) == 1);
   CHECK(kept_in_kind(mlp, "dense") == expected);
   CHECK(kept_in_kind(mlp, "moe") == moe);  // the shared experts and the MoE layers' norm untouched
   CHECK_THAT(megatron_settings(mlp), Catch::Contains("--recompute-modules mlp"));
   RunConfig shared = c;  // shared_experts: the MoE layers' shared expert only
-  for (const char* t : {"mlpwi_0@moe", "mlpwi_1@moe", "mlp_act@moe"}) shared.tensors[t] = "remat";
+  for (const char* t : {"mlpwi_0@moe", "mlpwi_1@moe", "mlp_act@moe", "mlpwo@moe"}) shared.tensors[t] = "remat";
   expected = moe;
   for (const char* t : {"mlpwi_0", "mlpwi_1", "mlp_act"}) CHECK(expected.erase(t) == 1);
   CHECK(kept_in_kind(shared, "moe") == expected);
@@ -726,4 +726,26 @@ TEST_CASE("Megatron's full recompute runs the whole layer's forward again and XL
   const double layers = 32;
   CHECK(a.executed_flops_per_device - b.executed_flops_per_device == Approx(layers * (down_proj + residual)).epsilon(1e-9));
   CHECK(a.model_flops_per_device == b.model_flops_per_device);
+}
+
+TEST_CASE("Megatron's mlp recompute runs the whole MLP again, its down projection included", "[policy]") {
+  // recompute_modules mlp checkpoints the MLP's forward (the norm fused into fc1, fc1, the activation, fc2), so
+  // the backward runs fc2 again though it reads nothing fc2 makes. Llama 3.1 8B on one H200 under Megatron: the
+  // module's names replay exactly those five ops, and the executed work grows by the MLP's forward: three GEMMs
+  // of 2 x T x d x F (T 4096, d 4096, F 14336) and two memory-bound ops counted at their bytes (the norm: an
+  // input and an output of T x d; the activation: two inputs and an output of T x F; bf16).
+  RunConfig base = test::llama8b_h200("no_recompute", false);
+  base.framework = "megatron";
+  base.seq = 4096;
+  base.batch = 1;
+  RunConfig mlp = base;
+  for (const char* t : {"mlp_norm", "mlpwi_0", "mlpwi_1", "mlp_act", "mlpwo"}) mlp.tensors[t] = "remat";
+  CHECK(replayed_ops(mlp) == std::map<std::string, OpKind>{{"mlp_norm", OpKind::memory}, {"wi_0", OpKind::gemm},
+                                                           {"wi_1", OpKind::gemm},       {"swiglu", OpKind::memory},
+                                                           {"wo", OpKind::gemm}});
+  CHECK_THAT(megatron_settings(mlp), Catch::Contains("--recompute-modules mlp"));
+  const double T = 4096, d = 4096, F = 14336;
+  const double per_layer = 3 * 2 * T * d * F + 2 * T * d * 2 + 3 * T * F * 2;
+  const auto a = run_simulation(mlp), b = run_simulation(base);
+  CHECK(a.executed_flops_per_device - b.executed_flops_per_device == Approx(32 * per_layer).epsilon(1e-9));
 }

@@ -257,7 +257,8 @@ TEST_CASE("Validation mapping: a Megatron-Bridge DeepSeek-V3 row stating no reco
   REQUIRE(gb200.config);
   CHECK(gb200.config->policy == "no_recompute");
   CHECK(gb200.config->tensors == std::map<std::string, std::string>{{"mlp_norm@dense", "remat"}, {"mlpwi_0@dense", "remat"},
-                                                                     {"mlpwi_1@dense", "remat"}, {"mlp_act@dense", "remat"}});
+                                                                     {"mlpwi_1@dense", "remat"}, {"mlp_act@dense", "remat"},
+                                                                     {"mlpwo@dense", "remat"}});
   CHECK_THAT(gb200.recompute, Catch::Contains("dense MLP"));
   // B200 at ep 32 (row 18: the config since 2026-04-18) recomputes mla_up_proj and mlp, the union of the two
   // sets above, and overlaps its all-to-alls (moe_a2a_overlap).
@@ -333,8 +334,9 @@ TEST_CASE("Validation mapping: several selective recompute modules in one item",
   CHECK(with_mlp.config->tensors ==
         std::map<std::string, std::string>{{"key_proj", "remat"}, {"query_proj", "remat"}, {"value_proj", "remat"},
                                            {"mlp_norm@dense", "remat"}, {"mlpwi_0@dense", "remat"}, {"mlpwi_1@dense", "remat"},
-                                           {"mlp_act@dense", "remat"}});
-  const std::map<std::string, std::string> shared = {{"mlpwi_0@moe", "remat"}, {"mlpwi_1@moe", "remat"}, {"mlp_act@moe", "remat"}};
+                                           {"mlp_act@dense", "remat"}, {"mlpwo@dense", "remat"}});
+  const std::map<std::string, std::string> shared = {
+      {"mlpwi_0@moe", "remat"}, {"mlpwi_1@moe", "remat"}, {"mlp_act@moe", "remat"}, {"mlpwo@moe", "remat"}};
   auto experts = map_published_run(one_row(head + "sel. recompute shared_experts" + tail));
   REQUIRE(experts.config);
   CHECK(experts.config->tensors == shared);
