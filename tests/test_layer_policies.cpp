@@ -703,15 +703,23 @@ TEST_CASE("plan recompute-layers finds the fewest layers per chunk recomputed fo
   for (const auto& t : piped.tried) CHECK(t.config.recompute_layers <= 40);
 }
 
+namespace {
+// Llama 3.1 8B on one H200 under Megatron (d 4096, F 14336, 32 layers), one sequence of T = 4096 tokens.
+RunConfig llama8b_megatron(const std::string& policy) {
+  RunConfig c = test::llama8b_h200(policy, false);
+  c.framework = "megatron";
+  c.seq = 4096;
+  c.batch = 1;
+  return c;
+}
+}  // namespace
+
 TEST_CASE("Megatron's full recompute runs the whole layer's forward again and XLA's only what the backward reads", "[policy]") {
   // PyTorch's checkpoint (Megatron recompute_granularity full) reruns the checkpointed function entirely, so its
   // backward redoes the MLP's down projection and the residual adds, whose outputs no backward op reads; XLA's
-  // rematerialization recomputes only what the backward needs. Llama 3.1 8B on one H200 (d 4096, F 14336), one
-  // sequence of T = 4096 tokens: the down projection is 2 x T x F x d = 481.04 GFLOP per layer.
-  RunConfig megatron = test::llama8b_h200("full", false);
-  megatron.framework = "megatron";
-  megatron.seq = 4096;
-  megatron.batch = 1;
+  // rematerialization recomputes only what the backward needs. The down projection is 2 x T x F x d = 481.04 GFLOP
+  // per layer.
+  const RunConfig megatron = llama8b_megatron("full");
   RunConfig xla = megatron;
   xla.framework = "maxtext";
   const auto whole = replayed_ops(megatron), needed = replayed_ops(xla);
@@ -730,14 +738,11 @@ TEST_CASE("Megatron's full recompute runs the whole layer's forward again and XL
 
 TEST_CASE("Megatron's mlp recompute runs the whole MLP again, its down projection included", "[policy]") {
   // recompute_modules mlp checkpoints the MLP's forward (the norm fused into fc1, fc1, the activation, fc2), so
-  // the backward runs fc2 again though it reads nothing fc2 makes. Llama 3.1 8B on one H200 under Megatron: the
-  // module's names replay exactly those five ops, and the executed work grows by the MLP's forward: three GEMMs
-  // of 2 x T x d x F (T 4096, d 4096, F 14336) and two memory-bound ops counted at their bytes (the norm: an
-  // input and an output of T x d; the activation: two inputs and an output of T x F; bf16).
-  RunConfig base = test::llama8b_h200("no_recompute", false);
-  base.framework = "megatron";
-  base.seq = 4096;
-  base.batch = 1;
+  // the backward runs fc2 again though it reads nothing fc2 makes: the module's names replay exactly those five
+  // ops, and the executed work grows by the MLP's forward: three GEMMs of 2 x T x d x F and two memory-bound ops
+  // counted at their bytes (the norm: an input and an output of T x d; the activation: two inputs and an output of
+  // T x F; bf16).
+  const RunConfig base = llama8b_megatron("no_recompute");
   RunConfig mlp = base;
   for (const char* t : {"mlp_norm", "mlpwi_0", "mlpwi_1", "mlp_act", "mlpwo"}) mlp.tensors[t] = "remat";
   CHECK(replayed_ops(mlp) == std::map<std::string, OpKind>{{"mlp_norm", OpKind::memory}, {"wi_0", OpKind::gemm},
