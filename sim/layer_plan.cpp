@@ -34,6 +34,13 @@ const OpDef* forward_gather(const LayerTemplate& t, int producer) {
   return op.kind == OpKind::comm && op.comm.forward == CommKind::all_gather ? &op : nullptr;
 }
 
+// Whether the policy names tensor i outright: NAME, or NAME@kind where it has such keys (`kinds`: else the name
+// alone decides, without building keys).
+bool names_tensor(const Policy& policy, bool kinds, const LayerTemplate& t, std::size_t i) {
+  const std::string& name = t.tensors[i].name;
+  return kinds ? policy.places(name, t.kind) : policy.placements.count(name) > 0;
+}
+
 bool has_comm(const LayerTemplate& t) {
   return std::any_of(t.ops.begin(), t.ops.end(), [](const OpDef& op) { return op.kind == OpKind::comm; });
 }
@@ -260,8 +267,7 @@ void place_tensors(const LayerTemplate& t, const Policy& policy, std::vector<Pla
   const bool kinds = policy.has_kind_keys();
   for (std::size_t i = 0; i < nt; ++i) {
     const std::string& name = t.tensors[i].name;
-    const bool placed = kinds ? policy.places(name, t.kind) : policy.placements.count(name) > 0;
-    if (policy.keep_backward_inputs ? placed : t.tensors[i].checkpoint)
+    if (policy.keep_backward_inputs ? names_tensor(policy, kinds, t, i) : t.tensors[i].checkpoint)
       placement[i] = kinds ? policy.placement(name, t.kind) : policy.placement(name);
   }
   placement[0] = Placement::device;
@@ -289,9 +295,7 @@ void plan_template(const LayerTemplate& t, const Policy& policy, const Costs& c,
   const bool kinds = policy.has_kind_keys();
   for (std::size_t i = 0; i < nt; ++i) {
     if (p.placement[i] != Placement::remat) continue;
-    const std::string& name = t.tensors[i].name;
-    const bool named = opt.program_order && policy.keep_backward_inputs &&
-                       (kinds ? policy.places(name, t.kind) : policy.placements.count(name) > 0);
+    const bool named = opt.program_order && policy.keep_backward_inputs && names_tensor(policy, kinds, t, i);
     if (p.needed_in_bwd[i] || named) work.push_back(static_cast<int>(i));
   }
   while (!work.empty()) {
