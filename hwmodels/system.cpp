@@ -189,11 +189,17 @@ System load_system(const nlohmann::json& doc, const std::string& origin) {
   s.name = v.at("name").string();
 
   auto g = v.at("gpu");
-  g.allow_only({"name", "hbm_bytes", "hbm_bandwidth_bytes_per_s", "dense_peak_flops", "launch_overhead_s"});
+  g.allow_only({"name", "hbm_bytes", "hbm_bandwidth_bytes_per_s", "dense_peak_flops", "launch_overhead_s", "sms"});
   s.gpu.name = g.at("name").string();
   s.gpu.hbm_bytes = g.at("hbm_bytes").sourced_positive(kMaxHardwareBytes, "bytes");
   s.gpu.hbm_bandwidth_bytes_per_s = g.at("hbm_bandwidth_bytes_per_s").sourced_positive(kMaxHardwareBytesPerSecond, "bytes/s");
   s.gpu.launch_overhead_s = g.at("launch_overhead_s").sourced_positive(kMaxHardwareSeconds, "s");
+  if (auto sms = g.find("sms")) {
+    constexpr double kMaxSms = 4096;
+    const double n = sms->sourced_positive(kMaxSms, "SMs");
+    if (n != std::floor(n)) sms->at("value").fail("must be a whole number of SMs");
+    s.gpu.sms = static_cast<int>(n);
+  }
   auto peaks = g.at("dense_peak_flops");
   peaks.allow_only({"bf16", "fp8", "mxfp8", "nvfp4"});
   for (Dtype d : {Dtype::bf16, Dtype::fp8, Dtype::mxfp8, Dtype::nvfp4})

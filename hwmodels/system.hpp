@@ -61,6 +61,9 @@ struct GpuSpec {
   double hbm_bandwidth_bytes_per_s = 0;
   std::map<Dtype, double> dense_peak_flops;  // absent dtype: not supported in hardware
   double launch_overhead_s = 0;
+  // Streaming multiprocessors (0: not stated): a communication kernel that holds some of them (the flex MoE
+  // dispatcher's) slows the compute kernels beside it by that share.
+  int sms = 0;
   // A calibration profile's cudaMemcpy device-to-device rate (bytes copied per second); without one a
   // device copy is an HBM streaming kernel reading and writing its bytes.
   std::optional<double> measured_d2d_bytes_per_s;

@@ -678,6 +678,8 @@ std::string megatron_settings(const RunConfig& given) {
   if (c.ep > 1)
     out += c.moe_dispatcher == "flex" ? " --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep (or hybridep)"
                                       : " --moe-token-dispatcher-type alltoall";
+  if (c.ep > 1 && c.moe_dispatcher == "flex" && c.moe_dispatcher_sms > 0)
+    out += " --moe-flex-dispatcher-num-sms " + std::to_string(c.moe_dispatcher_sms);
   if (folds_experts(c)) out += " --expert-tensor-parallel-size 1";
   if (c.moe_capacity_factor > 0) out += " --moe-expert-rank-capacity-factor " + format_number(c.moe_capacity_factor);
   if (c.moe_paged_stash > 0) out += " --moe-paged-stash --moe-paged-stash-buffer-size-factor-cuda " + format_number(c.moe_paged_stash);

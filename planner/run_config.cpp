@@ -227,6 +227,11 @@ TrainingSpec training_shape(const RunConfig& c) {
   if (c.moe_dispatcher == "flex") p.moe_dispatcher = MoeDispatcher::flex;
   else if (c.moe_dispatcher != "alltoall")
     throw InputError("moe_dispatcher = " + quote(c.moe_dispatcher) + " (expected alltoall or flex)");
+  // Megatron-Core gives DeepEP 20 SMs when moe_flex_dispatcher_num_sms is unset (token_dispatcher.py).
+  constexpr std::int64_t kMegatronFlexSms = 20;
+  if (p.moe_dispatcher == MoeDispatcher::flex) p.moe_dispatcher_sms = c.moe_dispatcher_sms > 0 ? c.moe_dispatcher_sms : kMegatronFlexSms;
+  else if (c.moe_dispatcher_sms > 0)
+    throw InputError("moe_dispatcher_sms = " + std::to_string(c.moe_dispatcher_sms) + " (only the flex dispatcher's SMs are modelled: needs moe_dispatcher flex)");
   // Bytes of training state per parameter. MaxText keeps fp32 weights (weight_dtype float32) and fp32
   // gradients, Adam's two fp32 moments in the optimizer. Megatron-Core's mixed precision keeps bf16 weights,
   // fp32 main gradients (grad_reduce_in_fp32) and fp32 master weights beside the two moments in the optimizer
@@ -409,6 +414,9 @@ PreparedRun prepare_run(const RunConfig& c, const Profile* extra) {
   if (t.mlp_gemm_dtype == Dtype::fp32) throw InputError("weights = fp32 (expected bf16, fp8, mxfp8 or nvfp4)");
   check_gpu_dtype(sys, "weights", t.mlp_gemm_dtype);
   check_gpu_dtype(sys, "attention_dtype", t.attention_gemm_dtype);
+  if (const auto sms = t.parallelism.moe_dispatcher_sms; sys.gpu.sms > 0 && sms >= sys.gpu.sms)
+    throw InputError("moe_dispatcher_sms = " + std::to_string(sms) + " (" + sys.id + "'s " + sys.gpu.name + " has " +
+                     std::to_string(sys.gpu.sms) + " SMs: the dispatcher must leave some to compute)");
   PreparedRun r{sys, build_step_graph(model, t), Policy{}, SimOptions{}};
   r.policy = resolve_policy(c, r.graph);
   r.options.lhs = c.lhs;

@@ -59,6 +59,7 @@ struct RunConfig {
   Switch cp_shards_weights;  // the context axis shards the weights FSDP-style (MaxText); auto: layout_reading
   Switch ep_shards_weights;  // the expert axis shards the non-expert weights too (MaxText); auto: layout_reading
   std::string moe_dispatcher = "alltoall";  // alltoall (a copy per chosen expert) or flex (DeepEP, HybridEP)
+  std::int64_t moe_dispatcher_sms = 0;  // SMs the flex dispatcher's kernels hold (0: Megatron-Core's default, 20)
   std::int64_t expert_tp = 0;  // Megatron expert_tensor_parallel_size: 0 (= tp) or 1 (experts folded over tp)
   bool tp_comm_overlap = false;
   bool dp_overlap = true;

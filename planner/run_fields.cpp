@@ -87,6 +87,13 @@ const std::vector<RunField> kFields = {
      "expert; MaxText's ragged all-to-all too) or flex (DeepEP, HybridEP: one copy per destination GPU and one "
      "per destination scale-up domain, forwarded inside it over the scale-up path)",
      &C::moe_dispatcher},
+    {"moe_dispatcher_sms", "--moe-dispatcher-sms",
+     "SMs the flex dispatcher's dispatch and combine kernels hold while they run (Megatron "
+     "moe_flex_dispatcher_num_sms, formerly moe_deepep_num_sms / moe_hybridep_num_sms; the 26.08 performance recipes "
+     "set 32, 16 on B200): compute kernels beside them run on the other SMs, at (gpu.sms - this) / gpu.sms of their "
+     "speed (memory-bound kernels keep theirs). 0: Megatron-Core's default, 20 (DeepEP's). Only with moe_dispatcher "
+     "flex (NCCL's all-to-all SMs are not modelled) and a system that states gpu.sms",
+     &C::moe_dispatcher_sms, FieldCheck::non_negative},
     {"expert_tp", "--expert-tp",
      "Expert tensor parallelism (Megatron expert_tensor_parallel_size): 0 (as tp: each tp rank holds a slice of "
      "every local expert) or 1 with tp > 1 (MoE parallel folding: experts whole, partitioned over an expert group "

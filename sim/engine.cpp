@@ -66,7 +66,7 @@ inline Engine::Engine(const Program& p, bool timeline, bool fast_forward) : p_(p
   for (std::size_t q = 0; q < nq; ++q)
     qs_[q] = QueueState{order_[q].data(), order_[q].size(), 0, 0, 0.0, p.queues[q].device,
                         p.queues[q].kind == QueueKind::concurrent, p.queues[q].host_copy, p.queues[q].compute,
-                        p.queues[q].allocates_when_ready};
+                        p.queues[q].allocates_when_ready, p.queues[q].takes_sms};
   dev_.assign(static_cast<std::size_t>(p.devices()), DeviceState{});
   for (std::size_t q = 0; q < nq; ++q)
     if (p.queues[q].receives) dev_[static_cast<std::size_t>(p.queues[q].device)].receive_queue = static_cast<int>(q);
@@ -244,6 +244,7 @@ inline void Engine::start(int i) {
     for (int b : op.allocs) alloc(b);
   if (q.running++ == 0) q.busy_since = now_;
   if (q.host_copy && dv.copies_running++ == 0) interference_stale_ = rates_stale_ = true;
+  if (q.takes_sms && dv.sm_takers_running++ == 0) interference_stale_ = rates_stale_ = true;
   active_pos_[k] = static_cast<int>(active_.size());
   active_.push_back(i);
   active_end_.push_back(0);
@@ -302,6 +303,7 @@ inline void Engine::complete(int i) {
   if (--qs.running == 0) r_.busy_s[q] += now_ - qs.busy_since;  // busy time is the union of the queue's spans
   auto& dv = dev_[static_cast<std::size_t>(qs.device)];
   if (qs.host_copy && --dv.copies_running == 0) interference_stale_ = rates_stale_ = true;
+  if (qs.takes_sms && --dv.sm_takers_running == 0) interference_stale_ = rates_stale_ = true;
   if (op.use_count > 0) transfer_changed(i, -1.0);
   if (qs.compute) dv.compute_idle_since = now_;
   retire(i);

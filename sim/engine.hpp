@@ -30,6 +30,7 @@ struct Queue {
   // the schedule and PyTorch's allocator on the issuing thread, so a faster link does not move them. An op
   // with no dependencies allocates when it starts.
   bool allocates_when_ready = false;
+  bool takes_sms = false;  // its ops hold SMs the device's compute kernels then lack (Program::comm_sm_share)
 };
 
 constexpr int kUnusedLink = -1, kSharedLink = -2;  // Resource::sole_queue
@@ -137,6 +138,9 @@ struct Program {
   // A gated prefetch counts them as taken while fewer are (they are, from the backward's first iterations on).
   std::vector<double> scatter_reserve_bytes;
   double copy_interference = 0;         // memory-bound slowdown while a host copy is active on the device
+  // The share of a device's SMs its takes_sms queues' kernels hold while one runs: the compute stream's
+  // kernels that are not memory-bound run that much slower meanwhile (a GEMM's tiles queue for fewer SMs).
+  double comm_sm_share = 0;
 
   // Empties the program (keeping its memory): one device with its compute queue.
   void clear();

@@ -28,7 +28,7 @@ struct QueueState {
   int running;
   double busy_since;
   int device;
-  bool concurrent, host_copy, compute, allocates_when_ready;
+  bool concurrent, host_copy, compute, allocates_when_ready, takes_sms;
 };
 
 // Per device: live memory, host copies running (they slow its memory-bound kernels), and since when its
@@ -37,6 +37,7 @@ struct DeviceState {
   double hbm_live = 0, host_live = 0;
   std::array<double, kMemCategories> by_cat{};
   int copies_running = 0;
+  int sm_takers_running = 0;  // ops of takes_sms queues running (they slow its compute kernels)
   double compute_idle_since = 0;
   int receive_queue = -1;  // charged with waits on other devices (-1: the sender's queue is)
 };
@@ -77,7 +78,7 @@ struct Snapshot {
   std::vector<Active> active;
   std::vector<Head> heads;  // per queue (op -1: drained)
   std::vector<double> idle_since_s, hbm_bytes, demand, busy_s, exposed_s;  // per device / link / queue
-  std::vector<int> copies;
+  std::vector<int> copies, sm_takers;
   std::uint64_t events = 0;
   int over = 0;
   bool contended = false, stale = false, interference_stale = false;
@@ -341,10 +342,13 @@ class Engine {
     return {first, first + op.use_count};
   }
 
+  // Memory-bound kernels lose HBM bandwidth to host copies; the compute stream's other kernels lose the SMs a
+  // communication kernel holds (memory-bound ones still fill HBM's bandwidth from the SMs left).
   double solo_rate(const ProgramOp& op) const {
-    if (!op.memory_bound) return 1.0;
-    const auto& d = dev_[static_cast<std::size_t>(qs_[static_cast<std::size_t>(op.queue)].device)];
-    return d.copies_running > 0 ? 1.0 - p_.copy_interference : 1.0;
+    const auto& q = qs_[static_cast<std::size_t>(op.queue)];
+    const auto& d = dev_[static_cast<std::size_t>(q.device)];
+    if (op.memory_bound) return d.copies_running > 0 ? 1.0 - p_.copy_interference : 1.0;
+    return q.compute && d.sm_takers_running > 0 ? 1.0 - p_.comm_sm_share : 1.0;
   }
 
   void update_rates();

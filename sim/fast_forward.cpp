@@ -65,10 +65,12 @@ inline bool Engine::capture(Snapshot& s, const Repeat& run, int ri, int it) {
   s.idle_since_s.resize(nd);
   s.hbm_bytes.resize(nd);
   s.copies.resize(nd);
+  s.sm_takers.resize(nd);
   for (std::size_t d = 0; d < nd; ++d) {
     s.idle_since_s[d] = dev_[d].compute_idle_since;
     s.hbm_bytes[d] = dev_[d].hbm_live;
     s.copies[d] = dev_[d].copies_running;
+    s.sm_takers[d] = dev_[d].sm_takers_running;
   }
   s.demand = demand_;
   s.busy_s = r_.busy_s;
@@ -103,7 +105,7 @@ inline bool Engine::same_state(const Repeat& run) {
 inline bool Engine::repeats_without(const Repeat& run, int skip) {
   const Snapshot &a = before_, &b = now_snap_;
   if (a.over != b.over || a.contended != b.contended || a.stale != b.stale || a.interference_stale != b.interference_stale ||
-      a.copies != b.copies)
+      a.copies != b.copies || a.sm_takers != b.sm_takers)
     return false;
   if (skip < 0 && a.active.size() != b.active.size()) return false;
   auto skipped = [&](const Snapshot::Active& x) { return skip >= 0 && p_.ops[static_cast<std::size_t>(x.op)].queue == skip; };
@@ -158,7 +160,7 @@ inline int Engine::lagging_candidate() {
     return nullptr;
   };
   for (std::size_t q = 0; q < qs_.size(); ++q) {
-    if (qs_[q].concurrent || qs_[q].compute || qs_[q].host_copy) continue;
+    if (qs_[q].concurrent || qs_[q].compute || qs_[q].host_copy || qs_[q].takes_sms) continue;  // they slow the loop
     const auto *ra = running(a, q), *rb = running(b, q);
     const bool same_running = ra == nullptr ? rb == nullptr : rb != nullptr && same_active(*ra, *rb);
     if (!same_head(a.heads[q], b.heads[q]) || !same_running) return static_cast<int>(q);

@@ -179,6 +179,8 @@ class Writer {
       // stage posts it, which is its queue's order, not the sender's readiness.
       if (axis == Axis::pp) p_.queues[static_cast<std::size_t>(q)].receives = true;
       else p_.queues[static_cast<std::size_t>(q)].allocates_when_ready = true;
+      // The expert all-to-all's kernels (the flex dispatcher's) hold SMs while they run.
+      if (axis == Axis::ep && p_.comm_sm_share > 0) p_.queues[static_cast<std::size_t>(q)].takes_sms = true;
     }
     return q;
   }

@@ -42,6 +42,7 @@ void Program::clear() {
   hbm_limit_bytes.clear();
   scatter_reserve_bytes.clear();
   copy_interference = 0;
+  comm_sm_share = 0;
   add_device();
 }
 

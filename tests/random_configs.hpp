@@ -52,6 +52,9 @@ inline RunConfig random_config(std::mt19937& rng) {
   if (moe) {
     c.moe_dispatcher = coin() ? "flex" : "alltoall";
     c.mtp_layers = coin() ? 1 : 0;
+    // Half the flex draws with HybridEP's 32 SMs, half with Megatron-Core's default (tied to a draw already made,
+    // so that the sequences other tests draw stay as they were).
+    if (c.moe_dispatcher == "flex" && c.mtp_layers == 1) c.moe_dispatcher_sms = 32;
     if (c.tp > 1 && c.cp == 1 && c.ep % c.tp == 0 && coin()) c.expert_tp = 1;  // experts folded over tp
     // Megatron's combined 1F1B, where it allows it (selective policies on device).
     c.ep_overlap = c.ep > 1 && c.policy != "full" && c.policy.find("offloaded") == std::string::npos && coin();

@@ -125,6 +125,26 @@ TEST_CASE("a memory-bound kernel slows by the interference factor while a copy r
   CHECK(run_program(p, false).end_time_s == Approx(1.1));
 }
 
+TEST_CASE("a compute kernel slows by the SM share a communication kernel holds while it runs", "[engine]") {
+  // GEMM: 1 s alone. All-to-all on a queue that holds a quarter of the SMs: 0.5 s. For the first 0.5 s the GEMM
+  // runs at 0.75 (0.375 s of its work), the remaining 0.625 s at full speed: it ends at 1.125 s. A memory-bound
+  // kernel beside the same all-to-all keeps its speed (it ends at 1 s); so does the GEMM when the queue holds no SMs.
+  for (const bool memory_bound : {false, true})
+    for (const bool takes_sms : {true, false}) {
+      Program p;
+      p.comm_sm_share = 0.25;
+      auto k = compute(1.0);
+      k.memory_bound = memory_bound;
+      p.add(k);
+      const int ep = p.queue("ep");
+      p.queues[static_cast<std::size_t>(ep)].takes_sms = takes_sms;
+      p.add(ProgramOp(ep, 0.5));
+      auto r = run_program(p, true);
+      CHECK(r.end_s[1] == Approx(0.5));
+      CHECK(r.end_s[0] == Approx(takes_sms && !memory_bound ? 1.125 : 1.0));
+    }
+}
+
 TEST_CASE("buffers are live from their allocating op's start to their last release, and the peak is tracked", "[engine]") {
   Program p;
   int a = p.add_buffer(100, MemCategory::workspace);

@@ -583,6 +583,9 @@ TEST_CASE("the Megatron arguments say what a config sets", "[layout][plan]") {
   CHECK_THAT(megatron_settings(c), Catch::Contains("--moe-token-dispatcher-type alltoall"));
   c.moe_dispatcher = "flex";
   CHECK_THAT(megatron_settings(c), Catch::Contains("--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep"));
+  CHECK_THAT(megatron_settings(c), !Catch::Contains("num-sms"));  // Megatron-Core's default
+  c.moe_dispatcher_sms = 32;
+  CHECK_THAT(megatron_settings(c), Catch::Contains("--moe-flex-dispatcher-num-sms 32"));
   CHECK_THAT(maxtext_settings(c), Catch::Contains("which MaxText's ragged all-to-all does not do"));
   CHECK_THAT(megatron_settings(c), !Catch::Contains("mtp"));
   c.mtp_layers = 1;

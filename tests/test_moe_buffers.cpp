@@ -129,3 +129,39 @@ TEST_CASE("Megatron's combine keeps no expert output and MaxText's keeps them fo
     CHECK(g.tensor_bytes("moe_returned", "moe") == Approx(4096.0 * 8 * 2048 * 2));
   }
 }
+
+TEST_CASE("the flex dispatcher's kernels hold SMs that the compute kernels beside them lack", "[moe][ep_overlap]") {
+  // Qwen3-30B-A3B on 8 GB200s (148 SMs), four micro-batches of one sequence per replica, with Megatron's all-to-all overlap
+  // (combined 1F1B: a micro-batch's expert GEMMs beside another's all-to-all). Unset, the flex dispatcher holds
+  // Megatron-Core's 20 SMs; alltoall holds none that hbmsim models, so naming a count there is bad input.
+  RunConfig c = qwen3_ep8();
+  c.global_batch = 32;  // 8 data-parallel replicas x 4 micro-batches of one sequence
+  c.ep_overlap = true;
+  CHECK(prepare_run(c).graph.training.parallelism.moe_dispatcher_sms == 20);
+  RunConfig a2a = c;
+  a2a.moe_dispatcher = "alltoall";
+  a2a.moe_dispatcher_sms = 8;
+  CHECK_THROWS_WITH(prepare_run(a2a), Catch::Contains("moe_dispatcher_sms = 8") && Catch::Contains("needs moe_dispatcher flex"));
+  RunConfig all = c;
+  all.moe_dispatcher_sms = 148;
+  CHECK_THROWS_WITH(prepare_run(all), Catch::Contains("moe_dispatcher_sms = 148") && Catch::Contains("has 148 SMs"));
+  // A kernel that runs tau seconds beside an all-to-all holding a share s of the SMs does tau (1 - s) of its
+  // work there, so the compute stream's busy time (its kernels' work at full speed, W, plus that loss) is
+  // W + s x (the time it ran beside one): above W, by at most s x the all-to-alls' busy time. Without the
+  // share (1 SM is nearly none) it is W.
+  c.moe_dispatcher_sms = 1;
+  const StepReport base = run_simulation(c);
+  const double work_s = base.busy_s.at("compute") - (1.0 / 148) * base.busy_s.at("ep");
+  double last_step_s = base.step_time_s;
+  for (std::int64_t sms : {20, 32, 64}) {
+    INFO(sms << " SMs");
+    c.moe_dispatcher_sms = sms;
+    const StepReport r = run_simulation(c);
+    const double s = sms / 148.0, loss_s = r.busy_s.at("compute") - work_s;
+    CHECK(loss_s > 0);
+    CHECK(loss_s <= s * r.busy_s.at("ep") * (1 + 1e-9));
+    CHECK(r.step_time_s > last_step_s);  // more SMs held, a longer step
+    CHECK(r.model_flops_per_device == base.model_flops_per_device);
+    last_step_s = r.step_time_s;
+  }
+}

@@ -195,6 +195,10 @@ TEST_CASE("Validation mapping: DeepSeek-V3 on 256 DGX B300s, pp 8 x ep 8, MXFP8,
   CHECK(mapped("MBA,26.04,DGX-B200,256,DeepSeek-V3,MXFP8,4096,1,4096,1,16,-,1,8,DDP,,2815,732,,,,").system == "b200-hgx");
   // Megatron-Bridge's DeepSeek-V3 configs dispatch tokens with HybridEP or DeepEP (the flex dispatcher).
   CHECK(c.moe_dispatcher == "flex");
+  // HybridEP with the 32 SMs overrides.py gives it; the B200 ep 32 config's DeepEP keeps Megatron-Core's 20 (0).
+  CHECK(c.moe_dispatcher_sms == 32);
+  CHECK(mapped("MBA,26.04.01,DGX-B200,256,DeepSeek-V3,MXFP8,4096,1,4096,1,8,2,1,32,DDP,,3328,864,,,,").moe_dispatcher_sms == 0);
+  CHECK(mapped("DGXC-05,NeMo 25.04.01,H100,1024,DeepSeek-V3,BF16,4096,1,8192,1,16,1,1,64,DP64,,,163.7,52.04,16.55%,,").moe_dispatcher_sms == 0);
   // NeMo 25.04's DeepSeek-V3 script (7a8f1cc) keeps the alltoall dispatcher on H100 and Blackwell alike.
   CHECK(mapped("DGXC-05,NeMo 25.04.01,H100,1024,DeepSeek-V3,BF16,4096,1,8192,1,16,1,1,64,DP64,,,163.7,52.04,16.55%,,").moe_dispatcher == "alltoall");
   CHECK(mapped("DGXC-05,NeMo 25.04.01,GB200,128,DeepSeek-V3,BF16,4096,1,1024,1,4,1,1,32,DP32,,,249.3,34.168,10.18%,,").moe_dispatcher == "alltoall");

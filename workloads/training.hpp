@@ -59,6 +59,8 @@ struct Parallelism {
   // experts' gradients stay within expert data parallelism (Megatron-Core's dense and expert DDP buffers).
   bool ep_shards_weights = true;
   MoeDispatcher moe_dispatcher = MoeDispatcher::alltoall;
+  // SMs the flex dispatcher's kernels hold while they run (0: none modelled, as for NCCL's all-to-all).
+  std::int64_t moe_dispatcher_sms = 0;
   // Megatron's MoE parallel folding with expert_tensor_parallel_size 1 under tp > 1: the routed experts are
   // whole on each GPU and partitioned over ep x cp x tp (the ep axis is the expert group divided by tp x cp);
   // each tp and cp rank routes its own sequence shard over that group, with no tp gather of the dispatched

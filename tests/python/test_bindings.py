@@ -329,7 +329,7 @@ FLAG_TEXTS = {  # a valid flag text per number / integer field (the default conf
     "last_stage_layers": "0", "moe_batch_split": "1", "memory_limit_slop": "0.9", "host_link_bytes_per_s": "3.3e10",
     "hbm_bytes": "9.6e10", "scale_up_bytes_per_s": "1.8e12", "scale_out_bytes_per_s": "1e11", "offload_layers": "0",
     "recompute_layers": "4", "mtp_layers": "1", "expert_tp": "0", "moe_load_imbalance": "1.4", "max_ops": "3000000",
-    "moe_capacity_factor": "1.5", "moe_paged_stash": "0", "hbm_bandwidth_bytes_per_s": "1.6e13", "bf16_flops_per_s": "5e15",
+    "moe_capacity_factor": "1.5", "moe_paged_stash": "0", "moe_dispatcher_sms": "32", "hbm_bandwidth_bytes_per_s": "1.6e13", "bf16_flops_per_s": "5e15",
     "host_memory_bytes": "9.6e11",
 }
 TEXT_VALUES = {"policy": "save_qkv_proj", "weights": "fp8", "attention_dtype": "fp8", "cp_exchange": "ring",
@@ -344,7 +344,8 @@ FIELD_CONTEXT = {"ep_overlap": {"model": "deepseek-v3-671b", "gpus": "8", "ep": 
                                  "framework": "megatron"},
                  "moe_load_imbalance": {"model": "deepseek-v3-671b", "gpus": "8", "ep": "8"},
                  "moe_capacity_factor": {"model": "deepseek-v3-671b", "gpus": "8", "ep": "8", "framework": "megatron",
-                                         "moe_dispatcher": "flex"}}
+                                         "moe_dispatcher": "flex"},
+                 "moe_dispatcher_sms": {"model": "deepseek-v3-671b", "gpus": "8", "ep": "8", "moe_dispatcher": "flex"}}
 
 
 def _context_flags(table, field):
