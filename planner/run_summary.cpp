@@ -63,6 +63,11 @@ nlohmann::json resolved_run(const RunConfig& c, const PreparedRun& run) {
   if (!run.policy.layer_rules.empty()) j["layer_policies"] = layer_rules_text(run.policy);
   if (!c.tensors.empty()) j["tensors"] = c.tensors;  // the placements given on top of the preset
   if (p.expert_group() > 1) j["moe_dispatcher"] = c.moe_dispatcher;
+  // The SMs its kernels hold while they run, where they are modelled (the GPU's count stated).
+  if (p.expert_group() > 1 && p.moe_dispatcher_sms > 0 && run.system.gpu.sms > 0) {
+    j["moe_dispatcher_sms"] = p.moe_dispatcher_sms;
+    j["gpu_sms"] = run.system.gpu.sms;
+  }
   if (p.experts_fold_tp) {
     j["expert_group"] = p.expert_group();
     j["expert_group_span"] = expert_group_span(p);
@@ -86,6 +91,7 @@ std::vector<std::string> resolved_run_lines(const nlohmann::json& j) {
                   (j.contains("expert_group") ? ", experts whole over " + s("expert_group_span") + " = " + i("expert_group") + " GPUs (expert_tp 1)"
                                               : "") +
                   (j.contains("moe_dispatcher") ? ", MoE dispatcher " + s("moe_dispatcher") : "") +
+                  (j.contains("moe_dispatcher_sms") ? " (holding " + i("moe_dispatcher_sms") + " of " + i("gpu_sms") + " SMs)" : "") +
                   (j.contains("moe_load_imbalance") ? ", busiest expert rank " + number(j.at("moe_load_imbalance").get<double>()) + "x the mean tokens" : "") +
                   (j.contains("moe_capacity_factor") ? ", expert buffers for " + number(j.at("moe_capacity_factor").get<double>()) + "x the mean tokens" : "") +
                   (j.contains("moe_paged_stash") ? " (paged stash " + number(j.at("moe_paged_stash").get<double>()) + "x)" : ""));
