@@ -9,6 +9,7 @@
 #include "helpers.hpp"
 #include "planner/plan.hpp"
 #include "planner/run_config.hpp"
+#include "planner/run_summary.hpp"
 
 using namespace hbmsim;
 
@@ -138,6 +139,10 @@ TEST_CASE("the flex dispatcher's kernels hold SMs that the compute kernels besid
   c.global_batch = 32;  // 8 data-parallel replicas x 4 micro-batches of one sequence
   c.ep_overlap = true;
   CHECK(prepare_run(c).graph.training.parallelism.moe_dispatcher_sms == 20);
+  CHECK_THAT(resolved_run_lines(resolved_run(c, prepare_run(c)))[1], Catch::Contains("MoE dispatcher flex (holding 20 of 148 SMs)"));
+  RunConfig rubin = c;  // its file states no SM count: nothing held, nothing said
+  rubin.system = "vr-nvl144";
+  CHECK_THAT(resolved_run_lines(resolved_run(rubin, prepare_run(rubin)))[1], !Catch::Contains("SMs"));
   RunConfig a2a = c;
   a2a.moe_dispatcher = "alltoall";
   a2a.moe_dispatcher_sms = 8;
