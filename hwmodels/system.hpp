@@ -64,6 +64,8 @@ struct GpuSpec {
   // Streaming multiprocessors (0: not stated): a communication kernel that holds some of them (the flex MoE
   // dispatcher's) slows the compute kernels beside it by that share.
   int sms = 0;
+  // The share of them `held` SMs are (0 where either count is not stated).
+  double sm_share(std::int64_t held) const { return held > 0 && sms > 0 ? static_cast<double>(held) / sms : 0; }
   // A calibration profile's cudaMemcpy device-to-device rate (bytes copied per second); without one a
   // device copy is an HBM streaming kernel reading and writing its bytes.
   std::optional<double> measured_d2d_bytes_per_s;

@@ -64,7 +64,7 @@ nlohmann::json resolved_run(const RunConfig& c, const PreparedRun& run) {
   if (!c.tensors.empty()) j["tensors"] = c.tensors;  // the placements given on top of the preset
   if (p.expert_group() > 1) j["moe_dispatcher"] = c.moe_dispatcher;
   // The SMs its kernels hold while they run, where they are modelled (the GPU's count stated).
-  if (p.expert_group() > 1 && p.moe_dispatcher_sms > 0 && run.system.gpu.sms > 0) {
+  if (p.expert_group() > 1 && run.system.gpu.sm_share(p.moe_dispatcher_sms) > 0) {
     j["moe_dispatcher_sms"] = p.moe_dispatcher_sms;
     j["gpu_sms"] = run.system.gpu.sms;
   }

@@ -270,7 +270,7 @@ RunMapping map_published_run(const PublishedRun& r) {
   c.moe_dispatcher = deepseek && mba ? "flex" : "alltoall";
   // Their HybridEP kernels hold 32 SMs (scripts/performance/utils/overrides.py sets moe_hybridep_num_sms for every
   // HybridEP run, at 5776a6d and 2026-04); DeepEP, at B200 ep 32, keeps Megatron-Core's 20 (the field's default).
-  c.moe_dispatcher_sms = deepseek && mba && !(*system == "b200-hgx" && r.ep == 32) ? 32 : 0;
+  c.moe_dispatcher_sms = c.moe_dispatcher == "flex" && !(*system == "b200-hgx" && r.ep == 32) ? 32 : 0;
   // Megatron-Bridge's DeepSeek-V3 recipe (recipes/deepseek at 5776a6d and 2026-04, which every performance
   // config starts from) sets the precision-aware optimizer with bf16 moments (exp_avg_dtype, exp_avg_sq_dtype).
   // NeMo 25.04's scripts set the optimizer for BF16 without changing the moments' dtype (fp32).

@@ -287,13 +287,18 @@ void plan_template(const LayerTemplate& t, const Policy& policy, const Costs& c,
   p.replay.assign(no, false);
   p.last_fwd_use.assign(nt, -1);
   place_tensors(t, policy, p.placement, p.needed_in_bwd, p.producer);
-  // Tensors the backward needs but nobody saved are recomputed, and so are whatever their producers need. In
-  // Megatron's program, where autograd's tensors are kept, a tensor named remat is a recompute module's
+  // A layer that keeps only its input is checkpointed whole. PyTorch's checkpoint (Megatron's full recompute)
+  // runs the layer's forward again entirely; XLA's rematerialization only what the backward reads.
+  const auto remat = [](Placement w) { return w == Placement::remat; };
+  const bool whole = opt.program_order && std::all_of(p.placement.begin() + 1, p.placement.end(), remat);
+  if (whole) p.replay.assign(no, true);
+  // Otherwise tensors the backward needs but nobody saved are recomputed, and so are whatever their producers
+  // need. In Megatron's program, where autograd's tensors are kept, a tensor named remat is a recompute module's
   // (megatron_recompute_modules): its checkpoint runs the whole function again, so the tensor is made again even
   // where the backward does not read it (the moe module's combine, and the experts' down projection before it).
   std::vector<int> work;
   const bool kinds = policy.has_kind_keys();
-  for (std::size_t i = 0; i < nt; ++i) {
+  for (std::size_t i = 0; i < nt && !whole; ++i) {
     if (p.placement[i] != Placement::remat) continue;
     const bool named = opt.program_order && policy.keep_backward_inputs && names_tensor(policy, kinds, t, i);
     if (p.needed_in_bwd[i] || named) work.push_back(static_cast<int>(i));
@@ -307,10 +312,6 @@ void plan_template(const LayerTemplate& t, const Policy& policy, const Costs& c,
     for (int in : t.ops[static_cast<std::size_t>(op)].inputs)
       if (p.placement[static_cast<std::size_t>(in)] == Placement::remat) work.push_back(in);
   }
-  // A layer that keeps only its input is checkpointed whole. PyTorch's checkpoint (Megatron's full recompute)
-  // runs the layer's forward again entirely; XLA's rematerialization only what the backward reads.
-  const auto remat = [](Placement w) { return w == Placement::remat; };
-  if (opt.program_order && std::all_of(p.placement.begin() + 1, p.placement.end(), remat)) p.replay.assign(no, true);
   for (const auto& op : t.ops) {
     double f = 0, b = 0, dot = 0;
     bool mb = false;

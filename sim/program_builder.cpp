@@ -56,8 +56,7 @@ class ProgramBuilder {
       prog_.scatter_reserve_bytes[d] = opt.reduce_scatter_lag() * grad;
     }
     prog_.copy_interference = sys.efficiency.compute_slowdown_during_copy;
-    if (const auto sms = g.training.parallelism.moe_dispatcher_sms; sms > 0 && sys.gpu.sms > 0)
-      prog_.comm_sm_share = static_cast<double>(sms) / sys.gpu.sms;
+    prog_.comm_sm_share = sys.gpu.sm_share(g.training.parallelism.moe_dispatcher_sms);
     plan_loop_bodies();
   }
 
