@@ -18,7 +18,7 @@ import sys
 import tempfile
 
 NUMBER = re.compile(r"[-+]?\d[\d,]*\.?\d*(?:e[-+]?\d+)?")
-WALL_CLOCK = re.compile(r"\(\d[\d.,]* s\)|in \d[\d.,]* s\b|\d[\d.,]* s with `--jobs")
+WALL_CLOCK = re.compile(r"\(\d[\d.,]* s\)|in \d[\d.,]* s\b")
 
 
 def examples(readme):
@@ -42,7 +42,7 @@ def examples(readme):
 
 
 def numbers(line):
-    return [float(x.replace(",", "")) for x in NUMBER.findall(line) if x not in "+-"]
+    return [float(x.replace(",", "")) for x in NUMBER.findall(line)]
 
 
 def skeleton(line):
