@@ -138,8 +138,9 @@ TEST_CASE("the flex dispatcher's kernels hold SMs that the compute kernels besid
   RunConfig c = qwen3_ep8();
   c.global_batch = 32;  // 8 data-parallel replicas x 4 micro-batches of one sequence
   c.ep_overlap = true;
-  CHECK(prepare_run(c).graph.training.parallelism.moe_dispatcher_sms == 20);
-  CHECK_THAT(resolved_run_lines(resolved_run(c, prepare_run(c)))[1], Catch::Contains("MoE dispatcher flex (holding 20 of 148 SMs)"));
+  const PreparedRun run = prepare_run(c);
+  CHECK(run.graph.training.parallelism.moe_dispatcher_sms == 20);
+  CHECK_THAT(resolved_run_lines(resolved_run(c, run))[1], Catch::Contains("MoE dispatcher flex (holding 20 of 148 SMs)"));
   RunConfig rubin = c;  // its file states no SM count: nothing held, nothing said
   rubin.system = "vr-nvl144";
   CHECK_THAT(resolved_run_lines(resolved_run(rubin, prepare_run(rubin)))[1], !Catch::Contains("SMs"));
