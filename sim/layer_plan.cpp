@@ -312,6 +312,16 @@ void plan_template(const LayerTemplate& t, const Policy& policy, const Costs& c,
     for (int in : t.ops[static_cast<std::size_t>(op)].inputs)
       if (p.placement[static_cast<std::size_t>(in)] == Placement::remat) work.push_back(in);
   }
+  // A module that ends in a row-parallel linear (the MLP's fc2) reduces that linear's output over tp inside its
+  // forward (Transformer Engine's reduce-scatter, or all-reduce without sequence parallelism), so the checkpoint
+  // runs that reduction again too, though the backward reads nothing it makes.
+  for (std::size_t o = 0; o < no && !whole && opt.program_order && policy.keep_backward_inputs; ++o) {
+    const OpDef& op = t.ops[o];
+    const bool reduces = op.comm.forward == CommKind::reduce_scatter || op.comm.forward == CommKind::all_reduce;
+    if (op.kind != OpKind::comm || op.comm.axis != Axis::tp || !reduces || op.inputs.size() != 1) continue;
+    const auto in = static_cast<std::size_t>(op.inputs[0]);
+    if (p.placement[in] == Placement::remat && names_tensor(policy, kinds, t, in)) p.replay[o] = true;
+  }
   for (const auto& op : t.ops) {
     double f = 0, b = 0, dot = 0;
     bool mb = false;

@@ -754,3 +754,37 @@ TEST_CASE("Megatron's mlp recompute runs the whole MLP again, its down projectio
   const auto a = run_simulation(mlp), b = run_simulation(base);
   CHECK(a.executed_flops_per_device - b.executed_flops_per_device == Approx(32 * per_layer).epsilon(1e-9));
 }
+
+TEST_CASE("Under tensor parallelism Megatron's mlp recompute runs fc2's reduction over tp again", "[policy][tp]") {
+  // fc2 is a row-parallel linear: Transformer Engine reduces its output over tp inside its forward (a
+  // reduce-scatter with sequence parallelism, an all-reduce without), so the checkpointed MLP runs that
+  // collective again in the backward though nothing reads its output. At tp 2 the tp group runs T = 2 x 4096
+  // tokens; the reduce-scatter moves the group's T x d bf16 output, of which a rank sends (tp - 1) / tp, and the
+  // all-reduce twice that. 32 layers, one such collective more in each.
+  const RunConfig base = llama8b_megatron("no_recompute");
+  struct Case {
+    bool sp;
+    const char* collective;
+    double sends;  // times (tp - 1) / tp x T x d x 2 bytes
+  };
+  for (const Case& k : {Case{true, "mlp_out_reduce_scatter", 1}, Case{false, "mlp_out_all_reduce", 2}}) {
+    INFO("sequence parallel " << k.sp);
+    RunConfig plain = base;
+    plain.tp = 2;
+    plain.sequence_parallel = k.sp;
+    RunConfig mlp = plain;
+    for (const char* t : {"mlp_norm", "mlpwi_0", "mlpwi_1", "mlp_act", "mlpwo"}) mlp.tensors[t] = "remat";
+    const auto replayed = replayed_ops(mlp);
+    REQUIRE(replayed.count(k.collective) == 1);
+    CHECK(replayed.at(k.collective) == OpKind::comm);
+    CHECK(replayed.count("wo") == 1);
+    CHECK(replayed_ops(plain).count(k.collective) == 0);
+    // The bytes the module's replays add over tp: the reduction above only. With sequence parallelism fc1's
+    // replay needs the norm's output gathered, but the backward gathers it again for fc1's weight gradient
+    // without the module too (Transformer Engine keeps the sequence shard), and the one gather serves both.
+    const double T = 2 * 4096, d = 4096, f = 0.5, act = T * d * 2;
+    const double per_layer = k.sends * f * act;
+    const auto a = run_simulation(mlp), b = run_simulation(plain);
+    CHECK(a.comm_bytes.at("tp") - b.comm_bytes.at("tp") == Approx(32 * per_layer).epsilon(1e-9));
+  }
+}
