@@ -159,7 +159,7 @@ const std::vector<std::string>& validation_rules() {
       "MoE layer run again, its all-to-alls included) and, with shared experts, theirs; `shared_experts` -> `mlpwi_0`, "
       "`mlpwi_1`, `mlp_act`, `mlpwo=remat` in the MoE layers; `mlp` -> `mlp_norm`, `mlpwi_0`, `mlpwi_1`, `mlp_act`, "
       "`mlpwo=remat` in the dense layers (the MLP with its fused norm; a module's last output, which no backward reads, "
-      "names what Megatron's checkpoint runs again: fc2, the combine); `layernorm` -> `mlp_norm=remat` in the MoE layers (the "
+      "names what Megatron's checkpoint runs again: fc2 with its tp reduction, the combine); `layernorm` -> `mlp_norm=remat` in the MoE layers (the "
       "pre-MLP norm, a module of its own there) and `attn_norm=remat` on an MLA model (the input norm); names qualified "
       "`@dense` or `@moe` where the model has both kinds of layer; a module the "
       "model has nothing of -> `no_recompute`; several modules in one item, each so. A DeepSeek-V3 row that states nothing takes its recipe's modules: "
