@@ -134,8 +134,8 @@ void check_run_config(const RunConfig& c, const Sources& s, const std::set<std::
       "gpus", "batch", "micro_batch", "global_batch", "seq", "grad_accum", "microbatches", "fsdp", "tp", "ep", "dp", "cp",
       "pp", "vp", "pp_schedule", "first_stage_layers", "last_stage_layers", "embedding_as_layer", "loss_as_layer",
       "mesh_order", "sequence_parallel", "cp_exchange", "moe_batch_split", "mtp_layers", "pipeline_layout",
-      "cp_shards_weights", "framework", "grad_reduce_dtype", "optimizer_moments_dtype", "moe_dispatcher", "expert_tp",
-      "moe_load_imbalance"};
+      "cp_shards_weights", "framework", "grad_reduce_dtype", "optimizer_moments_dtype", "optimizer", "muon_tp_mode", "optimizer_offload",
+      "parameter_offload", "moe_dispatcher", "expert_tp", "moe_load_imbalance"};
   bool shape_fixed = model.has_value();
   for (auto f : shape) shape_fixed = shape_fixed && fixed(f);
   if (shape_fixed) {

@@ -647,6 +647,7 @@ std::string maxtext_settings(const RunConfig& c) {
   out += mixed_dtype_note(c);
   if (c.optimizer_moments_dtype == "bf16")
     out += " mu_dtype=bfloat16 (optimizer_moments_dtype bf16: MaxText's mu_dtype stores only the first moment in bf16)";
+  if (c.optimizer == "muon") out += " (optimizer muon: simulated as Megatron-Core's Muon; no MaxText equivalent is modelled)";
   return out;
 }
 
@@ -695,6 +696,7 @@ std::string megatron_settings(const RunConfig& given) {
   out += gradient_sync_settings(c);
   if (c.optimizer_moments_dtype == "bf16")
     out += " --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16";
+  if (c.optimizer == "muon") out += " --optimizer muon" + std::string(c.tp > 1 ? " --muon-tp-mode " + c.muon_tp_mode : "");
   if (const Recipe* r = recipe(c)) out += r->megatron;
   out += mixed_dtype_note(c);
   // no_recompute is Megatron's default; with the attention output recomputed, its selective recompute.

@@ -257,6 +257,19 @@ TrainingSpec training_shape(const RunConfig& c) {
   if (c.optimizer_moments_dtype == "bf16") t.optimizer_bytes_per_param -= 2 * 2;
   else if (c.optimizer_moments_dtype != "fp32")
     throw InputError("optimizer_moments_dtype = " + quote(c.optimizer_moments_dtype) + " (expected fp32 or bf16)");
+  if (c.optimizer == "muon") {
+    t.muon = true;
+    auto refuse = [&](const std::string& why) { throw InputError("optimizer = \"muon\" (" + why + ")"); };
+    if (c.framework != "megatron") refuse("modelled as Megatron-Core's Muon: needs framework megatron");
+    if (c.optimizer_moments_dtype != "fp32") refuse("with optimizer_moments_dtype " + c.optimizer_moments_dtype + ": Megatron's Muon has no precision-aware optimizer");
+    if (c.optimizer_offload != "off" || c.parameter_offload) refuse("with optimizer or parameter offload: Megatron offloads Adam's state only");
+  } else if (c.optimizer != "adam") {
+    throw InputError("optimizer = " + quote(c.optimizer) + " (expected adam or muon)");
+  }
+  if (c.muon_tp_mode == "blockwise") t.muon_blockwise = true;
+  else if (c.muon_tp_mode != "duplicated")
+    throw InputError("muon_tp_mode = " + quote(c.muon_tp_mode) + " (expected duplicated or blockwise; distributed is not modelled)");
+  if (t.muon_blockwise && !t.muon) throw InputError("muon_tp_mode = \"blockwise\" (only with optimizer muon)");
   return t;
 }
 

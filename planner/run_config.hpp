@@ -56,6 +56,8 @@ struct RunConfig {
   std::string framework = "maxtext";    // whose training state layout: maxtext (fp32 weights) or megatron
   std::string grad_reduce_dtype = "fp32";  // the gradient buffer and its reductions: fp32 or bf16
   std::string optimizer_moments_dtype = "fp32";  // Adam's two moments: fp32 or bf16 (precision-aware optimizer)
+  std::string optimizer = "adam";       // adam, or muon (Megatron-Core's, for the 2-D layer weights)
+  std::string muon_tp_mode = "duplicated";  // Muon under tp: duplicated (Megatron-Core) or blockwise (Megatron-Bridge)
   Switch cp_shards_weights;  // the context axis shards the weights FSDP-style (MaxText); auto: layout_reading
   Switch ep_shards_weights;  // the expert axis shards the non-expert weights too (MaxText); auto: layout_reading
   std::string moe_dispatcher = "alltoall";  // alltoall (a copy per chosen expert) or flex (DeepEP, HybridEP)

@@ -109,6 +109,20 @@ const std::vector<RunField> kFields = {
      "exp_avg_sq_dtype bf16, as Megatron-Bridge's DeepSeek-V3 recipes set: 4 bytes per parameter less optimizer "
      "state; the fp32 master weights stay)",
      &C::optimizer_moments_dtype},
+    {"optimizer", "--optimizer",
+     "adam, or muon: Megatron-Core's Muon (--optimizer muon; with sharded_optimizer its layer-wise distributed "
+     "optimizer) for every 2-D layer weight, Adam for the embedding, head, norms and biases. A Muon weight keeps one "
+     "fp32 momentum beside its fp32 master copy (8 bytes per parameter against Adam's 12); before the update each "
+     "device runs 5 Newton-Schulz iterations (three GEMMs each, as bf16 GEMMs: muon_fp32_matmul_prec medium) on the "
+     "whole of each matrix it owns (fc1 fused, q, k and v apart), a matrix split over tp gathered first and "
+     "orthogonalized on every tp rank (muon_tp_mode duplicated). Needs framework megatron, no fsdp, fp32 moments "
+     "and no optimizer or parameter offload",
+     &C::optimizer},
+    {"muon_tp_mode", "--muon-tp-mode",
+     "How Muon treats a matrix split over tp (Megatron's muon_tp_mode): duplicated (Megatron-Core's default: the whole "
+     "matrix's fp32 momentum gathered over tp and orthogonalized on every tp rank) or blockwise (Megatron-Bridge's "
+     "recipes: each rank orthogonalizes its own shard, nothing gathered). Only with optimizer muon",
+     &C::muon_tp_mode},
     {"framework", "--framework",
      "Training state per parameter: maxtext (fp32 weights and gradients, Adam moments 8 bytes) or megatron (bf16 "
      "weights, fp32 main gradients unless grad_reduce_dtype is bf16, fp32 master weights with the moments in the optimizer: 12 bytes); the loss "

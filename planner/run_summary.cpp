@@ -50,6 +50,8 @@ nlohmann::json resolved_run(const RunConfig& c, const PreparedRun& run) {
       {"framework", c.framework},
       {"grad_reduce_dtype", c.grad_reduce_dtype},
       {"optimizer_moments_dtype", c.optimizer_moments_dtype},
+      {"optimizer", c.optimizer},
+      {"muon_tp_mode", c.muon_tp_mode},
       {"weights", c.weights},
       {"attention_dtype", c.attention_dtype},
       {"lhs", c.lhs},
@@ -119,7 +121,9 @@ std::vector<std::string> resolved_run_lines(const nlohmann::json& j) {
   }
   if (j.contains("layer_policies")) policy += "; layers " + s("layer_policies");
   const std::string grads = s("grad_reduce_dtype"), moments = s("optimizer_moments_dtype");
-  if (s("framework") == "megatron")
+  if (s("framework") == "megatron" && j.value("optimizer", "adam") == "muon")
+    policy += "; Megatron state (bf16 weights, " + grads + " gradients, fp32 master and moments; Muon for the layer matrices)";
+  else if (s("framework") == "megatron")
     policy += "; Megatron state (bf16 weights, " + grads + " gradients, fp32 master" +
               (moments == "fp32" ? " and moments)" : ", " + moments + " moments)");
   else if (grads != "fp32" || moments != "fp32")

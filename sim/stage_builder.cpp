@@ -105,14 +105,44 @@ std::vector<sim::PassSpan> StageBuilder::build(const std::vector<PipelineTask>& 
         streamed_update(done);
         break;
       }
+      const std::vector<int> ready = muon_iterations(done);  // issued before the update on the compute stream
       int opt = w_.compute(costs_.memory_s(info_.optimizer_update_bytes), true, 0, 'o', -1, "optimizer_update");
-      for (int r : done) w_.op(opt).deps.push_back(r);
+      for (int r : ready) w_.op(opt).deps.push_back(r);
       break;
     }
     case OptimizerOffload::device: streamed_update(done); break;
     case OptimizerOffload::host: host_update(done); break;
   }
   return passes;
+}
+
+std::vector<int> StageBuilder::muon_iterations(const std::vector<int>& done) {
+  if (info_.muon_matrices.empty()) return done;
+  // Each iteration on an m x n matrix (m <= n) runs X X^T (2 m^2 n FLOPs), A A (2 m^3) and B X (2 m^2 n), its
+  // fp32 operands read and written; Megatron's muon_fp32_matmul_prec medium lets them run as bf16 GEMMs.
+  double seconds = 0, flops = 0;
+  const double steps = static_cast<double>(g_.training.muon_ns_steps);
+  for (const WeightMatrix& m : info_.muon_matrices) {
+    const double a = std::min(m.rows, m.cols), b = std::max(m.rows, m.cols);
+    const double xxt = costs_.gemm_s(2 * a * a * b, 4 * (a * b + a * a), Dtype::bf16);
+    const double aa = costs_.gemm_s(2 * a * a * a, 4 * 3 * a * a, Dtype::bf16);
+    const double bx = costs_.gemm_s(2 * a * a * b, 4 * (a * a + 2 * a * b), Dtype::bf16);
+    seconds += m.count * steps * (xxt + aa + bx);
+    flops += m.count * steps * (4 * a * a * b + 2 * a * a * a);
+  }
+  int after = -1;
+  if (info_.muon_gather_bytes > 0) {
+    const CommCost cost = net_.cost(CommKind::all_gather, info_.muon_gather_bytes, AxisSet{Axis::tp});
+    after = w_.comm(Axis::tp, cost, 1.0, 'o', -1, "all_gather muon momentum");
+    w_.op(after).deps = done;
+  }
+  const int ns = w_.compute(seconds, false, flops, 'o', -1, "muon newton_schulz");
+  if (after >= 0) w_.op(ns).deps.push_back(after);
+  else w_.op(ns).deps = done;
+  const int work = w_.add_buffer(info_.muon_working_bytes, MemCategory::workspace);
+  w_.op(ns).allocs.push_back(work);
+  w_.op(ns).releases.push_back(work);
+  return {ns};
 }
 
 double StageBuilder::optimizer_chunks() const {

@@ -191,6 +191,11 @@ class StageBuilder {
   // per-GPU share (the update touches the same bytes there), the updated parameters back in.
   void host_update(const std::vector<int>& done);
 
+  // Muon's Newton-Schulz iterations before the update (StepGraph::Stage::muon_matrices): the momentum of the
+  // matrices split over tp gathered, then one compute op of every iteration's three GEMMs. Returns the op the
+  // update waits for (the last of `done` where the stage has no Muon matrices).
+  std::vector<int> muon_iterations(const std::vector<int>& done);
+
   const PipelineChunk& chunk(int k) const { return g_.chunks[static_cast<std::size_t>(k)]; }
   std::size_t chunks() const { return g_.chunks.size(); }
   Crossing& forward_in(int mb, int k) { return c_.forward_in[static_cast<std::size_t>(mb) * chunks() + static_cast<std::size_t>(k)]; }

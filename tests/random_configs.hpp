@@ -89,7 +89,8 @@ inline RunConfig random_pipeline(std::mt19937& rng) {
 // first layers, recomputed layers, optimizer or parameter offload, FP8-saved activations, a layer range with a
 // policy of its own, the MoE batch split, Megatron's selective recompute modules), and a model from a HuggingFace config (Qwen3-235B-A22B) for half
 // of the MoE draws, half of which route with a busiest expert rank 1.5x the mean, and half of those with tp and cp > 1 fold
-// their experts over or inside tp x cp; half the Megatron draws with ep_overlap delay their weight gradients. Some combinations are bad input; the caller skips those.
+// their experts over or inside tp x cp; half the Megatron draws with ep_overlap delay their weight gradients; Muon for
+// the Megatron draws that allow it (below). Some combinations are bad input; the caller skips those.
 inline void add_levers(std::mt19937& rng, RunConfig& c) {
   auto coin = [&] { return std::uniform_int_distribution<int>(0, 1)(rng) == 1; };
   if (coin()) c.framework = "megatron";
@@ -125,6 +126,16 @@ inline void add_levers(std::mt19937& rng, RunConfig& c) {
   if (moe && c.framework == "megatron" && c.moe_dispatcher == "flex" && coin()) {
     c.moe_capacity_factor = 1.5;
     if (coin()) c.moe_paged_stash = 1.2;
+  }
+  // Megatron's Muon on the Megatron draws with bf16 gradients and fp32 moments that offload no state (tied to
+  // draws already made): whole weights on every rank, so the GPUs fsdp would take go to dp.
+  const std::int64_t model_parallel = c.tp * c.cp * c.ep * c.pp;
+  if (c.framework == "megatron" && c.grad_reduce_dtype == "bf16" && c.optimizer_moments_dtype == "fp32" &&
+      c.optimizer_offload == "off" && !c.parameter_offload && c.expert_tp != 1 && c.gpus % model_parallel == 0) {
+    c.optimizer = "muon";
+    c.dp = c.gpus / model_parallel;
+    c.fsdp = 1;
+    c.cp_shards_weights = c.ep_shards_weights = false;
   }
 }
 

@@ -278,7 +278,7 @@ TEST_CASE("physics holds with Megatron's settings and the memory levers drawn to
   // The laws that hold for any layout (those with a layout's own byte counts are above), over draws that also
   // set the fields random_config leaves at their defaults (test::add_levers), a quarter of them pipelined.
   std::mt19937 rng(20261203);
-  int runs = 0, offloading = 0, megatron = 0, levers = 0, hf = 0;
+  int runs = 0, offloading = 0, megatron = 0, levers = 0, hf = 0, muon = 0;
   for (int tries = 0; runs < 300 && tries < 3000; ++tries) {
     RunConfig c = tries % 4 == 3 ? random_pipeline(rng) : random_config(rng);
     test::add_levers(rng, c);
@@ -288,6 +288,7 @@ TEST_CASE("physics holds with Megatron's settings and the memory levers drawn to
     ++runs;
     INFO(describe(c));
     megatron += c.framework == "megatron";
+    muon += c.optimizer == "muon";
     hf += c.model.rfind("hf/", 0) == 0;
     levers += c.offload_layers > 0 || c.recompute_layers > 0 || c.optimizer_offload != "off" || c.parameter_offload ||
               c.fp8_saved_activations || !c.layer_policies.empty() || c.moe_batch_split > 1;
@@ -321,6 +322,7 @@ TEST_CASE("physics holds with Megatron's settings and the memory levers drawn to
   CHECK(levers > 100);
   CHECK(offloading > 30);
   CHECK(hf > 10);
+  CHECK(muon > 10);
 }
 
 TEST_CASE("reloads LHS counts on arrive in time, so a faster network does not expose them", "[invariants]") {

@@ -128,6 +128,53 @@ double ModelSpec::moe_nonexpert_params_per_layer() const {
          3.0 * d_model * shared_mlp_dim() + (shared_expert_gate ? d_model : 0);
 }
 
+std::vector<WeightMatrix> ModelSpec::layer_matrices(std::int64_t layer) const {
+  using Split = WeightMatrix::Split;
+  const double d = static_cast<double>(d_model), H = static_cast<double>(num_query_heads);
+  std::vector<WeightMatrix> m;
+  auto add = [&](double rows, double cols, Split split, double count = 1, bool expert = false) {
+    m.push_back({rows, cols, count, expert, split});
+  };
+  if (is_linear_attention_layer(layer)) {
+    // Gated DeltaNet (Megatron's gdn.py): one in_proj for q, k, v, z, beta and alpha; out_proj.
+    const double K = static_cast<double>(linear_num_key_heads * linear_key_head_dim);
+    const double Hv = static_cast<double>(linear_num_value_heads), V = Hv * static_cast<double>(linear_value_head_dim);
+    add(2 * K + 2 * V + 2 * Hv, d, Split::rows);
+    add(d, V, Split::cols);
+  } else if (is_mla()) {
+    // The down projections are TELinear duplicated over tp (multi_latent_attention.py).
+    const double qk = static_cast<double>(qk_nope_head_dim + qk_rope_head_dim);
+    if (q_lora_rank > 0) {
+      add(static_cast<double>(q_lora_rank), d, Split::none);
+      add(H * qk, static_cast<double>(q_lora_rank), Split::rows);
+    } else {
+      add(H * qk, d, Split::rows);
+    }
+    add(static_cast<double>(kv_lora_rank + qk_rope_head_dim), d, Split::none);
+    add(H * static_cast<double>(qk_nope_head_dim + v_head_dim), static_cast<double>(kv_lora_rank), Split::rows);
+    add(d, H * static_cast<double>(v_head_dim), Split::cols);
+  } else {
+    const double hd = static_cast<double>(head_dim), kv = static_cast<double>(num_kv_heads) * hd;
+    add(H * hd, d, Split::rows, attention_output_gate ? 2 : 1);  // the queries (and the output gate, a fourth part)
+    add(kv, d, Split::rows, 2);                                   // keys and values
+    add(d, H * hd, Split::cols);
+  }
+  auto mlp = [&](double F, double count, bool expert) {
+    add(2 * F, d, Split::rows, count, expert);  // fc1: gate and up
+    add(d, F, Split::cols, count, expert);      // fc2
+  };
+  if (is_moe_layer(layer)) {
+    add(static_cast<double>(num_experts), d, Split::none);  // the router
+    mlp(static_cast<double>(moe_mlp_dim), static_cast<double>(num_experts), true);
+    if (shared_mlp_dim() > 0) mlp(static_cast<double>(shared_mlp_dim()), 1, false);
+    if (shared_expert_gate) add(1, d, Split::none);
+  } else {
+    mlp(static_cast<double>(mlp_dim), 1, false);
+  }
+  if (is_mtp_layer(layer)) add(d, 2 * d, Split::rows);  // eh_proj, column-parallel
+  return m;
+}
+
 double ModelSpec::layer_params(std::int64_t layer) const {
   return mixer_params(layer) + (is_moe_layer(layer) ? expert_params_per_layer() + moe_nonexpert_params_per_layer()
                                                              : dense_mlp_params_per_layer()) +

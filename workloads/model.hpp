@@ -10,6 +10,17 @@
 namespace hbmsim {
 
 enum class Architecture { llama, deepseek_v3 };
+
+// One weight matrix of a layer as Megatron-Core stores it (rows = output features), `count` alike: what Muon
+// orthogonalizes as a whole. `expert`: a routed expert's (partitioned over the expert group). `tp_split`: how
+// tensor parallelism divides it: a column-parallel linear its rows, a row-parallel one its columns; none where
+// every tp rank holds it whole (the router, MLA's down projections).
+struct WeightMatrix {
+  enum class Split : std::uint8_t { rows, cols, none };
+  double rows = 0, cols = 0, count = 1;
+  bool expert = false;
+  Split tp_split = Split::none;
+};
 const char* to_string(Architecture a);
 
 // What a layer's queries attend to: the whole causal prefix; the last `tokens` of it, their own included (a
@@ -111,6 +122,10 @@ struct ModelSpec {
   double moe_nonexpert_params_per_layer() const;  // router + shared experts (and their gate)
   double layer_params(std::int64_t layer) const;  // one decoder layer's or MTP module's (every expert included)
   double mtp_extra_params() const { return 2.0 * d_model * d_model + 3.0 * d_model; }  // eh_proj and three norms
+  // The 2-D weights of `layer` in Megatron-Core's modules (fc1's gate and up projections fused, the attention's
+  // q, k and v split as Megatron's Muon splits them by default); norms, biases, sinks and the convolution are not
+  // among them.
+  std::vector<WeightMatrix> layer_matrices(std::int64_t layer) const;
   double total_params() const;
   double activated_params() const;  // all but the routed experts a token does not pick
 

@@ -672,6 +672,36 @@ double expert_split(const Parallelism& p) {
   return static_cast<double>(p.experts_fold_tp ? p.expert_group() : p.tp * p.ep);
 }
 
+// Muon's share of one layer's matrices on a device of `st` (StepGraph::Stage::muon_matrices): a device
+// orthogonalizes only its local experts; a matrix split over tp whole on every tp rank, its fp32 momentum gathered
+// first (muon_tp_mode duplicated), or its own shard (blockwise); and the layer-wise distributed optimizer shares the
+// matrices out over the ranks that sum their gradients. `local` and `local_experts` gain the parameters the device
+// stores of them.
+void add_muon_matrices(const std::vector<WeightMatrix>& matrices, const StepGraph& g, StepGraph::Stage& st, double& local,
+                       double& local_experts) {
+  const Parallelism& p = g.training.parallelism;
+  const double tp = static_cast<double>(p.tp);
+  for (const WeightMatrix& m : matrices) {
+    const double split = m.expert ? expert_split(p) : tp;  // the devices one such matrix is divided over (as stored)
+    const double params = m.rows * m.cols * m.count / split;
+    local += params;
+    if (m.expert) local_experts += params;
+    const bool tp_split = p.tp > 1 && m.tp_split != WeightMatrix::Split::none && !(m.expert && p.experts_fold_tp);
+    const double partition = m.expert ? split / (tp_split ? tp : 1) : 1;  // the devices the experts are spread over
+    const double owners = !p.sharded_optimizer ? 1 : static_cast<double>(g.mesh.size(m.expert ? g.expert_grad_sync : g.grad_sync));
+    const double count = m.count / partition / owners;
+    WeightMatrix mine{m.rows, m.cols, count, m.expert, m.tp_split};
+    if (tp_split && g.training.muon_blockwise) (m.tp_split == WeightMatrix::Split::rows ? mine.rows : mine.cols) /= tp;
+    else if (tp_split) st.muon_gather_bytes += count * m.rows * m.cols * 4;
+    const double small = std::min(mine.rows, mine.cols), large = std::max(mine.rows, mine.cols);
+    st.muon_working_bytes = std::max(st.muon_working_bytes, 4 * (3 * small * large + 3 * small * small));
+    auto same = [&](const WeightMatrix& o) { return o.rows == mine.rows && o.cols == mine.cols && o.expert == mine.expert; };
+    auto it = std::find_if(st.muon_matrices.begin(), st.muon_matrices.end(), same);
+    if (it == st.muon_matrices.end()) st.muon_matrices.push_back(mine);
+    else it->count += count;
+  }
+}
+
 LayerTemplate build_template(const ModelSpec& model, const TrainingSpec& training, bool moe, bool mtp, const AttentionMask& mask,
                              bool linear) {
   TemplateBuilder b(mtp ? "mtp" : moe ? "moe" : "dense");
@@ -801,8 +831,14 @@ StepGraph build_step_graph(const ModelSpec& decoder, TrainingSpec training) {
   const double tp_dense = tp * static_cast<double>(g.mesh.size(g.dense_shard));
   const double tp_expert = expert_split(p) * static_cast<double>(g.mesh.size(g.expert_shard));
   const double dense_sync = static_cast<double>(g.mesh.size(g.grad_sync)), expert_sync = static_cast<double>(g.mesh.size(g.expert_grad_sync));
+  const double weight_shards = static_cast<double>(std::max(g.mesh.size(g.dense_shard), g.mesh.size(g.expert_shard)));
+  if (training.muon && weight_shards > 1)
+    throw InputError("optimizer = \"muon\" (with the weights sharded over " + std::to_string(static_cast<std::int64_t>(weight_shards)) +
+                     " GPUs: fsdp, or cp or ep as MaxText reads them; Megatron refuses Muon with Megatron-FSDP, and its Muon "
+                     "orthogonalizes whole matrices)");
   g.chunks = pipeline_chunks(model, p);
   g.stages.resize(static_cast<std::size_t>(p.pp));
+  std::vector<double> muon_local(g.stages.size(), 0), muon_local_experts(g.stages.size(), 0);
   for (const auto& c : g.chunks)
     if (c.embedding) g.stages[static_cast<std::size_t>(c.stage)].embedding = true;
   for (std::size_t k = 0; k < g.chunks.size(); ++k) {
@@ -817,19 +853,26 @@ StepGraph build_step_graph(const ModelSpec& decoder, TrainingSpec training) {
     for (std::int64_t l = c.first_layer; l < c.end_layer; ++l) {
       params += model.layer_params(l);
       if (model.is_moe_layer(l)) experts += model.expert_params_per_layer();
+      if (training.muon) add_muon_matrices(model.layer_matrices(l), g, st, muon_local[static_cast<std::size_t>(c.stage)],
+                                           muon_local_experts[static_cast<std::size_t>(c.stage)]);
     }
     st.local_params += (params - experts) / tp_dense + experts / tp_expert;
     st.local_expert_params += experts / tp_expert;
   }
-  for (auto& st : g.stages) {
+  for (std::size_t s = 0; s < g.stages.size(); ++s) {
+    auto& st = g.stages[s];
     st.parameter_bytes = st.local_params * wb;
     // The distributed optimizer's shard: what the device stores, over the axes that sum its gradients.
-    const double owned = p.sharded_optimizer ? (st.local_params - st.local_expert_params) / dense_sync + st.local_expert_params / expert_sync
-                                             : st.local_params;
-    st.optimizer_bytes = owned * training.optimizer_bytes_per_param;
+    auto owned = [&](double all, double experts) {
+      return p.sharded_optimizer ? (all - experts) / dense_sync + experts / expert_sync : all;
+    };
+    const double owned_muon = owned(muon_local[s], muon_local_experts[s]);
+    const double owned_adam = owned(st.local_params, st.local_expert_params) - owned_muon;
+    const double state_bytes = owned_adam * training.optimizer_bytes_per_param + owned_muon * training.muon_bytes_per_param;
+    st.optimizer_bytes = state_bytes;
     st.gradient_bytes = st.local_params * training.gradient_bytes_per_param;
-    // Adam reads param, gradient and two moments and writes param and moments (its shard of them).
-    st.optimizer_update_bytes = owned * (2 * wb + training.gradient_bytes_per_param + 2 * training.optimizer_bytes_per_param);
+    // The update reads param, gradient and its state and writes param and state (its shard of them).
+    st.optimizer_update_bytes = (owned_adam + owned_muon) * (2 * wb + training.gradient_bytes_per_param) + 2 * state_bytes;
   }
   g.logits_bytes = T * V / tp * a;
   g.unembed_flops = 2 * T * d * V / tp;

@@ -136,6 +136,11 @@ struct StepGraph {
     double local_expert_params = 0;  // of them, routed experts' (their optimizer shard has its own sync axes)
     double parameter_bytes = 0, optimizer_bytes = 0, gradient_bytes = 0;
     double optimizer_update_bytes = 0;  // HBM traffic of the Adam update
+    // Muon (TrainingSpec::muon): the whole matrices (rows x cols, the count this device orthogonalizes, a mean
+    // over the ranks that share them out) whose Newton-Schulz iterations it runs, the fp32 momentum bytes it
+    // gathers over tp for them, and what the largest one's iteration holds at once.
+    std::vector<WeightMatrix> muon_matrices;
+    double muon_gather_bytes = 0, muon_working_bytes = 0;
   };
   std::vector<Stage> stages;
   Mesh mesh;

@@ -126,6 +126,16 @@ struct TrainingSpec {
   Dtype attention_gemm_dtype = Dtype::bf16;  // projections and attention stay bf16 unless asked
   Dtype weight_storage_dtype = Dtype::fp32;  // MaxText weight_dtype default float32
   double optimizer_bytes_per_param = 8;      // Adam: two fp32 moments
+  // Megatron-Core's Muon (--optimizer muon): each 2-D layer weight (ModelSpec::layer_matrices) keeps one momentum
+  // in the master weights' fp32 and its update is orthogonalized by muon_ns_steps Newton-Schulz iterations, each
+  // rank of the data-parallel group doing its own matrices (the layer-wise distributed optimizer); the other
+  // parameters keep Adam (muon_scalar_optimizer).
+  bool muon = false;
+  // muon_tp_mode blockwise (Megatron-Bridge's recipes): each tp rank orthogonalizes its own shard, nothing
+  // gathered; off: duplicated (Megatron-Core's default), the whole matrix gathered and orthogonalized on every rank.
+  bool muon_blockwise = false;
+  std::int64_t muon_ns_steps = 5;            // Megatron's muon_num_ns_steps default
+  double muon_bytes_per_param = 8;           // Megatron's: the fp32 master weight and the momentum
   double gradient_bytes_per_param = 4;       // fp32 gradient accumulation buffer
   // Megatron-Core's DDP: weight-gradient GEMMs accumulate into the gradient buffer (main_grad,
   // gradient_accumulation_fusion) and its reduce-scatter runs in place on that buffer
