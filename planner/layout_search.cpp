@@ -26,12 +26,14 @@ std::int64_t search_global_batch(const RunConfig& base) { return base.global_bat
 
 // The data axes for `rest` GPUs per (tp, cp, pp, ep) group: FSDP over all of them; data parallel with the
 // optimizer state sharded over it (Megatron's distributed optimizer, ZeRO-1); and, when it differs from both,
-// FSDP within the scale-up domain and data parallel across (hybrid sharding).
+// FSDP within the scale-up domain and data parallel across (hybrid sharding). `whole_weights` (Muon, which
+// Megatron refuses with FSDP): data parallel only.
 struct DataAxes {
   std::int64_t fsdp, dp;
   bool sharded_optimizer;
 };
-std::vector<DataAxes> data_axes(std::int64_t rest, std::int64_t model_parallel, std::int64_t domain_gpus) {
+std::vector<DataAxes> data_axes(std::int64_t rest, std::int64_t model_parallel, std::int64_t domain_gpus, bool whole_weights) {
+  if (whole_weights) return {{1, rest, rest > 1}};
   std::vector<DataAxes> out = {{rest, 1, false}};
   if (rest > 1) out.push_back({1, rest, true});
   std::int64_t f = 1;
@@ -200,7 +202,7 @@ std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSear
   // A layout over every data-axes split, micro-batch, policy and overlap choice; `group`: the GPUs of one replica.
   auto add_batches = [&](RunConfig& layout, std::int64_t group) {
     const std::int64_t tp = layout.tp, cp = layout.cp;
-    for (const DataAxes& d : data_axes(base.gpus / group, tp * cp, sys.scale_up.domain_gpus))
+    for (const DataAxes& d : data_axes(base.gpus / group, tp * cp, sys.scale_up.domain_gpus, base.optimizer == "muon"))
       for (std::int64_t mbs : o.micro_batches) {
         // Megatron merges passes with experts over ep > 1 and, pipelined, interleaved; without pipelining a
         // micro-batch's backward with the next one's forward, so it needs two of them.
@@ -301,7 +303,8 @@ LayoutSearch search_layouts(const RunConfig& base, const LayoutSearchOptions& o)
   double closest_bound = 0;
   const RunConfig* closest = nullptr;
   std::deque<RunConfig> variants;  // state-offload retries (a deque: the queue points into it)
-  const bool retry = o.state_offload && base.optimizer_offload == "off" && !base.parameter_offload;
+  // Megatron offloads Adam's state only: a Muon base is not retried.
+  const bool retry = o.state_offload && base.optimizer_offload == "off" && !base.parameter_offload && base.optimizer != "muon";
   std::map<std::string, std::size_t> refusals;  // why candidates were refused, and how many for each reason
   // Bounds a candidate and queues it unless its bound exceeds HBM or hbmsim refuses it.
   enum class Verdict { queued, over, refused };

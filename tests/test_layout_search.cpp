@@ -154,6 +154,36 @@ TEST_CASE("a layout that cannot fit is tried again with its optimizer state, the
   CHECK(search_layouts(base, o).offloaded == 0);
 }
 
+TEST_CASE("a Muon search tries data parallelism only and never offloads the state", "[layout][muon]") {
+  // Megatron refuses Muon with Megatron-FSDP and offloads Adam's state only: every candidate keeps its weights whole
+  // over the data axis (fsdp 1, the distributed optimizer over dp) and none is retried with its state in host memory.
+  // Llama 3.1 70B on 32 H100s: bf16 weights and fp32 gradients whole over dp (6 bytes per parameter) do not fit
+  // 80 GB below 8-way model parallelism, so the memory bound prunes; tp 8 x pp 2 x dp 2 holds about 4.4 B x 11.
+  RunConfig base;
+  base.system = "h100-hgx";
+  base.model = "llama3.1-70b";
+  base.gpus = 32;
+  base.seq = 4096;
+  base.framework = "megatron";
+  base.optimizer = "muon";
+  LayoutSearchOptions o;
+  o.top = 20;
+  o.policies = {"full"};
+  o.micro_batches = {1};
+  for (const RunConfig& c : layout_candidates(base, o)) {
+    INFO(config_id(c));
+    CHECK(c.fsdp == 1);
+    CHECK(c.optimizer == "muon");
+    CHECK(c.sharded_optimizer == (c.dp > 1));
+    CHECK_NOTHROW(prepare_run(c));
+  }
+  const LayoutSearch s = search_layouts(base, o);
+  CHECK(s.offloaded == 0);
+  CHECK(s.pruned > 0);
+  REQUIRE(!s.top.empty());
+  CHECK_THAT(megatron_settings(s.top[0].config), Catch::Contains("--optimizer muon"));
+}
+
 TEST_CASE("candidates keep the global batch and every field the search does not set", "[layout]") {
   RunConfig base;
   base.model = "llama3.1-8b";
