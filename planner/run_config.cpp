@@ -261,8 +261,10 @@ TrainingSpec training_shape(const RunConfig& c) {
     t.muon = true;
     auto refuse = [&](const std::string& why) { throw InputError("optimizer = \"muon\" (" + why + ")"); };
     if (c.framework != "megatron") refuse("modelled as Megatron-Core's Muon: needs framework megatron");
-    if (c.optimizer_moments_dtype != "fp32") refuse("with optimizer_moments_dtype " + c.optimizer_moments_dtype + ": Megatron's Muon has no precision-aware optimizer");
-    if (c.optimizer_offload != "off" || c.parameter_offload) refuse("with optimizer or parameter offload: Megatron offloads Adam's state only");
+    if (c.optimizer_moments_dtype != "fp32")
+      refuse("with optimizer_moments_dtype " + c.optimizer_moments_dtype + ": Megatron's Muon has no precision-aware optimizer");
+    if (c.optimizer_offload != "off" || c.parameter_offload)
+      refuse("with optimizer or parameter offload: Megatron offloads Adam's state only");
   } else if (c.optimizer != "adam") {
     throw InputError("optimizer = " + quote(c.optimizer) + " (expected adam or muon)");
   }

@@ -192,8 +192,8 @@ class StageBuilder {
   void host_update(const std::vector<int>& done);
 
   // Muon's Newton-Schulz iterations before the update (StepGraph::Stage::muon_matrices): the momentum of the
-  // matrices split over tp gathered, then one compute op of every iteration's three GEMMs. Returns the op the
-  // update waits for (the last of `done` where the stage has no Muon matrices).
+  // matrices split over tp gathered, then one compute op of every iteration's three GEMMs. Returns what the
+  // update waits for: that op, or `done` where the stage has no Muon matrices.
   std::vector<int> muon_iterations(const std::vector<int>& done);
 
   const PipelineChunk& chunk(int k) const { return g_.chunks[static_cast<std::size_t>(k)]; }

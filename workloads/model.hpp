@@ -10,6 +10,7 @@
 namespace hbmsim {
 
 enum class Architecture { llama, deepseek_v3 };
+const char* to_string(Architecture a);
 
 // One weight matrix of a layer as Megatron-Core stores it (rows = output features), `count` alike: what Muon
 // orthogonalizes as a whole. `expert`: a routed expert's (partitioned over the expert group). `tp_split`: how
@@ -21,7 +22,6 @@ struct WeightMatrix {
   bool expert = false;
   Split tp_split = Split::none;
 };
-const char* to_string(Architecture a);
 
 // What a layer's queries attend to: the whole causal prefix; the last `tokens` of it, their own included (a
 // sliding window: Mistral, GPT-OSS, Gemma); or the earlier tokens of their own chunk of `tokens` (chunked
