@@ -118,16 +118,18 @@ std::vector<sim::PassSpan> StageBuilder::build(const std::vector<PipelineTask>& 
 
 std::vector<int> StageBuilder::muon_iterations(const std::vector<int>& done) {
   if (info_.muon_matrices.empty()) return done;
-  // Each iteration on an m x n matrix (m <= n) runs X X^T (2 m^2 n FLOPs), A A (2 m^3) and B X (2 m^2 n), its
-  // fp32 operands read and written; Megatron's muon_fp32_matmul_prec medium lets them run as bf16 GEMMs.
+  // Each iteration on an a x b matrix (a <= b) runs X X^T (2 a^2 b FLOPs), A A + b A (2 a^3) and B X + a X
+  // (2 a^2 b). Under Megatron's muon_fp32_matmul_prec medium the fp32 momentum is normalized, cast to bf16 for
+  // bf16-in, bf16-out GEMMs and cast back (emerging_optimizers' newton_schulz): memory-bound passes of about
+  // 24 bytes per element around them.
   double seconds = 0, flops = 0;
   const double steps = static_cast<double>(g_.training.muon_ns_steps);
   for (const WeightMatrix& m : info_.muon_matrices) {
     const double a = std::min(m.rows, m.cols), b = std::max(m.rows, m.cols);
-    const double xxt = costs_.gemm_s(2 * a * a * b, 4 * (a * b + a * a), Dtype::bf16);
-    const double aa = costs_.gemm_s(2 * a * a * a, 4 * 3 * a * a, Dtype::bf16);
-    const double bx = costs_.gemm_s(2 * a * a * b, 4 * (a * a + 2 * a * b), Dtype::bf16);
-    seconds += m.count * steps * (xxt + aa + bx);
+    const double xxt = costs_.gemm_s(2 * a * a * b, 2 * (a * b + a * a), Dtype::bf16);
+    const double aa = costs_.gemm_s(2 * a * a * a, 2 * 3 * a * a, Dtype::bf16);
+    const double bx = costs_.gemm_s(2 * a * a * b, 2 * (a * a + 3 * a * b), Dtype::bf16);
+    seconds += m.count * (steps * (xxt + aa + bx) + costs_.memory_s(24 * a * b));
     flops += m.count * steps * (4 * a * a * b + 2 * a * a * a);
   }
   int after = -1;

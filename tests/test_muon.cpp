@@ -121,6 +121,19 @@ TEST_CASE("Muon's Newton-Schulz iterations run on whole matrices, shared out ove
         Approx(32 * kLlamaLayerNs).epsilon(1e-9));
 }
 
+TEST_CASE("Muon's iterations hold the largest matrix's bf16 iterates, and its fp32 gather under tp", "[muon]") {
+  // Llama 3.1 8B's largest matrix is fc1, 28672 x 4096 (a = 4096 <= b = 28672; a b = 117,440,512, a^2 = 16,777,216).
+  // Whole (tp 1): the larger of the fp32 normalized copy with its bf16 cast (6 a b) and the iterations' bf16 X, A, B
+  // and next X (2 (2 a b + 2 a^2)). Gathered over tp 2: the fp32 shards and their concatenation (8 a b) beside the
+  // iterations. Blockwise at tp 2: fc1's shard 14336 x 4096.
+  const double ab = 28672.0 * 4096, aa = 4096.0 * 4096;
+  CHECK(prepare_run(llama8b("muon", 1, 8)).graph.stages[0].muon_working_bytes == std::max(6 * ab, 4 * ab + 4 * aa));
+  CHECK(prepare_run(llama8b("muon", 2, 4)).graph.stages[0].muon_working_bytes == 8 * ab + 4 * ab + 4 * aa);
+  RunConfig blockwise = llama8b("muon", 2, 4);
+  blockwise.muon_tp_mode = "blockwise";
+  CHECK(prepare_run(blockwise).graph.stages[0].muon_working_bytes == std::max(6 * ab / 2, 4 * ab / 2 + 4 * aa));
+}
+
 TEST_CASE("Muon keeps one fp32 momentum and the master weights for its matrices, Adam's 12 bytes for the rest", "[muon]") {
   // Llama 3.1 8B: 32 layers of Muon matrices; the two 128256 x 4096 tables, 32 x 2 norm scales and the final
   // norm keep Adam. Sharded over dp 8 (tp 1).

@@ -693,8 +693,13 @@ void add_muon_matrices(const std::vector<WeightMatrix>& matrices, const StepGrap
     WeightMatrix mine{m.rows, m.cols, count, m.expert, m.tp_split};
     if (tp_split && g.training.muon_blockwise) (m.tp_split == WeightMatrix::Split::rows ? mine.rows : mine.cols) /= tp;
     else if (tp_split) st.muon_gather_bytes += count * m.rows * m.cols * 4;
-    const double small = std::min(mine.rows, mine.cols), large = std::max(mine.rows, mine.cols);
-    st.muon_working_bytes = std::max(st.muon_working_bytes, 4 * (3 * small * large + 3 * small * small));
+    // What one matrix's iterations hold at once (emerging_optimizers' newton_schulz): X, its Gram matrix A, B and
+    // the next X in bf16; beside them the gathered shards and their fp32 concatenation when gathered, else the
+    // larger of the fp32 normalized copy with its bf16 cast and the iterations' set.
+    const double ab = mine.rows * mine.cols, aa = std::min(mine.rows, mine.cols) * std::min(mine.rows, mine.cols);
+    const double iterations = 2 * (2 * ab + 2 * aa);
+    const bool gathered = tp_split && !g.training.muon_blockwise;
+    st.muon_working_bytes = std::max(st.muon_working_bytes, gathered ? 8 * ab + iterations : std::max(6 * ab, iterations));
     auto same = [&](const WeightMatrix& o) { return o.rows == mine.rows && o.cols == mine.cols && o.expert == mine.expert; };
     auto it = std::find_if(st.muon_matrices.begin(), st.muon_matrices.end(), same);
     if (it == st.muon_matrices.end()) st.muon_matrices.push_back(mine);
