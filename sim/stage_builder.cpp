@@ -118,8 +118,8 @@ std::vector<sim::PassSpan> StageBuilder::build(const std::vector<PipelineTask>& 
 
 std::vector<int> StageBuilder::muon_iterations(const std::vector<int>& done) {
   if (info_.muon_matrices.empty()) return done;
-  // Each iteration on an a x b matrix (a <= b) runs X X^T (2 a^2 b FLOPs), A A + b A (2 a^3) and B X + a X
-  // (2 a^2 b). Under Megatron's muon_fp32_matmul_prec medium the fp32 momentum is normalized, cast to bf16 for
+  // Each iteration on an a x b matrix (a <= b) runs X X^T (2 a^2 b FLOPs), A A plus a multiple of A (2 a^3) and
+  // B X plus a multiple of X (2 a^2 b). Under Megatron's muon_fp32_matmul_prec medium the fp32 momentum is normalized, cast to bf16 for
   // bf16-in, bf16-out GEMMs and cast back (emerging_optimizers' newton_schulz): memory-bound passes of about
   // 24 bytes per element around them.
   double seconds = 0, flops = 0;
