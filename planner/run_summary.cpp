@@ -121,11 +121,10 @@ std::vector<std::string> resolved_run_lines(const nlohmann::json& j) {
   }
   if (j.contains("layer_policies")) policy += "; layers " + s("layer_policies");
   const std::string grads = s("grad_reduce_dtype"), moments = s("optimizer_moments_dtype");
-  if (s("framework") == "megatron" && j.value("optimizer", "adam") == "muon")
-    policy += "; Megatron state (bf16 weights, " + grads + " gradients, fp32 master and moments; Muon for the layer matrices)";
-  else if (s("framework") == "megatron")
+  if (s("framework") == "megatron")
     policy += "; Megatron state (bf16 weights, " + grads + " gradients, fp32 master" +
-              (moments == "fp32" ? " and moments)" : ", " + moments + " moments)");
+              (moments == "fp32" ? " and moments" : ", " + moments + " moments") +
+              (j.value("optimizer", "adam") == "muon" ? "; Muon for the layer matrices)" : ")");
   else if (grads != "fp32" || moments != "fp32")
     policy += "; " + grads + " gradients, " + moments + " moments";
   lines.push_back(policy + "; weights " + s("weights") + ", attention " + s("attention_dtype"));

@@ -298,9 +298,10 @@ void plan_template(const LayerTemplate& t, const Policy& policy, const Costs& c,
   // where the backward does not read it (the moe module's combine, and the experts' down projection before it).
   std::vector<int> work;
   const bool kinds = policy.has_kind_keys();
+  const bool modules = opt.program_order && policy.keep_backward_inputs;  // a tensor named remat names a module
   for (std::size_t i = 0; i < nt && !whole; ++i) {
     if (p.placement[i] != Placement::remat) continue;
-    const bool named = opt.program_order && policy.keep_backward_inputs && names_tensor(policy, kinds, t, i);
+    const bool named = modules && names_tensor(policy, kinds, t, i);
     if (p.needed_in_bwd[i] || named) work.push_back(static_cast<int>(i));
   }
   while (!work.empty()) {
@@ -315,7 +316,7 @@ void plan_template(const LayerTemplate& t, const Policy& policy, const Costs& c,
   // A module that ends in a row-parallel linear (the MLP's fc2) reduces that linear's output over tp inside its
   // forward (Transformer Engine's reduce-scatter, or all-reduce without sequence parallelism), so the checkpoint
   // runs that reduction again too, though the backward reads nothing it makes.
-  for (std::size_t o = 0; o < no && !whole && opt.program_order && policy.keep_backward_inputs; ++o) {
+  for (std::size_t o = 0; o < no && !whole && modules; ++o) {
     const OpDef& op = t.ops[o];
     const bool reduces = op.comm.forward == CommKind::reduce_scatter || op.comm.forward == CommKind::all_reduce;
     if (op.kind != OpKind::comm || op.comm.axis != Axis::tp || !reduces || op.inputs.size() != 1) continue;
