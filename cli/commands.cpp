@@ -1,5 +1,6 @@
 #include "cli/commands.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -106,6 +107,19 @@ void print_report(const StepReport& r, const nlohmann::json& run) {
     }
   }
   const char* mean = r.stages.size() > 1 ? " (mean over stages)" : "";
+  // Where the compute stream's time goes: its phases, then what is left of the step (waits and the bubble).
+  std::string phases;
+  double busy = 0;
+  for (int c = 0; c < sim::kComputePhases; ++c) {
+    const char* name = sim::to_string(static_cast<sim::ComputePhase>(c));
+    const double s = r.compute_s.at(name);
+    busy += s;
+    if (s <= 0) continue;
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "  %s %.3f s", name, s);
+    phases += buf;
+  }
+  std::printf("compute time%s:%s  idle %.3f s\n", mean, phases.c_str(), std::max(0.0, r.step_time_s - busy));
   std::printf("exposed (compute waited on)%s:%s\n", mean, exposed.empty() ? "  nothing" : exposed.c_str());
   if (!sent.empty()) std::printf("sent per device%s:%s\n", mean, sent.c_str());
   if (r.stages.size() > 1) print_stages(r);

@@ -89,7 +89,7 @@ struct ProgramOp {
   std::uint16_t queue = kComputeQueue;  // (a program has at most kMaxQueues)
   std::uint16_t use_count = 0;
   bool memory_bound = false;  // slowed while a host copy runs (HBM interference)
-  char phase = 'f';           // f forward, b backward, r recompute, o optimizer, c copy
+  char phase = 'f';           // f forward, b backward, w weight gradients, r recompute, o optimizer, c copy
   SmallVec<int, 3> deps;      // ops that must complete first
   SmallVec<int, 3> allocs;    // buffers that come alive when this op starts
   SmallVec<int, 3> releases;  // buffer references dropped when this op completes
@@ -167,6 +167,14 @@ struct Program {
   void use(int op, int resource, double bytes_per_s);
 };
 
+// What a device's compute stream spends its busy time on (reports): an op's phase, with a split backward's
+// weight-gradient pass (w) counted as backward.
+enum class ComputePhase : std::uint8_t { forward, backward, recompute, optimizer, count };
+constexpr int kComputePhases = static_cast<int>(ComputePhase::count);
+const char* to_string(ComputePhase c);
+// A compute op's phase; a logic_error for a phase no compute op has (a builder's mistake).
+ComputePhase compute_phase(char phase);
+
 struct MemorySample {
   double time_s;
   int device;
@@ -191,6 +199,8 @@ struct EngineResult {
   // its ops sent.
   std::vector<double> exposed_s, busy_s, bytes_sent;
   std::vector<double> last_end_s;  // per queue: when its last op ended
+  // Per device: its compute stream's busy time by phase (they add up to the compute queue's busy_s).
+  std::vector<std::array<double, kComputePhases>> compute_phase_s;
   double executed_flops = 0;
   std::vector<MemorySample> timeline;  // only when asked: a sample of a device at each change of its memory
   std::vector<double> buffer_alloc_s, buffer_free_s;  // only when asked; -1: never

@@ -18,6 +18,23 @@ const char* to_string(MemCategory c) {
   return (i >= 0 && i < kMemCategories) ? names[i] : "?";
 }
 
+const char* to_string(ComputePhase c) {
+  static const char* names[] = {"forward", "backward", "recompute", "optimizer"};
+  int i = static_cast<int>(c);
+  return (i >= 0 && i < kComputePhases) ? names[i] : "?";
+}
+
+ComputePhase compute_phase(char phase) {
+  switch (phase) {
+    case 'f': return ComputePhase::forward;
+    case 'b':
+    case 'w': return ComputePhase::backward;
+    case 'r': return ComputePhase::recompute;
+    case 'o': return ComputePhase::optimizer;
+    default: throw std::logic_error(std::string("a compute op in phase '") + phase + "'");
+  }
+}
+
 namespace {
 
 // Appends a queue to a program's and returns its index: at most kMaxQueues (an op names its queue in 16 bits).

@@ -76,6 +76,8 @@ StageReport stage_report(const StepGraph& g, const System& sys, const sim::Progr
     }
   }
   for (const char* q : {"compute", "d2h", "h2d"}) st.comm_bytes.erase(q);
+  for (int c = 0; c < sim::kComputePhases; ++c)
+    st.compute_s[sim::to_string(static_cast<sim::ComputePhase>(c))] = r.compute_phase_s[static_cast<std::size_t>(s)][static_cast<std::size_t>(c)];
   st.idle_s = r.end_time_s - st.compute_busy_s;
   st.bubble_s += st.exposed_s.at("pp");
   st.fits = st.hbm_peak_bytes <= sys.gpu.hbm_bytes && st.host_peak_bytes <= sys.host_capacity_bytes();
@@ -116,7 +118,8 @@ StepReport make_report(const StepGraph& g, const System& sys, const std::string&
   const double n = static_cast<double>(rep.stages.size());
   for (const auto& st : rep.stages)
     for (auto [field, mine] : {std::pair{&StageReport::exposed_s, &StepReport::exposed_s},
-                               {&StageReport::busy_s, &StepReport::busy_s}, {&StageReport::comm_bytes, &StepReport::comm_bytes}})
+                               {&StageReport::busy_s, &StepReport::busy_s}, {&StageReport::comm_bytes, &StepReport::comm_bytes},
+                               {&StageReport::compute_s, &StepReport::compute_s}})
       for (const auto& [q, v] : st.*field) (rep.*mine)[q] += v / n;
   const std::string where = rep.stages.size() > 1 ? " on stage " + std::to_string(worst->stage) : "";
   if (rep.hbm_peak_bytes > rep.hbm_capacity_bytes) {
@@ -158,6 +161,7 @@ nlohmann::json StepReport::to_json() const {
           {"exposed_s", exposed_s},
           {"busy_s", busy_s},
           {"comm_bytes", comm_bytes},
+          {"compute_s", compute_s},
           {"events", events},
           {"replayed_iterations", replayed_iterations},
           {"ops", ops}};
@@ -185,6 +189,7 @@ nlohmann::json StageReport::to_json() const {
           {"hbm_breakdown_bytes", hbm_breakdown_bytes},
           {"host_peak_bytes", host_peak_bytes},
           {"compute_busy_s", compute_busy_s},
+          {"compute_s", compute_s},
           {"idle_s", idle_s},
           {"bubble_s", bubble_s},
           {"exposed_s", exposed_s},

@@ -21,6 +21,7 @@ struct StageReport {
   double hbm_peak_bytes = 0, hbm_peak_time_s = 0, host_peak_bytes = 0;
   std::map<std::string, double> hbm_breakdown_bytes;
   double compute_busy_s = 0;
+  std::map<std::string, double> compute_s;  // compute_busy_s by phase: forward, backward, recompute, optimizer
   double idle_s = 0;    // the step less its compute stream's busy time: every wait
   // The pipeline's share of that: waits on other stages (to fill the pipeline, or for a neighbour's pass)
   // and the drain after its last op until the slowest stage ends.
@@ -54,6 +55,9 @@ struct StepReport {
   // of its busy spans; the bytes this device sent through it. With pipeline stages: the mean over stages
   // (and the memory figures above are the worst stage's).
   std::map<std::string, double> exposed_s, busy_s, comm_bytes;
+  // The compute stream's busy time by phase (forward, backward with a split backward's weight gradients,
+  // recompute, optimizer): with pipeline stages, the mean over stages.
+  std::map<std::string, double> compute_s;
   std::vector<StageReport> stages;  // one per pipeline stage
   std::uint64_t events = 0;
   int replayed_iterations = 0;  // layer-loop iterations fast-forwarded (their events are in `events`)

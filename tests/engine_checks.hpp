@@ -30,6 +30,9 @@ inline void check_same(const hbmsim::sim::EngineResult& ff, const hbmsim::sim::E
     CHECK(near(ff.bytes_sent[q], plain.bytes_sent[q]));
     CHECK(near(ff.last_end_s[q], plain.last_end_s[q]));
   }
+  REQUIRE(ff.compute_phase_s.size() == plain.compute_phase_s.size());
+  for (std::size_t d = 0; d < plain.compute_phase_s.size(); ++d)
+    for (std::size_t c = 0; c < plain.compute_phase_s[d].size(); ++c) CHECK(near(ff.compute_phase_s[d][c], plain.compute_phase_s[d][c]));
   REQUIRE(ff.start_s.size() == plain.start_s.size());
   for (std::size_t i = 0; i < plain.start_s.size(); ++i) {
     CHECK(near(ff.start_s[i], plain.start_s[i]));

@@ -98,6 +98,9 @@ void consistent(const StepReport& r, std::vector<std::string>& out) {
     for (const auto& [q, busy] : st.busy_s)
       if (!(busy >= 0 && busy <= step + tol)) out.push_back(at + q + " busy " + std::to_string(busy) + " s in a " + std::to_string(step) + " s step");
     if (!(st.idle_s >= -tol && std::abs(st.idle_s + st.compute_busy_s - step) <= tol)) out.push_back(at + "idle + busy is not the step");
+    if (!(std::abs(sum(st.compute_s) - st.compute_busy_s) <= tol)) out.push_back(at + "compute by phase does not add up to the compute time");
+    for (const auto& [phase, s] : st.compute_s)
+      if (!(s >= 0)) out.push_back(at + phase + " compute " + std::to_string(s) + " s");
     if (!(sum(st.exposed_s) <= st.idle_s + tol)) out.push_back(at + "waits blamed on queues exceed the idle time");
     if (!(st.bubble_s >= -tol && st.bubble_s <= st.idle_s + tol)) out.push_back(at + "bubble outside the idle time");
   }

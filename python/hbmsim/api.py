@@ -26,7 +26,7 @@ _LEADING_COLUMNS = [
     "hbm_peak_bytes", "hbm_capacity_bytes", "hbm_peak_time_s", "host_peak_bytes", "host_capacity_bytes",
     "model_flops_per_device", "executed_flops_per_device",
 ]
-_LEADING_GROUPS = ["exposed_s.", "busy_s.", "hbm_breakdown_bytes."]
+_LEADING_GROUPS = ["exposed_s.", "busy_s.", "compute_s.", "hbm_breakdown_bytes."]
 
 
 class HbmsimWarning(UserWarning):
@@ -39,11 +39,12 @@ class Result(dict):
 
     Keys: system, model, policy, step_time_s, tflops_per_device, mfu, fits, fits_reason, hbm_peak_bytes,
     hbm_peak_time_s, hbm_capacity_bytes, hbm_breakdown_bytes (at the peak, by category), host_peak_bytes,
-    host_capacity_bytes, exposed_s / busy_s / comm_bytes (by queue), tokens_per_device_per_step,
+    host_capacity_bytes, exposed_s / busy_s / comm_bytes (by queue), compute_s (the compute stream's busy time by
+    phase: forward, backward, recompute, optimizer), tokens_per_device_per_step,
     tokens_per_s_per_device, global_batch, grad_accum, mesh, model_flops_per_device, executed_flops_per_device,
     events, ops, config (the configuration, fsdp resolved), run (the resolved run: degrees, batch in both meanings,
     schedule flags, calibration and the system it was fitted on), warnings (also issued as HbmsimWarning); with pipeline parallelism (pp > 1) also stages (one dict
-    per stage: stage, layers, hbm_peak_bytes, hbm_breakdown_bytes, host_peak_bytes, compute_busy_s, idle_s,
+    per stage: stage, layers, hbm_peak_bytes, hbm_breakdown_bytes, host_peak_bytes, compute_busy_s, compute_s, idle_s,
     bubble_s, exposed_s, busy_s, comm_bytes, fits; the top-level memory figures are the worst stage's, the
     per-queue ones the mean over stages). With ``trace=True`` also timeline ([[t_s, hbm_bytes, host_bytes], ...],
     of stage timeline_stage: the one with the highest HBM peak), peak_buffers (per stage, the buffers live at its

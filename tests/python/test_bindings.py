@@ -118,6 +118,10 @@ def test_pipeline_stages_and_timeline_of_the_worst_stage():
     for st in got.stages:
         s = spans[(spans.stage == st["stage"]) & (spans.stream == "compute")]
         assert s.dur_s.sum() == pytest.approx(st["compute_busy_s"], rel=1e-9)
+        # and its time by phase those spans' by phase (the weight-gradient pass w counted as backward)
+        by_phase = s.assign(phase=s.phase.replace({"f": "forward", "b": "backward", "w": "backward", "r": "recompute",
+                                                   "o": "optimizer"})).groupby("phase").dur_s.sum().to_dict()
+        assert {k: v for k, v in st["compute_s"].items() if v > 0} == pytest.approx(by_phase, rel=1e-9)
     # The buffers live at each stage's peak add up to that stage's peak, as a DataFrame too.
     peaks = {p["stage"]: sum(b["bytes"] for b in p["buffers"]) for p in got.peak_buffers}
     assert peaks == {st["stage"]: pytest.approx(st["hbm_peak_bytes"], rel=1e-9) for st in got.stages}
