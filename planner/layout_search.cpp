@@ -277,8 +277,11 @@ std::string limiting_resource(const StepReport& r) {
       worst = s;
       what = q == "pp" ? "pipeline bubble" : is_offload_queue(q) ? "host link (" + q + ")" : q + " collectives";
     }
+  // A compute-bound step that spends a share of it recomputing may go faster with offload instead: say how much.
+  const auto recompute = r.compute_s.find("recompute");
+  const double rerun = recompute == r.compute_s.end() ? 0 : recompute->second / r.step_time_s;
   std::string out = worst < 0.05 * r.step_time_s
-                        ? "compute (MFU " + fixed(100 * r.mfu, 1) + "%)"
+                        ? "compute (MFU " + fixed(100 * r.mfu, 1) + "%" + (rerun >= 0.005 ? ", recompute " + fixed(100 * rerun, 0) + "% of the step" : "") + ")"
                         : what + " " + fixed(worst, 2) + " s exposed (" + fixed(100 * worst / r.step_time_s, 0) + "% of the step)";
   if (r.hbm_peak_bytes > 0.95 * r.hbm_capacity_bytes)
     out += "; HBM " + fixed(100 * r.hbm_peak_bytes / r.hbm_capacity_bytes, 0) + "% full";

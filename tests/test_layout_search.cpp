@@ -469,6 +469,10 @@ TEST_CASE("what limits a run is said in words", "[layout]") {
   r.exposed_s = {{"h2d", 0.4}};
   r.hbm_peak_bytes = 50;
   CHECK(limiting_resource(r) == "compute (MFU 50.0%)");  // 4% of the step: under the 5% line
+  r.compute_s = {{"forward", 2.0}, {"backward", 4.0}, {"recompute", 1.5}, {"optimizer", 0.1}};
+  CHECK(limiting_resource(r) == "compute (MFU 50.0%, recompute 15% of the step)");  // 1.5 s of 10
+  r.compute_s["recompute"] = 0.04;
+  CHECK(limiting_resource(r) == "compute (MFU 50.0%)");  // under half a percent: not worth a word
 }
 
 TEST_CASE("plan layout prints the top list and the settings, says when nothing fits, refuses bad options", "[layout][cli]") {
