@@ -1,5 +1,6 @@
 #include "planner/sweep.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <charconv>
 #include <fstream>
@@ -212,6 +213,7 @@ std::vector<std::string> sweep_columns(const std::vector<SweepAxis>& axes) {
     cols.push_back(c);
   for (const auto& q : report_queues())
     if (q != "compute") cols.push_back("exposed_" + q + "_s");
+  for (int c = 0; c < sim::kComputePhases; ++c) cols.push_back(std::string("compute_") + sim::to_string(static_cast<sim::ComputePhase>(c)) + "_s");
   cols.push_back("error");
   cols.push_back("config_id");
   return cols;
@@ -245,6 +247,7 @@ std::string sweep_csv_line(const SweepRow& row) {
     }
     for (const auto& q : report_queues())
       if (q != "compute") out += "," + num(r.exposed_s.at(q));
+    for (int c = 0; c < sim::kComputePhases; ++c) out += "," + num(r.compute_s.at(sim::to_string(static_cast<sim::ComputePhase>(c))));
     out += ",";
   } else {
     out += std::string(sweep_columns({}).size() - 2, ',');  // every report column empty, then the error
@@ -266,15 +269,15 @@ Json row_object(const std::vector<SweepAxis>& axes, const SweepRow& row) {
   return j;
 }
 
-// The header's axis names: the columns between "index" and the first report column.
-std::vector<std::string> csv_header_axes(const std::string& header) {
+// A header's axis names (the columns between "index" and the first report column) and its report columns.
+void read_csv_header(const std::string& header, SweepFile& f) {
   std::vector<std::string> cols;
   std::stringstream ss(header);
   std::string c;
   while (std::getline(ss, c, ',')) cols.push_back(c);
-  std::vector<std::string> axes;
-  for (std::size_t k = 1; k < cols.size() && cols[k] != "step_time_s"; ++k) axes.push_back(cols[k]);
-  return axes;
+  std::size_t k = 1;
+  for (; k < cols.size() && cols[k] != "step_time_s"; ++k) f.axes.push_back(cols[k]);
+  f.report_columns.assign(cols.begin() + static_cast<std::ptrdiff_t>(std::min(k, cols.size())), cols.end());
 }
 
 }  // namespace
@@ -320,7 +323,7 @@ SweepFile read_sweep_file(const std::string& path) {
       else
         ++f.rows_without_id;
     } else if (first && !std::isdigit(static_cast<unsigned char>(line.front()))) {
-      f.axes = csv_header_axes(line);
+      read_csv_header(line, f);
       f.format = "csv";
       csv_has_ids = line.size() >= 10 && line.compare(line.size() - 10, 10, ",config_id") == 0;
     } else {
@@ -354,6 +357,14 @@ std::set<std::size_t> resume_skip(const std::string& path, const SweepFile& file
     throw InputError(path + ": " + std::to_string(file.rows_without_id) +
                      " rows have no config_id (written by an older hbmsim), so they cannot be matched to this "
                      "sweep's points; run it again without --resume");
+  // Rows appended under another header would not line up with it (a file from an hbmsim with other columns).
+  if (file.format == "csv") {
+    const auto cols = sweep_columns({});
+    const std::vector<std::string> report(cols.begin() + 1, cols.end());
+    if (file.report_columns != report)
+      throw InputError(path + ": its report columns are " + names(file.report_columns) + ", not " + names(report) +
+                       " (written by another hbmsim version); run it again without --resume, or write to a new --out");
+  }
   std::map<std::string, std::size_t> index_of;
   for (auto& p : points) index_of[config_id(p.config)] = p.index;
   std::set<std::size_t> skip;

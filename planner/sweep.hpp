@@ -72,6 +72,7 @@ std::string sweep_jsonl_line(const std::vector<SweepAxis>& axes, const SweepRow&
 struct SweepFile {
   std::string format;  // "csv" or "jsonl" ("" for an empty file)
   std::vector<std::string> axes;
+  std::vector<std::string> report_columns;  // csv: the header's columns after the axes
   std::map<std::string, std::size_t> index_by_id;  // config_id -> the row's index
   std::size_t rows = 0;
   std::size_t rows_without_id = 0;

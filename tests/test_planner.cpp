@@ -183,6 +183,23 @@ TEST_CASE("a resume refuses, with exit 2 and the file named, another base, other
   auto r = test::cli(base + "--axis batch=1,2 --resume --out " + old);
   CHECK(r.status == 2);
   CHECK(r.err.find("no config_id") != std::string::npos);
+  // Rows appended under a header with other report columns (an hbmsim before compute_*_s) would not line up.
+  auto fresh = (dir / "fresh.csv").string();
+  REQUIRE(test::cli(base + "--axis batch=1,2 --out " + fresh).status == 0);
+  std::string text = test::slurp(fresh);
+  const std::string dropped = ",compute_forward_s,compute_backward_s,compute_recompute_s,compute_optimizer_s";
+  const auto at = text.find(dropped);
+  REQUIRE(at != std::string::npos);
+  text.erase(at, dropped.size());
+  const auto line_end = text.find('\n');
+  text.erase(line_end + 1);  // the old header alone: a run killed before its first row
+  auto older = (dir / "older.csv").string();
+  test::write(older, text);
+  auto o = test::cli(base + "--axis batch=1,2 --resume --out " + older);
+  INFO(o.err);
+  CHECK(o.status == 2);
+  CHECK(o.err.find("report columns") != std::string::npos);
+  CHECK(test::slurp(older) == text);
 }
 
 TEST_CASE("config_id is one per configuration whatever the spelling or the axis that set it", "[planner][sweep]") {
