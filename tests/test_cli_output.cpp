@@ -206,3 +206,24 @@ TEST_CASE("a run that fits prints no blanks after its verdict", "[cli][output]")
   REQUIRE(r.status == 0);
   CHECK(has_line(r.out, "fits                       yes"));
 }
+
+TEST_CASE("best-policy says what its winner trades: recompute time against the wait on host copies", "[cli][output]") {
+  auto r = test::cli("plan best-policy --model llama3.1-8b --system h100-hgx --gpus 8 --batch 2 --seq 4096 --names query_proj,mlpwo --pareto");
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  std::smatch m;
+  REQUIRE(std::regex_search(r.out, m, std::regex("\n  step ([0-9.]+) s: recompute ([0-9.]+) s, waiting on host copies ([0-9.]+) s\n")));
+  const double step = std::stod(m[1]), recompute = std::stod(m[2]), copies = std::stod(m[3]);
+  // The same placement simulated on its own, from the settings the plan printed.
+  std::smatch c;
+  REQUIRE(std::regex_search(r.out, c, std::regex("simulate --config JSON: (\\{[^\n]*\\})")));
+  auto dir = test::temp_dir();
+  test::write(dir / "winner.json", c[1]);
+  auto s = test::cli("simulate --config " + (dir / "winner.json").string() + " --json");
+  REQUIRE(s.status == 0);
+  const auto j = nlohmann::json::parse(s.out);
+  CHECK(step == Approx(j["step_time_s"].get<double>()).margin(0.0005));
+  CHECK(recompute == Approx(j["compute_s"]["recompute"].get<double>()).margin(0.0005));
+  CHECK(copies == Approx(j["exposed_s"]["d2h"].get<double>() + j["exposed_s"]["h2d"].get<double>()).margin(0.0005));
+  CHECK(r.out.find("recompute s  copies exposed s") != std::string::npos);  // the Pareto table's columns
+}
