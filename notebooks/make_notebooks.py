@@ -88,6 +88,11 @@ if "dsv3-offload-lhs-pipe-mbs8" in runs.index:
 summary.to_frame("value")'''),
     ("code", '''\
 pd.DataFrame({"exposed_s (compute waited on)": res.exposed_s, "busy_s": res.busy_s}).fillna(0)'''),
+    ("md", "Where the compute stream's time goes: its busy time by phase (the recompute is what offload saves), and the rest of the step it waits."),
+    ("code", '''\
+phases = pd.Series(res.compute_s, name="seconds")
+phases["idle"] = res.step_time_s - phases.sum()
+phases.to_frame().assign(share=lambda f: f.seconds / res.step_time_s)'''),
     ("code", '''\
 fig = plots.hbm_timeline(res, path=FIG_DIR / "01_dsv3_hbm_timeline.png")
 fig'''),
