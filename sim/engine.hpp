@@ -172,8 +172,18 @@ struct Program {
 enum class ComputePhase : std::uint8_t { forward, backward, recompute, optimizer, count };
 constexpr int kComputePhases = static_cast<int>(ComputePhase::count);
 const char* to_string(ComputePhase c);
-// A compute op's phase; a logic_error for a phase no compute op has (a builder's mistake).
-ComputePhase compute_phase(char phase);
+[[noreturn]] void bad_compute_phase(char phase);  // a logic_error: a phase no compute op has (a builder's mistake)
+// A compute op's phase (inline: the engine asks it for every compute op of a step).
+inline ComputePhase compute_phase(char phase) {
+  switch (phase) {
+    case 'f': return ComputePhase::forward;
+    case 'b':
+    case 'w': return ComputePhase::backward;
+    case 'r': return ComputePhase::recompute;
+    case 'o': return ComputePhase::optimizer;
+    default: bad_compute_phase(phase);
+  }
+}
 
 struct MemorySample {
   double time_s;
