@@ -160,16 +160,8 @@ inline EngineResult Engine::run() {
   }
   r_.end_time_s = now_;
   sample_all();
-  // Each compute stream's busy time by phase: its ops run one at a time, so their spans add up to its busy time.
-  r_.compute_phase_s.assign(static_cast<std::size_t>(p_.devices()), {});
-  for (std::size_t q = 0; q < qs_.size(); ++q) {
-    if (!qs_[q].compute) continue;
-    auto& by_phase = r_.compute_phase_s[static_cast<std::size_t>(qs_[q].device)];
-    for (int i : order_[q]) {
-      const auto k = static_cast<std::size_t>(i);
-      by_phase[static_cast<std::size_t>(compute_phase(p_.ops[k].phase))] += end_[k] - start_[k];
-    }
-  }
+  r_.compute_phase_s.clear();
+  for (const auto& d : dev_) r_.compute_phase_s.push_back(d.compute_phase_s);
   if (record_) {
     r_.start_s = start_;
     r_.end_s = end_;

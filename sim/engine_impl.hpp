@@ -38,6 +38,7 @@ struct DeviceState {
   std::array<double, kMemCategories> by_cat{};
   int copies_running = 0;
   int sm_takers_running = 0;  // ops of takes_sms queues running (they slow its compute kernels)
+  std::array<double, kComputePhases> compute_phase_s{};  // its compute stream's busy time so far, by phase
   double compute_idle_since = 0;
   int receive_queue = -1;  // charged with waits on other devices (-1: the sender's queue is)
 };
@@ -299,6 +300,8 @@ class Engine {
     const auto q = static_cast<std::size_t>(op.queue);
     end_[k] = now_;
     ++done_;
+    if (qs_[q].compute)  // one op at a time: its spans add up to the stream's busy time
+      dev_[static_cast<std::size_t>(qs_[q].device)].compute_phase_s[static_cast<std::size_t>(compute_phase(op.phase))] += now_ - start_[k];
     r_.executed_flops += op.executed_flops;
     r_.bytes_sent[q] += op.bytes_sent;
     r_.last_end_s[q] = now_;

@@ -370,6 +370,7 @@ inline void Engine::add_jumped(int done, double period, const Totals& before) {
       for (std::size_t c = 0; c < mem.hbm_at_peak.size(); ++c) mem.hbm_at_peak[c] = x.by_cat[c] + n * (dv.by_cat[c] - was.by_cat[c]);
     }
     if (host > 0) mem.host_peak_bytes = std::max(mem.host_peak_bytes, x.host_bytes + n * host);
+    for (std::size_t c = 0; c < dv.compute_phase_s.size(); ++c) dv.compute_phase_s[c] += n * (dv.compute_phase_s[c] - was.compute_phase_s[c]);
     for (std::size_t c = 0; c < dv.by_cat.size(); ++c) dv.by_cat[c] += n * (dv.by_cat[c] - was.by_cat[c]);
     dv.hbm_live += n * hbm;
     dv.host_live += n * host;
