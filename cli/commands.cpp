@@ -110,13 +110,12 @@ void print_report(const StepReport& r, const nlohmann::json& run) {
   // Where the compute stream's time goes: its phases, then what is left of the step (waits and the bubble).
   std::string phases;
   double busy = 0;
-  for (int c = 0; c < sim::kComputePhases; ++c) {
-    const char* name = sim::to_string(static_cast<sim::ComputePhase>(c));
+  for (const auto& name : report_phases()) {
     const double s = r.compute_s.at(name);
     busy += s;
     if (s <= 0) continue;
     char buf[96];
-    std::snprintf(buf, sizeof buf, "  %s %.3f s", name, s);
+    std::snprintf(buf, sizeof buf, "  %s %.3f s", name.c_str(), s);
     phases += buf;
   }
   std::printf("compute time%s:%s  idle %.3f s\n", mean, phases.c_str(), std::max(0.0, r.step_time_s - busy));

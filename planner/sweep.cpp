@@ -213,7 +213,7 @@ std::vector<std::string> sweep_columns(const std::vector<SweepAxis>& axes) {
     cols.push_back(c);
   for (const auto& q : report_queues())
     if (q != "compute") cols.push_back("exposed_" + q + "_s");
-  for (int c = 0; c < sim::kComputePhases; ++c) cols.push_back(std::string("compute_") + sim::to_string(static_cast<sim::ComputePhase>(c)) + "_s");
+  for (const auto& phase : report_phases()) cols.push_back("compute_" + phase + "_s");
   cols.push_back("error");
   cols.push_back("config_id");
   return cols;
@@ -247,7 +247,7 @@ std::string sweep_csv_line(const SweepRow& row) {
     }
     for (const auto& q : report_queues())
       if (q != "compute") out += "," + num(r.exposed_s.at(q));
-    for (int c = 0; c < sim::kComputePhases; ++c) out += "," + num(r.compute_s.at(sim::to_string(static_cast<sim::ComputePhase>(c))));
+    for (const auto& phase : report_phases()) out += "," + num(r.compute_s.at(phase));
     out += ",";
   } else {
     out += std::string(sweep_columns({}).size() - 2, ',');  // every report column empty, then the error

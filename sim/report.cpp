@@ -11,6 +11,15 @@ const std::vector<std::string>& report_queues() {
   return q;
 }
 
+const std::vector<std::string>& report_phases() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (int c = 0; c < sim::kComputePhases; ++c) v.emplace_back(sim::to_string(static_cast<sim::ComputePhase>(c)));
+    return v;
+  }();
+  return names;
+}
+
 namespace {
 
 // The dense peak the compute runs against: every GEMM at the peak of its dtype, attention in bf16, weighted
@@ -76,8 +85,7 @@ StageReport stage_report(const StepGraph& g, const System& sys, const sim::Progr
     }
   }
   for (const char* q : {"compute", "d2h", "h2d"}) st.comm_bytes.erase(q);
-  for (int c = 0; c < sim::kComputePhases; ++c)
-    st.compute_s[sim::to_string(static_cast<sim::ComputePhase>(c))] = r.compute_phase_s[static_cast<std::size_t>(s)][static_cast<std::size_t>(c)];
+  for (std::size_t c = 0; c < report_phases().size(); ++c) st.compute_s[report_phases()[c]] = r.compute_phase_s[static_cast<std::size_t>(s)][c];
   st.idle_s = r.end_time_s - st.compute_busy_s;
   st.bubble_s += st.exposed_s.at("pp");
   st.fits = st.hbm_peak_bytes <= sys.gpu.hbm_bytes && st.host_peak_bytes <= sys.host_capacity_bytes();

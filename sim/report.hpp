@@ -70,6 +70,8 @@ struct StepReport {
 
 // The queues every report lists (0 when a step has none), so that sweep rows have the same columns.
 const std::vector<std::string>& report_queues();
+// The compute_s keys, in sim::ComputePhase order.
+const std::vector<std::string>& report_phases();
 
 StepReport make_report(const StepGraph& g, const System& sys, const std::string& policy, const sim::Program& program,
                        const sim::EngineResult& r);
