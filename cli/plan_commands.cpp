@@ -37,8 +37,6 @@ std::string in_host(const RunConfig& c) {
   if (c.parameter_offload) s += s.empty() ? "params" : " + params";
   return s.empty() ? "-" : s;
 }
-// How long the compute stream waited on host copies (both directions).
-double copies_exposed_s(const StepReport& r) { return r.exposed_s.at("d2h") + r.exposed_s.at("h2d"); }
 // The largest per-device batch a run accepts (validate_training): --max-batch above it is refused.
 constexpr std::int64_t kMaxBatch = std::int64_t{1} << 20;
 
@@ -376,13 +374,13 @@ void register_plan(CLI::App& app) {
                   best.tflops_per_device, gib(best.hbm_peak_bytes).c_str(), gib(best.host_peak_bytes).c_str());
       // What the placement trades: time spent recomputing against time waiting for copies.
       std::printf("  step %.3f s: recompute %.3f s, waiting on host copies %.3f s\n", best.step_time_s, best.compute_s.at("recompute"),
-                  copies_exposed_s(best));
+                  host_copies_exposed_s(best));
       print_settings(res.best.config);
       if (*pareto) {
         Table t{{"placement (Pareto front)", "HBM GiB", "TFLOP/s", "recompute s", "copies exposed s"}, {}};
         for (auto& c : front)
           t.rows.push_back({placement_label(c.config), gib(c.report.hbm_peak_bytes), fixed(c.report.tflops_per_device, 1),
-                            fixed(c.report.compute_s.at("recompute"), 3), fixed(copies_exposed_s(c.report), 3)});
+                            fixed(c.report.compute_s.at("recompute"), 3), fixed(host_copies_exposed_s(c.report), 3)});
         std::cout << "\n" << t.render();
       }
     });

@@ -376,6 +376,8 @@ PolicySearch best_policy(const RunConfig& base, const std::vector<std::string>& 
   return out;
 }
 
+double host_copies_exposed_s(const StepReport& r) { return r.exposed_s.at("d2h") + r.exposed_s.at("h2d"); }
+
 std::vector<Candidate> pareto_front(const std::vector<Candidate>& points) {
   std::vector<Candidate> sorted;
   for (auto& p : points)

@@ -68,6 +68,9 @@ PolicySearch best_policy(const RunConfig& base, const std::vector<std::string>& 
 
 // Points not dominated in (lower HBM peak, higher TFLOP/s), sorted by HBM.
 std::vector<Candidate> pareto_front(const std::vector<Candidate>& points);
+// How long a step's compute stream waited on host copies, both directions: what a placement's offload costs,
+// beside the recompute it saves (compute_s).
+double host_copies_exposed_s(const StepReport& r);
 
 // Lowest host-link bandwidth (per GPU, per direction) at which `offload` is within `tolerance` of the best
 // alternative that fits: the offloaded names kept on device if that fits, else rematerialized; when neither

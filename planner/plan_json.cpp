@@ -37,7 +37,8 @@ nlohmann::json policy_search_json(const PolicySearch& r) {
   auto front = nlohmann::json::array();
   for (const auto& c : pareto_front(r.evaluated))
     front.push_back({{"placement", placement_label(c.config)}, {"hbm_peak_bytes", c.report.hbm_peak_bytes},
-                     {"tflops_per_device", c.report.tflops_per_device}});
+                     {"tflops_per_device", c.report.tflops_per_device}, {"recompute_s", c.report.compute_s.at("recompute")},
+                     {"host_copies_exposed_s", host_copies_exposed_s(c.report)}});
   j["pareto"] = front;
   return j;
 }

@@ -762,6 +762,12 @@ TEST_CASE("best-policy over a batch list answers each batch as the single-batch 
     const PolicySearch direct = best_policy(c, {"query_proj", "mlpwo"});
     CHECK(doc[i]["batch"] == static_cast<double>(i + 1));
     CHECK(doc[i]["best"]["tflops_per_device"].get<double>() == direct.best.report.tflops_per_device);
+    // The fastest placement closes the Pareto front, with the recompute and copy waits of its report.
+    const auto& last = doc[i]["pareto"].back();
+    CHECK(last["placement"] == doc[i]["placement"]);
+    CHECK(last["recompute_s"].get<double>() == doc[i]["best"]["compute_s"]["recompute"].get<double>());
+    CHECK(last["host_copies_exposed_s"].get<double>() ==
+          doc[i]["best"]["exposed_s"]["d2h"].get<double>() + doc[i]["best"]["exposed_s"]["h2d"].get<double>());
   }
   auto text = test::cli("plan best-policy --model llama3.1-8b --gpus 8 --system h100-hgx --names query_proj,mlpwo --batches 1,2");
   CHECK_THAT(text.out, Catch::Contains("fastest: batch"));

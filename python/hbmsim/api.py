@@ -473,7 +473,8 @@ def plan_best_policy(config: Mapping[str, Any] | str | os.PathLike | None = None
                      jobs: int = 1, batches: Sequence[float] = (), **fields: Any) -> dict | list:
     """Best device/remat/offload placement of ``names`` (default: the model's largest checkpoints) within HBM and
     host capacity, as ``hbmsim plan best-policy --json``: method, evaluated, found, best (a report), placement,
-    settings, and pareto (HBM peak vs TFLOP/s over every placement evaluated). With ``batches``, one such dict
+    settings, and pareto (HBM peak vs TFLOP/s over every placement evaluated, each point with its recompute_s and
+    host_copies_exposed_s: what the placement trades). With ``batches``, one such dict
     per per-device batch with its ``batch``, as ``plan best-policy --batches ... --json``."""
     base = _config_with(config, fields)[0]
     if not batches:
