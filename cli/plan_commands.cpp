@@ -536,10 +536,12 @@ void register_plan(CLI::App& app) {
         std::cout << dump_json(doc, 2) << "\n";
         return;
       }
-      Table t{{offload ? "layers offloaded" : "layers recomputed", "HBM GiB", "host GiB", "tok/s/GPU", "fits"}, {}};
+      // What each count costs: the time recomputing and the compute stream's wait on host copies.
+      Table t{{offload ? "layers offloaded" : "layers recomputed", "HBM GiB", "host GiB", "tok/s/GPU", "recompute s", "copies exposed s", "fits"}, {}};
       for (const auto& row : doc["tried"])
         t.rows.push_back({std::to_string(row[field].get<std::int64_t>()), gib(row["hbm_peak_bytes"].get<double>()),
                           gib(row["host_peak_bytes"].get<double>()), fixed(row["tokens_per_s_per_device"].get<double>(), 0),
+                          fixed(row["recompute_s"].get<double>(), 3), fixed(row["host_copies_exposed_s"].get<double>(), 3),
                           row["fits"].get<bool>() ? "yes" : "no"});
       std::cout << t.render();
       if (r.layers < 0) {

@@ -85,7 +85,8 @@ nlohmann::json layer_count_json(const LayerCountSearch& r) {
   auto rows = nlohmann::json::array();
   for (const Candidate* t : tried)
     rows.push_back({{field, count(t)}, {"hbm_peak_bytes", t->report.hbm_peak_bytes}, {"host_peak_bytes", t->report.host_peak_bytes},
-                    {"tokens_per_s_per_device", t->report.tokens_per_s_per_device}, {"fits", t->report.fits}});
+                    {"tokens_per_s_per_device", t->report.tokens_per_s_per_device}, {"fits", t->report.fits},
+                    {"recompute_s", t->report.compute_s.at("recompute")}, {"host_copies_exposed_s", host_copies_exposed_s(t->report)}});
   nlohmann::json j = {{field, r.layers}, {"why", r.why}, {"tried", rows}};
   if (r.layers >= 0) j["settings"] = runnable_settings(r.at(r.layers)->config);
   return j;

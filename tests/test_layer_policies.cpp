@@ -11,6 +11,7 @@
 #include "helpers.hpp"
 #include "planner/layer_counts.hpp"
 #include "planner/plan.hpp"
+#include "planner/plan_json.hpp"
 #include "planner/run_config.hpp"
 #include "sim/layer_plan.hpp"
 #include "sim/policy.hpp"
@@ -695,6 +696,22 @@ TEST_CASE("plan recompute-layers finds the fewest layers per chunk recomputed fo
   CHECK(at.host_peak_bytes == 0);
   c.recompute_layers = r.layers - 1;
   CHECK_FALSE(run_simulation(c).fits);
+  // Each count's recompute time is that many of one layer's (the layers are alike; MaxText's XLA recomputes what
+  // the backward reads of each), none without any; its JSON rows say so beside the memory.
+  const nlohmann::json doc = layer_count_json(r);
+  double per_layer = -1;
+  for (const auto& row : doc["tried"]) {
+    const auto n = row["recompute_layers"].get<std::int64_t>();
+    const double s = row["recompute_s"].get<double>();
+    if (n == 0) {
+      CHECK(s == 0);
+      continue;
+    }
+    if (per_layer < 0) per_layer = s / static_cast<double>(n);
+    CHECK(s == Approx(per_layer * static_cast<double>(n)).epsilon(1e-9));
+    CHECK(row["host_copies_exposed_s"].get<double>() == 0);  // nothing goes to the host
+  }
+  CHECK(per_layer > 0);
   // With pp 2 the count is per chunk: at most 40.
   c.pp = 2;
   c.microbatches = 2;
