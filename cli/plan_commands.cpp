@@ -252,7 +252,7 @@ void register_plan(CLI::App& app) {
       // The search steps the base's own batch field: the per-device batch, or Megatron's micro-batch.
       const bool micro_form = base.micro_batch > 0;
       Table t{{"variant", micro_form ? "largest micro-batch" : "largest batch", micro_form ? "global batch" : "micro-batch",
-               "TFLOP/s there", "HBM GiB there", "stopped at"}, {}};
+               "TFLOP/s there", "HBM GiB there", "recompute s", "copies exposed s", "stopped at"}, {}};
       t.text_last = true;
       std::optional<Candidate> winner;  // the fastest variant at its largest batch (a copy: `r` is per variant)
       std::string winner_label;
@@ -273,8 +273,10 @@ void register_plan(CLI::App& app) {
         }
         arr.push_back(largest_batch_json(label, r));
         const std::string other = !at ? "-" : micro_form ? std::to_string(at->report.global_batch) : std::to_string(r.micro_batch);
+        // There, what the variant trades: time recomputing against the compute stream's wait on host copies.
         t.rows.push_back({label, format_number(r.batch), other, at ? fixed(at->report.tflops_per_device, 1) : "-",
-                          at ? gib(at->report.hbm_peak_bytes) : "-", r.stopped});
+                          at ? gib(at->report.hbm_peak_bytes) : "-", at ? fixed(at->report.compute_s.at("recompute"), 3) : "-",
+                          at ? fixed(host_copies_exposed_s(at->report), 3) : "-", r.stopped});
       }
       if (*json) { std::cout << dump_json(arr, 2) << "\n"; return; }
       std::cout << t.render();

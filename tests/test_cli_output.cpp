@@ -227,3 +227,24 @@ TEST_CASE("best-policy says what its winner trades: recompute time against the w
   CHECK(copies == Approx(j["exposed_s"]["d2h"].get<double>() + j["exposed_s"]["h2d"].get<double>()).margin(0.0005));
   CHECK(r.out.find("recompute s  copies exposed s") != std::string::npos);  // the Pareto table's columns
 }
+
+TEST_CASE("largest-batch says what each variant trades at its largest batch: recompute against copy waits", "[cli][output]") {
+  const std::string args = "plan largest-batch --model llama3.1-8b --system h100-hgx --gpus 8 --seq 4096 --max-batch 8";
+  auto text = test::cli(args), json = test::cli(args + " --json");
+  INFO(text.err << json.err);
+  REQUIRE(text.status == 0);
+  REQUIRE(json.status == 0);
+  const auto doc = nlohmann::json::parse(json.out);
+  REQUIRE(doc.size() >= 3);
+  for (const auto& v : doc) {
+    const std::string label = v["variant"];
+    INFO(label);
+    REQUIRE(v.contains("report"));
+    // The variant's row: its label, then the batch columns, TFLOP/s, HBM, recompute s, copies exposed s.
+    std::smatch m;
+    REQUIRE(std::regex_search(text.out, m, std::regex("\n" + label + " +[0-9.]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +([0-9.]+) +([0-9.]+) ")));
+    const auto& r = v["report"];
+    CHECK(std::stod(m[1]) == Approx(r["compute_s"]["recompute"].get<double>()).margin(0.0005));
+    CHECK(std::stod(m[2]) == Approx(r["exposed_s"]["d2h"].get<double>() + r["exposed_s"]["h2d"].get<double>()).margin(0.0005));
+  }
+}
