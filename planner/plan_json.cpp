@@ -7,6 +7,17 @@
 
 namespace hbmsim {
 
+namespace {
+
+// What a placement or layer count trades, beside its memory: time recomputing against the wait on host copies.
+nlohmann::json with_trades(nlohmann::json row, const StepReport& r) {
+  row["recompute_s"] = r.compute_s.at("recompute");
+  row["host_copies_exposed_s"] = host_copies_exposed_s(r);
+  return row;
+}
+
+}  // namespace
+
 std::string placement_label(const RunConfig& c) {
   if (!c.stage_policies.empty()) return "per stage: " + c.stage_policies;
   if (c.tensors.empty() && c.policy != "custom") return c.policy;  // a preset by its name (no_recompute describes no remat)
@@ -36,9 +47,9 @@ nlohmann::json policy_search_json(const PolicySearch& r) {
   }
   auto front = nlohmann::json::array();
   for (const auto& c : pareto_front(r.evaluated))
-    front.push_back({{"placement", placement_label(c.config)}, {"hbm_peak_bytes", c.report.hbm_peak_bytes},
-                     {"tflops_per_device", c.report.tflops_per_device}, {"recompute_s", c.report.compute_s.at("recompute")},
-                     {"host_copies_exposed_s", host_copies_exposed_s(c.report)}});
+    front.push_back(with_trades({{"placement", placement_label(c.config)}, {"hbm_peak_bytes", c.report.hbm_peak_bytes},
+                                 {"tflops_per_device", c.report.tflops_per_device}},
+                                c.report));
   j["pareto"] = front;
   return j;
 }
@@ -84,9 +95,9 @@ nlohmann::json layer_count_json(const LayerCountSearch& r) {
   std::sort(tried.begin(), tried.end(), [&](const Candidate* a, const Candidate* b) { return count(a) < count(b); });
   auto rows = nlohmann::json::array();
   for (const Candidate* t : tried)
-    rows.push_back({{field, count(t)}, {"hbm_peak_bytes", t->report.hbm_peak_bytes}, {"host_peak_bytes", t->report.host_peak_bytes},
-                    {"tokens_per_s_per_device", t->report.tokens_per_s_per_device}, {"fits", t->report.fits},
-                    {"recompute_s", t->report.compute_s.at("recompute")}, {"host_copies_exposed_s", host_copies_exposed_s(t->report)}});
+    rows.push_back(with_trades({{field, count(t)}, {"hbm_peak_bytes", t->report.hbm_peak_bytes}, {"host_peak_bytes", t->report.host_peak_bytes},
+                                {"tokens_per_s_per_device", t->report.tokens_per_s_per_device}, {"fits", t->report.fits}},
+                               t->report));
   nlohmann::json j = {{field, r.layers}, {"why", r.why}, {"tried", rows}};
   if (r.layers >= 0) j["settings"] = runnable_settings(r.at(r.layers)->config);
   return j;
