@@ -690,15 +690,15 @@ void add_muon_matrices(const std::vector<WeightMatrix>& matrices, const StepGrap
     const double partition = m.expert ? split / (tp_split ? tp : 1) : 1;  // the devices the experts are spread over
     const double owners = !p.sharded_optimizer ? 1 : static_cast<double>(g.mesh.size(m.expert ? g.expert_grad_sync : g.grad_sync));
     const double count = m.count / partition / owners;
+    const bool gathered = tp_split && !g.training.muon_blockwise;  // else each tp rank iterates on its own block
     WeightMatrix mine{m.rows, m.cols, count, m.expert, m.tp_split};
-    if (tp_split && g.training.muon_blockwise) (m.tp_split == WeightMatrix::Split::rows ? mine.rows : mine.cols) /= tp;
-    else if (tp_split) st.muon_gather_bytes += count * m.rows * m.cols * 4;
+    if (gathered) st.muon_gather_bytes += count * m.rows * m.cols * 4;
+    else if (tp_split) (m.tp_split == WeightMatrix::Split::rows ? mine.rows : mine.cols) /= tp;
     // What one matrix's iterations hold at once (emerging_optimizers' newton_schulz): X, its Gram matrix A, B and
     // the next X in bf16; beside them the gathered shards and their fp32 concatenation when gathered, else the
     // larger of the fp32 normalized copy with its bf16 cast and the iterations' set.
     const double ab = mine.rows * mine.cols, aa = std::min(mine.rows, mine.cols) * std::min(mine.rows, mine.cols);
     const double iterations = 2 * (2 * ab + 2 * aa);
-    const bool gathered = tp_split && !g.training.muon_blockwise;
     st.muon_working_bytes = std::max(st.muon_working_bytes, gathered ? 8 * ab + iterations : std::max(6 * ab, iterations));
     auto same = [&](const WeightMatrix& o) { return o.rows == mine.rows && o.cols == mine.cols && o.expert == mine.expert; };
     auto it = std::find_if(st.muon_matrices.begin(), st.muon_matrices.end(), same);
