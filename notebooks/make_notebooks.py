@@ -110,7 +110,7 @@ NB2 = [
     ("md", '''\
 # 02 Capacity planning
 
-1. DeepSeek-V3 671B (128 GPUs, EP 64, sequence 4096) on GB200 NVL72, GB300 NVL72 and Vera Rubin NVL144: which
+1. DeepSeek-V3 671B (128 GPUs, EP 64, sequence 4096) on GB200 NVL72, GB300 NVL72 and Vera Rubin NVL72 (`vr-nvl144`): which
    per-device batch fits for each placement of the MLA and MoE activations, and what it runs at.
 2. The Pareto front of HBM peak against throughput over every placement of those four tensors.
 3. Llama 3.1 405B QKV offload: the host-link bandwidth at which offloading the QKV projections breaks even.
