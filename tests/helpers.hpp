@@ -38,6 +38,15 @@ inline std::filesystem::path temp_dir() {
 // A HuggingFace config shipped under data/hf, as JSON.
 inline nlohmann::json hf_doc(const std::string& file) { return nlohmann::json::parse(*hbmsim::builtin_file("hf/" + file)); }
 
+// A config drawn on Vera Rubin as data/systems/vr-nvl144.json stood when the tests' stress draws on it were
+// found (tests/systems/vr-nvl144-as-drawn.json: 13 TB/s HBM4, 4 and 8 PF BF16 and FP8), so that each such
+// regression test still runs the step that showed its bug. `json`: the config without its system.
+inline nlohmann::json on_vr_as_drawn(const std::string& json) {
+  auto doc = nlohmann::json::parse(json);
+  doc["system"] = std::string(HBMSIM_SOURCE_DIR) + "/tests/systems/vr-nvl144-as-drawn.json";
+  return doc;
+}
+
 inline std::string slurp(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -16,6 +16,7 @@
 #include "sim/policy.hpp"
 #include "workloads/model.hpp"
 #include "better_hardware.hpp"
+#include "helpers.hpp"
 #include "random_configs.hpp"
 
 using namespace hbmsim;
@@ -339,8 +340,7 @@ TEST_CASE("reloads LHS counts on arrive in time, so a faster network does not ex
   // transfers and the parameters in host memory. The next layer's shard copy, which waits for the layer after
   // this one, stood ahead of this layer's prefetches on the host link's in-order queue, so they started with the
   // layer as if not pipelined, and the blind order let compute wait on them: 2.873 -> 2.929 s.
-  // (Each VR draw keeps the HBM bandwidth its file gave when it was drawn, 13 TB/s: the case is that step's.)
-  const auto pipelined = nlohmann::json::parse(R"({"model": "llama3.1-70b", "system": "vr-nvl144", "hbm_bandwidth_bytes_per_s": 13e12, "gpus": 32, "cp": 4,
+  const auto pipelined = test::on_vr_as_drawn(R"({"model": "llama3.1-70b", "gpus": 32, "cp": 4,
       "batch": 4, "seq": 4096, "policy": "qkv_proj_offloaded", "lhs": true, "pipelined_transfers": true,
       "parameter_offload": true, "attention_dtype": "fp8", "grad_reduce_dtype": "bf16", "optimizer_moments_dtype": "bf16",
       "dp_overlap": false})");
@@ -384,7 +384,7 @@ TEST_CASE("the host link serves a streamed update's chunks in order, so a faster
   // The link shared two chunks' copies evenly, so each pair ended together and the update waited for both; on
   // a GPU twice as fast the second copy started sooner, shared longer and held the first back: 0.277 -> 0.281 s.
   // Served in chunk order, as the link serves prefetches, the first chunk's copy ends after its own bytes.
-  const auto doc = nlohmann::json::parse(R"({"model": "llama3.1-70b", "system": "vr-nvl144", "hbm_bandwidth_bytes_per_s": 13e12, "gpus": 8, "pp": 2,
+  const auto doc = test::on_vr_as_drawn(R"({"model": "llama3.1-70b", "gpus": 8, "pp": 2,
       "pp_schedule": "gpipe", "microbatches": 2, "tp": 2, "sequence_parallel": true, "tp_comm_overlap": true,
       "batch": 0.5, "seq": 1024, "policy": "minimal_offloaded", "lhs": true, "pipelined_transfers": false,
       "double_buffering": true, "parameter_offload": true, "reshard_weights": false, "dp_overlap": false,

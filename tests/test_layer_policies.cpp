@@ -519,8 +519,7 @@ TEST_CASE("with parameter offload a gather's buffers are taken where it is issue
   // shard's copy in ended, so their life followed the host link's queue: at batch 0.5 two layers' gathered
   // weights were live at the peak, at batch 1 one, and twice the work peaked lower (154.57 -> 153.39 GiB). Taken
   // where the gather is issued (when the layer it follows is done), with the shard, the peak is the program's.
-  // (At the HBM bandwidth VR's file gave when it was drawn, 13 TB/s: the case is that step's.)
-  const auto doc = nlohmann::json::parse(R"({"model": "deepseek-v3-671b", "system": "vr-nvl144", "hbm_bandwidth_bytes_per_s": 13e12, "gpus": 128, "tp": 8, "ep": 8,
+  const auto doc = test::on_vr_as_drawn(R"({"model": "deepseek-v3-671b", "gpus": 128, "tp": 8, "ep": 8,
       "dp": 2, "expert_tp": 1, "batch": 0.5, "seq": 1024, "framework": "megatron", "policy": "minimal_offloaded",
       "weights": "fp8", "grad_reduce_dtype": "bf16", "sequence_parallel": true, "parameter_offload": true, "lhs": true,
       "pipelined_transfers": false, "double_buffering": true, "dp_overlap": false})");

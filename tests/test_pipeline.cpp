@@ -326,8 +326,7 @@ TEST_CASE("a forward pass that sends on closes on the compute stream after its c
   // on twice the network (26.14 against 26.36 GiB: twice the network no longer fit). A scan's async copies end
   // inside the loop: the pass now closes with a compute op that waits for them, as the head's final norm does,
   // and the peak holds the same buffers on both.
-  // (At the HBM bandwidth VR's file gave when it was drawn, 13 TB/s: the case is that step's.)
-  const auto doc = nlohmann::json::parse(R"({"model": "llama3.1-70b", "system": "vr-nvl144", "hbm_bandwidth_bytes_per_s": 13e12, "gpus": 128, "tp": 4, "cp": 2,
+  const auto doc = test::on_vr_as_drawn(R"({"model": "llama3.1-70b", "gpus": 128, "tp": 4, "cp": 2,
       "pp": 2, "vp": 2, "microbatches": 4, "batch": 2, "seq": 2048, "policy": "minimal_offloaded", "recompute_layers": 1,
       "weights": "fp8", "optimizer_moments_dtype": "bf16", "sequence_parallel": false, "tp_comm_overlap": true,
       "cp_shards_weights": true, "lhs": false, "pipelined_transfers": false, "calibration": "gb200-fitted"})");
@@ -602,8 +601,7 @@ TEST_CASE("a stage without the embedding frees its last layers' gradients at its
   // to the stage's next pass, they leave at most three layers' gradients (3,187,703,808 parameters a layer: q and
   // o 16384^2, k and v 16384 x 1024, the MLP 3 x 16384 x 53248, two norms of 16384; 4 bytes each) beside the
   // head's bucket (its 128,256 x 16,384 table and the final norm's 16,384, 4 bytes each) live, however fast the GPU.
-  // (At the HBM bandwidth VR's file gave when it was drawn, 13 TB/s: the case is that step's.)
-  const auto doc = nlohmann::json::parse(R"({"model": "llama3.1-405b", "system": "vr-nvl144", "hbm_bandwidth_bytes_per_s": 13e12, "gpus": 128, "pp": 4, "cp": 2,
+  const auto doc = test::on_vr_as_drawn(R"({"model": "llama3.1-405b", "gpus": 128, "pp": 4, "cp": 2,
       "cp_exchange": "all_gather", "cp_shards_weights": true, "pp_schedule": "gpipe", "microbatches": 8, "batch": 2, "seq": 2048,
       "reshard_weights": false, "framework": "megatron", "mesh_order": "maxtext", "policy": "save_qkv_proj",
       "weights": "mxfp8", "lhs": false, "dp_overlap": false, "tp_comm_overlap": true, "double_buffering": true,
