@@ -7,9 +7,9 @@
 #include <map>
 #include <mutex>
 #include <sstream>
-#include <thread>
 
 #include "hwmodels/json_view.hpp"
+#include "planner/worker_pool.hpp"
 
 namespace hbmsim {
 
@@ -156,10 +156,7 @@ void parallel_for(std::size_t n, int jobs, const std::function<void(std::size_t)
       }
     }
   };
-  std::vector<std::thread> threads;
-  for (int j = 1; j < jobs && static_cast<std::size_t>(j) < n; ++j) threads.emplace_back(worker);
-  worker();
-  for (auto& t : threads) t.join();
+  run_on_threads(static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(jobs), std::max<std::size_t>(n, 1))) - 1, worker);
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
 }
@@ -198,10 +195,7 @@ void run_sweep(const std::vector<SweepPoint>& points, int jobs, const std::funct
       }
     }
   };
-  std::vector<std::thread> threads;
-  for (int j = 1; j < jobs; ++j) threads.emplace_back(worker);
-  worker();
-  for (auto& t : threads) t.join();
+  run_on_threads(jobs - 1, worker);
   if (failure) std::rethrow_exception(failure);
 }
 

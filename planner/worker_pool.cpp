@@ -1,0 +1,98 @@
+#include "planner/worker_pool.hpp"
+
+#include <pthread.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace hbmsim {
+
+namespace {
+
+// Detached threads waiting for the next call's work: they are never joined, so the pool never needs destroying
+// (at exit they are blocked on `wake_`, touching nothing).
+class Pool {
+ public:
+  // False: a call is running, so this one must bring its own threads.
+  bool run(int extra, const std::function<void()>& work) {
+    std::unique_lock busy(busy_, std::try_to_lock);
+    if (!busy.owns_lock()) return false;
+    {
+      std::lock_guard lock(m_);
+      for (; started_ < extra; ++started_) std::thread([this, index = started_, seen = generation_] { loop(index, seen); }).detach();
+      work_ = &work;
+      wanted_ = extra;
+      pending_ = extra;
+      ++generation_;
+    }
+    wake_.notify_all();
+    work();
+    std::unique_lock lock(m_);
+    done_.wait(lock, [&] { return pending_ == 0; });
+    work_ = nullptr;
+    return true;
+  }
+
+ private:
+  // Thread `index` runs every call that wants more than `index` threads.
+  void loop(int index, std::uint64_t seen) {
+    for (;;) {
+      const std::function<void()>* work = nullptr;
+      {
+        std::unique_lock lock(m_);
+        wake_.wait(lock, [&] { return generation_ != seen; });
+        seen = generation_;
+        if (index >= wanted_) continue;
+        work = work_;
+      }
+      try {
+        (*work)();
+      } catch (...) {
+        std::terminate();  // a caller's promise broken (run_on_threads)
+      }
+      std::lock_guard lock(m_);
+      if (--pending_ == 0) done_.notify_one();
+    }
+  }
+
+  std::mutex busy_, m_;
+  std::condition_variable wake_, done_;
+  const std::function<void()>* work_ = nullptr;
+  int started_ = 0, wanted_ = 0, pending_ = 0;
+  std::uint64_t generation_ = 0;
+};
+
+std::atomic<Pool*> the_pool{nullptr};
+
+Pool& pool() {
+  // A forked child has none of the parent's threads: it forgets the parent's pool (leaving it be) and makes its own.
+  static const int registered = pthread_atfork(nullptr, nullptr, [] { the_pool.store(nullptr); });
+  (void)registered;
+  Pool* p = the_pool.load();
+  if (p) return *p;
+  auto* fresh = new Pool;
+  if (the_pool.compare_exchange_strong(p, fresh)) return *fresh;
+  delete fresh;  // another thread made one first
+  return *p;
+}
+
+}  // namespace
+
+void run_on_threads(int extra, const std::function<void()>& work) {
+  if (extra <= 0) {
+    work();
+    return;
+  }
+  if (pool().run(extra, work)) return;
+  std::vector<std::thread> threads;
+  for (int j = 0; j < extra; ++j) threads.emplace_back(work);
+  work();
+  for (auto& t : threads) t.join();
+}
+
+}  // namespace hbmsim
