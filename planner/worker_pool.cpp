@@ -50,11 +50,7 @@ class Pool {
         if (index >= wanted_) continue;
         work = work_;
       }
-      try {
-        (*work)();
-      } catch (...) {
-        std::terminate();  // a caller's promise broken (run_on_threads)
-      }
+      (*work)();
       std::lock_guard lock(m_);
       if (--pending_ == 0) done_.notify_one();
     }
@@ -88,11 +84,24 @@ void run_on_threads(int extra, const std::function<void()>& work) {
     work();
     return;
   }
-  if (pool().run(extra, work)) return;
-  std::vector<std::thread> threads;
-  for (int j = 0; j < extra; ++j) threads.emplace_back(work);
-  work();
-  for (auto& t : threads) t.join();
+  // Every thread returns before the first exception (if any) goes on to the caller: none may outlive `work`.
+  std::mutex m;
+  std::exception_ptr failure;
+  const std::function<void()> guarded = [&] {
+    try {
+      work();
+    } catch (...) {
+      std::lock_guard lock(m);
+      if (!failure) failure = std::current_exception();
+    }
+  };
+  if (!pool().run(extra, guarded)) {
+    std::vector<std::thread> threads;
+    for (int j = 0; j < extra; ++j) threads.emplace_back(guarded);
+    guarded();
+    for (auto& t : threads) t.join();
+  }
+  if (failure) std::rethrow_exception(failure);
 }
 
 }  // namespace hbmsim

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <set>
 #include <stdexcept>
+#include <thread>
 
 #include "planner/sweep.hpp"
 #include "planner/worker_pool.hpp"
@@ -67,4 +68,20 @@ TEST_CASE("a process forked after parallel calls makes its own threads for the n
   REQUIRE(waitpid(child, &status, 0) == child);
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("an exception from any of a parallel call's threads reaches the caller after all of them return", "[sweep]") {
+  std::atomic<int> returned{0};
+  // The pool's threads throw (the caller does not), and the call still waits for every thread before it rethrows.
+  const auto caller = std::this_thread::get_id();
+  CHECK_THROWS_WITH(run_on_threads(2,
+                                   [&] {
+                                     ++returned;
+                                     if (std::this_thread::get_id() != caller) throw std::runtime_error("worker failed");
+                                   }),
+                    "worker failed");
+  CHECK(returned == 3);
+  std::atomic<int> after{0};
+  run_on_threads(2, [&] { ++after; });  // the pool still serves
+  CHECK(after == 3);
 }
