@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -14,8 +15,12 @@ namespace hbmsim {
 
 namespace {
 
-// Detached threads waiting for the next call's work: they are never joined, so the pool never needs destroying
-// (at exit they are blocked on `wake_`, touching nothing).
+// A thread kept idle this long goes, taking its thread-local arrays with it: back-to-back calls (a search's slices,
+// a fit's evaluations) reuse the threads, while a process that has finished its sweeps does not hold their memory.
+constexpr std::chrono::milliseconds kIdleRelease{1000};
+
+// Detached threads waiting for the next call's work: never joined, so the pool never needs destroying (at exit
+// its threads are blocked on `wake_`, touching nothing).
 class Pool {
  public:
   // False: a call is running, so this one must bring its own threads.
@@ -35,17 +40,35 @@ class Pool {
     std::unique_lock lock(m_);
     done_.wait(lock, [&] { return pending_ == 0; });
     work_ = nullptr;
+    idle_since_ = Clock::now();
+    lock.unlock();
+    wake_.notify_all();  // the idle clock starts now
     return true;
   }
 
  private:
-  // Thread `index` runs every call that wants more than `index` threads.
+  using Clock = std::chrono::steady_clock;
+
+  // Thread `index` runs every call that wants more than `index` threads. Only the last thread goes when idle, so
+  // the threads left are always 0 .. started_ - 1.
   void loop(int index, std::uint64_t seen) {
     for (;;) {
       const std::function<void()>* work = nullptr;
       {
         std::unique_lock lock(m_);
-        wake_.wait(lock, [&] { return generation_ != seen; });
+        while (generation_ == seen) {
+          if (work_ || index != started_ - 1) {  // a call runs, or a thread above this one is still there
+            wake_.wait(lock);
+            continue;
+          }
+          const auto release = idle_since_ + kIdleRelease;
+          if (Clock::now() >= release) {
+            --started_;
+            wake_.notify_all();  // the one below may go too
+            return;
+          }
+          wake_.wait_until(lock, release);
+        }
         seen = generation_;
         if (index >= wanted_) continue;
         work = work_;
@@ -61,6 +84,7 @@ class Pool {
   const std::function<void()>* work_ = nullptr;
   int started_ = 0, wanted_ = 0, pending_ = 0;
   std::uint64_t generation_ = 0;
+  Clock::time_point idle_since_ = Clock::now();
 };
 
 std::atomic<Pool*> the_pool{nullptr};

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -84,4 +85,21 @@ TEST_CASE("an exception from any of a parallel call's threads reaches the caller
   std::atomic<int> after{0};
   run_on_threads(2, [&] { ++after; });  // the pool still serves
   CHECK(after == 3);
+}
+
+TEST_CASE("threads left idle for a second go, with their thread-local state", "[sweep]") {
+  std::mutex m;
+  std::multiset<int> seen;
+  auto work = [&] {
+    const int n = ++calls_on_this_thread;
+    std::lock_guard lock(m);
+    seen.insert(n);
+  };
+  run_on_threads(2, work);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // well past the pool's one-second idle release
+  seen.clear();
+  run_on_threads(2, work);
+  // The caller's count goes on; the two helping threads are new ones, on their first call.
+  REQUIRE(seen.size() == 3);
+  CHECK(seen.count(1) == 2);
 }
