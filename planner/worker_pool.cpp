@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstdint>
 #include <exception>
 #include <mutex>
@@ -19,8 +20,9 @@ namespace {
 // a fit's evaluations) reuse the threads, while a process that has finished its sweeps does not hold their memory.
 constexpr std::chrono::milliseconds kIdleRelease{1000};
 
-// Detached threads waiting for the next call's work: never joined, so the pool never needs destroying (at exit
-// its threads are blocked on `wake_`, touching nothing).
+// Threads waiting for the next call's work. The pool is never destroyed (a forked child leaves its parent's be);
+// at exit its threads are told to go and joined, so that their thread-local arrays are freed before the process
+// ends (a leak checker would otherwise find them unreachable).
 class Pool {
  public:
   // False: a call is running, so this one must bring its own threads.
@@ -29,7 +31,12 @@ class Pool {
     if (!busy.owns_lock()) return false;
     {
       std::lock_guard lock(m_);
-      for (; started_ < extra; ++started_) std::thread([this, index = started_, seen = generation_] { loop(index, seen); }).detach();
+      for (; started_ < extra; ++started_) {
+        const auto index = static_cast<std::size_t>(started_);
+        if (index == threads_.size()) threads_.emplace_back();
+        if (threads_[index].joinable()) threads_[index].join();  // one that went idle: it has returned
+        threads_[index] = std::thread([this, i = started_, seen = generation_] { loop(i, seen); });
+      }
       work_ = &work;
       wanted_ = extra;
       pending_ = extra;
@@ -46,6 +53,17 @@ class Pool {
     return true;
   }
 
+  // At exit: every thread goes once it is idle, and is joined (not the calling thread, should it be one).
+  void stop() {
+    {
+      std::lock_guard lock(m_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    for (auto& t : threads_)
+      if (t.joinable() && t.get_id() != std::this_thread::get_id()) t.join();
+  }
+
  private:
   using Clock = std::chrono::steady_clock;
 
@@ -57,6 +75,7 @@ class Pool {
       {
         std::unique_lock lock(m_);
         while (generation_ == seen) {
+          if (stop_) return;
           if (work_ || index != started_ - 1) {  // a call runs, or a thread above this one is still there
             wake_.wait(lock);
             continue;
@@ -81,7 +100,9 @@ class Pool {
 
   std::mutex busy_, m_;
   std::condition_variable wake_, done_;
+  std::vector<std::thread> threads_;  // thread i serves calls wanting more than i threads; gone ones not yet joined
   const std::function<void()>* work_ = nullptr;
+  bool stop_ = false;
   int started_ = 0, wanted_ = 0, pending_ = 0;
   std::uint64_t generation_ = 0;
   Clock::time_point idle_since_ = Clock::now();
@@ -91,7 +112,10 @@ std::atomic<Pool*> the_pool{nullptr};
 
 Pool& pool() {
   // A forked child has none of the parent's threads: it forgets the parent's pool (leaving it be) and makes its own.
-  static const int registered = pthread_atfork(nullptr, nullptr, [] { the_pool.store(nullptr); });
+  // At exit the pool of this process stops (atexit handlers run before a leak checker's, registered earlier).
+  static const int registered = pthread_atfork(nullptr, nullptr, [] { the_pool.store(nullptr); }) + std::atexit([] {
+    if (Pool* p = the_pool.load()) p->stop();
+  });
   (void)registered;
   Pool* p = the_pool.load();
   if (p) return *p;
