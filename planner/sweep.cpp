@@ -156,7 +156,7 @@ void parallel_for(std::size_t n, int jobs, const std::function<void(std::size_t)
       }
     }
   };
-  run_on_threads(static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(jobs), std::max<std::size_t>(n, 1))) - 1, worker);
+  run_on_threads(static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(jobs), n)) - 1, worker);  // no items: none
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
 }

@@ -113,9 +113,13 @@ std::atomic<Pool*> the_pool{nullptr};
 Pool& pool() {
   // A forked child has none of the parent's threads: it forgets the parent's pool (leaving it be) and makes its own.
   // At exit the pool of this process stops (atexit handlers run before a leak checker's, registered earlier).
-  static const int registered = pthread_atfork(nullptr, nullptr, [] { the_pool.store(nullptr); }) + std::atexit([] {
-    if (Pool* p = the_pool.load()) p->stop();
-  });
+  static const bool registered = [] {
+    pthread_atfork(nullptr, nullptr, [] { the_pool.store(nullptr); });
+    std::atexit([] {
+      if (Pool* p = the_pool.load()) p->stop();
+    });
+    return true;
+  }();
   (void)registered;
   Pool* p = the_pool.load();
   if (p) return *p;

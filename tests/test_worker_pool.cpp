@@ -19,20 +19,24 @@ using namespace hbmsim;
 
 namespace {
 thread_local int calls_on_this_thread = 0;  // what a thread-local working array would keep
-}
 
-TEST_CASE("parallel calls run on the caller and `extra` kept threads, whose thread-local state survives", "[sweep]") {
+// One call on the caller and `extra` threads: each thread's count of calls so far, this one included.
+std::multiset<int> counts_of_a_call(int extra) {
   std::mutex m;
-  std::multiset<int> seen;  // each running thread's count of calls so far, this one included
-  auto work = [&] {
+  std::multiset<int> seen;
+  run_on_threads(extra, [&] {
     const int n = ++calls_on_this_thread;
     std::lock_guard lock(m);
     seen.insert(n);
-  };
-  run_on_threads(2, work);  // warms the pool (its threads may have run earlier tests' calls)
+  });
+  return seen;
+}
+}  // namespace
+
+TEST_CASE("parallel calls run on the caller and `extra` kept threads, whose thread-local state survives", "[sweep]") {
+  counts_of_a_call(2);  // warms the pool (its threads may have run earlier tests' calls)
   const int caller_before = calls_on_this_thread;
-  seen.clear();
-  run_on_threads(2, work);
+  const auto seen = counts_of_a_call(2);
   // Three runs: the caller's, one call on from the warm-up, and two pool threads that had run at least the
   // warm-up too: a thread started for this call would count 1.
   REQUIRE(seen.size() == 3);
@@ -88,17 +92,9 @@ TEST_CASE("an exception from any of a parallel call's threads reaches the caller
 }
 
 TEST_CASE("threads left idle for a second go, with their thread-local state", "[sweep]") {
-  std::mutex m;
-  std::multiset<int> seen;
-  auto work = [&] {
-    const int n = ++calls_on_this_thread;
-    std::lock_guard lock(m);
-    seen.insert(n);
-  };
-  run_on_threads(2, work);
+  counts_of_a_call(2);
   std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // well past the pool's one-second idle release
-  seen.clear();
-  run_on_threads(2, work);
+  const auto seen = counts_of_a_call(2);
   // The caller's count goes on; the two helping threads are new ones, on their first call.
   REQUIRE(seen.size() == 3);
   CHECK(seen.count(1) == 2);
