@@ -135,8 +135,9 @@ void laws(const RunConfig& c, const StepReport& r, std::vector<std::string>& out
   }
 }
 
-// The findings for one configuration (empty: none); nothing for bad input, which is not a finding.
-std::optional<std::vector<std::string>> check(const RunConfig& c, bool with_timeline, bool fresh_thread) {
+// The findings for one configuration (empty: none); nothing for bad input, which is not a finding (its error
+// goes to `bad_input`).
+std::optional<std::vector<std::string>> check(const RunConfig& c, bool with_timeline, bool fresh_thread, std::string& bad_input) {
   std::vector<std::string> out;
   try {
     const StepReport plain = simulate_resolved(c, false, false).report;
@@ -162,7 +163,8 @@ std::optional<std::vector<std::string>> check(const RunConfig& c, bool with_time
     }
     consistent(fast, out);
     laws(c, fast, out);
-  } catch (const InputError&) {
+  } catch (const InputError& e) {
+    bad_input = e.what();
     return std::nullopt;
   } catch (const std::exception& e) {
     out.push_back(std::string("throws: ") + e.what());
@@ -172,24 +174,51 @@ std::optional<std::vector<std::string>> check(const RunConfig& c, bool with_time
 
 struct Args {
   int seed = 1, count = 1000, from = 0;
-  bool pipelines = false, squeeze = false;
+  bool pipelines = false, squeeze = false, why = false;
   std::string model;  // every draw with this model in place of its own ("": the drawn one)
 };
 
 // The draw with its HBM set to 0.97-1.06x its own peak (the what-if hbm_bytes), so that it sits at the edge
 // of fitting, where LHS's memory gate holds prefetches back; nullopt for bad input; the draw as it is where
 // simulating it fails otherwise (check() then reports that).
-std::optional<RunConfig> squeezed(RunConfig c, std::mt19937& rng) {
+std::optional<RunConfig> squeezed(RunConfig c, std::mt19937& rng, std::string& bad_input) {
   double peak = 0;
   try {
     peak = run_simulation(c).hbm_peak_bytes;
-  } catch (const InputError&) {
+  } catch (const InputError& e) {
+    bad_input = e.what();
     return std::nullopt;
   } catch (const std::exception&) {
     return c;
   }
   c.hbm_bytes = peak * std::uniform_real_distribution<double>(0.97, 1.06)(rng);
   return c;
+}
+
+// A pipelined draw's split redone for another model's layer count (`--model`): even, with the embedding and loss
+// counted as layers, or, with one chunk per stage, the first stage taking what an even split of the others leaves
+// (the rules planner/layout_search.cpp and workloads/pipeline_split.cpp follow); one chunk per stage where
+// interleaving splits no way.
+void resplit(RunConfig& c) {
+  if (c.pp <= 1) return;
+  const std::int64_t L = hbmsim::resolve_model(c.model).num_layers;
+  c.first_stage_layers = c.last_stage_layers = 0;
+  c.embedding_as_layer = c.loss_as_layer = false;
+  c.pipeline_layout.clear();
+  for (;;) {
+    const std::int64_t chunks = c.pp * c.vp;
+    if (L % chunks == 0 && chunks <= L) return;
+    if ((L + 2) % chunks == 0 && chunks <= L + 2) {
+      c.embedding_as_layer = c.loss_as_layer = true;
+      return;
+    }
+    if (c.vp == 1) {
+      if (L > c.pp) c.first_stage_layers = L - (c.pp - 1) * (L / c.pp);
+      return;
+    }
+    c.vp = 1;
+    c.ep_overlap = c.delay_wgrad = false;  // Megatron merges pipelined passes only when interleaved
+  }
 }
 
 // Strict: an unknown option or a value that is not a whole number is an error, not a default run.
@@ -215,6 +244,7 @@ std::optional<Args> parse(int argc, char** argv) {
     else if (name == "--from") number(i, a.from);
     else if (name == "--pipelines") a.pipelines = true;
     else if (name == "--squeeze") a.squeeze = true;
+    else if (name == "--why") a.why = true;
     else if (name == "--model") {
       if (i + 1 >= argc) throw std::invalid_argument(name + " needs a value");
       a.model = argv[++i];
@@ -245,7 +275,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (!parsed) {
-    std::cout << "usage: hbmsim_stress [--seed N] [--count N] [--pipelines] [--squeeze] [--from N] [--model M]\n"
+    std::cout << "usage: hbmsim_stress [--seed N] [--count N] [--pipelines] [--squeeze] [--from N] [--model M] [--why]\n"
                  "  --seed N      the draws' random seed (default 1)\n"
                  "  --count N     how many configurations to draw (default 1000)\n"
                  "  --pipelines   every draw a pipeline (default: every third)\n"
@@ -253,6 +283,7 @@ int main(int argc, char** argv) {
                  "  --from N      check draws N on only (the ones before are drawn, and squeezed, to reach them)\n"
                  "  --model M     every draw with model M (a built-in or a HuggingFace config, e.g.\n"
                  "                hf/gpt-oss-20b.config.json) in place of its own; layouts M cannot take are skipped\n"
+                 "  --why         print each skipped draw's bad-input error\n"
                  "Exit status: 0 no findings, 1 findings (printed with their configuration JSON), 2 bad arguments.\n";
     return 0;
   }
@@ -265,11 +296,15 @@ int main(int argc, char** argv) {
     if (!parsed->model.empty()) {
       drawn->model = parsed->model;
       drawn->mtp_layers = 0;  // DeepSeek's MTP modules belong to the drawn model
+      resplit(*drawn);
     }
-    if (squeeze) drawn = squeezed(*drawn, rng);
-    if (!drawn || k < from) continue;
-    const RunConfig& c = *drawn;
-    if (const auto found = check(c, k % 5 == 0, k % 7 == 3)) {
+    std::string bad_input;
+    if (squeeze) drawn = squeezed(*drawn, rng, bad_input);
+    if (k < from) continue;
+    const auto found = drawn ? check(*drawn, k % 5 == 0, k % 7 == 3, bad_input) : std::nullopt;
+    if (!found && parsed->why) std::cout << "draw " << k << ": skipped, bad input: " << bad_input << "\n";
+    if (found) {
+      const RunConfig& c = *drawn;
       ++simulated;
       for (const auto& f : *found) std::cout << "draw " << k << ": " << f << "\n";
       if (!found->empty()) std::cout << "  config: " << c.to_json().dump() << "\n";
