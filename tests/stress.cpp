@@ -16,6 +16,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -35,6 +36,21 @@ RunConfig draw(std::mt19937& rng, int k, bool pipelines) {
   RunConfig c = pipelines || k % 3 == 0 ? test::random_pipeline(rng) : test::random_config(rng);
   if (k % 2 == 1) test::add_levers(rng, c);
   return c;
+}
+
+// A pipeline's stages multiply the GPUs its layout needs, so most pipelined draws asked for more than they drew:
+// the GPUs are doubled (up to 8x) while that is what prepare_run refuses.
+void grow_gpus(RunConfig& c) {
+  if (c.pp <= 1) return;
+  for (int doublings = 0; doublings < 3; ++doublings) {
+    try {
+      prepare_run(c);
+      return;
+    } catch (const InputError& e) {
+      if (std::string_view(e.what()).substr(0, 7) != "gpus = ") return;
+    }
+    c.gpus *= 2;
+  }
 }
 
 // Counts and wall times are not results: the fast-forward simulates fewer events by design.
@@ -298,6 +314,7 @@ int main(int argc, char** argv) {
       drawn->mtp_layers = 0;  // DeepSeek's MTP modules belong to the drawn model
       resplit(*drawn);
     }
+    grow_gpus(*drawn);
     std::string bad_input;
     if (squeeze) drawn = squeezed(*drawn, rng, bad_input);
     if (k < from) continue;
