@@ -294,11 +294,13 @@ int main(int argc, char** argv) {
     std::cout << "usage: hbmsim_stress [--seed N] [--count N] [--pipelines] [--squeeze] [--from N] [--model M] [--why]\n"
                  "  --seed N      the draws' random seed (default 1)\n"
                  "  --count N     how many configurations to draw (default 1000)\n"
-                 "  --pipelines   every draw a pipeline (default: every third)\n"
+                 "  --pipelines   every draw a pipeline (default: every third); a pipeline's GPUs are doubled,\n"
+                 "                up to 8x, while its stages need more than it drew\n"
                  "  --squeeze     each draw's HBM set to 0.97-1.06x its own peak (the edge of fitting)\n"
                  "  --from N      check draws N on only (the ones before are drawn, and squeezed, to reach them)\n"
                  "  --model M     every draw with model M (a built-in or a HuggingFace config, e.g.\n"
-                 "                hf/gpt-oss-20b.config.json) in place of its own; layouts M cannot take are skipped\n"
+                 "                hf/gpt-oss-20b.config.json) in place of its own, pipelines re-split for its layers;\n"
+                 "                layouts M cannot take are skipped\n"
                  "  --why         print each skipped draw's bad-input error\n"
                  "Exit status: 0 no findings, 1 findings (printed with their configuration JSON), 2 bad arguments.\n";
     return 0;
