@@ -101,6 +101,25 @@ TEST_CASE("Gated DeltaNet: Qwen3.5-35B-A3B's language model by hand and against 
   CHECK(j.at("hbm_breakdown_bytes").at("parameters").get<double>() == Approx(34660610688.0 * 4 / 32).epsilon(1e-9));
 }
 
+TEST_CASE("Gated DeltaNet: Qwen3.5-397B-A17B's language model by hand and against Qwen's 397B / 17B", "[workloads][hf][gdn]") {
+  // The same layer kinds at d 4096, V 248320, 60 layers (15 gated attention, every fourth), 512 experts of 1024
+  // with 10 per token and a gated shared expert of 1024:
+  //   gated attention: q with its gate 32*256*2*d + k, v 2*(2*256*d) + o 32*256*d + q/k norms 2*256 + 2d = 104,866,304
+  //   Gated DeltaNet (16 key heads, 64 value heads, 128 wide): qkvz d*(2*16*128 + 2*64*128) + ba d*2*64
+  //     + conv (2*16*128 + 64*128)*4 + A_log, dt_bias 2*64 + norm 128 + out 64*128*d + 2d = 118,022,400
+  //   MoE: d*512 + 512*3*d*1024 + 3*d*1024 + d = 6,457,135,104
+  //   total 2*V*d + d + 15*104,866,304 + 45*118,022,400 + 60*6,457,135,104 = 396,346,350,336 (Qwen: 397B)
+  //   active with 10 experts: MoE per layer d*512 + 10*3*d*1024 + 3*d*1024 + d = 140,513,280, in all
+  //   17,349,040,896 (Qwen: 17B)
+  const auto m = load_hf_config(hf_doc("qwen3.5-397b-a17b.config.json"), "qwen3.5-397b.json");
+  CHECK(m.total_params() == 396346350336.0);
+  CHECK(m.activated_params() == 17349040896.0);
+  CHECK(std::abs(m.total_params() - 397e9) <= 1e9);
+  CHECK(std::abs(m.activated_params() - 17e9) <= 0.5e9);
+  CHECK(m.linear_attention_layer_ids.size() == 45);
+  CHECK(m.moe_layers() == 60);
+}
+
 TEST_CASE("Gated DeltaNet: model FLOPs follow MaxText's qwen3_next count", "[workloads][gdn]") {
   // MaxText calculate_tflops_training_per_device with calculate_gated_delta_net_flops_per_device, B 1, S 4096,
   // everything x3 (hbmsim counts the shared expert's gate logit in the router, 2 B S d (512 + 1)):
