@@ -8,6 +8,7 @@ from pathlib import Path
 import nbformat
 import numpy as np
 import pytest
+from jupyter_client.manager import KernelManager
 from matplotlib.image import imread
 from nbclient import NotebookClient
 
@@ -39,10 +40,19 @@ def fig_dir(tmp_path, monkeypatch):
     return d
 
 
-def execute(name):
+@pytest.fixture(scope="module")
+def kernel_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("kernel")
+
+
+def execute(name, kernel_dir):
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    # The kernel talks over Unix sockets in kernel_dir, not TCP: its TCP ports are picked free and bound a moment
+    # later, and once a test running beside this one (the Dask cluster's processes) took one in between
+    # (ZMQError: Address already in use, the kernel dead before replying).
+    km = KernelManager(kernel_name="python3", transport="ipc", ip=str(kernel_dir / "ipc"))
     start = time.monotonic()
-    NotebookClient(nb, timeout=300, kernel_name="python3",
+    NotebookClient(nb, km=km, timeout=300, kernel_name="python3",
                    resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
     return nb, time.monotonic() - start
 
@@ -73,11 +83,11 @@ def test_notebooks_are_what_make_notebooks_writes(tmp_path):
 
 
 @pytest.mark.parametrize("name", list(EXPECTED))
-def test_notebook_runs_and_writes_figures(fig_dir, monkeypatch, name):
+def test_notebook_runs_and_writes_figures(fig_dir, kernel_dir, monkeypatch, name):
     monkeypatch.delenv("HBMSIM_PROFILE", raising=False)
     for png in EXPECTED[name] + WITH_PROFILE:
         (fig_dir / png).unlink(missing_ok=True)
-    nb, seconds = execute(name)
+    nb, seconds = execute(name, kernel_dir)
     print(f"{name}: {seconds:.1f} s")
     for png in EXPECTED[name]:
         check_png(fig_dir / png)
@@ -87,7 +97,7 @@ def test_notebook_runs_and_writes_figures(fig_dir, monkeypatch, name):
     assert seconds < TIME_LIMIT_S
 
 
-def test_calibration_notebook_with_a_profile(fig_dir, monkeypatch, tmp_path):
+def test_calibration_notebook_with_a_profile(fig_dir, kernel_dir, monkeypatch, tmp_path):
     profile = {"format": "hbmsim-profile/1", "name": "test-profile", "source": "tests/python/test_notebooks.py",
                "host_link": {"h2d_bytes_per_s": 1.2e11, "d2h_bytes_per_s": 1.3e11},
                "parameters": {"gemm_scale": 0.8}}
@@ -101,7 +111,7 @@ def test_calibration_notebook_with_a_profile(fig_dir, monkeypatch, tmp_path):
     monkeypatch.setenv("HBMSIM_FIG_DIR", str(d))
     for png in EXPECTED["03_calibration.ipynb"] + WITH_PROFILE:
         (d / png).unlink(missing_ok=True)
-    nb, seconds = execute("03_calibration.ipynb")
+    nb, seconds = execute("03_calibration.ipynb", kernel_dir)
     print(f"03_calibration.ipynb with a profile: {seconds:.1f} s")
     for png in EXPECTED["03_calibration.ipynb"] + WITH_PROFILE:
         check_png(d / png)
