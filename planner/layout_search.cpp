@@ -42,18 +42,6 @@ std::vector<DataAxes> data_axes(std::int64_t rest, std::int64_t model_parallel, 
   return out;
 }
 
-// Pipeline splits for pp x vp chunks of `layers`: even, or with the embedding and loss counted as layers.
-bool set_split(RunConfig& c, std::int64_t layers) {
-  const std::int64_t chunks = c.pp * c.vp;
-  c.embedding_as_layer = c.loss_as_layer = false;
-  if (layers % chunks == 0 && chunks <= layers) return true;
-  if ((layers + 2) % chunks == 0 && chunks <= layers + 2 && c.pp > 1) {
-    c.embedding_as_layer = c.loss_as_layer = true;
-    return true;
-  }
-  return false;
-}
-
 // Bytes a layer keeps on device per micro-batch under its policy: what the simulation keeps (its input, and
 // every tensor placed on device at its kept size).
 double kept_bytes(const LayerTemplate& t, const Policy& policy, const StepGraph& g) {
@@ -107,6 +95,17 @@ const std::vector<std::pair<std::string, bool>>& state_offload_retries(const Run
 }
 
 }  // namespace
+
+bool set_pipeline_split(RunConfig& c, std::int64_t layers) {
+  const std::int64_t chunks = c.pp * c.vp;
+  c.embedding_as_layer = c.loss_as_layer = false;
+  if (layers % chunks == 0 && chunks <= layers) return true;
+  if ((layers + 2) % chunks == 0 && chunks <= layers + 2 && c.pp > 1) {
+    c.embedding_as_layer = c.loss_as_layer = true;
+    return true;
+  }
+  return false;
+}
 
 std::vector<std::string> default_layout_policies(const RunConfig& base) {
   if (base.framework != "megatron")
@@ -197,7 +196,7 @@ std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSear
     c.stage_policies.clear();
     c.policy = policy.policy;
     c.tensors = policy.tensors;
-    if (set_split(c, L)) out.push_back(std::move(c));
+    if (set_pipeline_split(c, L)) out.push_back(std::move(c));
   };
   // A layout over every data-axes split, micro-batch, policy and overlap choice; `group`: the GPUs of one replica.
   auto add_batches = [&](RunConfig& layout, std::int64_t group) {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "hwmodels/json_view.hpp"
+#include "planner/layout_search.hpp"
 #include "planner/run_summary.hpp"
 #include "workloads/model.hpp"
 #include "better_hardware.hpp"
@@ -211,23 +212,16 @@ std::optional<RunConfig> squeezed(RunConfig c, std::mt19937& rng, std::string& b
   return c;
 }
 
-// A pipelined draw's split redone for another model's layer count (`--model`): even, with the embedding and loss
-// counted as layers, or, with one chunk per stage, the first stage taking what an even split of the others leaves
-// (the rules planner/layout_search.cpp and workloads/pipeline_split.cpp follow); one chunk per stage where
-// interleaving splits no way.
+// A pipelined draw's split redone for another model's layer count (`--model`): the layout search's even split
+// (set_pipeline_split), or, with one chunk per stage, the first stage taking what an even split of the others
+// leaves (workloads/pipeline_split.cpp); one chunk per stage where interleaving splits no way.
 void resplit(RunConfig& c) {
   if (c.pp <= 1) return;
   const std::int64_t L = hbmsim::resolve_model(c.model).num_layers;
   c.first_stage_layers = c.last_stage_layers = 0;
-  c.embedding_as_layer = c.loss_as_layer = false;
   c.pipeline_layout.clear();
   for (;;) {
-    const std::int64_t chunks = c.pp * c.vp;
-    if (L % chunks == 0 && chunks <= L) return;
-    if ((L + 2) % chunks == 0 && chunks <= L + 2) {
-      c.embedding_as_layer = c.loss_as_layer = true;
-      return;
-    }
+    if (set_pipeline_split(c, L)) return;
     if (c.vp == 1) {
       if (L > c.pp) c.first_stage_layers = L - (c.pp - 1) * (L / c.pp);
       return;
