@@ -25,12 +25,14 @@ constexpr std::chrono::milliseconds kIdleRelease{1000};
 // ends (a leak checker would otherwise find them unreachable).
 class Pool {
  public:
-  // False: a call is running, so this one must bring its own threads.
+  // False: a call is running, or the pool has stopped at exit (a later exit handler's call: its threads are
+  // gone), so this one must bring its own threads.
   bool run(int extra, const std::function<void()>& work) {
     std::unique_lock busy(busy_, std::try_to_lock);
     if (!busy.owns_lock()) return false;
     {
       std::lock_guard lock(m_);
+      if (stop_) return false;
       for (; started_ < extra; ++started_) {
         const auto index = static_cast<std::size_t>(started_);
         if (index == threads_.size()) threads_.emplace_back();

@@ -8,7 +8,8 @@ namespace hbmsim {
 
 // Runs `work` on the calling thread and on `extra` threads besides it; returns when every call has returned, then
 // rethrows the first exception one of them threw. A call while another runs (from a pool thread, or from another
-// thread) starts threads of its own; a forked process starts a pool of its own.
+// thread) starts threads of its own, as does one made at exit after the pool stopped; a forked process starts a pool
+// of its own.
 void run_on_threads(int extra, const std::function<void()>& work);
 
 }  // namespace hbmsim
