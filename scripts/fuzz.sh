@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer harnesses (tests/fuzz: clang, ASan + UBSan, coverage) into ${BUILD_DIR:-build-fuzz}
 # and runs each one for HBMSIM_FUZZ_SECONDS (default 10) from its seed corpus, one process at a time.
+# A BUILD_DIR already configured for fuzzing with the same clang keeps its own flags (test.sh runs the harnesses
+# of the sanitizer tree, which scripts/sanitize.sh builds with HBMSIM_SANITIZE_FUZZ=1); any other is configured
+# as below.
 # New corpus entries and findings go to $BUILD_DIR/fuzz-corpus and $BUILD_DIR/fuzz-findings, never into
 # the repository. Exits 1 on any finding (crash, uncaught exception, sanitizer report, leak, timeout, out of
 # memory) and prints each finding's input and the command that reproduces it.
@@ -43,10 +46,14 @@ if [ -f "$BUILD_DIR/CMakeCache.txt" ] &&
   rm -rf "$BUILD_DIR"
 fi
 mkdir -p "$BUILD_DIR"
-# -O1 with line tables (as OSS-Fuzz builds) compiles in half the time of -O2 -g; asserts stay on.
-cmake -S . -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_CXX_COMPILER="$CXX_FUZZ" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" -DHBMSIM_FUZZ=ON -DHBMSIM_PYTHON=OFF -DHBMSIM_BENCHMARKS=OFF -DCMAKE_UNITY_BUILD=ON >"$BUILD_DIR/configure.log" 2>&1 ||
-  { cat "$BUILD_DIR/configure.log"; exit 1; }
+if grep -qx "HBMSIM_FUZZ:BOOL=ON" "$BUILD_DIR/CMakeCache.txt" 2>/dev/null; then
+  cmake -S . -B "$BUILD_DIR" >"$BUILD_DIR/configure.log" 2>&1 || { cat "$BUILD_DIR/configure.log"; exit 1; }
+else
+  # -O1 with line tables (as OSS-Fuzz builds) compiles in half the time of -O2 -g; asserts stay on.
+  cmake -S . -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_CXX_COMPILER="$CXX_FUZZ" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" -DHBMSIM_FUZZ=ON -DHBMSIM_PYTHON=OFF -DHBMSIM_BENCHMARKS=OFF \
+    -DCMAKE_UNITY_BUILD=ON >"$BUILD_DIR/configure.log" 2>&1 || { cat "$BUILD_DIR/configure.log"; exit 1; }
+fi
 targets=()
 for h in "${HARNESSES[@]}"; do targets+=("fuzz_$h"); done
 cmake --build "$BUILD_DIR" -j "$(nproc)" --target "${targets[@]}"
