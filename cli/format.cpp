@@ -5,9 +5,17 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "hwmodels/json_view.hpp"
+
 namespace hbmsim::cli {
 
 bool stderr_is_terminal() { return isatty(fileno(stderr)) != 0; }
+
+bool progress_wanted(const std::string& progress) {
+  if (progress != "auto" && progress != "on" && progress != "off")
+    throw InputError("--progress = " + quote(progress) + " (expected auto, on or off)");
+  return progress == "on" || (progress == "auto" && stderr_is_terminal());
+}
 
 std::string Table::render() const {
   std::vector<std::size_t> w(header.size(), 0);

@@ -18,5 +18,9 @@ std::string fixed(double v, int digits);
 std::string gib(double bytes, int digits = 1);
 // Progress lines go to stderr only when a person watches it (--progress auto).
 bool stderr_is_terminal();
+// --progress of a long command (sweep, plan layout): auto, on or off.
+inline constexpr const char* kProgressHelp = "auto (when stderr is a terminal), on, off";
+// Whether that command prints progress lines; an InputError for a value other than auto, on or off.
+bool progress_wanted(const std::string& progress);
 
 }  // namespace hbmsim::cli

@@ -439,7 +439,7 @@ void register_plan(CLI::App& app) {
     cmd->add_flag("--no-prune", *no_prune, "Simulate every candidate, also those whose memory lower bound exceeds HBM");
     cmd->add_flag("--no-state-offload", *no_state_offload,
                   "Do not retry a layout that cannot fit with its optimizer state (then its parameters) in host memory");
-    cmd->add_option("--progress", *progress, "auto (when stderr is a terminal), on, off");
+    cmd->add_option("--progress", *progress, kProgressHelp);
     cmd->add_flag("--json", *json, "Machine-readable output");
     cmd->footer(
         "The global batch is --global-batch (default: one sequence per GPU); the search sets tp, cp, pp, vp, ep, fsdp, dp,\n"
@@ -453,8 +453,7 @@ void register_plan(CLI::App& app) {
         "  hbmsim plan layout --model llama3.1-405b --gpus 1024 --system gb200-nvl72 --seq 8192\n"
         "  hbmsim plan layout --model llama3.1-70b --gpus 64 --global-batch 256 --seq 8192 --weights fp8 --top 5");
     cmd->callback([=] {
-      if (*progress != "auto" && *progress != "on" && *progress != "off")
-        throw InputError("--progress = " + quote(*progress) + " (expected auto, on or off)");
+      const bool show = progress_wanted(*progress);
       for (auto m : *mbs)
         if (m < 1) throw InputError("--micro-batches " + std::to_string(m) + " (must be at least 1)");
       auto base = resolve_run_flags(*flags, {"tp", "cp", "pp", "vp", "ep", "fsdp", "dp", "batch", "micro_batch", "grad_accum",
@@ -467,7 +466,6 @@ void register_plan(CLI::App& app) {
       o.state_offload = !*no_state_offload;
       if (!policies->empty()) o.policies = *policies;
       if (!mbs->empty()) o.micro_batches = *mbs;
-      const bool show = *progress == "on" || (*progress == "auto" && stderr_is_terminal());
       const auto start = std::chrono::steady_clock::now();
       if (show)
         o.progress = [start](std::size_t done, std::size_t total) {

@@ -86,10 +86,9 @@ void register_planner_commands(CLI::App& app) {
     cmd->add_option("--format", *format, "csv or jsonl (default from --out's extension)");
     cmd->add_option("--jobs", *jobs, "Worker threads");
     cmd->add_flag("--resume", *resume, "Keep the rows already in --out and run only the missing ones");
-    cmd->add_option("--progress", *progress, "auto (when stderr is a terminal), on, off");
+    cmd->add_option("--progress", *progress, kProgressHelp);
     cmd->callback([=] {
-      if (*progress != "auto" && *progress != "on" && *progress != "off")
-        throw InputError("--progress = " + quote(*progress) + " (expected auto, on or off)");
+      const bool show = progress_wanted(*progress);
       std::vector<SweepAxis> parsed;
       std::set<std::string> varied;
       for (auto& a : *axes) {
@@ -138,7 +137,6 @@ void register_planner_commands(CLI::App& app) {
       std::fflush(f);
       const std::size_t total = points.size(), todo = total - std::min(total, skip.size());
       std::size_t done = 0;
-      const bool show = *progress == "on" || (*progress == "auto" && stderr_is_terminal());
       auto t0 = std::chrono::steady_clock::now();
       run_sweep(points, *jobs, [&](const SweepRow& row) {
         std::string line = fmt == "csv" ? sweep_csv_line(row) : sweep_jsonl_line(parsed, row);
