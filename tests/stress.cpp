@@ -293,8 +293,8 @@ int main(int argc, char** argv) {
                  "  --squeeze     each draw's HBM set to 0.97-1.06x its own peak (the edge of fitting)\n"
                  "  --from N      check draws N on only (the ones before are drawn, and squeezed, to reach them)\n"
                  "  --model M     every draw with model M (a built-in or a HuggingFace config, e.g.\n"
-                 "                hf/gpt-oss-20b.config.json) in place of its own, pipelines re-split for its layers;\n"
-                 "                layouts M cannot take are skipped\n"
+                 "                hf/gpt-oss-20b.config.json) in place of its own, pipelines re-split for its layers,\n"
+                 "                sequence parallelism on where M has experts; layouts M cannot take are skipped\n"
                  "  --why         print each skipped draw's bad-input error\n"
                  "Exit status: 0 no findings, 1 findings (printed with their configuration JSON), 2 bad arguments.\n";
     return 0;
@@ -303,11 +303,15 @@ int main(int argc, char** argv) {
   const bool pipelines = parsed->pipelines, squeeze = parsed->squeeze;
   std::mt19937 rng(static_cast<unsigned>(seed));
   int findings = 0, simulated = 0;
+  // MoE layers under tp need sequence parallelism (Megatron-Core's rule), which the draws of a built-in MoE model
+  // have and a dense model's draws have only half the time: `--model` with an MoE model turns it on.
+  const bool moe_model = !parsed->model.empty() && hbmsim::resolve_model(parsed->model).num_experts > 0;
   for (int k = 0; k < count; ++k) {
     std::optional<RunConfig> drawn = draw(rng, k, pipelines);
     if (!parsed->model.empty()) {
       drawn->model = parsed->model;
       drawn->mtp_layers = 0;  // DeepSeek's MTP modules belong to the drawn model
+      if (moe_model) drawn->sequence_parallel = true;
       resplit(*drawn);
     }
     grow_gpus(*drawn);
