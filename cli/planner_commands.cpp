@@ -108,7 +108,7 @@ void register_planner_commands(CLI::App& app) {
           for (auto& a : parsed)
             if (a.field == name) ordered.push_back(a);
         if (prior.rows > 0 && ordered.size() == parsed.size()) parsed = ordered;
-        if (prior.rows > 0 && prior.format != fmt)
+        if (prior.rows > 0 && !prior.foreign && prior.format != fmt)  // a foreign file: resume_skip says so
           throw InputError(*out + ": holds " + prior.format + " rows; this sweep writes " + fmt + " (--format)");
       }
       auto points = expand_sweep(b, parsed, *where);

@@ -271,6 +271,7 @@ void read_csv_header(const std::string& header, SweepFile& f) {
   while (std::getline(ss, c, ',')) cols.push_back(c);
   std::size_t k = 1;
   for (; k < cols.size() && cols[k] != "step_time_s"; ++k) f.axes.push_back(cols[k]);
+  f.foreign = cols.empty() || cols[0] != "index" || k == cols.size();
   f.report_columns.assign(cols.begin() + static_cast<std::ptrdiff_t>(std::min(k, cols.size())), cols.end());
 }
 
@@ -321,6 +322,7 @@ SweepFile read_sweep_file(const std::string& path) {
       f.format = "csv";
       csv_has_ids = line.size() >= 10 && line.compare(line.size() - 10, 10, ",config_id") == 0;
     } else {
+      f.foreign = f.foreign || first;  // rows with no header above them
       ++f.rows;
       const auto comma = line.rfind(',');
       std::size_t index = 0;
@@ -342,6 +344,9 @@ std::set<std::size_t> resume_skip(const std::string& path, const SweepFile& file
     for (auto& x : v) s += (s.empty() ? "" : ", ") + x;
     return s.empty() ? std::string("none") : s;
   };
+  if (file.foreign)
+    throw InputError(path + ": not a sweep's output (a sweep's CSV starts with its header, index, the axes, step_time_s, ...; "
+                     "its JSON lines are objects); write to a new --out, or run without --resume to overwrite it");
   std::vector<std::string> ours;
   for (auto& a : axes) ours.push_back(a.field);
   if (file.rows > 0 && ours != file.axes)

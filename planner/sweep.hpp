@@ -76,6 +76,7 @@ struct SweepFile {
   std::map<std::string, std::size_t> index_by_id;  // config_id -> the row's index
   std::size_t rows = 0;
   std::size_t rows_without_id = 0;
+  bool foreign = false;  // lines that are not a sweep's: a CSV without its header (index, the axes, step_time_s, ...)
 };
 SweepFile read_sweep_file(const std::string& path);
 

@@ -177,6 +177,16 @@ TEST_CASE("a resume refuses, with exit 2 and the file named, another base, other
     CHECK(same.status == 0);
     CHECK(test::slurp(out) == before);
   }
+  // A file that is not a sweep's output (a header of other columns, or rows with none) is named as such, and kept.
+  for (const std::string text : {"garbage,,\n1,2\n", "1,2,3\n", "name,value\nx,1\n"}) {
+    auto foreign = (dir / "foreign.csv").string();
+    test::write(foreign, text);
+    auto r = test::cli(base + "--axis batch=1,2 --resume --out " + foreign);
+    INFO(text << r.err);
+    CHECK(r.status == 2);
+    CHECK(r.err.find("hbmsim: " + foreign + ": not a sweep's output") == 0);
+    CHECK(test::slurp(foreign) == text);
+  }
   // A file from before rows carried a config_id cannot be matched.
   auto old = (dir / "old.csv").string();
   test::write(old, "index,batch,step_time_s,error\n0,1,0.5,\n");
