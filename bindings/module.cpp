@@ -110,7 +110,13 @@ json from_py(const py::handle& o, const std::string& path) {
     for (auto v : o) out.push_back(from_py(v, path + "[" + std::to_string(i++) + "]"));
     return out;
   }
-  if (py::isinstance<py::float_>(o)) return o.cast<double>();
+  // JSON has no NaN or infinity (nlohmann would write null): named here, as the CLI names --batch = nan.
+  auto finite = [&](double v) -> json {
+    if (!std::isfinite(v))
+      throw py::value_error((path.empty() ? std::string("value") : path) + " = " + py::repr(o).cast<std::string>() + " (must be finite)");
+    return v;
+  };
+  if (py::isinstance<py::float_>(o)) return finite(o.cast<double>());
   if (py::hasattr(o, "dtype") && py::str(py::getattr(o.attr("dtype"), "kind", py::str(""))).cast<std::string>() == "b")
     return py::bool_(py::reinterpret_borrow<py::object>(o)).cast<bool>();  // numpy.bool_
   if (py::hasattr(o, "__index__")) {  // int, numpy integers
@@ -124,7 +130,7 @@ json from_py(const py::handle& o, const std::string& path) {
                             " (out of the 64-bit integer range)");
     }
   }
-  if (py::hasattr(o, "__float__")) return py::float_(o.attr("__float__")()).cast<double>();  // numpy floats
+  if (py::hasattr(o, "__float__")) return finite(py::float_(o.attr("__float__")()).cast<double>());  // numpy floats
   throw py::type_error((path.empty() ? std::string("value") : path) + ": cannot be expressed in JSON (" +
                        py::repr(o).cast<std::string>() + ")");
 }

@@ -185,6 +185,17 @@ def test_bad_config_raises_value_error_like_cli(cli, tmp_path, config, names):
     assert p.stderr.strip() in (f"hbmsim: {err.value}", f"hbmsim: {path}: {err.value}")
 
 
+def test_non_finite_number_is_named_as_given_not_as_json_null():
+    # JSON has no NaN or infinity; the CLI says "--batch = nan (must be finite)", so Python names the value too.
+    import numpy as np
+    for value, shown in [(float("nan"), "nan"), (float("inf"), "inf"), (np.float64("-inf"), "-inf")]:
+        with pytest.raises(ValueError) as err:
+            hbmsim.simulate({"model": "llama3.1-8b", "gpus": 8}, batch=value)
+        message = str(err.value)
+        assert message.startswith("batch = ") and message.endswith(" (must be finite)"), message
+        assert shown in message and "null" not in message, message
+
+
 def test_input_error_is_value_error_not_runtime_error():
     with pytest.raises(ValueError):
         _hbmsim.simulate({"gpus": 0})
