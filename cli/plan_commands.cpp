@@ -398,6 +398,7 @@ void register_plan(CLI::App& app) {
       if (!(*tol >= 0 && *tol < 1))
         throw InputError("--tolerance = " + format_number(*tol) + " (must be in [0, 1): the slowdown allowed, 0.01 = 1%)");
       auto c = resolve_run_flags(*flags, {"host_link_bytes_per_s"});  // the search sets the host link
+      check_break_even(c);  // before the run is described: a refused run prints nothing but its error
       announce_run(c, !*json, "run (the search sets the host link):");
       auto r = break_even_bandwidth(c, *tol);
       if (*json) {

@@ -530,10 +530,14 @@ std::optional<std::string> selective_recompute_modules(const RunConfig& c) {
   return modules;
 }
 
-BreakEven break_even_bandwidth(const RunConfig& offload, double tolerance, double lo, double hi) {
+void check_break_even(const RunConfig& offload) {
   if (!offload.layer_policies.empty() || offload.offload_layers > 0 || offload.recompute_layers > 0 || !offload.stage_policies.empty())
     throw InputError("plan break-even: per-layer and per-stage policies are not supported (give one policy for every layer)");
   if (!offloads_any(offload)) throw InputError("plan break-even: the config offloads nothing (use an *_offloaded policy or --tensor NAME=offload)");
+}
+
+BreakEven break_even_bandwidth(const RunConfig& offload, double tolerance, double lo, double hi) {
+  check_break_even(offload);
   BreakEven out;
   // The alternative a planner would take: on device if it fits, else recompute; offload is worth it only
   // against what could run instead.

@@ -83,6 +83,9 @@ struct BreakEven {
   std::vector<std::pair<double, double>> curve;  // (bytes/s, TFLOP/s)
 };
 BreakEven break_even_bandwidth(const RunConfig& offload, double tolerance = 0.01, double lo = 1e9, double hi = 4e12);
+// An InputError unless `offload` is a run break_even_bandwidth can search: one policy for every layer, offloading
+// something (it checks this itself; a command that describes the run first checks before).
+void check_break_even(const RunConfig& offload);
 
 // HBM a config needs (its peak with capacity no object) and the pinned host memory.
 struct HbmNeeded {

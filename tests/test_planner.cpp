@@ -467,6 +467,14 @@ TEST_CASE("the break-even host-link bandwidth is the lowest within tolerance: ju
   CHECK(be.curve.back().second <= run_simulation(unlimited).tflops_per_device * (1 + 1e-9));
 }
 
+TEST_CASE("break-even refuses a run that offloads nothing before it describes the run", "[planner][plan]") {
+  // The policy `full` keeps no tensor to offload: exit 2, the reason on stderr, and no run header on stdout.
+  auto r = test::cli("plan break-even --model llama3.1-8b --gpus 8 --seq 1024");
+  CHECK(r.status == 2);
+  CHECK(r.out.empty());
+  CHECK(r.err.find("hbmsim: plan break-even: the config offloads nothing") == 0);
+}
+
 TEST_CASE("break-even compares with the tensors on device when that fits", "[planner][plan]") {
   // Llama 3.1 8B on 8 GB200s: saving the QKV projections on device fits easily, so it is the reference.
   RunConfig c;
