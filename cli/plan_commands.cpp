@@ -398,7 +398,7 @@ void register_plan(CLI::App& app) {
       if (!(*tol >= 0 && *tol < 1))
         throw InputError("--tolerance = " + format_number(*tol) + " (must be in [0, 1): the slowdown allowed, 0.01 = 1%)");
       auto c = resolve_run_flags(*flags, {"host_link_bytes_per_s"});  // the search sets the host link
-      check_break_even(c);  // before the run is described: a refused run prints nothing but its error
+      check_break_even(c);  // before the run is described: a refused run prints only its error
       announce_run(c, !*json, "run (the search sets the host link):");
       auto r = break_even_bandwidth(c, *tol);
       if (*json) {
@@ -529,6 +529,7 @@ void register_plan(CLI::App& app) {
                 " --model llama3.1-70b --gpus 64 --batch 2 --seq 8192 --weights fp8 --policy no_recompute");
     cmd->callback([=] {
       auto base = resolve_run_flags(*flags, {field});
+      check_layer_count_search(base, what);  // before the run is described: a refused run prints only its error
       const std::string heading = "run (the search sets " + field + "):";
       announce_run(base, !*json, heading.c_str());
       auto r = fewest_layers(base, what);

@@ -35,6 +35,12 @@ std::int64_t most_layers(const RunConfig& base, LayerCount what) {
 
 }  // namespace
 
+void check_layer_count_search(const RunConfig& base, LayerCount what) {
+  RunConfig c = base;
+  count_of(c, what) = most_layers(base, what);
+  (void)prepare_run(c);
+}
+
 const char* field_name(LayerCount what) { return what == LayerCount::offload ? "offload_layers" : "recompute_layers"; }
 
 std::int64_t layer_count(const RunConfig& c, LayerCount what) {

@@ -28,5 +28,8 @@ struct LayerCountSearch {
 // offloaded layers only fill further (recompute does not touch it), so when it does not no count fits.
 // Overwrites the config's field.
 LayerCountSearch fewest_layers(const RunConfig& base, LayerCount what);
+// The InputError fewest_layers would throw at its first simulation (a policy with nothing to offload or recompute,
+// a count the run cannot take), found without simulating: a command checks it before it describes the run.
+void check_layer_count_search(const RunConfig& base, LayerCount what);
 
 }  // namespace hbmsim

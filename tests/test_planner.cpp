@@ -467,12 +467,20 @@ TEST_CASE("the break-even host-link bandwidth is the lowest within tolerance: ju
   CHECK(be.curve.back().second <= run_simulation(unlimited).tflops_per_device * (1 + 1e-9));
 }
 
-TEST_CASE("break-even refuses a run that offloads nothing before it describes the run", "[planner][plan]") {
-  // The policy `full` keeps no tensor to offload: exit 2, the reason on stderr, and no run header on stdout.
-  auto r = test::cli("plan break-even --model llama3.1-8b --gpus 8 --seq 1024");
-  CHECK(r.status == 2);
-  CHECK(r.out.empty());
-  CHECK(r.err.find("hbmsim: plan break-even: the config offloads nothing") == 0);
+TEST_CASE("plans refuse a run they cannot search before they describe it", "[planner][plan]") {
+  // The policy `full` keeps no tensor to offload and already recomputes every layer: exit 2, the reason on
+  // stderr, and no run header on stdout.
+  const std::string run = " --model llama3.1-8b --gpus 8 --seq 1024";
+  for (const auto& [plan, why] : std::vector<std::pair<std::string, std::string>>{
+           {"break-even", "plan break-even: the config offloads nothing"},
+           {"offload-layers", "offload_layers = 32 (policy full keeps nothing on device to offload)"},
+           {"recompute-layers", "policy = full (recomputes every layer in full already"}}) {
+    auto r = test::cli("plan " + plan + run);
+    INFO(plan << "\n" << r.out << r.err);
+    CHECK(r.status == 2);
+    CHECK(r.out.empty());
+    CHECK(r.err.find("hbmsim: " + why) == 0);
+  }
 }
 
 TEST_CASE("break-even compares with the tensors on device when that fits", "[planner][plan]") {
