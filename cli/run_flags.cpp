@@ -3,11 +3,9 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
-#include <filesystem>
 #include <optional>
 #include <string_view>
 
-#include "hwmodels/builtin.hpp"
 #include "hwmodels/catalog.hpp"
 #include "hwmodels/json_view.hpp"
 #include "planner/run_fields.hpp"
@@ -74,17 +72,7 @@ void check_dtype(const Sources& s, const std::string& field, const std::string& 
                      (fp32_allowed ? "; expected bf16, fp8, mxfp8, nvfp4 or fp32)" : "; expected bf16, fp8, mxfp8 or nvfp4)"));
 }
 
-void check_calibration(const Sources& s, const std::string& calibration) {
-  if (calibration.empty() || builtin_file("profiles/" + calibration + ".json")) return;
-  std::error_code ec;
-  if (std::filesystem::exists(calibration, ec)) return;  // a file: its own errors name it
-  if (calibration.find('/') != std::string::npos || calibration.ends_with(".json"))
-    throw InputError(s.name("calibration") + " = " + quote(calibration) + " (file does not exist)");
-  std::string known;
-  for (auto& f : builtin_files("profiles/")) known += (known.empty() ? "" : ", ") + f.substr(9, f.size() - 9 - 5);
-  throw InputError(s.name("calibration") + " = " + quote(calibration) +
-                   " (file does not exist and no built-in profile has that name; built-ins: " + known + ")");
-}
+void check_calibration(const Sources& s, const std::string& calibration) { hbmsim::check_calibration(calibration, s.name("calibration")); }
 
 // A number flag past a double's range (--hbm-bytes 1e400) is out of range, not "not a number".
 void check_number_range(const std::string& field, const std::string& text) {

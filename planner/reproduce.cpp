@@ -65,6 +65,7 @@ RunConfig reference_config(const std::string& id) {
 }
 
 std::vector<ReproRow> reproduce(const std::vector<ReferenceRun>& runs, const std::string& calibration) {
+  check_calibration(calibration, "calibration", true);
   std::vector<ReproRow> rows;
   for (const auto& run : runs) {
     ReproRow row{run, {}, {}, {}, {}, {}};

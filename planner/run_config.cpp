@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <cmath>
@@ -141,6 +142,21 @@ void check_what_ifs(const RunConfig& c, const std::function<std::string(const st
     if (!v || !checked(w.field)) continue;
     if (auto why = what_if_problem(w.field, *v)) throw InputError(named(w.field) + " = " + format_number(*v) + " (" + *why + ")");
   }
+}
+
+void check_calibration(const std::string& calibration, const std::string& named, bool read) {
+  if (calibration.empty() || builtin_file("profiles/" + calibration + ".json")) return;
+  std::error_code ec;
+  if (std::filesystem::exists(calibration, ec)) {  // a file: its own errors name it
+    if (read) (void)load_profile_file(calibration);
+    return;
+  }
+  if (calibration.find('/') != std::string::npos || calibration.ends_with(".json"))
+    throw InputError(named + " = " + quote(calibration) + " (file does not exist)");
+  std::string known;
+  for (auto& f : builtin_files("profiles/")) known += (known.empty() ? "" : ", ") + f.substr(9, f.size() - 9 - 5);
+  throw InputError(named + " = " + quote(calibration) + " (file does not exist and no built-in profile has that name; built-ins: " +
+                   known + ")");
 }
 
 System resolve_run_system(const RunConfig& c, const Profile* extra) {

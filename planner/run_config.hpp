@@ -132,6 +132,10 @@ std::optional<std::string> what_if_problem(const std::string& field, double valu
 // (the field itself when `name` is empty). Fields `skip` says yes to are left out (a sweep's varied axes).
 void check_what_ifs(const RunConfig& config, const std::function<std::string(const std::string&)>& name = {},
                     const std::function<bool(const std::string&)>& skip = {});
+// An InputError unless `calibration` is empty, a built-in profile's name or an existing file, naming the value as
+// `named` ("--calibration", "calibration") and the built-in names; `read`: the file is read too, so that a command
+// running many configs with it (validate, reproduce) refuses a bad profile once, not in every row.
+void check_calibration(const std::string& calibration, const std::string& named, bool read = false);
 // The system a run sees: the config's system with its calibration profile and what-if overrides applied.
 System resolve_run_system(const RunConfig& config, const Profile* extra = nullptr);
 // `extra` (optional) is applied after the config's own calibration: the fitter's trial parameters.

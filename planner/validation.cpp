@@ -413,6 +413,7 @@ static void fit_unstated_recompute(std::vector<ValidationRow>& rows, const std::
 
 std::vector<ValidationRow> validate_runs(const std::vector<PublishedRun>& runs, const std::string& calibration, int jobs) {
   check_jobs(jobs);
+  check_calibration(calibration, "calibration", true);  // once, not as every row's refusal
   // Map every row (cheap, here), then simulate the expressed ones on the sweep's thread pool: a config hbmsim
   // refuses comes back as the row's error, anything else ends the run.
   std::vector<ValidationRow> rows(runs.size());

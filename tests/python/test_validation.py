@@ -127,3 +127,14 @@ def test_plot_draws_one_point_per_expressed_measured_row_with_band(frame):
     assert f"{len(drawn)} of {len(SUBSET_LINES)} runs drawn" in title
     assert unexpressed == 1 and f"{unexpressed} not expressed" in title
     assert "datasheet figures" in title
+
+
+def test_unknown_calibration_is_refused_once_not_in_every_row():
+    # Neither a file nor a built-in profile: a ValueError naming the value and the built-ins, before any row runs
+    # (it used to come back as all 53 rows refused, and reproduce's as the bare file name).
+    for call in (lambda: hbmsim.validate(calibration="gb200-unfitted"), lambda: hbmsim.reproduce(calibration="gb200-unfitted")):
+        with pytest.raises(ValueError) as err:
+            call()
+        message = str(err.value)
+        assert message.startswith('calibration = "gb200-unfitted"'), message
+        assert "gb200-fitted" in message, message
