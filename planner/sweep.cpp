@@ -110,6 +110,10 @@ std::vector<SweepPoint> expand_sweep(const RunConfig& base, const std::vector<Sw
   std::string shape;
   for (auto& a : axes) {
     if (a.values.empty()) throw InputError("--axis " + a.field + " (no values)");
+    // A field given twice would set each point twice, the later axis winning: rows that repeat one another.
+    for (const SweepAxis* b = axes.data(); b != &a; ++b)
+      if (b->field == a.field)
+        throw InputError("--axis " + a.field + " (given twice; put all its values in one axis: " + a.field + "=v1,v2,...)");
     total *= a.values.size();
     shape += (shape.empty() ? "" : " x ") + std::to_string(a.values.size());
     // Every point (a RunConfig) is held in memory before the sweep runs, and a million simulations already
