@@ -2,10 +2,15 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
+#include <cerrno>
 #include <charconv>
+#include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 
 #include "hwmodels/json_view.hpp"
@@ -47,7 +52,18 @@ constexpr std::size_t kMaxSweepPoints = 1'000'000;
 
 struct Condition {
   std::string field, op, value;
+  bool ordering() const { return op != "==" && op != "!="; }
 };
+
+// The whole text as a finite number ("1x" is not 1); nullopt otherwise.
+std::optional<double> number(const std::string& text) {
+  if (text.empty() || std::isspace(static_cast<unsigned char>(text.front()))) return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(text.c_str(), &end);
+  if (end != text.c_str() + text.size() || errno == ERANGE || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
 
 std::vector<Condition> parse_where(const std::string& where, const std::vector<SweepAxis>& axes) {
   std::vector<Condition> out;
@@ -68,6 +84,9 @@ std::vector<Condition> parse_where(const std::string& where, const std::vector<S
     bool known = false;
     for (auto& a : axes) known = known || a.field == c.field;
     if (!known) throw InputError("--where " + part + " (\"" + c.field + "\" is not an axis)");
+    if (c.value.empty()) throw InputError("--where " + part + " (no value after " + c.op + ")");
+    if (c.ordering() && !number(c.value))
+      throw InputError("--where " + part + " (" + c.op + " compares numbers; \"" + c.value + "\" is not one)");
     out.push_back(c);
   }
   return out;
@@ -76,17 +95,15 @@ std::vector<Condition> parse_where(const std::string& where, const std::vector<S
 bool holds(const Condition& c, const std::string& value) {
   if (c.op == "==") return value == c.value;
   if (c.op == "!=") return value != c.value;
-  double a = 0, b = 0;
-  try {
-    a = std::stod(value);
-    b = std::stod(c.value);
-  } catch (const std::exception&) {
-    throw InputError("--where " + c.field + c.op + c.value + " (needs numbers, got \"" + value + "\")");
-  }
-  if (c.op == "<=") return a <= b;
-  if (c.op == ">=") return a >= b;
-  if (c.op == "<") return a < b;
-  return a > b;
+  const auto a = number(value);
+  if (!a)
+    throw InputError("--where " + c.field + c.op + c.value + " (" + c.op + " compares numbers; the axis value \"" + value +
+                     "\" is not one)");
+  const double b = *number(c.value);  // checked by parse_where
+  if (c.op == "<=") return *a <= b;
+  if (c.op == ">=") return *a >= b;
+  if (c.op == "<") return *a < b;
+  return *a > b;
 }
 
 std::string csv_escape(const std::string& s) {
