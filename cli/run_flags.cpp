@@ -6,6 +6,7 @@
 #include <optional>
 #include <string_view>
 
+#include "cli/commands.hpp"
 #include "hwmodels/catalog.hpp"
 #include "hwmodels/json_view.hpp"
 #include "planner/run_fields.hpp"
@@ -193,6 +194,15 @@ RunConfig resolve_run_flags(const RunFlags& f, const std::set<std::string>& vari
     s.flag_tensors.insert(t.substr(0, eq));
   }
   check_run_config(c, s, varied);
+  // A flag typed for a field the command sets itself (a search's degrees, a sweep's axes) would be dropped without
+  // a word; a config file's fields are not named (a saved run names them all).
+  std::vector<std::string> unused;
+  for (auto& [field, v] : f.values)
+    if (varied.count(field)) unused.push_back(flag_for_field(field) + " " + v + " is not used: this command sets " + field + " itself");
+  for (auto& t : f.tensors)
+    if (auto eq = t.find('='); varied.count("tensor." + t.substr(0, eq)))
+      unused.push_back("--tensor " + t + " is not used: this command sets tensor." + t.substr(0, eq) + " itself");
+  print_warnings(unused);
   return c;
 }
 
