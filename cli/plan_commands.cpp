@@ -37,8 +37,6 @@ std::string in_host(const RunConfig& c) {
   if (c.parameter_offload) s += s.empty() ? "params" : " + params";
   return s.empty() ? "-" : s;
 }
-// The largest per-device batch a run accepts (validate_training): --max-batch above it is refused.
-constexpr std::int64_t kMaxBatch = std::int64_t{1} << 20;
 
 // The CUDA measurement binary: next to hbmsim in the build tree, or on PATH.
 std::string find_calibration_binary() {

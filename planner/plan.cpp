@@ -83,6 +83,8 @@ const Candidate* LargestBatch::answer() const {
 double smallest_batch(const RunConfig& base) { return BatchSteps(base).per_device(1); }
 
 LargestBatch largest_batch(const RunConfig& base, std::int64_t max_batch, bool powers_of_two) {
+  if (max_batch < 1 || max_batch > kMaxBatch)
+    throw InputError("max_batch = " + std::to_string(max_batch) + " (must be in [1, " + std::to_string(kMaxBatch) + "])");
   LargestBatch out;
   const BatchSteps steps(base);
   if (steps.micro_form()) out.field = "micro_batch";

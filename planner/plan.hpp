@@ -35,6 +35,9 @@ struct LargestBatch {
   // The run at the answer (nullptr when nothing fits).
   const Candidate* answer() const;
 };
+// The largest max_batch a search takes: the largest per-device batch a run accepts (workloads/training.cpp).
+constexpr std::int64_t kMaxBatch = std::int64_t{1} << 20;
+// An InputError for max_batch outside [1, kMaxBatch].
 LargestBatch largest_batch(const RunConfig& base, std::int64_t max_batch = 4096, bool powers_of_two = false);
 // The smallest per-device batch `base`'s layout runs: one sequence (or moe_batch_split) per model replica's
 // micro-batch, 1 / tp without pipelining or cp.

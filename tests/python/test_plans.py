@@ -61,6 +61,14 @@ def test_plan_bad_input_raises_value_error():
         hbmsim.plan_break_even(model="llama3.1-8b", policy="qkv_proj_offloaded", tolerance=1.5)
 
 
+def test_largest_batch_refuses_a_max_batch_the_cli_refuses():
+    # The CLI refuses --max-batch outside [1, 2^20]; Python used to answer "max_batch 0 is below the smallest
+    # candidate" for every variant instead.
+    for bad in (0, -5, 2 ** 20 + 1):
+        with pytest.raises(ValueError, match=rf"max_batch = {bad} \(must be in \[1, 1048576\]\)"):
+            hbmsim.plan.largest_batch({"model": "llama3.1-8b", "gpus": 8, "seq": 1024}, max_batch=bad)
+
+
 def test_layout_equals_cli(cli):
     args = ["--model", "llama3.1-8b", "--gpus", "8", "--system", "h100-hgx", "--seq", "2048", "--global-batch", "16",
             "--top", "4", "--policies", "minimal,full"]
