@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <set>
 #include <sstream>
 #include <vector>
 
@@ -78,9 +79,65 @@ std::uintmax_t require_regular_file(const std::string& path, std::uintmax_t max_
   return size;
 }
 
+namespace {
+
+// Where the parser is, as JsonView names paths (a.b[2].c), to name a key an object repeats: nlohmann keeps the last
+// value of a repeated key, so {"batch": 1, "batch": 4} would run batch 4 without a word.
+class KeyTracker {
+ public:
+  explicit KeyTracker(const std::string& origin) : origin_(origin) {}
+
+  bool operator()(int /*depth*/, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    using E = nlohmann::json::parse_event_t;
+    switch (event) {
+      case E::object_start:
+      case E::array_start:
+        element_starts();
+        frames_.push_back(Frame{event == E::object_start, {}, {}, 0});
+        break;
+      case E::object_end:
+      case E::array_end:
+        frames_.pop_back();
+        break;
+      case E::key: {
+        Frame& f = frames_.back();
+        f.key = parsed.get<std::string>();
+        if (!f.keys.insert(f.key).second)
+          throw InputError(origin_ + ": " + path() + " (the key is given twice in one object; only the last value would be read)");
+        break;
+      }
+      case E::value:
+        element_starts();
+        break;
+    }
+    return true;
+  }
+
+ private:
+  struct Frame {
+    bool object;
+    std::set<std::string> keys;
+    std::string key;      // an object's current key
+    std::size_t count;    // an array's elements so far
+  };
+  void element_starts() {
+    if (!frames_.empty() && !frames_.back().object) ++frames_.back().count;
+  }
+  std::string path() const {
+    std::string out;
+    for (const Frame& f : frames_)
+      out += f.object ? (out.empty() ? f.key : "." + f.key) : "[" + std::to_string(f.count - 1) + "]";
+    return out;
+  }
+  const std::string& origin_;
+  std::vector<Frame> frames_;
+};
+
+}  // namespace
+
 nlohmann::json parse_json_text(std::string_view text, const std::string& origin) {
   try {
-    return nlohmann::json::parse(text.begin(), text.end());
+    return nlohmann::json::parse(text.begin(), text.end(), KeyTracker(origin));
   } catch (const nlohmann::json::exception& e) {  // parse errors, and numbers out of range (1e999)
     std::string what = e.what();
     // nlohmann prefixes "[json.exception.parse_error.101] "; keep the human part.
