@@ -73,8 +73,6 @@ void check_dtype(const Sources& s, const std::string& field, const std::string& 
                      (fp32_allowed ? "; expected bf16, fp8, mxfp8, nvfp4 or fp32)" : "; expected bf16, fp8, mxfp8 or nvfp4)"));
 }
 
-void check_calibration(const Sources& s, const std::string& calibration) { hbmsim::check_calibration(calibration, s.name("calibration")); }
-
 // A number flag past a double's range (--hbm-bytes 1e400) is out of range, not "not a number".
 void check_number_range(const std::string& field, const std::string& text) {
   if (!find_what_if(field) && field != "memory_limit_slop") return;
@@ -97,7 +95,7 @@ void check_run_config(const RunConfig& c, const Sources& s, const std::set<std::
   if (fixed("system")) attributed(s, {"system"}, [&] { return resolve_system(c.system); });
   std::optional<System> run_system;  // the system as the run sees it, profile applied
   if (fixed("calibration")) {
-    check_calibration(s, c.calibration);
+    check_calibration(c.calibration, s.name("calibration"));
     if (fixed("system")) run_system = attributed(s, {"calibration"}, [&] { return resolve_run_system(c); });
   }
   std::optional<ModelSpec> model;

@@ -64,7 +64,7 @@ void register_validate_command(CLI::App& app) {
   cmd->callback([=] {
     if (*json + *csv + *markdown > 1) throw InputError("--json, --csv and --markdown (give at most one)");
     const std::string origin = published_runs_origin(*runs);
-    check_calibration(*calibration, "--calibration", true);
+    check_calibration(*calibration, "--calibration");  // named as the flag; the run reads the file
     auto rows = validate_runs(select_rows(load_published_runs(*runs), *rows_wanted), *calibration, *jobs);
     auto summary = summarize_validation(rows);
     if (*json) std::cout << dump_json(validation_json(rows, summary, *calibration, origin), 2) << "\n";

@@ -2,11 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cctype>
-#include <cerrno>
 #include <charconv>
-#include <cmath>
-#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -14,6 +10,7 @@
 #include <sstream>
 
 #include "hwmodels/json_view.hpp"
+#include "planner/run_fields.hpp"
 #include "planner/worker_pool.hpp"
 
 namespace hbmsim {
@@ -55,14 +52,13 @@ struct Condition {
   bool ordering() const { return op != "==" && op != "!="; }
 };
 
-// The whole text as a finite number ("1x" is not 1); nullopt otherwise.
+// The whole text as a finite number ("1x" is not 1), read as a flag's number is; nullopt otherwise.
 std::optional<double> number(const std::string& text) {
-  if (text.empty() || std::isspace(static_cast<unsigned char>(text.front()))) return std::nullopt;
-  char* end = nullptr;
-  errno = 0;
-  const double v = std::strtod(text.c_str(), &end);
-  if (end != text.c_str() + text.size() || errno == ERANGE || !std::isfinite(v)) return std::nullopt;
-  return v;
+  try {
+    return parse_double_text(text, "");
+  } catch (const InputError&) {
+    return std::nullopt;
+  }
 }
 
 std::vector<Condition> parse_where(const std::string& where, const std::vector<SweepAxis>& axes) {
