@@ -296,18 +296,23 @@ py::dict plan_break_even(const py::object& config, double tolerance) {
   return to_py(j);
 }
 
-py::dict plan_layout(const py::object& config, std::size_t top, const std::vector<std::string>& policies,
-                     const std::vector<std::int64_t>& micro_batches, bool prune, int jobs, bool state_offload) {
-  auto base = config_from_py(config, "config");
+hbmsim::LayoutSearchOptions layout_options(std::size_t top, const std::vector<std::string>& policies,
+                                           const std::vector<std::int64_t>& micro_batches, int jobs) {
   hbmsim::LayoutSearchOptions o;
   o.top = top;
   o.jobs = jobs;
-  o.prune = prune;
-  o.state_offload = state_offload;
   if (!policies.empty()) o.policies = policies;
   if (!micro_batches.empty()) o.micro_batches = micro_batches;
-  for (auto m : o.micro_batches)
-    if (m < 1) throw hbmsim::InputError("micro_batches " + std::to_string(m) + " (must be at least 1)");
+  hbmsim::check_layout_options(o, {"top", "jobs", "policies", "micro_batches"});
+  return o;
+}
+
+py::dict plan_layout(const py::object& config, std::size_t top, const std::vector<std::string>& policies,
+                     const std::vector<std::int64_t>& micro_batches, bool prune, int jobs, bool state_offload) {
+  auto base = config_from_py(config, "config");
+  hbmsim::LayoutSearchOptions o = layout_options(top, policies, micro_batches, jobs);
+  o.prune = prune;
+  o.state_offload = state_offload;
   for (const auto& p : o.policies) (void)hbmsim::make_policy(p);
   json j;
   {
@@ -414,6 +419,10 @@ PYBIND11_MODULE(_hbmsim, m) {
     const hbmsim::LayoutSearchOptions o;
     return to_py(json{{"policies", hbmsim::default_layout_policies(config_from_py(config, "config"))}, {"micro_batches", o.micro_batches}});
   }, py::arg("config"), "The policies (they follow the config's framework) and micro-batches plan_layout searches by default.");
+  m.def("check_layout_options", [](std::size_t top, const std::vector<std::string>& policies, const std::vector<std::int64_t>& micro_batches,
+                                   int jobs) { (void)layout_options(top, policies, micro_batches, jobs); },
+        py::arg("top"), py::arg("policies"), py::arg("micro_batches"), py::arg("jobs"),
+        "Refuses plan_layout options no search can use (top 0, jobs < 1, a micro-batch < 1, a policy or micro-batch given twice).");
   m.def("plan_layout", &plan_layout, py::arg("config"), py::arg("top") = 10, py::arg("policies") = std::vector<std::string>{},
         py::arg("micro_batches") = std::vector<std::int64_t>{}, py::arg("prune") = true, py::arg("jobs") = 1, py::arg("state_offload") = true,
         "Fastest parallel layout, micro-batch and policy at the config's global batch, as `plan layout --json`.");

@@ -242,10 +242,10 @@ void register_plan(CLI::App& app) {
       for (auto& v : *variants)
         for (auto& setting : split_variant(v).settings) varied.insert(setting.first);
       auto base = resolve_run_flags(*flags, varied);
-      announce_run(base, !*json, "base run (each variant sets its own fields and the batch searched):");
       std::vector<std::pair<std::string, RunConfig>> vs;
       for (auto& v : *variants) vs.push_back(parse_variant(base, v));
       if (vs.empty()) vs = default_variants(base);
+      announce_run(base, !*json, "base run (each variant sets its own fields and the batch searched):");
       auto arr = nlohmann::json::array();
       // The search steps the base's own batch field: the per-device batch, or Megatron's micro-batch.
       const bool micro_form = base.micro_batch > 0;
@@ -306,12 +306,15 @@ void register_plan(CLI::App& app) {
     cmd->callback([=] {
       check_jobs(*jobs);
       if (!batches->empty()) {
-        for (double b : *batches)
-          if (!(b > 0)) throw InputError("--batches " + format_number(b) + " (must be > 0)");
+        for (auto b = batches->begin(); b != batches->end(); ++b) {
+          if (!(*b > 0)) throw InputError("--batches " + format_number(*b) + " (must be > 0)");
+          if (std::find(batches->begin(), b, *b) != b) throw InputError("--batches " + format_number(*b) + " (given twice)");
+        }
         auto base = resolve_run_flags(*flags, {"batch"});
         if (base.micro_batch > 0)
           throw InputError("--batches (per-device batches, MaxText's form) with micro_batch = " + std::to_string(base.micro_batch) +
                            " (Megatron's form): give one of the two; plan largest-batch searches micro-batches");
+        if (!names->empty()) check_policy_names(base, *names);
         announce_run(base, !*json, "base run (the search sets the batch and replaces the policy):");
         auto ns = names->empty() ? default_search_names(base) : *names;
         auto arr = nlohmann::json::array();
@@ -348,6 +351,7 @@ void register_plan(CLI::App& app) {
         return;
       }
       auto base = resolve_run_flags(*flags);  // checks --policy too, which the search replaces (custom)
+      if (!names->empty()) check_policy_names(base, *names);
       announce_run(base, !*json, "base run (the search replaces the policy):");
       auto ns = names->empty() ? default_search_names(base) : *names;
       auto res = best_policy(base, ns, *jobs);
@@ -453,8 +457,6 @@ void register_plan(CLI::App& app) {
         "  hbmsim plan layout --model llama3.1-70b --gpus 64 --global-batch 256 --seq 8192 --weights fp8 --top 5");
     cmd->callback([=] {
       const bool show = progress_wanted(*progress);
-      for (auto m : *mbs)
-        if (m < 1) throw InputError("--micro-batches " + std::to_string(m) + " (must be at least 1)");
       auto base = resolve_run_flags(*flags, {"tp", "cp", "pp", "vp", "ep", "fsdp", "dp", "batch", "micro_batch", "grad_accum",
                                              "sharded_optimizer", "policy", "microbatches"});
       for (auto& p : *policies) (void)with_layout_policy(base, p, resolve_model(base.model));
@@ -465,6 +467,7 @@ void register_plan(CLI::App& app) {
       o.state_offload = !*no_state_offload;
       if (!policies->empty()) o.policies = *policies;
       if (!mbs->empty()) o.micro_batches = *mbs;
+      check_layout_options(o);
       const auto start = std::chrono::steady_clock::now();
       if (show)
         o.progress = [start](std::size_t done, std::size_t total) {

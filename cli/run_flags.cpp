@@ -131,6 +131,7 @@ void check_run_config(const RunConfig& c, const Sources& s, const std::set<std::
                  check_expert_tp(c, *model);
                  TrainingSpec t = training_shape(c);
                  validate_training(t, *model);
+                 if (tensors_fixed && !c.tensors.empty()) check_override_tensors(c.tensors, build_step_graph(*model, t));
                  return 0;
                });
   }
@@ -188,8 +189,9 @@ RunConfig resolve_run_flags(const RunFlags& f, const std::set<std::string>& vari
   for (auto& t : f.tensors) {
     auto eq = t.find('=');
     if (eq == std::string::npos || eq == 0) throw InputError("--tensor " + t + " (expected NAME=device|remat|offload)");
+    if (!s.flag_tensors.insert(t.substr(0, eq)).second)
+      throw InputError("--tensor " + t + " (" + t.substr(0, eq) + " is given twice; only the last placement would be read)");
     c.tensors[t.substr(0, eq)] = t.substr(eq + 1);
-    s.flag_tensors.insert(t.substr(0, eq));
   }
   check_run_config(c, s, varied);
   // A flag typed for a field the command sets itself (a search's degrees, a sweep's axes) would be dropped without

@@ -287,9 +287,19 @@ std::string limiting_resource(const StepReport& r) {
   return out;
 }
 
+void check_layout_options(const LayoutSearchOptions& o, const LayoutOptionNames& names) {
+  check_jobs(o.jobs, names.jobs);
+  if (o.top == 0) throw InputError(names.top + " = 0 (must be at least 1)");
+  for (auto m = o.micro_batches.begin(); m != o.micro_batches.end(); ++m) {
+    if (*m < 1) throw InputError(names.micro_batches + " " + std::to_string(*m) + " (must be at least 1)");
+    if (std::find(o.micro_batches.begin(), m, *m) != m) throw InputError(names.micro_batches + " " + std::to_string(*m) + " (given twice)");
+  }
+  for (auto p = o.policies.begin(); p != o.policies.end(); ++p)
+    if (std::find(o.policies.begin(), p, *p) != p) throw InputError(names.policies + " " + *p + " (given twice)");
+}
+
 LayoutSearch search_layouts(const RunConfig& base, const LayoutSearchOptions& o) {
-  check_jobs(o.jobs);
-  if (o.top == 0) throw InputError("--top = 0 (must be at least 1)");
+  check_layout_options(o);
   LayoutSearch out;
   out.global_batch = search_global_batch(base);
   const std::vector<RunConfig> all = layout_candidates(base, o);

@@ -81,6 +81,13 @@ double hbm_lower_bound_bytes(const PreparedRun& run);
 // "compute" when waits are under 5% of the step; HBM over 95% full is added.
 std::string limiting_resource(const StepReport& report);
 
+// How the caller's user names the options in messages: the CLI's flags, or Python's keywords.
+struct LayoutOptionNames {
+  std::string top = "--top", jobs = "--jobs", policies = "--policies", micro_batches = "--micro-batches";
+};
+// Refuses options no search can use: top 0, jobs below 1, a micro-batch below 1, and a policy or micro-batch
+// given twice (its layouts would be simulated and listed twice).
+void check_layout_options(const LayoutSearchOptions& options, const LayoutOptionNames& names = {});
 LayoutSearch search_layouts(const RunConfig& base, const LayoutSearchOptions& options);
 
 }  // namespace hbmsim

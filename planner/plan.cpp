@@ -165,6 +165,9 @@ std::pair<std::string, RunConfig> parse_variant(const RunConfig& base, const std
 std::vector<std::pair<std::string, RunConfig>> default_variants(const RunConfig& base) {
   std::vector<std::pair<std::string, RunConfig>> out;
   if (!base.tensors.empty()) {
+    std::vector<std::string> names;
+    for (const auto& [name, where] : base.tensors) names.push_back(name);
+    check_search_names(base, names, "--tensor");
     for (auto where : {"device", "remat", "offload"}) {
       RunConfig c = base;
       for (auto& [name, value] : c.tensors) value = where;
@@ -296,11 +299,26 @@ const Candidate* best_stage_presets(const RunConfig& base, Evaluator& ev) {
 
 }  // namespace
 
-PolicySearch best_policy(const RunConfig& base, const std::vector<std::string>& names, int jobs,
-                         std::size_t exhaustive_limit) {
+void check_search_names(const RunConfig& base, const std::vector<std::string>& names, const std::string& flag) {
+  for (auto n = names.begin(); n != names.end(); ++n)
+    if (std::find(names.begin(), n, *n) != n) throw InputError(flag + " " + *n + " (given twice)");
+  RunConfig c = BatchSteps(base).config(1);  // the batch and the placements change no layer's tensors
+  c.tensors.clear();
+  const StepGraph graph = prepare_run(c).graph;
+  for (const auto& n : names)
+    if (const std::string why = missing_tensor(graph, n); !why.empty()) throw InputError(flag + " " + n + " (" + why + ")");
+}
+
+void check_policy_names(const RunConfig& base, const std::vector<std::string>& names) {
   for (auto& n : names)
     if (!is_checkpoint_name(n) || n == "decoder_layer_input")
       throw InputError("--names " + n + " (not a checkpoint name a policy can place)");
+  check_search_names(base, names, "--names");
+}
+
+PolicySearch best_policy(const RunConfig& base, const std::vector<std::string>& names, int jobs,
+                         std::size_t exhaustive_limit) {
+  check_policy_names(base, names);
   PolicySearch out;
   Evaluator ev{jobs, {}, {}};
   static const char* places[] = {"remat", "device", "offload"};
@@ -406,15 +424,16 @@ bool offloads_any(const RunConfig& c) { return prepare_run(c).policy.offloads_an
 // The config with every offloaded checkpoint name placed `instead` (device or remat), as a custom policy.
 RunConfig offload_as(const RunConfig& c, Placement instead) {
   const Policy policy = make_policy(c.policy, c.tensors);
+  const StepGraph graph = prepare_run(c).graph;  // a preset's names the model has no tensor for are left out
   RunConfig out = c;
   out.policy = "custom";
   out.tensors.clear();
   for (const auto& name : checkpoint_names()) {
     const Placement p = policy.placement(name);
-    out.tensors[name] = to_string(p == Placement::offload ? instead : p);
+    if (missing_tensor(graph, name).empty()) out.tensors[name] = to_string(p == Placement::offload ? instead : p);
   }
   for (const auto& [key, p] : policy.placements)  // NAME@kind: that kind of layer's own placement
-    if (key.find('@') != std::string::npos && is_checkpoint_name(split_tensor_key(key).name))
+    if (key.find('@') != std::string::npos && is_checkpoint_name(split_tensor_key(key).name) && missing_tensor(graph, key).empty())
       out.tensors[key] = to_string(p == Placement::offload ? instead : p);
   return out;
 }

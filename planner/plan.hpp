@@ -66,6 +66,11 @@ struct PolicySearch {
   bool found = false;
 };
 std::vector<std::string> default_search_names(const RunConfig& base);
+// Refuses search names (given as `flag`: "--names", "--tensor") listed twice, or that no layer of the base run
+// makes: a search would place the same tensor twice, or nothing.
+void check_search_names(const RunConfig& base, const std::vector<std::string>& names, const std::string& flag);
+// best_policy's names (--names): checkpoint names a policy can place, as check_search_names asks.
+void check_policy_names(const RunConfig& base, const std::vector<std::string>& names);
 PolicySearch best_policy(const RunConfig& base, const std::vector<std::string>& names, int jobs = 1,
                          std::size_t exhaustive_limit = 729);
 

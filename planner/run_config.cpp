@@ -291,8 +291,35 @@ TrainingSpec training_shape(const RunConfig& c) {
   return t;
 }
 
+std::string missing_tensor(const StepGraph& g, const std::string& key) {
+  const TensorKey k = split_tensor_key(key);
+  auto of_kind = [&](const LayerTemplate& t) { return k.kind.empty() || t.kind == k.kind; };
+  auto makes = [&](const LayerTemplate& t) { return of_kind(t) && t.find_tensor(k.name) >= 0; };
+  if (std::any_of(g.templates.begin(), g.templates.end(), makes)) return "";
+  if (std::none_of(g.templates.begin(), g.templates.end(), of_kind)) return g.model.name + " has no " + k.kind + " layers";
+  std::vector<std::string> names;  // what a policy could name instead, in layer order
+  for (const LayerTemplate& t : g.templates)
+    if (of_kind(t))
+      for (const TensorDef& d : t.tensors)
+        if ((is_checkpoint_name(d.name) || is_module_tensor_name(d.name)) && std::find(names.begin(), names.end(), d.name) == names.end())
+          names.push_back(d.name);
+  std::string list;
+  for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+  return g.model.name + "'s " + (k.kind.empty() ? "" : k.kind + " ") + "layers have no tensor " + k.name + "; they have " + list;
+}
+
+// Keeping or offloading a tensor the model's layers never make would change nothing (Llama's attention saves
+// query_proj, key_proj and value_proj, never qkv_proj). Remat of it is what happens anyway, so a policy written
+// for several models may say it.
+void check_override_tensors(const std::map<std::string, std::string>& tensors, const StepGraph& g) {
+  for (const auto& [key, value] : tensors)
+    if (value != "remat")
+      if (const std::string why = missing_tensor(g, key); !why.empty()) throw InputError("tensors." + key + " = " + quote(value) + " (" + why + ")");
+}
+
 Policy resolve_policy(const RunConfig& c, const StepGraph& g) {
   Policy p = make_stage_policy(c.policy, c.stage_policies, c.tensors, g.training.parallelism.pp);
+  check_override_tensors(c.tensors, g);
   add_layer_policies(p, c.layer_policies, c.tensors, g.model.stack_layers());
   add_offload_layers(p, c.offload_layers, g.model.stack_layers());
   add_recompute_layers(p, c.recompute_layers, g.chunks);

@@ -143,6 +143,11 @@ PreparedRun prepare_run(const RunConfig& config, const Profile* extra = nullptr)
 // A GEMM dtype the system's GPU has no tensor cores for (nvfp4 on Hopper) is bad input, not a silent fallback;
 // the message starts with the field ("weights = nvfp4 (...)").
 void check_gpu_dtype(const System& system, const std::string& field, Dtype dtype);
+// Why no layer of the graph makes the tensor NAME (of that kind of layer with NAME@KIND), naming the ones they
+// make; empty when one does.
+std::string missing_tensor(const StepGraph& graph, const std::string& key);
+// Refuses keeping or offloading (tensors.NAME[@KIND] = device or offload) a tensor the graph's layers never make.
+void check_override_tensors(const std::map<std::string, std::string>& tensors, const StepGraph& graph);
 // The config's policy for that step: its preset, stage policies and layer rules (errors name the field).
 Policy resolve_policy(const RunConfig& config, const StepGraph& graph);
 // Megatron's MoE parallel folding: experts whole over an expert group of ep GPUs that spans tp and cp

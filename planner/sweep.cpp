@@ -127,6 +127,9 @@ std::vector<SweepPoint> expand_sweep(const RunConfig& base, const std::vector<Sw
     for (const SweepAxis* b = axes.data(); b != &a; ++b)
       if (b->field == a.field)
         throw InputError("--axis " + a.field + " (given twice; put all its values in one axis: " + a.field + "=v1,v2,...)");
+    for (auto v = a.values.begin(); v != a.values.end(); ++v)
+      if (std::find(a.values.begin(), v, *v) != v)
+        throw InputError("--axis " + a.field + "=" + *v + " (the value is given twice: its points would run twice)");
     total *= a.values.size();
     shape += (shape.empty() ? "" : " x ") + std::to_string(a.values.size());
     // Every point (a RunConfig) is held in memory before the sweep runs, and a million simulations already

@@ -492,10 +492,13 @@ TEST_CASE("plan layout prints the top list and the settings, says when nothing f
   auto none = test::cli("plan layout --model llama3.1-405b --gpus 8 --system h100-hgx --seq 4096 --policies full --progress off");
   CHECK(none.status == 0);
   CHECK_THAT(none.out, Catch::Contains("nothing fits"));
-  for (const std::string bad : {"--top 0", "--micro-batches 0", "--policies bogus", "--jobs 0", "--progress maybe"}) {
+  // Refused before the search's header is printed; a policy or micro-batch twice would list its layouts twice.
+  for (const std::string bad : {"--top 0", "--micro-batches 0", "--policies bogus", "--jobs 0", "--progress maybe",
+                                "--policies full,full", "--micro-batches 2,1,2"}) {
     auto b = test::cli("plan layout --model llama3.1-8b --gpus 8 " + bad);
     INFO(bad << ": " << b.err);
     CHECK(b.status == 2);
+    CHECK(b.out.empty());
   }
 }
 

@@ -259,7 +259,6 @@ TEST_CASE("the fitter recovers parameters from runs generated with them", "[plan
   // Deterministic: the same fit again gives the same numbers.
   auto again = fit_parameters(runs, ps, o);
   CHECK(again.parameters == res.parameters);
-}
 
 TEST_CASE("MaxText metrics logs become measured runs (median after warm-up)", "[planner][fit]") {
   auto dir = test::temp_dir();
@@ -497,6 +496,51 @@ TEST_CASE("break-even compares with the tensors on device when that fits", "[pla
   auto be = break_even_bandwidth(c, 0.01, 1e9, 4e12);
   CHECK(be.reference == "the same tensors on device");
   CHECK(be.reference_tflops == Approx(dev.tflops_per_device).epsilon(1e-12));
+  // The reference names only tensors Llama's layers make (the preset also names the fused qkv_proj, which they
+  // do not), so the config it prints runs as it stands.
+  CHECK(be.reference_config.tensors.count("qkv_proj") == 0);
+  CHECK(be.reference_config.tensors.at("query_proj") == "device");
+  CHECK_NOTHROW(prepare_run(be.reference_config));
+}
+
+TEST_CASE("a tensor the model's layers never make can be rematerialized, not kept or offloaded", "[planner][policy]") {
+  // Llama's attention saves query_proj, key_proj and value_proj; qkv_proj is the fused name other models use.
+  RunConfig c;
+  c.model = "llama3.1-8b";
+  c.policy = "custom";
+  c.tensors = {{"qkv_proj", "remat"}};  // what happens to it anyway: a policy written for several models may say so
+  CHECK_NOTHROW(prepare_run(c));
+  for (const char* where : {"device", "offload"}) {
+    c.tensors = {{"qkv_proj", where}};
+    CHECK_THROWS_WITH(prepare_run(c), Catch::Contains("tensors.qkv_proj = \"" + std::string(where) + "\" (Llama 3.1 8B's layers have no tensor qkv_proj") &&
+                                          Catch::Contains("query_proj, key_proj, value_proj"));
+  }
+  // A kind of layer the model does not have; and one it has (DeepSeek-V3's MoE layers make moe_mlpwi_0).
+  c.tensors = {{"mlpwi_0@moe", "device"}};
+  CHECK_THROWS_WITH(prepare_run(c), Catch::Contains("Llama 3.1 8B has no moe layers"));
+  RunConfig moe;
+  moe.model = "deepseek-v3-671b";
+  moe.gpus = 64;
+  moe.ep = 8;
+  moe.policy = "custom";
+  moe.tensors = {{"moe_mlpwi_0@moe", "offload"}};
+  CHECK_NOTHROW(prepare_run(moe));
+  moe.tensors = {{"moe_mlpwi_0@dense", "offload"}};
+  CHECK_THROWS_WITH(prepare_run(moe), Catch::Contains("DeepSeek-V3 671B's dense layers have no tensor moe_mlpwi_0"));
+  // The searches refuse such a name, or one given twice, before anything runs.
+  RunConfig base;
+  base.model = "llama3.1-8b";
+  CHECK_THROWS_WITH(check_policy_names(base, {"qkv_proj"}), Catch::StartsWith("--names qkv_proj (Llama 3.1 8B's layers have no tensor"));
+  CHECK_THROWS_WITH(check_policy_names(base, {"query_proj", "context", "query_proj"}), Catch::Equals("--names query_proj (given twice)"));
+  CHECK_NOTHROW(check_policy_names(base, {"query_proj", "context"}));
+  base.tensors = {{"qkv_proj", "offload"}};
+  CHECK_THROWS_WITH(default_variants(base), Catch::StartsWith("--tensor qkv_proj (Llama 3.1 8B's layers have no tensor"));
+  for (const std::string cmd : {"plan best-policy --batch 1 --names qkv_proj", "plan largest-batch --tensor qkv_proj=offload"}) {
+    auto r = test::cli(cmd + " --model llama3.1-8b");
+    INFO(cmd << ": " << r.err);
+    CHECK(r.status == 2);
+    CHECK(r.out.empty());  // the base run is not described before it is refused
+  }
 }
 
 TEST_CASE("largest-batch says why it stopped: the first batch that does not fit and what it ran out of", "[planner][plan]") {

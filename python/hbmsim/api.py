@@ -479,10 +479,13 @@ def plan_best_policy(config: Mapping[str, Any] | str | os.PathLike | None = None
     base = _config_with(config, fields)[0]
     if not batches:
         return _hbmsim.plan_best_policy(base, list(names), jobs)
-    out = []
-    for b in batches:
+    for i, b in enumerate(batches):  # all checked before the first search runs
         if not b > 0:
             raise ValueError(f"batches {b} (must be > 0)")
+        if b in batches[:i]:
+            raise ValueError(f"batches {b} (given twice)")
+    out = []
+    for b in batches:
         r = _hbmsim.plan_best_policy({**base, "batch": b}, list(names), jobs)
         r["batch"] = b
         out.append(r)
@@ -544,6 +547,7 @@ def plan_layout(config: Mapping[str, Any] | str | os.PathLike | None = None, *, 
     share (``jobs`` threads each), merged into the same top list (the counts add up; each share prunes against
     its own top list, so more candidates are simulated in all than by one search)."""
     doc = _config_with(config, fields)[0]
+    _hbmsim.check_layout_options(top, list(policies), [int(m) for m in micro_batches], jobs)  # before any task is sent
     if client is None:
         r = _hbmsim.plan_layout(doc, top, list(policies), [int(m) for m in micro_batches], prune, jobs, state_offload)
     else:

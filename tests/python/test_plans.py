@@ -87,6 +87,11 @@ def test_layout_equals_cli(cli):
     assert len(none) == 0 and "nothing fits" in none.attrs["none_fit"]
     with pytest.raises(ValueError, match="micro_batches 0"):
         hbmsim.plan_layout(model="llama3.1-8b", micro_batches=[0])
+    # A policy or micro-batch given twice would list its layouts twice: refused before anything runs.
+    with pytest.raises(ValueError, match=r"micro_batches 2 \(given twice\)"):
+        hbmsim.plan_layout(model="llama3.1-8b", micro_batches=[2, 1, 2])
+    with pytest.raises(ValueError, match=r"policies full \(given twice\)"):
+        hbmsim.plan_layout(model="llama3.1-8b", policies=["full", "full"])
 
 
 def test_layout_default_policies_follow_the_framework(cli):
