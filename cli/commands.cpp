@@ -203,7 +203,8 @@ void register_commands(CLI::App& app) {
       auto run = prepare_run(resolve_run_flags(*flags));
       const auto& g = run.graph;
       if (*layer < 0 || *layer >= g.model.num_layers)
-        throw InputError("--layer = " + std::to_string(*layer) + " (model has " + std::to_string(g.model.num_layers) + " layers)");
+        throw InputError("--layer = " + std::to_string(*layer) + " (model has " + std::to_string(g.model.num_layers) +
+                         " layers, numbered from 0: expected 0 to " + std::to_string(g.model.num_layers - 1) + ")");
       const auto& t = g.layer(*layer);
       std::size_t stage = 0;
       for (const auto& c : g.chunks)

@@ -105,7 +105,7 @@ void register_calibrate(CLI::App& app) {
     cmd->add_flag("--corpus", *corpus, "Also fit the validation corpus's measured rows (tokens/s per GPU, as hbmsim validate expresses them)");
     cmd->add_option("--corpus-runs", *corpus_runs, "The corpus (published_runs.csv columns; default the built-in one); implies --corpus");
     cmd->add_flag("--leave-one-source-out", *loso, "Also predict each source's runs from a fit without that source");
-    cmd->add_option("--max-evaluations", *max_evals, "Evaluations per fit (each simulates every run once)");
+    cmd->add_option("--max-evaluations", *max_evals, "Evaluations per fit (each simulates every run once; the starting simplex takes the parameters + 1 whatever this says)");
     cmd->add_option("--parameters", *params, "Parameter list with bounds (default data/fit/parameters.json; with --corpus, data/fit/corpus_parameters.json)");
     cmd->add_option("-o,--out", *out, "Write the fitted profile here");
     cmd->add_option("--name", *name, "Profile name");

@@ -208,6 +208,8 @@ struct Objective {
   }
 };
 
+// The starting simplex takes n + 1 evaluations whatever the budget; after it no step evaluates past max_evals
+// (a step cut short keeps what it evaluated).
 std::vector<double> nelder_mead(Objective& f, std::vector<double> x0, int max_evals) {
   const std::size_t n = x0.size();
   std::vector<std::vector<double>> s(n + 1, x0);
@@ -219,7 +221,8 @@ std::vector<double> nelder_mead(Objective& f, std::vector<double> x0, int max_ev
     for (std::size_t k = 0; k < n; ++k) r[k] = c[k] + t * (w[k] - c[k]);
     return r;
   };
-  while (f.evaluations < max_evals) {
+  auto budget_left = [&] { return f.evaluations < max_evals; };
+  while (budget_left()) {
     std::vector<std::size_t> idx(n + 1);
     std::iota(idx.begin(), idx.end(), 0);
     std::stable_sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) { return fv[a] < fv[b]; });
@@ -238,6 +241,11 @@ std::vector<double> nelder_mead(Objective& f, std::vector<double> x0, int max_ev
     auto xr = at(c, s[n], -1.0);
     double fr = f(xr);
     if (fr < fv[0]) {
+      if (!budget_left()) {
+        s[n] = xr;
+        fv[n] = fr;
+        break;
+      }
       auto xe = at(c, s[n], -2.0);
       double fe = f(xe);
       if (fe < fr) { s[n] = xe; fv[n] = fe; } else { s[n] = xr; fv[n] = fr; }
@@ -245,13 +253,14 @@ std::vector<double> nelder_mead(Objective& f, std::vector<double> x0, int max_ev
       s[n] = xr;
       fv[n] = fr;
     } else {
+      if (!budget_left()) break;
       auto xc = fr < fv[n] ? at(c, s[n], -0.5) : at(c, s[n], 0.5);
       double fc = f(xc);
       if (fc < std::min(fr, fv[n])) {
         s[n] = xc;
         fv[n] = fc;
       } else {
-        for (std::size_t i = 1; i <= n; ++i) {
+        for (std::size_t i = 1; i <= n && budget_left(); ++i) {
           s[i] = at(s[0], s[i], 0.5);
           fv[i] = f(s[i]);
         }

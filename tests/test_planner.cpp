@@ -259,6 +259,15 @@ TEST_CASE("the fitter recovers parameters from runs generated with them", "[plan
   // Deterministic: the same fit again gives the same numbers.
   auto again = fit_parameters(runs, ps, o);
   CHECK(again.parameters == res.parameters);
+  // A budget is kept: after the starting simplex (parameters + 1 = 4 evaluations) no step runs past it, whichever
+  // step (reflection, expansion, contraction, shrink) reaches it.
+  for (int budget = 4; budget <= 16; ++budget) {
+    FitOptions capped;
+    capped.max_evaluations = budget;
+    INFO("budget " << budget);
+    CHECK(fit_parameters(runs, ps, capped).evaluations == budget);
+  }
+}
 
 TEST_CASE("MaxText metrics logs become measured runs (median after warm-up)", "[planner][fit]") {
   auto dir = test::temp_dir();
