@@ -244,6 +244,7 @@ void register_commands(CLI::App& app) {
                   "ones (same results)");
     cmd->callback([flags, json, trace, every_event, top] {
       if (*top < 0) throw InputError("--peak-buffers = " + std::to_string(*top) + " (must be 0 or more)");
+      if (!trace->empty()) check_writable(*trace);
       auto res = simulate_resolved(resolve_run_flags(*flags), !trace->empty() || *top > 0, !*every_event);
       print_warnings(res.warnings);
       if (!trace->empty()) write_file_atomically(*trace, res.report.trace);

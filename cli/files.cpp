@@ -1,5 +1,7 @@
 #include "cli/files.hpp"
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -8,18 +10,46 @@
 
 namespace hbmsim::cli {
 
+namespace {
+
+std::string why_not(const std::error_code& ec) { return ec ? " (" + ec.message() + ")" : ""; }
+
+}  // namespace
+
+void check_writable(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw InputError(path + ": is a directory (expected a file path)");
+  // The temporary file the write goes through, created and removed: its directory exists and takes files.
+  const std::string tmp = path + ".tmp";
+  const bool existed = std::filesystem::exists(tmp, ec);
+  {
+    std::ofstream probe(tmp, std::ios::binary | std::ios::app);
+    if (!probe) throw InputError(path + ": cannot be written (" + std::strerror(errno) + ")");
+  }
+  if (!existed) std::filesystem::remove(tmp, ec);
+}
+
 void write_file_atomically(const std::string& path, const std::string& text) {
-  std::string tmp = path + ".tmp";
+  check_writable(path);
+  const std::string tmp = path + ".tmp";
+  std::error_code ec;
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw InputError(path + ": cannot be written");
+    if (!out) throw InputError(path + ": cannot be written (" + std::strerror(errno) + ")");
     out << text;
     out.flush();
-    if (!out) throw InputError(path + ": write failed");
+    if (!out) {
+      out.close();
+      std::filesystem::remove(tmp, ec);
+      throw InputError(path + ": write failed");
+    }
   }
-  std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
-  if (ec) throw InputError(path + ": rename failed (" + ec.message() + ")");
+  if (ec) {
+    const std::string why = why_not(ec);
+    std::filesystem::remove(tmp, ec);  // nothing half-done left beside it
+    throw InputError(path + ": cannot be replaced" + why);
+  }
 }
 
 void truncate_to_last_newline(const std::string& path) {

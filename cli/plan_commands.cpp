@@ -64,6 +64,8 @@ void register_calibrate(CLI::App& app) {
     cmd->add_option("--raw", *raw, "Raw measurements JSON to write");
     cmd->add_flag("--quick", *quick, "Fewer sizes and repeats");
     cmd->callback([=] {
+      check_writable(*out);  // before minutes of measurement
+      if (!raw->empty()) check_writable(*raw);
       std::vector<std::string> args = {find_calibration_binary(), "-o", *out};
       if (!raw->empty()) args.insert(args.end(), {"--raw", *raw});
       if (*quick) args.push_back("--quick");
@@ -114,6 +116,7 @@ void register_calibrate(CLI::App& app) {
     cmd->add_option("--jobs", *jobs, "Threads for the simulations of one evaluation");
     cmd->callback([=] {
       check_jobs(*jobs);
+      if (!out->empty()) check_writable(*out);  // before the fit (a corpus fit runs for many minutes)
       std::vector<MeasuredRun> measured;
       if (!*no_seed) measured = measured_from_reference(load_reference_runs(*runs, *configs));
       for (auto& spec : *logs) {

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <stdexcept>
 
 #include "hwmodels/builtin.hpp"
@@ -141,20 +139,6 @@ nlohmann::json Profile::to_json() const {
   if (!e.empty()) j["efficiency"] = e;
   if (!parameters.empty()) j["parameters"] = parameters;
   return j;
-}
-
-void save_profile_file(const Profile& profile, const std::string& path) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw InputError(path + ": cannot be written");
-    out << dump_json(profile.to_json(), 2) << "\n";
-    out.flush();
-    if (!out) throw InputError(path + ": write failed");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) throw InputError(path + ": rename failed (" + ec.message() + ")");
 }
 
 System apply_profile(System s, const Profile& p) {

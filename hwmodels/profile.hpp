@@ -37,8 +37,6 @@ ParameterKey parse_parameter_key(const std::string& key);
 
 Profile load_profile(const nlohmann::json& doc, const std::string& origin);
 Profile load_profile_file(const std::string& path);
-// Writes to PATH.tmp then renames, so a reader never sees half a profile.
-void save_profile_file(const Profile& profile, const std::string& path);
 
 // Measured values replace datasheet ones; fitted parameters then scale what they name.
 System apply_profile(System system, const Profile& profile);

@@ -213,7 +213,7 @@ TEST_CASE("halving the measured H2D bandwidth in a profile lengthens an exposed 
     p.name = name;
     p.h2d_bytes_per_s = h2d;
     auto path = (dir / (name + ".json")).string();
-    save_profile_file(p, path);
+    test::write(path, dump_json(p.to_json(), 2));
     return path;
   };
   RunConfig c = small("qkv_proj_offloaded", false);

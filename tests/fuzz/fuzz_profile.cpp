@@ -7,7 +7,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try {
     auto doc = hbmsim::parse_json_text(fuzz::text(data, size), "fuzz-profile.json");
     auto p = hbmsim::load_profile(doc, "fuzz-profile.json");
-    // What save_profile_file writes must load again, unchanged.
+    // What a profile writes (calibrate fit -o) must load again, unchanged.
     auto j = p.to_json();
     (void)j.dump();
     try {

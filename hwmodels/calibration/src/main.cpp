@@ -145,6 +145,9 @@ bool parse_args(int argc, char** argv, calib::Options& opt, bool& help) {
         }
     }
     if (opt.output_path.empty()) return usage_error("-o PROFILE.json is required");
+    std::string unwritable;  // found now, not after the measurements
+    if (!calib::can_write(opt.output_path, unwritable)) return usage_error(unwritable);
+    if (!opt.raw_path.empty() && !calib::can_write(opt.raw_path, unwritable)) return usage_error(unwritable);
     if (!opt.shapes_path.empty()) {
         if (!load_shapes(opt.shapes_path, opt.shapes)) return false;
     } else {

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <map>
 
+#include <sys/stat.h>
+
 namespace hbmsim::calib {
 
 double median(std::vector<double> values) {
@@ -320,6 +322,25 @@ std::optional<Json> build_profile(const Measurements& m, Json& derivation, std::
         return std::nullopt;
     }
     return p;
+}
+
+bool can_write(const std::string& path, std::string& error) {
+    struct stat st{};
+    if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+        error = path + ": is a directory (expected a file path)";
+        return false;
+    }
+    const std::string tmp = path + ".tmp";
+    const bool existed = stat(tmp.c_str(), &st) == 0;
+    {
+        std::ofstream probe(tmp, std::ios::binary | std::ios::app);
+        if (!probe) {
+            error = path + ": cannot be written (" + std::strerror(errno) + ")";
+            return false;
+        }
+    }
+    if (!existed) std::remove(tmp.c_str());
+    return true;
 }
 
 bool write_file_atomically(const std::string& path, const std::string& text, std::string& error) {

@@ -86,5 +86,8 @@ std::optional<Json> build_profile(const Measurements& m, Json& derivation, std::
 
 // Writes `text` to PATH.tmp, then renames it onto PATH, so readers never see a half-written file.
 bool write_file_atomically(const std::string& path, const std::string& text, std::string& error);
+// Whether PATH can be written that way (not a directory; PATH.tmp can be created), checked before minutes of
+// measurement whose result would have nowhere to go.
+bool can_write(const std::string& path, std::string& error);
 
 }  // namespace hbmsim::calib

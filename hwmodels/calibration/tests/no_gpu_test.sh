@@ -36,4 +36,16 @@ case "$line" in
 esac
 [ -z "$(ls -A "$tmp/outdir")" ] || fail "output files were created: $(ls -A "$tmp/outdir")"
 
+# An output path that cannot be written is a bad command line (status 2), found before any measurement: on a
+# machine with a GPU the measurements take minutes, and their result would have nowhere to go.
+for bad in "-o $tmp/no/such/profile.json" "-o $tmp/outdir/profile.json --raw $tmp/outdir"; do
+  # shellcheck disable=SC2086  # the arguments are split on purpose (the paths have no spaces)
+  "$bin" $bad >"$tmp/stdout" 2>"$tmp/stderr"
+  status=$?
+  [ "$status" -eq 2 ] || fail "$bad: exit status $status, expected 2"
+  [ "$(wc -l <"$tmp/stderr")" -eq 1 ] || fail "$bad: stderr has $(wc -l <"$tmp/stderr") lines, expected 1"
+  grep -q "cannot be written\|is a directory" "$tmp/stderr" || fail "$bad: the line does not say the path cannot be written"
+  [ -z "$(ls -A "$tmp/outdir")" ] || fail "$bad: output files were created: $(ls -A "$tmp/outdir")"
+done
+
 echo "no_gpu_test: PASS: $line"
