@@ -1,5 +1,6 @@
 #include "sim/chrome_trace.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 
@@ -54,6 +55,37 @@ class JsonText {
 
 constexpr double kGiB = 1073741824.0;
 
+// A queue can have several ops in flight (copies sharing a link, transfers beside one another), but a trace
+// track's slices must not overlap (Perfetto nests or drops them): each queue's ops are laid out in lanes, the
+// first free one at each op's start, and every lane is a track of its own.
+struct Lanes {
+  std::vector<int> of_op;        // the op's lane in its queue
+  std::vector<int> per_queue;    // how many lanes each queue needed
+  int stride = 1;                // track id = queue x stride + lane
+};
+
+Lanes lay_out_lanes(const sim::Program& program, const sim::EngineResult& r) {
+  Lanes l;
+  l.of_op.assign(program.ops.size(), 0);
+  l.per_queue.assign(program.queues.size(), 1);
+  std::vector<std::vector<std::size_t>> by_queue(program.queues.size());
+  for (std::size_t i = 0; i < program.ops.size(); ++i) by_queue[static_cast<std::size_t>(program.ops[i].queue)].push_back(i);
+  for (std::size_t q = 0; q < by_queue.size(); ++q) {
+    auto& ops = by_queue[q];
+    std::stable_sort(ops.begin(), ops.end(), [&](std::size_t a, std::size_t b) { return r.start_s[a] < r.start_s[b]; });
+    std::vector<double> lane_end;  // when each lane's last op ends
+    for (std::size_t i : ops) {
+      auto free = std::find_if(lane_end.begin(), lane_end.end(), [&](double end) { return end <= r.start_s[i]; });
+      if (free == lane_end.end()) free = lane_end.insert(lane_end.end(), 0.0);
+      *free = r.end_s[i];
+      l.of_op[i] = static_cast<int>(free - lane_end.begin());
+    }
+    l.per_queue[q] = std::max<int>(1, static_cast<int>(lane_end.size()));
+    l.stride = std::max(l.stride, l.per_queue[q]);
+  }
+  return l;
+}
+
 }  // namespace
 
 std::string chrome_trace(const sim::Program& program, const sim::EngineResult& r, const std::vector<std::string>& names) {
@@ -71,11 +103,19 @@ std::string chrome_trace(const sim::Program& program, const sim::EngineResult& r
     const std::string name = program.devices() > 1 ? "hbmsim stage " + std::to_string(d) : "hbmsim device 0";
     j.raw("{\"args\":{\"name\":").string(name).raw("},\"name\":\"process_name\",\"ph\":\"M\",\"pid\":").integer(d).raw("}");
   }
+  const Lanes lanes = lay_out_lanes(program, r);
+  auto track = [&](std::size_t queue, int lane) { return static_cast<long long>(queue) * lanes.stride + lane; };
   for (std::size_t q = 0; q < program.queues.size(); ++q) {
     if (program.queues[q].marks) continue;
-    next();
-    j.raw("{\"args\":{\"name\":").string(program.queues[q].name).raw("},\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":");
-    j.integer(program.queues[q].device).raw(",\"tid\":").integer(static_cast<long long>(q)).raw("}");
+    for (int lane = 0; lane < lanes.per_queue[q]; ++lane) {
+      const std::string name = program.queues[q].name + (lane == 0 ? "" : " #" + std::to_string(lane + 1));
+      next();
+      j.raw("{\"args\":{\"name\":").string(name).raw("},\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":");
+      j.integer(program.queues[q].device).raw(",\"tid\":").integer(track(q, lane)).raw("}");
+      next();  // lanes beside their queue, in queue order
+      j.raw("{\"args\":{\"sort_index\":").integer(track(q, lane)).raw("},\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":");
+      j.integer(program.queues[q].device).raw(",\"tid\":").integer(track(q, lane)).raw("}");
+    }
   }
   for (std::size_t i = 0; i < program.ops.size(); ++i) {
     const auto& o = program.ops[i];
@@ -85,7 +125,7 @@ std::string chrome_trace(const sim::Program& program, const sim::EngineResult& r
     if (o.bytes_sent > 0) j.raw("\"bytes_sent\":").number(o.bytes_sent).raw(",");
     j.raw("\"layer\":").integer(o.layer).raw(",\"phase\":").string(std::string_view(&o.phase, 1)).raw("},\"dur\":");
     j.number((r.end_s[i] - r.start_s[i]) * 1e6).raw(",\"name\":").string(names[i]).raw(",\"ph\":\"X\",\"pid\":");
-    j.integer(program.queues[static_cast<std::size_t>(o.queue)].device).raw(",\"tid\":").integer(o.queue);
+    j.integer(program.queues[static_cast<std::size_t>(o.queue)].device).raw(",\"tid\":").integer(track(static_cast<std::size_t>(o.queue), lanes.of_op[i]));
     j.raw(",\"ts\":").number(r.start_s[i] * 1e6).raw("}");
   }
   for (const auto& m : r.timeline) {
