@@ -110,7 +110,8 @@ std::string chrome_trace(const sim::Program& program, const sim::EngineResult& r
     for (int lane = 0; lane < lanes.per_queue[q]; ++lane) {
       const std::string name = program.queues[q].name + (lane == 0 ? "" : " #" + std::to_string(lane + 1));
       next();
-      j.raw("{\"args\":{\"name\":").string(name).raw("},\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":");
+      j.raw("{\"args\":{\"name\":").string(name).raw(",\"queue\":").string(program.queues[q].name);
+      j.raw("},\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":");
       j.integer(program.queues[q].device).raw(",\"tid\":").integer(track(q, lane)).raw("}");
       next();  // lanes beside their queue, in queue order
       j.raw("{\"args\":{\"sort_index\":").integer(track(q, lane)).raw("},\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":");

@@ -167,7 +167,11 @@ TEST_CASE("the trace is valid Chrome trace JSON with a track per resource and me
   for (auto& e : doc["traceEvents"]) {
     REQUIRE(e.contains("ph"));
     auto ph = e["ph"].get<std::string>();
-    if (ph == "M" && e["name"] == "thread_name") tracks.insert(e["args"]["name"].get<std::string>());
+    if (ph == "M" && e["name"] == "thread_name") {
+      const auto name = e["args"]["name"].get<std::string>();
+      tracks.insert(name);
+      CHECK(e["args"]["queue"] == name.substr(0, name.find(" #")));  // the queue a lane's track draws
+    }
     if (ph == "X") {
       ++complete;
       CHECK(e["dur"].get<double>() >= 0);

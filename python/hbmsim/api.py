@@ -86,7 +86,8 @@ class Result(dict):
         if "trace" not in self:
             raise ValueError("this result has no trace; simulate with trace=True")
         events = self["trace"]["traceEvents"]
-        names = {e["tid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "thread_name"}
+        # A queue whose ops overlap is drawn as several tracks ("d2h #2"); a span's stream is its queue.
+        names = {e["tid"]: e["args"]["queue"] for e in events if e.get("ph") == "M" and e.get("name") == "thread_name"}
         rows = [
             (e.get("pid", 0), names.get(e["tid"], str(e["tid"])), e["name"], e["ts"] * 1e-6, (e["ts"] + e["dur"]) * 1e-6,
              e["dur"] * 1e-6, e.get("args", {}).get("layer", -1), e.get("args", {}).get("phase", ""))
