@@ -180,7 +180,12 @@ FabricPaths fabric_paths(const Topology& topo) {
   thread_local std::map<FabricKey, FabricPaths> cache;
   if (auto it = cache.find(key); it != cache.end()) return it->second;
   FabricPaths f;
-  if (topo.domain_gpus() > 1) f.intra = topo.path(topo.gpu_vertex(0), topo.gpu_vertex(1));
+  // The peer stands for every hop of a ring inside a domain, so it must not share GPU 0's host CPU where the
+  // domain spans more than one: a ring crosses CPUs, and the path through their shared host memory (which a
+  // what-if NVLink slower than the host link would make the widest) exists only between a CPU's own GPUs.
+  const int per_cpu = std::max(1, s.host_cpu.gpus_per_cpu);
+  if (topo.domain_gpus() > 1)
+    f.intra = topo.path(topo.gpu_vertex(0), topo.gpu_vertex(topo.domain_gpus() > per_cpu ? per_cpu : 1));
   if (topo.window_gpus() > topo.domain_gpus()) f.inter = topo.path(topo.gpu_vertex(0), topo.gpu_vertex(topo.domain_gpus()));
   if (cache.size() > 4096) cache.clear();  // a bound for endless what-if sweeps over fabric figures
   return cache.emplace(key, f).first->second;

@@ -98,6 +98,25 @@ TEST_CASE("the GB200 GPU-to-own-CPU path gives the C2C per-direction bandwidth s
   CHECK(far.bytes_per_s == Approx(50e9));
 }
 
+TEST_CASE("a ring inside an NVLink domain never takes the path through a Grace's shared memory", "[hwmodels][mesh]") {
+  // GPUs 0 and 1 share a Grace: between them a path runs through its memory at the C2C share (225 GB/s each
+  // way). With NVLink slowed below that as a what-if, it was the widest path of the pair that stood for every
+  // hop in the domain, though a ring over more than two GPUs crosses Graces, where no such path exists: an FSDP
+  // step over 8 GPUs took the same time at 1 KB/s of NVLink as at 100 GB/s.
+  auto s = builtin_system("gb200-nvl72");
+  s.scale_up.per_gpu_bytes_per_s_per_direction = 1e9;
+  s.scale_out.per_gpu_bytes_per_s_per_direction = 2e9;
+  Topology topo(s, 8);
+  CHECK(topo.path(topo.gpu_vertex(0), topo.gpu_vertex(1)).bytes_per_s == Approx(450e9 / 2));  // the pair's own path
+  // The domain's hop: the wider of NVLink (1 GB/s) and the NICs through the network (2 GB/s), no host memory.
+  const auto paths = fabric_paths(topo);
+  CHECK(paths.intra.bytes_per_s == Approx(2e9));
+  CHECK(paths.intra.bottleneck == s.scale_out.name);
+  // At datasheet figures NVLink is the domain's path, as before.
+  auto datasheet = builtin_system("gb200-nvl72");
+  CHECK(fabric_paths(Topology(datasheet, 8)).intra.bytes_per_s == Approx(900e9));
+}
+
 TEST_CASE("a job fills each NVLink domain with the most GPUs that divide its count", "[hwmodels][mesh]") {
   auto s = builtin_system("gb200-nvl72");
   // 72 divides 144; 128 GPUs use 64 per rack (the largest divisor of 128 not above 72); 96 use 48.
