@@ -316,9 +316,16 @@ bool JsonView::boolean() const {
   return node_->get<bool>();
 }
 
+std::string hardware_bounds_problem(double v, double max, std::string_view unit) {
+  if (v > max) return "implausibly large, max " + format_number(max) + " " + std::string(unit);
+  const bool rate = unit.size() >= 2 && unit.substr(unit.size() - 2) == "/s";
+  if (rate && v < kMinHardwareRate) return "implausibly small, min " + format_number(kMinHardwareRate) + " " + std::string(unit);
+  return "";
+}
+
 double JsonView::positive_at_most(double max, std::string_view unit) const {
   double v = positive();
-  if (v > max) fail("implausibly large, max " + format_number(max) + " " + std::string(unit));
+  if (const std::string why = hardware_bounds_problem(v, max, unit); !why.empty()) fail(why);
   return v;
 }
 

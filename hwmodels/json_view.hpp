@@ -57,6 +57,11 @@ inline constexpr double kMaxHardwareBytes = 1e15;            // 1 PB
 inline constexpr double kMaxHardwareBytesPerSecond = 1e15;   // 1 PB/s
 inline constexpr double kMaxHardwareFlopsPerSecond = 1e18;   // 1 EFLOP/s per GPU
 inline constexpr double kMaxHardwareSeconds = 1;             // latencies and launch overheads
+// A lower bound for rates (bytes/s, FLOP/s): below one per second a step's op times overflow (1 GB at 1e-300
+// bytes/s is infinite) and the simulation cannot advance. Any real or what-if part is far above it.
+inline constexpr double kMinHardwareRate = 1;
+// The bounds' message for `v` in `unit` ("implausibly large, max 1e+15 bytes/s"); empty when within them.
+std::string hardware_bounds_problem(double v, double max, std::string_view unit);
 
 class JsonView {
  public:
@@ -94,10 +99,10 @@ class JsonView {
   std::string string() const;
   bool boolean() const;
 
-  // A hardware figure written as {"value": x, "source": "..."}: returns x (> 0 and <= max), requires a
-  // source. `unit` names max's unit in the message ("bytes").
+  // A hardware figure written as {"value": x, "source": "..."}: returns x (> 0 and <= max, and a rate at least
+  // kMinHardwareRate), requires a source. `unit` names max's unit in the message ("bytes", "bytes/s").
   double sourced_positive(double max, std::string_view unit) const;
-  // number() in (0, max].
+  // number() in (0, max] (a rate, `unit` ending in /s: in [kMinHardwareRate, max]).
   double positive_at_most(double max, std::string_view unit) const;
 
  private:

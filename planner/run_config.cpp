@@ -126,7 +126,7 @@ std::optional<std::string> what_if_problem(const std::string& field, double v) {
   if (!(v > 0) || !std::isfinite(v)) return "must be > 0";
   const std::string unit = w->unit;
   const double max = unit == "bytes" ? kMaxHardwareBytes : unit == "FLOP/s" ? kMaxHardwareFlopsPerSecond : kMaxHardwareBytesPerSecond;
-  if (v > max) return "implausibly large, max " + format_number(max) + " " + unit;
+  if (std::string why = hardware_bounds_problem(v, max, unit); !why.empty()) return why;
   return std::nullopt;
 }
 
