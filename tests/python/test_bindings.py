@@ -76,6 +76,10 @@ def test_trace_equals_cli_trace_file(cli, tmp_path):
     for key in expected:
         assert got[key] == expected[key], key
     assert got.trace == json.loads(trace_path.read_text())
+    # Copies sharing the host link at once are drawn in lanes ("d2h #2"); spans() names their queue.
+    tracks = {e["args"]["name"] for e in got.trace["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert any(" #" in t for t in tracks)
+    assert {"d2h", "h2d"} <= set(got.spans().stream) and not any(" #" in s for s in got.spans().stream)
     # The timeline is the trace's memory counter track, in bytes.
     counters = [e for e in got.trace["traceEvents"] if e["ph"] == "C" and e["name"] == "memory GiB"]
     assert len(counters) == len(got.timeline) > 0

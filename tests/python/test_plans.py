@@ -131,6 +131,11 @@ def test_best_policy_over_batches_equals_cli(cli):
     assert [r["best"] for r in got] == [r["best"] for r in expected]
     with pytest.raises(ValueError, match="batches 0"):
         hbmsim.plan_best_policy(model="llama3.1-8b", batches=[0])
+    # A batch or a name twice would run the same search twice, or place one tensor twice.
+    with pytest.raises(ValueError, match=r"batches 1 \(given twice\)"):
+        hbmsim.plan_best_policy(model="llama3.1-8b", batches=[1, 2, 1], names=["query_proj"])
+    with pytest.raises(ValueError, match=r"--names mlpwo \(given twice\)"):
+        hbmsim.plan_best_policy(model="llama3.1-8b", names=["mlpwo", "query_proj", "mlpwo"])
 
 
 def test_plan_namespace_names_the_cli_subcommands(cli):
