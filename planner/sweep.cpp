@@ -128,15 +128,13 @@ std::vector<SweepPoint> expand_sweep(const RunConfig& base, const std::vector<Sw
       if (b->field == a.field)
         throw InputError("--axis " + a.field + " (given twice; put all its values in one axis: " + a.field + "=v1,v2,...)");
     // A value given twice, in any spelling (1 and 1.0, on and true), would run its points twice.
-    std::vector<std::string> ids;
+    std::map<std::string, const std::string*> seen;  // config id -> the value that made it
     for (const std::string& v : a.values) {
       RunConfig probe = base;
       probe.set(a.field, v, "--axis " + a.field);
-      const std::string id = config_id(probe);
-      if (const auto same = std::find(ids.begin(), ids.end(), id); same != ids.end())
-        throw InputError("--axis " + a.field + "=" + v + " (the same value as " + a.values[static_cast<std::size_t>(same - ids.begin())] +
+      if (const auto [same, fresh] = seen.emplace(config_id(probe), &v); !fresh)
+        throw InputError("--axis " + a.field + "=" + v + " (the same value as " + *same->second +
                          ", given before it: its points would run twice)");
-      ids.push_back(id);
     }
     total *= a.values.size();
     shape += (shape.empty() ? "" : " x ") + std::to_string(a.values.size());
