@@ -10,12 +10,6 @@
 
 namespace hbmsim::cli {
 
-namespace {
-
-std::string why_not(const std::error_code& ec) { return ec ? " (" + ec.message() + ")" : ""; }
-
-}  // namespace
-
 void check_writable(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) throw InputError(path + ": is a directory (expected a file path)");
@@ -46,9 +40,9 @@ void write_file_atomically(const std::string& path, const std::string& text) {
   }
   std::filesystem::rename(tmp, path, ec);
   if (ec) {
-    const std::string why = why_not(ec);
+    const std::string why = ec.message();
     std::filesystem::remove(tmp, ec);  // nothing half-done left beside it
-    throw InputError(path + ": cannot be replaced" + why);
+    throw InputError(path + ": cannot be replaced (" + why + ")");
   }
 }
 

@@ -87,7 +87,8 @@ std::optional<Json> build_profile(const Measurements& m, Json& derivation, std::
 // Writes `text` to PATH.tmp, then renames it onto PATH, so readers never see a half-written file.
 bool write_file_atomically(const std::string& path, const std::string& text, std::string& error);
 // Whether PATH can be written that way (not a directory; PATH.tmp can be created), checked before minutes of
-// measurement whose result would have nowhere to go.
+// measurement whose result would have nowhere to go. (hbmsim's cli::check_writable does the same; this backend
+// builds on its own, without hbmsim's libraries, on a bare GPU machine.)
 bool can_write(const std::string& path, std::string& error);
 
 }  // namespace hbmsim::calib
