@@ -309,10 +309,9 @@ void register_plan(CLI::App& app) {
     cmd->callback([=] {
       check_jobs(*jobs);
       if (!batches->empty()) {
-        for (auto b = batches->begin(); b != batches->end(); ++b) {
-          if (!(*b > 0)) throw InputError("--batches " + format_number(*b) + " (must be > 0)");
-          if (std::find(batches->begin(), b, *b) != b) throw InputError("--batches " + format_number(*b) + " (given twice)");
-        }
+        for (double b : *batches)
+          if (!(b > 0)) throw InputError("--batches " + format_number(b) + " (must be > 0)");
+        if (auto b = first_repeat(*batches); b != batches->end()) throw InputError("--batches " + format_number(*b) + " (given twice)");
         auto base = resolve_run_flags(*flags, {"batch"});
         if (base.micro_batch > 0)
           throw InputError("--batches (per-device batches, MaxText's form) with micro_batch = " + std::to_string(base.micro_batch) +

@@ -1,5 +1,6 @@
 // Strict, path-aware reading of JSON input: every error names the file, the JSON path and the value.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
@@ -26,6 +27,13 @@ std::string str(std::int64_t value);
 std::string trim(const std::string& text);
 // JSON text that never throws: bytes that are not UTF-8 (a path from the command line) become U+FFFD.
 std::string dump_json(const nlohmann::json& value, int indent = -1);
+// The first element equal to one before it, or the end: where a list of inputs names one thing twice.
+template <class List>
+auto first_repeat(const List& list) {
+  for (auto i = list.begin(); i != list.end(); ++i)
+    if (std::find(list.begin(), i, *i) != i) return i;
+  return list.end();
+}
 
 // Bad user input. Carries a one-line message "FILE: PATH = VALUE (why)" (control characters escaped). Maps to
 // exit status 2 in the CLI and to ValueError in Python.

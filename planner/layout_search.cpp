@@ -290,12 +290,11 @@ std::string limiting_resource(const StepReport& r) {
 void check_layout_options(const LayoutSearchOptions& o, const LayoutOptionNames& names) {
   check_jobs(o.jobs, names.jobs);
   if (o.top == 0) throw InputError(names.top + " = 0 (must be at least 1)");
-  for (auto m = o.micro_batches.begin(); m != o.micro_batches.end(); ++m) {
-    if (*m < 1) throw InputError(names.micro_batches + " " + std::to_string(*m) + " (must be at least 1)");
-    if (std::find(o.micro_batches.begin(), m, *m) != m) throw InputError(names.micro_batches + " " + std::to_string(*m) + " (given twice)");
-  }
-  for (auto p = o.policies.begin(); p != o.policies.end(); ++p)
-    if (std::find(o.policies.begin(), p, *p) != p) throw InputError(names.policies + " " + *p + " (given twice)");
+  for (auto m : o.micro_batches)
+    if (m < 1) throw InputError(names.micro_batches + " " + std::to_string(m) + " (must be at least 1)");
+  if (auto m = first_repeat(o.micro_batches); m != o.micro_batches.end())
+    throw InputError(names.micro_batches + " " + std::to_string(*m) + " (given twice)");
+  if (auto p = first_repeat(o.policies); p != o.policies.end()) throw InputError(names.policies + " " + *p + " (given twice)");
 }
 
 LayoutSearch search_layouts(const RunConfig& base, const LayoutSearchOptions& o) {

@@ -300,8 +300,7 @@ const Candidate* best_stage_presets(const RunConfig& base, Evaluator& ev) {
 }  // namespace
 
 void check_search_names(const RunConfig& base, const std::vector<std::string>& names, const std::string& flag) {
-  for (auto n = names.begin(); n != names.end(); ++n)
-    if (std::find(names.begin(), n, *n) != n) throw InputError(flag + " " + *n + " (given twice)");
+  if (auto n = first_repeat(names); n != names.end()) throw InputError(flag + " " + *n + " (given twice)");
   RunConfig c = BatchSteps(base).config(1);  // the batch and the placements change no layer's tensors
   c.tensors.clear();
   const StepGraph graph = prepare_run(c).graph;
@@ -421,10 +420,10 @@ namespace {
 // Whether the config's policy sends any checkpoint name to host memory.
 bool offloads_any(const RunConfig& c) { return prepare_run(c).policy.offloads_any(); }
 
-// The config with every offloaded checkpoint name placed `instead` (device or remat), as a custom policy.
-RunConfig offload_as(const RunConfig& c, Placement instead) {
+// The config with every offloaded checkpoint name placed `instead` (device or remat), as a custom policy; a
+// preset's names the model (`graph`, c's) has no tensor for are left out.
+RunConfig offload_as(const RunConfig& c, Placement instead, const StepGraph& graph) {
   const Policy policy = make_policy(c.policy, c.tensors);
-  const StepGraph graph = prepare_run(c).graph;  // a preset's names the model has no tensor for are left out
   RunConfig out = c;
   out.policy = "custom";
   out.tensors.clear();
@@ -562,9 +561,10 @@ BreakEven break_even_bandwidth(const RunConfig& offload, double tolerance, doubl
   BreakEven out;
   // The alternative a planner would take: on device if it fits, else recompute; offload is worth it only
   // against what could run instead.
-  RunConfig on_device = offload_as(offload, Placement::device);
+  const StepGraph graph = prepare_run(offload).graph;
+  RunConfig on_device = offload_as(offload, Placement::device, graph);
   auto device_run = run_simulation(on_device);
-  const RunConfig remat = offload_as(offload, Placement::remat);
+  const RunConfig remat = offload_as(offload, Placement::remat, graph);
   if (device_run.fits) {
     out.reference = "the same tensors on device";
     out.reference_config = on_device;
