@@ -1,4 +1,6 @@
 // validate: every published measured run (data/reference/published_runs.csv) simulated and compared.
+#include <chrono>
+#include <cstdio>
 #include <iostream>
 #include <memory>
 
@@ -54,6 +56,7 @@ void register_validate_command(CLI::App& app) {
   auto runs = std::make_shared<std::string>();
   auto jobs = std::make_shared<int>(2);
   auto rows_wanted = std::make_shared<std::string>();
+  auto progress = std::make_shared<std::string>("auto");
   cmd->add_flag("--json", *json, "Machine-readable output");
   cmd->add_flag("--csv", *csv, "One CSV line per run");
   cmd->add_flag("--markdown", *markdown, "The Markdown report (docs/validation.md)");
@@ -61,11 +64,20 @@ void register_validate_command(CLI::App& app) {
   cmd->add_option("--runs", *runs, "Runs file (published_runs.csv columns); default: the built-in data/reference/published_runs.csv");
   cmd->add_option("--jobs", *jobs, "Worker threads (the output order is the file's either way)");
   cmd->add_option("--rows", *rows_wanted, "Only these data rows, by the file's numbers (e.g. 46,48 or 15-18); default: all");
+  cmd->add_option("--progress", *progress, kProgressHelp);
   cmd->callback([=] {
+    const bool show = progress_wanted(*progress);
     if (*json + *csv + *markdown > 1) throw InputError("--json, --csv and --markdown (give at most one)");
     const std::string origin = published_runs_origin(*runs);
     check_calibration(*calibration, "--calibration");  // named as the flag; the run reads the file
-    auto rows = validate_runs(select_rows(load_published_runs(*runs), *rows_wanted), *calibration, *jobs);
+    ValidationProgress report;
+    const auto start = std::chrono::steady_clock::now();
+    if (show)
+      report = [start](const std::string& phase, std::size_t done, std::size_t total) {
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        std::fprintf(stderr, "\rvalidate: %zu/%zu %s  %.0f s   %s", done, total, phase.c_str(), s, done == total ? "\n" : "");
+      };
+    auto rows = validate_runs(select_rows(load_published_runs(*runs), *rows_wanted), *calibration, *jobs, report);
     auto summary = summarize_validation(rows);
     if (*json) std::cout << dump_json(validation_json(rows, summary, *calibration, origin), 2) << "\n";
     else if (*csv) std::cout << validation_csv(rows);

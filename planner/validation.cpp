@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <mutex>
 #include <sstream>
 
 #include "hwmodels/json_view.hpp"
@@ -385,33 +386,43 @@ RunMapping map_published_run(const PublishedRun& r) {
 // the published run (which ran) cannot have used it, and its recipe set some recompute: read as the fewest
 // layers per chunk recomputed in full (recompute_num_layers, block) with which it fits, the least a recipe
 // must set (plan recompute-layers' answer). If no count fits, the row stays as read, marked not to fit.
-static void fit_unstated_recompute(std::vector<ValidationRow>& rows, const std::string& calibration, int jobs) {
+static void fit_recompute_layers(ValidationRow& row, const std::string& calibration) {
+  RunConfig c = *row.mapping.config;
+  c.calibration = calibration;
+  LayerCountSearch s;
+  try {
+    s = fewest_layers(c, LayerCount::recompute);
+  } catch (const InputError&) {
+    return;
+  }
+  if (s.layers < 0) return;
+  const double gib = row.predicted->hbm_peak_bytes / 1073741824.0, cap = row.predicted->hbm_capacity_bytes / 1073741824.0;
+  row.predicted = s.at(s.layers)->report;
+  row.mapping.config->recompute_layers = s.layers;
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "; no recompute needs %.0f of %.0f GiB: recompute_layers %lld per chunk, the fewest that fit", gib, cap,
+                static_cast<long long>(s.layers));
+  row.mapping.recompute += buf;
+}
+
+static void fit_unstated_recompute(std::vector<ValidationRow>& rows, const std::string& calibration, int jobs,
+                                   const ValidationProgress& progress) {
   std::vector<std::size_t> todo;
   for (std::size_t i = 0; i < rows.size(); ++i)
     if (rows[i].predicted && !rows[i].predicted->fits && rows[i].mapping.recompute_unstated && rows[i].mapping.config)
       todo.push_back(i);
+  std::mutex reporting;
+  std::size_t done = 0;
   parallel_for(todo.size(), jobs, [&](std::size_t k) {
-    ValidationRow& row = rows[todo[k]];
-    RunConfig c = *row.mapping.config;
-    c.calibration = calibration;
-    LayerCountSearch s;
-    try {
-      s = fewest_layers(c, LayerCount::recompute);
-    } catch (const InputError&) {
-      return;
-    }
-    if (s.layers < 0) return;
-    const double gib = row.predicted->hbm_peak_bytes / 1073741824.0, cap = row.predicted->hbm_capacity_bytes / 1073741824.0;
-    row.predicted = s.at(s.layers)->report;
-    row.mapping.config->recompute_layers = s.layers;
-    char buf[160];
-    std::snprintf(buf, sizeof buf, "; no recompute needs %.0f of %.0f GiB: recompute_layers %lld per chunk, the fewest that fit", gib, cap,
-                  static_cast<long long>(s.layers));
-    row.mapping.recompute += buf;
+    fit_recompute_layers(rows[todo[k]], calibration);
+    if (!progress) return;
+    std::lock_guard lock(reporting);
+    progress("recompute searches", ++done, todo.size());
   });
 }
 
-std::vector<ValidationRow> validate_runs(const std::vector<PublishedRun>& runs, const std::string& calibration, int jobs) {
+std::vector<ValidationRow> validate_runs(const std::vector<PublishedRun>& runs, const std::string& calibration, int jobs,
+                                         const ValidationProgress& progress) {
   check_jobs(jobs);
   check_calibration(calibration, "calibration", true);  // once, not as every row's refusal
   // Map every row (cheap, here), then simulate the expressed ones on the sweep's thread pool: a config hbmsim
@@ -434,7 +445,9 @@ std::vector<ValidationRow> validate_runs(const std::vector<PublishedRun>& runs, 
     c.calibration = calibration;
     points.push_back({i, {}, c});
   }
-  run_sweep(points, jobs, [&](const SweepRow& r) {
+  std::size_t simulated = 0;
+  run_sweep(points, jobs, [&](const SweepRow& r) {  // rows are handed over one at a time
+    if (progress) progress("simulated", ++simulated, points.size());
     auto& row = rows[r.index];
     if (!r.report) {
       row.reason = "hbmsim refuses: " + r.error;
@@ -442,7 +455,7 @@ std::vector<ValidationRow> validate_runs(const std::vector<PublishedRun>& runs, 
     }
     row.predicted = r.report;
   });
-  fit_unstated_recompute(rows, calibration, jobs);
+  fit_unstated_recompute(rows, calibration, jobs, progress);
   for (auto& row : rows)
     if (auto measured = measured_tok_s_gpu(row.run); row.predicted && measured)
       row.error = row.predicted->tokens_per_s_per_device / *measured - 1;

@@ -2,6 +2,7 @@
 // RunConfig by rules on its columns alone (nothing fitted, nothing per row), simulated, and its tokens/s per GPU
 // compared with the measured figure. Rows the rules cannot express, or hbmsim refuses, are kept with the reason.
 #pragma once
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,9 +33,14 @@ struct ValidationRow {
   bool expressed() const { return predicted.has_value(); }
 };
 
+// Called as rows finish: the phase ("simulated", then "recompute searches" for rows that state no recompute and
+// do not fit), how many of its rows are done and how many it has. Never called concurrently.
+using ValidationProgress = std::function<void(const std::string& phase, std::size_t done, std::size_t total)>;
+
 // Simulates every row on `jobs` threads; rows come back in the input order. `calibration`: a profile file or
 // built-in name ("" = datasheet figures).
-std::vector<ValidationRow> validate_runs(const std::vector<PublishedRun>& runs, const std::string& calibration, int jobs = 2);
+std::vector<ValidationRow> validate_runs(const std::vector<PublishedRun>& runs, const std::string& calibration, int jobs = 2,
+                                         const ValidationProgress& progress = {});
 
 struct ErrorSummary {
   std::string group;                   // "all", or the src / system / model

@@ -11,6 +11,7 @@
 #include <iterator>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 #include "helpers.hpp"
 #include "hwmodels/json_view.hpp"
@@ -536,6 +537,13 @@ TEST_CASE("Validation CLI: output order does not depend on --jobs, and every out
   CHECK(json["rows"][1]["expressed"] == false);
   CHECK(json["summary"]["overall"]["measured"] == 2);
   CHECK(test::cli("validate --json --csv" + runs).status == 2);
+  // Progress goes to stderr only, one count per simulated row (two of the three are expressed), and ends its line.
+  auto shown = test::cli("validate --csv --jobs 1 --progress on" + runs);
+  REQUIRE(shown.status == 0);
+  CHECK(shown.out == one.out);
+  CHECK_THAT(shown.err, Catch::Contains("validate: 1/2 simulated") && Catch::Contains("validate: 2/2 simulated"));
+  CHECK(shown.err.back() == '\n');
+  CHECK(one.err.empty());  // auto: stderr is a file here, not a terminal
 }
 
 TEST_CASE("Validation: a row that states no recompute and cannot fit without it gets the fewest recompute layers that fit", "[validation]") {
@@ -548,7 +556,13 @@ TEST_CASE("Validation: a row that states no recompute and cannot fit without it 
   for (const auto& r : load_published_runs())
     if (r.row == 51) one.push_back(r);
   REQUIRE(one.size() == 2);
-  const auto rows = validate_runs(one, "", 2);
+  // Progress: both rows simulated (in either order), then the one recompute search, each call's count one on.
+  std::vector<std::tuple<std::string, std::size_t, std::size_t>> calls;
+  const auto rows = validate_runs(one, "", 2, [&](const std::string& phase, std::size_t done, std::size_t total) {
+    calls.emplace_back(phase, done, total);
+  });
+  using Call = std::tuple<std::string, std::size_t, std::size_t>;
+  CHECK(calls == std::vector<Call>{{"simulated", 1, 2}, {"simulated", 2, 2}, {"recompute searches", 1, 1}});
   const ValidationRow& unstated = rows[0].run.row == 24 ? rows[0] : rows[1];
   const ValidationRow& stated = rows[0].run.row == 24 ? rows[1] : rows[0];
   REQUIRE(unstated.predicted);
