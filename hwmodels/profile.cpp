@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <stdexcept>
+#include <tuple>
 
 #include "hwmodels/builtin.hpp"
 
@@ -46,6 +47,57 @@ double seconds(const JsonView& x) {
   return v;
 }
 
+double lowest(const PiecewiseTable& t) {
+  double low = 1;
+  for (const auto& [x, fraction] : t.points) low = std::min(low, fraction);
+  return low;
+}
+
+// The profile's keys that set or scale a table or rate, in `keys` (parameters the system `id` reads).
+std::string profile_keys(const Profile& p, const std::string& id, const std::optional<PiecewiseTable>& set, const std::string& table,
+                         const std::vector<const char*>& scales) {
+  std::string keys = set ? table + " (lowest fraction " + format_number(lowest(*set)) + ")" : "";
+  for (const char* name : scales)
+    for (const std::string key : {std::string(name) + "@" + id, std::string(name)})
+      if (p.parameters.count(key)) {
+        keys += (keys.empty() ? "" : " and ") + ("parameters." + key + " = " + format_number(p.parameters.at(key)));
+        break;
+      }
+  return keys;
+}
+
+// A rate below kMinHardwareRate per second is a typo (a scale of 1e-300), not a measurement: the floor a what-if
+// or a system file's rates have. Checked on what the profile made, the table's lowest point times the rate it scales.
+void check_rates(const System& s, const Profile& p) {
+  const Efficiency& e = s.efficiency;
+  auto check = [&](double rate, const char* unit, const std::string& keys) {
+    if (rate >= kMinHardwareRate || keys.empty()) return;
+    const std::string where = p.origin.empty() ? "calibration profile " + quote(p.name) : p.origin;
+    throw InputError(where + ": " + keys + " (gives " + format_number(rate) + " " + unit + " on " + s.id +
+                     ", implausibly small, min " + format_number(kMinHardwareRate) + " " + unit + ")");
+  };
+  for (auto [d, table, key, extra] : {std::tuple{Dtype::bf16, &e.gemm_bf16, "bf16", ""}, {Dtype::fp8, &e.gemm_fp8, "fp8", ""},
+                                       {Dtype::mxfp8, &e.gemm_mxfp8, "fp8", "mxfp8_gemm_scale"},
+                                       {Dtype::nvfp4, &e.gemm_nvfp4, "nvfp4", "nvfp4_gemm_scale"}}) {
+    const auto& set = std::string(key) == "bf16" ? p.gemm_bf16 : std::string(key) == "fp8" ? p.gemm_fp8 : p.gemm_nvfp4;
+    check(lowest(*table) * s.gpu.peak_flops(d), "FLOP/s",
+          profile_keys(p, s.id, set, std::string("efficiency.gemm.") + key,
+                       *extra ? std::vector<const char*>{"gemm_scale", extra} : std::vector<const char*>{"gemm_scale"}));
+  }
+  check(lowest(e.attention) * s.gpu.peak_flops(Dtype::bf16), "FLOP/s",
+        profile_keys(p, s.id, p.attention, "efficiency.attention", {"attention_scale"}));
+  check(lowest(e.memory_bound) * s.gpu.hbm_bandwidth_bytes_per_s, "bytes/s",
+        profile_keys(p, s.id, p.memory_bound, "efficiency.memory_bound", {}));
+  const double link = std::min(s.host_h2d_bytes_per_s(), s.host_d2h_bytes_per_s());
+  check(link, "bytes/s", profile_keys(p, s.id, std::nullopt, "", {"host_link_scale"}));
+  check(lowest(e.copy) * link, "bytes/s", profile_keys(p, s.id, p.copy, "efficiency.copy", {}));
+  check(lowest(e.collective) * s.scale_up.per_gpu_bytes_per_s_per_direction, "bytes/s",
+        profile_keys(p, s.id, p.collective, "efficiency.collective", {"collective_scale"}));
+  if (s.scale_out.per_gpu_bytes_per_s_per_direction > 0)
+    check(lowest(e.collective) * e.scale_out_collective_factor * s.scale_out.per_gpu_bytes_per_s_per_direction, "bytes/s",
+          profile_keys(p, s.id, p.collective, "efficiency.collective", {"collective_scale", "scale_out_collective_scale"}));
+}
+
 }  // namespace
 
 Profile load_profile(const nlohmann::json& doc, const std::string& origin) {
@@ -55,6 +107,7 @@ Profile load_profile(const nlohmann::json& doc, const std::string& origin) {
   auto fmt = v.at("format");
   if (fmt.string() != "hbmsim-profile/1") fmt.fail("unsupported format; expected \"hbmsim-profile/1\"");
   Profile p;
+  p.origin = origin;
   if (auto n = v.find("name")) p.name = n->string();
   if (auto s = v.find("source")) p.source = s->string();
   if (auto s = v.find("system")) p.system = s->string();
@@ -180,6 +233,7 @@ System apply_profile(System s, const Profile& p) {
   if (double f = param("copy_compute_interference"); f >= 0) e.compute_slowdown_during_copy = f;
   s.calibration = p.name.empty() ? "unnamed profile" : p.name;
   s.calibration_system = p.system;
+  check_rates(s, p);
   return s;
 }
 

@@ -15,6 +15,7 @@ struct Profile {
   std::string name;
   std::string source;
   std::string system;  // the system id it was measured or fitted on ("": not recorded)
+  std::string origin;  // the file or built-in it was read from ("": made in code), for errors
   std::map<std::string, std::string> metadata;
   std::optional<double> h2d_bytes_per_s, d2h_bytes_per_s, bidirectional_total_bytes_per_s, host_latency_s;
   std::optional<double> hbm_bandwidth_bytes_per_s, d2d_bandwidth_bytes_per_s, launch_overhead_s;
@@ -38,7 +39,8 @@ ParameterKey parse_parameter_key(const std::string& key);
 Profile load_profile(const nlohmann::json& doc, const std::string& origin);
 Profile load_profile_file(const std::string& path);
 
-// Measured values replace datasheet ones; fitted parameters then scale what they name.
+// Measured values replace datasheet ones; fitted parameters then scale what they name. Throws InputError,
+// naming the profile's keys, where the result leaves a kernel or link below kMinHardwareRate per second.
 System apply_profile(System system, const Profile& profile);
 
 }  // namespace hbmsim

@@ -73,7 +73,7 @@ nlohmann::json PiecewiseTable::to_json() const {
 }
 
 void PiecewiseTable::scale(double factor) {
-  for (auto& p : points) p.second = std::clamp(p.second * factor, 1e-6, 1.0);
+  for (auto& p : points) p.second = std::min(p.second * factor, 1.0);  // a profile's rate check refuses ~0
 }
 
 const PiecewiseTable& Efficiency::gemm(Dtype d) const {

@@ -28,7 +28,7 @@ struct PiecewiseTable {
   static PiecewiseTable constant(double fraction) { return PiecewiseTable{{{1.0, fraction}}}; }
   static PiecewiseTable from_json(const JsonView& v);
   nlohmann::json to_json() const;
-  void scale(double factor);  // multiplies every fraction, clamped to (0, 1]
+  void scale(double factor);  // multiplies every fraction, capped at 1
 };
 
 struct Efficiency {

@@ -2,6 +2,7 @@
 // come from where the group runs on the topology (hwmodels/mesh.hpp). In the manner of Calculon's
 // Network.time(op, size, group).
 #pragma once
+#include <algorithm>
 #include <array>
 #include <string>
 #include <deque>
@@ -46,9 +47,9 @@ class Network {
   // `bytes` to one peer over the path of `level`.
   CommCost hop(double bytes, int level, double eff) const;
   // What a collective moves over the path of `level` per second at efficiency `eff` (the NIC path between
-  // domains at its own extra factor).
+  // domains at its own extra factor, never past the path's bandwidth).
   double rate(int level, double eff) const {
-    return paths_.at(level).bytes_per_s * eff * (level == kInterDomain ? scale_out_ : 1.0);
+    return paths_.at(level).bytes_per_s * (level == kInterDomain ? std::min(1.0, eff * scale_out_) : eff);
   }
   // Whether some instance of the pair (from, to) along `axis` crosses a domain boundary (cached).
   bool crosses_domain(Axis axis, std::int64_t from, std::int64_t to) const;

@@ -282,6 +282,53 @@ TEST_CASE("scale_out_collective_scale slows only the part of a collective that c
   CHECK(Network(s, e).cost(CommKind::send_recv, 1e9, AxisSet{Axis::fsdp}).seconds == Approx(1e9 / 25e9 + 5e-6));
 }
 
+TEST_CASE("a collective never crosses the NICs faster than their bandwidth, however the profile scales it", "[hwmodels][profile]") {
+  // The 1 GB all-gather over two racks of 64 above, at collective efficiency 1 and scale_out_collective_scale 2
+  // (both in calibrate fit's ranges: collective_scale up to 1.25 on a table of 0.8, scale-out up to 2): the NIC
+  // term is the bytes over the NIC's 50 GB/s, not over twice that.
+  Profile p;
+  p.parameters = {{"scale_out_collective_scale", 2.0}};
+  auto s = builtin_system("gb200-nvl72");
+  s.efficiency.collective = PiecewiseTable::constant(1.0);
+  s = apply_profile(s, p);
+  Mesh m;
+  m.sizes = {1, 1, 128, 1, 1, 1};
+  const double intra = 1e9 * 63 / 64 / 900e9 + 63 * 3e-6, inter = 1e9 / 128 / 50e9 + 5e-6;
+  CHECK(Network(s, m).cost(CommKind::all_gather, 1e9, AxisSet{Axis::fsdp}).seconds == Approx(intra + inter));
+}
+
+TEST_CASE("a profile that leaves a kernel or link below one per second is refused, naming its keys", "[hwmodels][profile]") {
+  // The floor is the one a what-if or a system file's rate has (kMinHardwareRate): 1 FLOP/s or 1 byte/s, checked on
+  // what the profile makes of the system (a table's lowest fraction times the peak it scales).
+  const auto s = builtin_system("h200-hgx");
+  auto refused = [&](const nlohmann::json& doc) {
+    try {
+      (void)apply_profile(s, load_profile(doc, "p.json"));
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  auto with = [](const char* key, nlohmann::json value) {
+    nlohmann::json doc = {{"format", "hbmsim-profile/1"}, {"name", "t"}};
+    doc[key] = std::move(value);
+    return doc;
+  };
+  CHECK_THAT(refused(with("parameters", {{"gemm_scale", 1e-300}})),
+             Catch::StartsWith("p.json: parameters.gemm_scale = 1e-300 (gives ") && Catch::Contains("FLOP/s on h200-hgx, implausibly small"));
+  CHECK_THAT(refused(with("efficiency", {{"collective", {{1, 1e-300}}}})), Catch::StartsWith("p.json: efficiency.collective (lowest fraction 1e-300)"));
+  CHECK_THAT(refused(with("parameters", {{"host_link_scale", 1e-300}})), Catch::Contains("parameters.host_link_scale = 1e-300") &&
+                                                                              Catch::Contains("bytes/s"));
+  CHECK_THAT(refused(with("parameters", {{"attention_scale@h200-hgx", 1e-300}})), Catch::Contains("parameters.attention_scale@h200-hgx"));
+  // Small but above the floor: applied as given, not clamped. H200's bf16 GEMM at 1e12 FLOPs times 1e-9 is some
+  // 1e5 FLOP/s; the host link (PCIe 5, tens of GB/s) times 1e-9 some tens of bytes/s.
+  Profile tiny;
+  tiny.parameters = {{"gemm_scale", 1e-9}, {"host_link_scale", 1e-9}};
+  const auto t = apply_profile(s, tiny);
+  CHECK(t.efficiency.gemm_bf16.at(1e12) == Approx(s.efficiency.gemm_bf16.at(1e12) * 1e-9));
+  CHECK(t.host_h2d_bytes_per_s() == Approx(s.host_h2d_bytes_per_s() * 1e-9));
+}
+
 TEST_CASE("piecewise efficiency tables interpolate in log space and clamp at the ends", "[hwmodels]") {
   PiecewiseTable t{{{1e9, 0.2}, {1e11, 0.6}}};
   CHECK(t.at(1e8) == 0.2);
