@@ -315,11 +315,20 @@ TEST_CASE("a profile that leaves a kernel or link below one per second is refuse
     return doc;
   };
   CHECK_THAT(refused(with("parameters", {{"gemm_scale", 1e-300}})),
-             Catch::StartsWith("p.json: parameters.gemm_scale = 1e-300 (gives ") && Catch::Contains("FLOP/s on h200-hgx, implausibly small"));
-  CHECK_THAT(refused(with("efficiency", {{"collective", {{1, 1e-300}}}})), Catch::StartsWith("p.json: efficiency.collective (lowest fraction 1e-300)"));
-  CHECK_THAT(refused(with("parameters", {{"host_link_scale", 1e-300}})), Catch::Contains("parameters.host_link_scale = 1e-300") &&
-                                                                              Catch::Contains("bytes/s"));
+             Catch::StartsWith("p.json: parameters.gemm_scale = 1e-300 (bf16 GEMMs at ") && Catch::Contains("FLOP/s on h200-hgx, implausibly small"));
+  CHECK_THAT(refused(with("efficiency", {{"collective", {{1, 1e-300}}}})),
+             Catch::StartsWith("p.json: efficiency.collective (lowest fraction 1e-300) (collectives at "));
+  CHECK_THAT(refused(with("parameters", {{"host_link_scale", 1e-300}})),
+             Catch::Contains("parameters.host_link_scale = 1e-300 (the host link at") && Catch::Contains("bytes/s"));
   CHECK_THAT(refused(with("parameters", {{"attention_scale@h200-hgx", 1e-300}})), Catch::Contains("parameters.attention_scale@h200-hgx"));
+  // A measured rate of its own is checked as it is read (at least 1 per second): a measured host link of 1 byte/s
+  // is a legal what-if, as --host-link-bw 1 is, even though host copies then run below it; a scale that takes it
+  // below is refused with the measured figure named.
+  nlohmann::json slow = with("host_link", {{"h2d_bytes_per_s", 1.0}, {"d2h_bytes_per_s", 1.0}});
+  CHECK(refused(slow) == "accepted");
+  slow["parameters"] = {{"host_link_scale", 0.5}};
+  CHECK_THAT(refused(slow), Catch::Contains("parameters.host_link_scale = 0.5, with host_link.h2d_bytes_per_s = 1 and "
+                                            "host_link.d2h_bytes_per_s = 1 (the host link at"));
   // Small but above the floor: applied as given, not clamped. H200's bf16 GEMM at 1e12 FLOPs times 1e-9 is some
   // 1e5 FLOP/s; the host link (PCIe 5, tens of GB/s) times 1e-9 some tens of bytes/s.
   Profile tiny;
