@@ -128,17 +128,18 @@ void add_layer_policies(Policy& p, const std::string& text, const std::map<std::
   const std::string field = "layer_policies = \"" + text + "\"";
   for (std::size_t start = 0; start < text.size();) {
     const auto comma = text.find(',', start);
-    const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    // Spaces around the parts are allowed ("0-39: minimal_offloaded, 40-79: full"), as written by hand.
+    const std::string item = trim(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
     start = comma == std::string::npos ? text.size() : comma + 1;
     const auto colon = item.find(':');
     if (colon == std::string::npos) throw InputError(field + " (item \"" + item + "\": expected FIRST-LAST:PRESET)");
-    const std::string range = item.substr(0, colon);
+    const std::string range = trim(item.substr(0, colon));
     const auto dash = range.find('-', 1);
-    const std::int64_t first = layer_number(range.substr(0, dash), field);
-    const std::int64_t last = dash == std::string::npos ? first : layer_number(range.substr(dash + 1), field);
+    const std::int64_t first = layer_number(trim(range.substr(0, dash)), field);
+    const std::int64_t last = dash == std::string::npos ? first : layer_number(trim(range.substr(dash + 1)), field);
     Policy rule;
     try {
-      rule = make_policy(item.substr(colon + 1), overrides);
+      rule = make_policy(trim(item.substr(colon + 1)), overrides);
     } catch (const InputError& e) {
       throw InputError(field + " (item \"" + item + "\": " + e.what() + ")");
     }
@@ -182,7 +183,7 @@ Policy make_stage_policy(const std::string& preset, const std::string& stage_pre
   std::vector<std::string> names;
   for (std::size_t start = 0;;) {
     const auto comma = stage_presets.find(',', start);
-    names.push_back(stage_presets.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    names.push_back(trim(stage_presets.substr(start, comma == std::string::npos ? std::string::npos : comma - start)));
     if (comma == std::string::npos) break;
     start = comma + 1;
   }

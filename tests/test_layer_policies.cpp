@@ -97,6 +97,11 @@ TEST_CASE("a layer rule over every layer is the same run as that policy", "[poli
   // Split in two ranges with the same preset: still the same program.
   ruled.layer_policies = "0-9:minimal,10-31:minimal";
   CHECK(run_simulation(ruled).step_time_s == b.step_time_s);
+  // Written by hand with spaces around the parts: the same rules.
+  ruled.layer_policies = " 0 - 9 : minimal , 10-31: minimal ";
+  CHECK(run_simulation(ruled).step_time_s == b.step_time_s);
+  ruled.layer_policies = "0-9: minimal, 10-31: full";
+  CHECK(run_simulation(ruled).step_time_s != b.step_time_s);
 }
 
 TEST_CASE("offloading the first N layers sends N layers' kept activations to host", "[policy][layers]") {

@@ -487,6 +487,10 @@ TEST_CASE("a policy per stage applies to its stage only, and best-policy searche
   CHECK(r.stages[0].host_peak_bytes <= 4 * per_microbatch * 1.0001);
   CHECK(r.stages[0].host_peak_bytes >= per_microbatch);
   for (int s = 1; s < 4; ++s) CHECK(r.stages[static_cast<std::size_t>(s)].host_peak_bytes == 0);
+  c.stage_policies = "qkv_proj_offloaded, full, full , full";  // spaces, as written by hand: the same run
+  const auto spaced = run_simulation(c);
+  CHECK(spaced.policy == r.policy);
+  CHECK(spaced.step_time_s == r.step_time_s);
   c.stage_policies = "full,full";
   CHECK_THROWS_WITH(run_simulation(c), Catch::Contains("stage_policies = \"full,full\" (2 policies for pp = 4 stages)"));
   // The search returns the best of the uniform placements and the per-stage presets: never worse than any
