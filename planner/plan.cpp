@@ -179,14 +179,17 @@ std::vector<std::pair<std::string, RunConfig>> default_variants(const RunConfig&
     return out;
   }
   // Megatron's recompute choices under framework megatron (the ones plan layout tries), else MaxText's presets.
+  // A Megatron choice may name recompute modules ("no_recompute+moe_act+layernorm"): its tensors are then remat.
+  const bool megatron = base.framework == "megatron";
   const std::vector<std::string> policies =
-      base.framework == "megatron" ? default_layout_policies(base)
-                                   : std::vector<std::string>{"full", "save_qkv_proj", "qkv_proj_offloaded", "minimal", "minimal_offloaded"};
-  for (const auto& p : policies) {
+      megatron ? default_layout_policies(base)
+               : std::vector<std::string>{"full", "save_qkv_proj", "qkv_proj_offloaded", "minimal", "minimal_offloaded"};
+  const ModelSpec model = megatron ? resolve_model(base.model) : ModelSpec{};
+  for (const auto& p : policies) out.emplace_back(p, megatron ? with_layout_policy(base, p, model) : [&] {
     RunConfig c = base;
     c.policy = p;
-    out.emplace_back(p, c);
-  }
+    return c;
+  }());
   return out;
 }
 
@@ -256,8 +259,12 @@ bool better(const Candidate& a, const Candidate* b) {
 // Under framework megatron the presets are Megatron's recompute choices.
 const Candidate* best_stage_presets(const RunConfig& base, Evaluator& ev) {
   std::vector<std::string> presets;
-  if (base.framework == "megatron") presets = default_layout_policies(base);
-  else
+  if (base.framework == "megatron") {
+    // Recompute modules are tensor placements, the same on every stage (as Megatron's --recompute-modules): not a
+    // preset one stage can take alone.
+    for (const auto& p : default_layout_policies(base))
+      if (p.find('+') == std::string::npos) presets.push_back(p);
+  } else
     for (const auto& p : policy_presets())
       if (p != "custom") presets.push_back(p);
   std::vector<std::string> current(static_cast<std::size_t>(base.pp), base.policy == "custom" ? "full" : base.policy);

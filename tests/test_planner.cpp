@@ -685,6 +685,36 @@ TEST_CASE("largest-batch's default variants are the framework's own choices", "[
   c.framework = "megatron";
   CHECK(labels(c) == std::vector<std::string>{"no_recompute", "selective", "full"});
   for (auto& [label, config] : default_variants(c)) CHECK_THAT(megatron_settings(config), !Catch::Contains("no Megatron equivalent"));
+  // An MoE model adds the recompute module sets MoE recipes use (plan layout's): no_recompute with the experts'
+  // activation and the norms rematerialized, which Megatron spells --recompute-modules. Each variant must run: the
+  // label is not a preset, and was once passed as one (every Mixtral largest-batch under megatron then failed).
+  RunConfig moe;
+  moe.model = "hf/mixtral-8x7b.config.json";
+  moe.system = "gb200-nvl72";
+  moe.framework = "megatron";
+  moe.gpus = 16;
+  moe.ep = 8;
+  moe.seq = 2048;
+  std::vector<std::string> moe_labels;
+  for (auto& [label, config] : default_variants(moe)) {
+    moe_labels.push_back(label);
+    if (label.find('+') == std::string::npos) continue;
+    CHECK(config.policy == "no_recompute");
+    CHECK_FALSE(config.tensors.empty());
+    for (auto& [tensor, where] : config.tensors) CHECK(where == "remat");
+    CHECK(run_simulation(config).step_time_s > 0);
+  }
+  CHECK(moe_labels == std::vector<std::string>{"no_recompute", "selective", "full", "no_recompute+moe_act+layernorm",
+                                               "no_recompute+moe+layernorm"});
+  CHECK_THAT(megatron_settings(default_variants(moe)[3].second), Catch::Contains("--recompute-modules moe_act layernorm"));
+  // best-policy's preset per pipeline stage takes the plain choices only: a module set is the same on every stage.
+  moe.gpus = 32;
+  moe.pp = 2;
+  moe.microbatches = 2;
+  moe.batch = 1;
+  const auto search = best_policy(moe, default_search_names(moe), 1);
+  REQUIRE(search.found);
+  CHECK_THAT(search.method, Catch::Contains("per pipeline stage"));
 }
 
 TEST_CASE("run-config errors from sweeps and Python name the field and print the value in full", "[planner]") {
