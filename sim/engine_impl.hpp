@@ -107,6 +107,12 @@ struct Excursion {
   std::array<double, kMemCategories> by_cat{};
 };
 
+// A running op moved on by a fast-forward (move_on): its place in the running set, its counterpart, its state.
+struct ActiveMove {
+  std::size_t pos, to;
+  double remaining, rate, updated;
+};
+
 struct Scratch {
   std::vector<Flow> flows, sharing;
   std::vector<int> unmet, op_queue, succ_start, succ, refs, fill, active, active_pos, finished, unfrozen, zero, zeros, lifts, gate_after, issued;
@@ -126,6 +132,7 @@ struct Scratch {
   std::vector<char> freed;
   std::vector<Excursion> excursion;
   std::vector<GateCheck> gates;
+  std::vector<ActiveMove> moves;
   Snapshot before, now;
 };
 Scratch& scratch();  // this thread's (engine.cpp)
@@ -393,6 +400,7 @@ class Engine {
   std::vector<LogEntry>& log_ = scratch().log;   // the interval since the last iteration start
   std::vector<ReplayStep>& steps_ = scratch().steps;  // log_ as replay steps (prepare_replay)
   std::vector<GateCheck>& gates_ = scratch().gates;
+  std::vector<ActiveMove>& moves_ = scratch().moves;
   Snapshot &before_ = scratch().before, &now_snap_ = scratch().now;
   std::vector<char> shift_busy_, shift_idle_;  // per queue / device: its open span moves with the replay
   bool track_ = false;  // the first replayed interval: record its frees and each device's high point

@@ -512,16 +512,23 @@ inline void Engine::move_on(const Repeat& run, int m, double period) {
   const Snapshot &a = before_, &b = now_snap_;
   const double dt = m * period;
   now_ = b.time_s + dt;
+  // An op that runs longer than an iteration (a copy on a slow link) is running beside its counterpart one
+  // iteration on, which is itself moved on: read every running op's state before writing any.
+  auto& moves = moves_;
+  moves.clear();
   for (std::size_t pos = 0; pos < active_.size(); ++pos) {
-    if (lagging_ >= 0 && p_.ops[static_cast<std::size_t>(active_[pos])].queue == lagging_) continue;  // apply_walk()
-    const auto from = static_cast<std::size_t>(active_[pos]), to = static_cast<std::size_t>(run.moved(active_[pos], m));
-    active_[pos] = static_cast<int>(to);
-    active_pos_[to] = static_cast<int>(pos);
+    const auto from = static_cast<std::size_t>(active_[pos]);
+    if (lagging_ >= 0 && p_.ops[from].queue == lagging_) continue;  // apply_walk()
+    moves.push_back({pos, static_cast<std::size_t>(run.moved(active_[pos], m)), remaining_[from], rate_[from], updated_[from] + dt});
     active_pos_[from] = -1;
-    remaining_[to] = remaining_[from];
-    rate_[to] = rate_[from];
-    updated_[to] = updated_[from] + dt;
-    active_end_[pos] += dt;
+  }
+  for (const ActiveMove& x : moves) {
+    active_[x.pos] = static_cast<int>(x.to);
+    active_pos_[x.to] = static_cast<int>(x.pos);
+    remaining_[x.to] = x.remaining;
+    rate_[x.to] = x.rate;
+    updated_[x.to] = x.updated;
+    active_end_[x.pos] += dt;
   }
   // Each queue moves on by its ops in one iteration: the current one's, which fast_forward() checked
   // repeats. (Not the run's first: a run only groups iterations of one op count, and layers with another

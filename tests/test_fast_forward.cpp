@@ -153,6 +153,22 @@ std::vector<std::pair<std::string, RunConfig>> builtin_configs() {
   gemma.policy = "minimal_offloaded";
   gemma.grad_accum = 4;
   configs.emplace_back("gemma 3 1B offloaded, 4 micro-steps", gemma);
+  // Reloads that outlast a backward layer on H200's PCIe, so a copy runs beside the next layer's counterpart:
+  // Mixtral 8x7B, pp 2 ZB-H1, its first 20 layers offloaded (a random plan command met a deadlock here, and
+  // then a heap corruption, before move_on read the running ops' state before writing any).
+  RunConfig slow_reloads;
+  slow_reloads.model = "hf/mixtral-8x7b.config.json";
+  slow_reloads.system = "h200-hgx";
+  slow_reloads.gpus = 32;
+  slow_reloads.seq = 2048;
+  slow_reloads.pp = 2;
+  slow_reloads.pp_schedule = "zb-h1";
+  slow_reloads.microbatches = 4;
+  slow_reloads.ep = 4;
+  slow_reloads.policy = "selective";
+  slow_reloads.batch = 4;
+  slow_reloads.offload_layers = 20;
+  configs.emplace_back("mixtral ZB-H1, reloads longer than a layer", slow_reloads);
   return configs;
 }
 
@@ -279,6 +295,39 @@ TEST_CASE("a queue moves on by the ops the repeating iterations put on it, not t
   CHECK(ff.replayed_iterations > 0);
   check_same(ff, plain);
   check_same(run_program(p, false, true), run_program(p, false, false));  // jumped in closed form
+}
+
+TEST_CASE("a copy that outlasts an iteration is moved on beside its counterpart one iteration on", "[engine][fast_forward]") {
+  // 20 layers of a 1 ms compute op, each saving 1 GB that a 2.5 ms copy (on a link wide enough for all of them)
+  // frees: at every iteration's start three copies are running, each one iteration on from the next, so a
+  // replay moves a running op onto another running op's place. By hand: the last copy ends 2.5 ms after the
+  // last layer, 22.5 ms; just after a layer starts its buffer and the three copies' are live: 4 GB. (Here the
+  // running set happens to list the newer copy first, which the old in-place move survived; the Mixtral ZB-H1
+  // configuration in builtin_configs() lists the older first, and failed.)
+  Program p;
+  const int copies = p.queue("d2h", QueueKind::concurrent, true);
+  const int link = p.resource("host link", 10e9);
+  for (int i = 0; i < 20; ++i) {
+    const int first = static_cast<int>(p.ops.size());
+    ProgramOp layer(kComputeQueue, 1e-3);
+    const int saved = p.add_buffer(1e9, MemCategory::saved_activations);
+    layer.allocs.push_back(saved);
+    const int l = p.add(layer);
+    ProgramOp copy(copies, 2.5e-3);
+    copy.deps.push_back(l);
+    copy.releases.push_back(saved);
+    p.use(p.add(copy), link, 1e9);
+    p.iterations.push_back({first, static_cast<int>(p.ops.size())});
+  }
+  const auto plain = run_program(p, true, false);
+  CHECK(plain.end_time_s == Approx(22.5e-3));
+  CHECK(plain.memory[0].hbm_peak_bytes == Approx(4e9));
+  const auto ff = run_program(p, true, true);
+  CHECK(ff.replayed_iterations > 0);
+  check_same(ff, plain);
+  const auto jumped = run_program(p, false, true);
+  CHECK(jumped.replayed_iterations > 0);
+  check_same(jumped, run_program(p, false, false));  // jumped in closed form
 }
 
 TEST_CASE("every built-in configuration simulates the same with and without fast-forward", "[engine][fast_forward]") {
