@@ -1,0 +1,215 @@
+#!/usr/bin/python3
+"""Runs the hbmsim CLI with random flags and reports what no input may do (hbmsim_stress does the same for the
+library's laws on drawn configurations; this drives the commands themselves, as a user would).
+
+Every run must exit 0 (a result) or 2 (bad input, one line naming what), never anything else or "internal
+error"; every JSON report must have MFU <= 1, executed FLOPs >= the model's and a finite, positive step. Modes:
+  simulate  random layouts, schedules, policies, offload counts, overlaps and what-ifs; a run whose loop was
+            fast-forwarded is run again with --no-fast-forward and must agree within 1e-9
+  plan      the six capacity plans (largest-batch, best-policy, break-even, offload-layers, recompute-layers,
+            hbm-needed) over random layouts, with and without --json
+  profiles  random calibration profiles (scales and tables from 1e-300 up, measured rates from 1 byte/s)
+Prints each finding with its command line; exit status 1 if any, 0 if none.
+
+    /usr/bin/python3 scripts/random_cli.py [build/cli/hbmsim] --mode plan [--seed 1] [--count 200]
+
+Found (forty-eighth session): a deadlock and heap corruption in the fast-forward (a copy outlasting an iteration),
+and plan largest-batch refusing its own Megatron MoE variants.
+"""
+import argparse
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+import tempfile
+
+SYSTEMS = ["gb200-nvl72", "gb300-nvl72", "vr-nvl144", "h100-hgx", "h200-hgx", "b200-hgx", "b300-hgx"]
+MODELS = ["llama3.1-8b", "llama3.1-70b", "hf/mixtral-8x7b.config.json", "hf/qwen3-30b-a3b.config.json",
+          "hf/gemma-2-9b.config.json", "hf/gpt-oss-20b.config.json", "hf/llama3.2-3b.config.json",
+          "hf/qwen3-next-80b-a3b.config.json"]
+MOE = ("mixtral", "qwen3-30b", "gpt-oss", "qwen3-next")
+POLICIES = ["full", "minimal", "save_qkv_proj", "qkv_proj_offloaded", "minimal_offloaded", "selective", "no_recompute",
+            "minimal_with_context"]
+# (flag, values, probability): the switches a run may also get.
+SWITCHES = [("--tp-comm-overlap", ["on", "off"], 0.2), ("--dp-overlap", ["on", "off"], 0.2), ("--ep-overlap", ["on", "off"], 0.15),
+            ("--double-buffering", ["on", "off"], 0.2), ("--sequence-parallel", ["on", "off"], 0.2),
+            ("--reshard-weights", ["on", "off"], 0.2), ("--pipelined-collectives", ["on", "off"], 0.2),
+            ("--pipelined-transfers", ["on", "off"], 0.3), ("--lhs", ["on", "off"], 0.3), ("--delay-wgrad", ["on", "off"], 0.1),
+            ("--pp-p2p", ["blocking", "overlapped"], 0.15), ("--moe-dispatcher", ["alltoall", "flex"], 0.15),
+            ("--fp8-saved-activations", ["on", "off"], 0.1), ("--mesh-order", ["maxtext", "megatron"], 0.2),
+            ("--cp-exchange", ["all_gather", "ring"], 0.1), ("--sharded-optimizer", ["on", "off"], 0.15),
+            ("--optimizer", ["adam", "muon"], 0.1), ("--optimizer-offload", ["host", "device"], 0.15),
+            ("--parameter-offload", ["on"], 0.1), ("--weights", ["fp8", "bf16"], 0.3), ("--framework", ["megatron"], 0.35),
+            ("--grad-accum", ["2", "4"], 0.15), ("--host-link-bw", ["10e9", "50e9", "200e9"], 0.2),
+            ("--hbm-bytes", ["60e9", "100e9"], 0.1), ("--scale-out-bw", ["25e9", "100e9"], 0.1)]
+PLANS = ["largest-batch", "best-policy", "break-even", "offload-layers", "recompute-layers", "hbm-needed"]
+
+
+def layout(rng, model):
+    """A model, system and random parallel layout, as flags."""
+    args = ["--model", model, "--system", rng.choice(SYSTEMS), "--gpus", str(rng.choice([8, 16, 32, 64])),
+            "--seq", str(rng.choice([1024, 2048, 4096, 8192]))]
+    if rng.random() < 0.3:
+        args += ["--tp", str(rng.choice([2, 4]))]
+    if rng.random() < 0.45:
+        pp = rng.choice([2, 4])
+        args += ["--pp", str(pp), "--pp-schedule", rng.choice(["1f1b", "gpipe", "zb-h1"]),
+                 "--microbatches", str(rng.choice([pp, 2 * pp, 4 * pp]))]
+        if rng.random() < 0.3:
+            args += ["--vp", "2"]
+    if rng.random() < 0.15:
+        args += ["--cp", "2"]
+    if any(m in model for m in MOE):
+        args += ["--ep", str(rng.choice([2, 4, 8]))]
+    return args
+
+
+def switches(rng):
+    args = []
+    for flag, values, probability in SWITCHES:
+        if rng.random() < probability:
+            args += [flag, rng.choice(values)]
+    return args
+
+
+def simulate_args(rng):
+    args = ["simulate"] + layout(rng, rng.choice(MODELS)) + ["--policy", rng.choice(POLICIES), "--batch", str(rng.choice([1, 2, 4]))]
+    draw = rng.random()
+    if draw < 0.25:
+        args += ["--offload-layers", str(rng.choice([1, 2, 4, 8, 12, 16, 20]))]
+    elif draw < 0.4:
+        args += ["--recompute-layers", str(rng.choice([1, 2, 4]))]
+    return args + switches(rng)
+
+
+def plan_args(rng):
+    kind = rng.choice(PLANS)
+    args = ["plan", kind] + layout(rng, rng.choice(MODELS))
+    if rng.random() < 0.3:
+        args += ["--framework", "megatron"]
+    if kind == "break-even":
+        args += ["--policy", rng.choice(["qkv_proj_offloaded", "minimal_offloaded"])]
+    elif rng.random() < 0.5:
+        args += ["--policy", rng.choice(POLICIES)]
+    if kind != "largest-batch" and rng.random() < 0.6:
+        args += ["--batch", str(rng.choice([1, 2, 4]))]
+    return args + (["--json"] if rng.random() < 0.5 else [])
+
+
+def random_profile(rng, path):
+    """Writes a random calibration profile to `path`."""
+    def scale():
+        return rng.choice([1e-300, 1e-12, 1e-6, 1e-3, 0.5, 1.0, 2.0, 1e6, 1e300]) if rng.random() < 0.1 else 10 ** rng.uniform(-3, 0.5)
+
+    def table():
+        xs = sorted({10 ** rng.uniform(3, 13) for _ in range(rng.randint(1, 4))})
+        return [[x, min(1.0, 10 ** rng.uniform(-4, 0))] for x in xs]
+
+    names = ["gemm_scale", "nvfp4_gemm_scale", "mxfp8_gemm_scale", "attention_scale", "collective_scale",
+             "scale_out_collective_scale", "host_link_scale"]
+    doc = {"format": "hbmsim-profile/1", "name": "random", "source": "scripts/random_cli.py",
+           "parameters": {n + ("@" + rng.choice(SYSTEMS) if rng.random() < 0.2 else ""): scale() for n in names if rng.random() < 0.4}}
+    efficiency = {k: table() for k in ["attention", "memory_bound", "copy", "collective"] if rng.random() < 0.25}
+    if rng.random() < 0.25:
+        efficiency["gemm"] = {d: table() for d in ["bf16", "fp8", "nvfp4"] if rng.random() < 0.6}
+    if efficiency:
+        doc["efficiency"] = efficiency
+    if rng.random() < 0.3:
+        doc["host_link"] = {"h2d_bytes_per_s": 10 ** rng.uniform(0, 12), "d2h_bytes_per_s": 10 ** rng.uniform(0, 12)}
+    if rng.random() < 0.2:
+        doc["hbm_bandwidth_bytes_per_s"] = 10 ** rng.uniform(0, 13)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(doc, f)
+
+
+def profile_args(rng, path):
+    random_profile(rng, path)
+    return ["simulate"] + layout(rng, rng.choice(MODELS)) + ["--calibration", path, "--policy", rng.choice(POLICIES), "--json"]
+
+
+def reports(doc):
+    """Every step report in a command's JSON output (a simulate report, or those inside a plan's answer)."""
+    if isinstance(doc, dict):
+        if "step_time_s" in doc and "mfu" in doc:
+            yield doc
+        for v in doc.values():
+            yield from reports(v)
+    elif isinstance(doc, list):
+        for v in doc:
+            yield from reports(v)
+
+
+def broken_laws(report):
+    step, mfu = report["step_time_s"], report["mfu"]
+    if not (isinstance(step, (int, float)) and math.isfinite(step) and step > 0):
+        return f"step time {step}"
+    if mfu > 1:
+        return f"MFU {mfu} above 1"
+    if report["executed_flops_per_device"] < report["model_flops_per_device"] * (1 - 1e-12):
+        return "executed FLOPs below the model's"
+    return ""
+
+
+def run(binary, args):
+    return subprocess.run([binary] + args, capture_output=True, text=True, timeout=600)
+
+
+def check(binary, args):
+    """The finding of one command line ("" if none)."""
+    r = run(binary, args)
+    if r.returncode not in (0, 2) or "internal error" in r.stderr:
+        return f"exit {r.returncode}: {r.stderr.strip()[-300:]}"
+    if r.returncode != 0 or "--json" not in args:
+        return ""
+    doc = json.loads(r.stdout)
+    for report in reports(doc):
+        if why := broken_laws(report):
+            return why
+    if args[0] == "simulate" and doc.get("replayed_iterations", 0) > 0:
+        return differs_without_fast_forward(binary, args, doc)
+    return ""
+
+
+def differs_without_fast_forward(binary, args, fast):
+    r = run(binary, args + ["--no-fast-forward"])
+    if r.returncode != 0:
+        return f"--no-fast-forward: exit {r.returncode}: {r.stderr.strip()[-300:]}"
+    plain = json.loads(r.stdout)
+    for key in ["step_time_s", "hbm_peak_bytes", "host_peak_bytes", "executed_flops_per_device"]:
+        a, b = fast[key], plain[key]
+        if abs(a - b) > 1e-9 * max(abs(a), abs(b), 1e-300):
+            return f"{key} {a} with fast-forward, {b} without"
+    return ""
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("binary", nargs="?", default="build/cli/hbmsim")
+    parser.add_argument("--mode", choices=["simulate", "plan", "profiles"], required=True)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--count", type=int, default=200)
+    o = parser.parse_args()
+    if not os.access(o.binary, os.X_OK):
+        sys.exit(f"random_cli.py: {o.binary} is not an executable (build first, or name the hbmsim binary)")
+    rng = random.Random(o.seed)
+    findings = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(o.count):
+            args = {"simulate": lambda: simulate_args(rng), "plan": lambda: plan_args(rng),
+                    "profiles": lambda: profile_args(rng, os.path.join(tmp, f"profile{i}.json"))}[o.mode]()
+            if o.mode == "simulate":
+                args.append("--json")
+            why = check(o.binary, args)
+            if why:
+                findings += 1
+                print(f"run {i}: {why}\n  hbmsim {' '.join(args)}", flush=True)
+                if o.mode == "profiles":  # the file goes with the folder: print what it held
+                    print("  profile: " + open(args[args.index("--calibration") + 1], encoding="utf-8").read(), flush=True)
+    print(f"random_cli.py --mode {o.mode} --seed {o.seed}: {o.count} runs, {findings} with findings")
+    sys.exit(1 if findings else 0)
+
+
+if __name__ == "__main__":
+    main()
