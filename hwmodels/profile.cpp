@@ -58,7 +58,7 @@ std::string profile_keys(const Profile& p, const std::string& id, const std::opt
                          const std::vector<const char*>& scales) {
   std::string keys = set ? table + " (lowest fraction " + format_number(lowest(*set)) + ")" : "";
   for (const char* name : scales)
-    for (const std::string key : {std::string(name) + "@" + id, std::string(name)})
+    for (const std::string& key : {std::string(name) + "@" + id, std::string(name)})
       if (p.parameters.count(key)) {
         keys += (keys.empty() ? "" : " and ") + ("parameters." + key + " = " + format_number(p.parameters.at(key)));
         break;
