@@ -179,17 +179,14 @@ std::vector<std::pair<std::string, RunConfig>> default_variants(const RunConfig&
     return out;
   }
   // Megatron's recompute choices under framework megatron (the ones plan layout tries), else MaxText's presets.
-  // A Megatron choice may name recompute modules ("no_recompute+moe_act+layernorm"): its tensors are then remat.
+  // A Megatron choice may name recompute modules ("no_recompute+moe_act+layernorm"), whose tensors in the model
+  // are then remat: the model is needed only there.
   const bool megatron = base.framework == "megatron";
   const std::vector<std::string> policies =
       megatron ? default_layout_policies(base)
                : std::vector<std::string>{"full", "save_qkv_proj", "qkv_proj_offloaded", "minimal", "minimal_offloaded"};
   const ModelSpec model = megatron ? resolve_model(base.model) : ModelSpec{};
-  for (const auto& p : policies) out.emplace_back(p, megatron ? with_layout_policy(base, p, model) : [&] {
-    RunConfig c = base;
-    c.policy = p;
-    return c;
-  }());
+  for (const auto& p : policies) out.emplace_back(p, with_layout_policy(base, p, model));
   return out;
 }
 

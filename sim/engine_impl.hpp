@@ -205,6 +205,9 @@ class Engine {
   }
   void deactivate(int i) {
     const auto k = static_cast<std::size_t>(i);
+    // A bookkeeping slip must end as an internal error, not as a write before the array (a fast-forward that
+    // lost a running op once corrupted the heap this way).
+    if (active_pos_[k] < 0) throw std::logic_error("op " + std::to_string(i) + " leaves the running set it is not in");
     const auto pos = static_cast<std::size_t>(active_pos_[k]);
     const int moved = active_.back();
     active_[pos] = moved;
