@@ -68,11 +68,14 @@ std::string profile_keys(const Profile& p, const std::string& id, const std::opt
 
 // A rate below kMinHardwareRate per second is a typo (a scale of 1e-300), not a measurement: the floor a what-if
 // or a system file's rates have. Checked where the profile's fractions (its tables and scales) take a kernel or
-// link there, at the table's lowest point; its measured rates are checked as they are read.
+// link there, at the table's lowest point; its measured rates are checked as they are read. Every run applies its
+// profile, so the keys are worked out only for a rate below the floor.
 void check_rates(const System& s, const Profile& p) {
   const Efficiency& e = s.efficiency;
-  auto check = [&](double rate, const char* unit, const std::string& what, const std::string& keys, const std::string& measured = "") {
-    if (rate >= kMinHardwareRate || keys.empty()) return;
+  auto check = [&](double rate, const char* unit, const std::string& what, auto keys_of, const std::string& measured = "") {
+    if (rate >= kMinHardwareRate) return;
+    const std::string keys = keys_of();
+    if (keys.empty()) return;  // nothing of the profile's took it there
     const std::string where = p.origin.empty() ? "calibration profile " + quote(p.name) : p.origin;
     throw InputError(where + ": " + keys + (measured.empty() ? "" : ", with " + measured) + " (" + what + " at " + format_number(rate) +
                      " " + unit + " on " + s.id + ", implausibly small, min " + format_number(kMinHardwareRate) + " " + unit + ")");
@@ -81,28 +84,31 @@ void check_rates(const System& s, const Profile& p) {
                                        {Dtype::mxfp8, &e.gemm_mxfp8, "fp8", "mxfp8_gemm_scale"},
                                        {Dtype::nvfp4, &e.gemm_nvfp4, "nvfp4", "nvfp4_gemm_scale"}}) {
     const auto& set = std::string(key) == "bf16" ? p.gemm_bf16 : std::string(key) == "fp8" ? p.gemm_fp8 : p.gemm_nvfp4;
-    check(lowest(*table) * s.gpu.peak_flops(d), "FLOP/s", std::string(to_string(d)) + " GEMMs",
-          profile_keys(p, s.id, set, std::string("efficiency.gemm.") + key,
-                       *extra ? std::vector<const char*>{"gemm_scale", extra} : std::vector<const char*>{"gemm_scale"}));
+    check(lowest(*table) * s.gpu.peak_flops(d), "FLOP/s", std::string(to_string(d)) + " GEMMs", [&, key = key, extra = extra] {
+      return profile_keys(p, s.id, set, std::string("efficiency.gemm.") + key,
+                          *extra ? std::vector<const char*>{"gemm_scale", extra} : std::vector<const char*>{"gemm_scale"});
+    });
   }
   check(lowest(e.attention) * s.gpu.peak_flops(Dtype::bf16), "FLOP/s", "attention",
-        profile_keys(p, s.id, p.attention, "efficiency.attention", {"attention_scale"}));
+        [&] { return profile_keys(p, s.id, p.attention, "efficiency.attention", {"attention_scale"}); });
   check(lowest(e.memory_bound) * s.gpu.hbm_bandwidth_bytes_per_s, "bytes/s", "memory-bound kernels",
-        profile_keys(p, s.id, p.memory_bound, "efficiency.memory_bound", {}),
+        [&] { return profile_keys(p, s.id, p.memory_bound, "efficiency.memory_bound", {}); },
         p.hbm_bandwidth_bytes_per_s ? "hbm_bandwidth_bytes_per_s = " + format_number(*p.hbm_bandwidth_bytes_per_s) : "");
   std::string link_figures;  // the profile's measured host link, named beside the fraction that slows it
   for (auto [key, value] : {std::pair{"host_link.h2d_bytes_per_s", p.h2d_bytes_per_s}, {"host_link.d2h_bytes_per_s", p.d2h_bytes_per_s},
                             {"host_link.bidirectional_total_bytes_per_s", p.bidirectional_total_bytes_per_s}})
     if (value) link_figures += (link_figures.empty() ? "" : " and ") + (key + (" = " + format_number(*value)));
   const double link = std::min(s.host_h2d_bytes_per_s(), s.host_d2h_bytes_per_s());
-  check(link, "bytes/s", "the host link", profile_keys(p, s.id, std::nullopt, "", {"host_link_scale"}), link_figures);
-  check(lowest(e.copy) * link, "bytes/s", "host copies", profile_keys(p, s.id, p.copy, "efficiency.copy", {"host_link_scale"}), link_figures);
+  check(link, "bytes/s", "the host link", [&] { return profile_keys(p, s.id, std::nullopt, "", {"host_link_scale"}); }, link_figures);
+  check(lowest(e.copy) * link, "bytes/s", "host copies",
+        [&] { return profile_keys(p, s.id, p.copy, "efficiency.copy", {"host_link_scale"}); }, link_figures);
   check(lowest(e.collective) * s.scale_up.per_gpu_bytes_per_s_per_direction, "bytes/s", "collectives",
-        profile_keys(p, s.id, p.collective, "efficiency.collective", {"collective_scale"}));
+        [&] { return profile_keys(p, s.id, p.collective, "efficiency.collective", {"collective_scale"}); });
   if (s.scale_out.per_gpu_bytes_per_s_per_direction > 0)
     check(lowest(e.collective) * e.scale_out_collective_factor * s.scale_out.per_gpu_bytes_per_s_per_direction, "bytes/s",
-          "collectives between scale-up domains",
-          profile_keys(p, s.id, p.collective, "efficiency.collective", {"collective_scale", "scale_out_collective_scale"}));
+          "collectives between scale-up domains", [&] {
+            return profile_keys(p, s.id, p.collective, "efficiency.collective", {"collective_scale", "scale_out_collective_scale"});
+          });
 }
 
 }  // namespace

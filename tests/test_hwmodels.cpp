@@ -259,19 +259,32 @@ TEST_CASE("a deduplicated all-to-all sends a token once per destination GPU and 
   CHECK(a.seconds == Approx(b.seconds));
 }
 
+namespace {
+
+// GB200 NVL72 at collective efficiency 1 with a profile's scale_out_collective_scale applied.
+System gb200_with_scale_out(double scale_out) {
+  Profile p;
+  p.parameters = {{"scale_out_collective_scale", scale_out}};
+  auto s = builtin_system("gb200-nvl72");
+  s.efficiency.collective = PiecewiseTable::constant(1.0);
+  return apply_profile(s, p);
+}
+
+// The 1 GB all-gather over two racks of 64 (fsdp 128) on `s`, in seconds.
+double all_gather_over_two_racks_s(const System& s) {
+  Mesh m;
+  m.sizes = {1, 1, 128, 1, 1, 1};
+  return Network(s, m).cost(CommKind::all_gather, 1e9, AxisSet{Axis::fsdp}).seconds;
+}
+
+}  // namespace
+
 TEST_CASE("scale_out_collective_scale slows only the part of a collective that crosses the NICs", "[hwmodels][profile]") {
   // The 1 GB all-gather over two racks of 64 above, with the NIC path at half the collective efficiency:
   // the NVLink term is unchanged, the NIC's bandwidth term doubles, its latency does not.
-  Profile p;
-  p.parameters = {{"scale_out_collective_scale", 0.5}};
-  auto s = builtin_system("gb200-nvl72");
-  s.efficiency.collective = PiecewiseTable::constant(1.0);
-  s = apply_profile(s, p);
-  Mesh m;
-  m.sizes = {1, 1, 128, 1, 1, 1};
-  Network net(s, m);
+  const System s = gb200_with_scale_out(0.5);
   const double intra = 1e9 * 63 / 64 / 900e9 + 63 * 3e-6, inter = 1e9 / 128 / (0.5 * 50e9) + 5e-6;
-  CHECK(net.cost(CommKind::all_gather, 1e9, AxisSet{Axis::fsdp}).seconds == Approx(intra + inter));
+  CHECK(all_gather_over_two_racks_s(s) == Approx(intra + inter));
   // Inside one rack nothing changes: 64 GPUs, NVLink only.
   Mesh one;
   one.sizes = {1, 1, 64, 1, 1, 1};
@@ -286,15 +299,8 @@ TEST_CASE("a collective never crosses the NICs faster than their bandwidth, howe
   // The 1 GB all-gather over two racks of 64 above, at collective efficiency 1 and scale_out_collective_scale 2
   // (both in calibrate fit's ranges: collective_scale up to 1.25 on a table of 0.8, scale-out up to 2): the NIC
   // term is the bytes over the NIC's 50 GB/s, not over twice that.
-  Profile p;
-  p.parameters = {{"scale_out_collective_scale", 2.0}};
-  auto s = builtin_system("gb200-nvl72");
-  s.efficiency.collective = PiecewiseTable::constant(1.0);
-  s = apply_profile(s, p);
-  Mesh m;
-  m.sizes = {1, 1, 128, 1, 1, 1};
   const double intra = 1e9 * 63 / 64 / 900e9 + 63 * 3e-6, inter = 1e9 / 128 / 50e9 + 5e-6;
-  CHECK(Network(s, m).cost(CommKind::all_gather, 1e9, AxisSet{Axis::fsdp}).seconds == Approx(intra + inter));
+  CHECK(all_gather_over_two_racks_s(gb200_with_scale_out(2.0)) == Approx(intra + inter));
 }
 
 TEST_CASE("a profile that leaves a kernel or link below one per second is refused, naming its keys", "[hwmodels][profile]") {
