@@ -183,6 +183,10 @@ RunConfig resolve_run_flags(const RunFlags& f, const std::set<std::string>& vari
   if (!f.config_file.empty()) s = load_config_file(f.config_file, c);
   for (auto& [field, v] : f.values) {
     check_number_range(field, v);
+    if (varied.count(field)) {  // read (a typo is still an error) but left out: the command sets the field itself
+      RunConfig(c).set(field, v, flag_for_field(field));
+      continue;
+    }
     c.set(field, v, flag_for_field(field));
     s.flag_fields.insert(field);
   }
@@ -191,7 +195,7 @@ RunConfig resolve_run_flags(const RunFlags& f, const std::set<std::string>& vari
     if (eq == std::string::npos || eq == 0) throw InputError("--tensor " + t + " (expected NAME=device|remat|offload)");
     if (!s.flag_tensors.insert(t.substr(0, eq)).second)
       throw InputError("--tensor " + t + " (" + t.substr(0, eq) + " is given twice; only the last placement would be read)");
-    c.tensors[t.substr(0, eq)] = t.substr(eq + 1);
+    if (!varied.count("tensor." + t.substr(0, eq))) c.tensors[t.substr(0, eq)] = t.substr(eq + 1);
   }
   check_run_config(c, s, varied);
   // A flag typed for a field the command sets itself (a search's degrees, a sweep's axes) would be dropped without
