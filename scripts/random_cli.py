@@ -9,6 +9,8 @@ error"; every JSON report must have MFU <= 1, executed FLOPs >= the model's and 
   plan      the six capacity plans (largest-batch, best-policy, break-even, offload-layers, recompute-layers,
             hbm-needed) over random layouts, with and without --json
   profiles  random calibration profiles (scales and tables from 1e-300 up, measured rates from 1 byte/s)
+  models    random Hugging Face configs: a shipped one (data/hf) with its sizes redrawn (layers, widths, heads,
+            experts, windows, layer patterns), simulated as in simulate mode
 Prints each finding with its command line; exit status 1 if any, 0 if none.
 
     /usr/bin/python3 scripts/random_cli.py [build/cli/hbmsim] --mode plan [--seed 1] [--count 200]
@@ -61,9 +63,15 @@ def layout(rng, model):
             args += ["--vp", "2"]
     if rng.random() < 0.15:
         args += ["--cp", "2"]
-    if any(m in model for m in MOE):
+    if any(m in model for m in MOE) or (os.path.isabs(model) and has_experts(model) and rng.random() < 0.7):
         args += ["--ep", str(rng.choice([2, 4, 8]))]
     return args
+
+
+def has_experts(path):
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    return any(k in text for k in ('"num_local_experts"', '"num_experts"', '"n_routed_experts"'))
 
 
 def switches(rng):
@@ -124,6 +132,68 @@ def random_profile(rng, path):
         json.dump(doc, f)
 
 
+HF_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "hf")
+
+
+def random_model(rng, path):
+    """Writes a shipped HF config with its sizes redrawn to `path`: mostly consistent (heads divisible by KV
+    heads, a layer list as long as the layers), sometimes not, which must then be bad input (exit 2)."""
+    base = rng.choice(sorted(f for f in os.listdir(HF_DIR) if f.endswith(".json")))
+    with open(os.path.join(HF_DIR, base), encoding="utf-8") as f:
+        doc = json.load(f)
+    d = doc["text_config"] if "text_config" in doc and "hidden_size" not in doc else doc
+    shipped_layers = d.get("num_hidden_layers")
+    layers = rng.choice([rng.randint(1, 24), 8 * rng.randint(1, 3)])  # often divisible by the pipeline's stages
+    kv = rng.choice([1, 2, 4, 8])
+    heads = kv * rng.choice([1, 2, 4, 8])
+    head_dim = rng.choice([32, 64, 128, 256])
+    draws = {"num_hidden_layers": layers, "num_key_value_heads": kv, "num_attention_heads": heads, "head_dim": head_dim,
+             "hidden_size": rng.choice([256, 512, 1024, 2048, 2880, 4096]), "vocab_size": rng.choice([1000, 32000, 151936, 262144]),
+             "intermediate_size": rng.choice([512, 1536, 2880, 8192, 14336]),
+             "moe_intermediate_size": rng.choice([128, 512, 2048]),
+             "shared_expert_intermediate_size": rng.choice([0, 512, 2048]),
+             "sliding_window": rng.choice([None, 64, 512, 4096, 1 << 20]),
+             "sliding_window_pattern": rng.choice([2, 3, 6]), "full_attention_interval": rng.choice([1, 2, 4]),
+             "first_k_dense_replace": rng.randint(0, layers - 1), "kv_lora_rank": rng.choice([64, 512]),
+             "q_lora_rank": rng.choice([None, 256, 1536]), "qk_rope_head_dim": rng.choice([32, 64]),
+             "qk_nope_head_dim": rng.choice([64, 128]), "v_head_dim": rng.choice([64, 128]),
+             "attention_chunk_size": rng.choice([512, 8192]), "no_rope_layer_interval": rng.choice([2, 4]),
+             "interleave_moe_layer_step": rng.choice([1, 2]), "decoder_sparse_step": rng.choice([1, 2]),
+             "tie_word_embeddings": rng.choice([True, False])}
+    experts = rng.choice([2, 4, 8, 16, 64])
+    for key in ["num_local_experts", "num_experts", "n_routed_experts"]:
+        draws[key] = experts
+    top = rng.randint(1, experts)
+    for key in ["num_experts_per_tok", "experts_per_token"]:
+        draws[key] = top
+    together = {"num_attention_heads": "num_key_value_heads"}  # drawn as a pair: heads a multiple of KV heads
+    for key, value in draws.items():
+        if key in d and key not in together.values() and rng.random() < 0.8:
+            d[key] = value
+            if key in together and together[key] in d:
+                d[together[key]] = draws[together[key]]
+    for key, value in list(d.items()):
+        if not isinstance(value, list) or not value or key == "architectures":
+            continue
+        if len(value) == shipped_layers:  # one entry per layer: a pattern of the shipped kinds, as long as the layers
+            d[key] = [rng.choice(sorted(set(value), key=str)) for _ in range(d["num_hidden_layers"])]
+        elif all(isinstance(x, int) for x in value):  # layer numbers: those that still exist
+            d[key] = [x for x in value if x < d["num_hidden_layers"]]
+    if rng.random() < 0.05:  # sometimes inconsistent on purpose: must be a clear error
+        d[rng.choice(["num_hidden_layers", "hidden_size", "num_attention_heads"])] = rng.choice([0, -1, 3])
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(doc, f)
+    return base
+
+
+def model_args(rng, path):
+    random_model(rng, path)
+    args = ["simulate"] + layout(rng, path) + ["--policy", rng.choice(POLICIES), "--batch", str(rng.choice([1, 2, 4]))]
+    if rng.random() < 0.2:
+        args += ["--offload-layers", str(rng.choice([1, 2, 4]))]
+    return args + switches(rng)
+
+
 def profile_args(rng, path):
     random_profile(rng, path)
     return ["simulate"] + layout(rng, rng.choice(MODELS)) + ["--calibration", path, "--policy", rng.choice(POLICIES), "--json"]
@@ -156,9 +226,13 @@ def run(binary, args):
     return subprocess.run([binary] + args, capture_output=True, text=True, timeout=600)
 
 
+EXITS = {}  # exit status -> runs (the summary line: how many gave a result)
+
+
 def check(binary, args):
     """The finding of one command line ("" if none)."""
     r = run(binary, args)
+    EXITS[r.returncode] = EXITS.get(r.returncode, 0) + 1
     if r.returncode not in (0, 2) or "internal error" in r.stderr:
         return f"exit {r.returncode}: {r.stderr.strip()[-300:]}"
     if r.returncode != 0 or "--json" not in args:
@@ -187,7 +261,7 @@ def differs_without_fast_forward(binary, args, fast):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("binary", nargs="?", default="build/cli/hbmsim")
-    parser.add_argument("--mode", choices=["simulate", "plan", "profiles"], required=True)
+    parser.add_argument("--mode", choices=["simulate", "plan", "profiles", "models"], required=True)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--count", type=int, default=200)
     o = parser.parse_args()
@@ -198,16 +272,19 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(o.count):
             args = {"simulate": lambda: simulate_args(rng), "plan": lambda: plan_args(rng),
-                    "profiles": lambda: profile_args(rng, os.path.join(tmp, f"profile{i}.json"))}[o.mode]()
-            if o.mode == "simulate":
+                    "profiles": lambda: profile_args(rng, os.path.join(tmp, f"profile{i}.json")),
+                    "models": lambda: model_args(rng, os.path.join(tmp, f"model{i}.config.json"))}[o.mode]()
+            if o.mode in ("simulate", "models"):
                 args.append("--json")
             why = check(o.binary, args)
             if why:
                 findings += 1
                 print(f"run {i}: {why}\n  hbmsim {' '.join(args)}", flush=True)
-                if o.mode == "profiles":  # the file goes with the folder: print what it held
-                    print("  profile: " + open(args[args.index("--calibration") + 1], encoding="utf-8").read(), flush=True)
-    print(f"random_cli.py --mode {o.mode} --seed {o.seed}: {o.count} runs, {findings} with findings")
+                if o.mode in ("profiles", "models"):  # the file goes with the folder: print what it held
+                    held = args[args.index("--calibration" if o.mode == "profiles" else "--model") + 1]
+                    print(f"  {o.mode[:-1]}: " + open(held, encoding="utf-8").read(), flush=True)
+    print(f"random_cli.py --mode {o.mode} --seed {o.seed}: {o.count} runs ({EXITS.get(0, 0)} results, "
+          f"{EXITS.get(2, 0)} bad input), {findings} with findings")
     sys.exit(1 if findings else 0)
 
 
