@@ -253,7 +253,8 @@ System load_system(const nlohmann::json& doc, const std::string& origin) {
   auto r = v.at("runtime");
   r.allow_only({"reserve_bytes", "host_pinned_fraction"});
   s.runtime.reserve_bytes = r.at("reserve_bytes").sourced_positive(kMaxHardwareBytes, "bytes");
-  if (s.runtime.reserve_bytes >= s.gpu.hbm_bytes) r.at("reserve_bytes").fail("must be below gpu.hbm_bytes");
+  if (s.runtime.reserve_bytes >= s.gpu.hbm_bytes)
+    r.at("reserve_bytes").at("value").fail("must be below gpu.hbm_bytes = " + format_number(s.gpu.hbm_bytes));
   {
     auto f = r.at("host_pinned_fraction");
     f.allow_only({"value", "source"});
