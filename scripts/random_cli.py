@@ -9,6 +9,8 @@ error"; every JSON report must have MFU <= 1, executed FLOPs >= the model's and 
   plan      the six capacity plans (largest-batch, best-policy, break-even, offload-layers, recompute-layers,
             hbm-needed) over random layouts, with and without --json
   profiles  random calibration profiles (scales and tables from 1e-300 up, measured rates from 1 byte/s)
+  systems   random system files: a shipped one (data/systems) with its figures scaled by up to 30x either way and
+            its counts (NVLink domain, GPUs per CPU and per host link, SMs) redrawn, simulated as in simulate mode
   models    random Hugging Face configs: a shipped one (data/hf) with its sizes redrawn (layers, widths, heads,
             experts, windows, layer patterns), simulated as in simulate mode
 Prints each finding with its command line; exit status 1 if any, 0 if none.
@@ -194,6 +196,53 @@ def model_args(rng, path):
     return args + switches(rng)
 
 
+SYSTEM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "systems")
+FRACTIONS = ("host_pinned_fraction",)  # figures that are shares, at most 1
+
+
+def random_system(rng, path):
+    """Writes a shipped system file with its figures and counts redrawn to `path`."""
+    base = rng.choice(sorted(f for f in os.listdir(SYSTEM_DIR) if f.endswith(".json")))
+    with open(os.path.join(SYSTEM_DIR, base), encoding="utf-8") as f:
+        doc = json.load(f)
+
+    def redraw(node, key=""):
+        if isinstance(node, dict):
+            if isinstance(node.get("value"), (int, float)) and not isinstance(node["value"], bool):
+                if rng.random() < 0.5:
+                    v = node["value"] * 10 ** rng.uniform(-1.5, 1.5)
+                    node["value"] = min(v, 1.0) if key in FRACTIONS else (round(v) if isinstance(node["value"], int) else v)
+                return
+            for k, v in node.items():
+                if k == "domain_gpus" and isinstance(v, int) and rng.random() < 0.4:
+                    node[k] = rng.choice([1, 2, 4, 8, 16, 36, 72, 144])
+                elif k in ("gpus_per_cpu", "gpus_sharing"):
+                    continue  # below, together
+                else:
+                    redraw(v, k)
+
+    link = doc.get("host_link", {})
+    measured = {k: v["value"] / link["per_direction_bytes_per_s"]["value"] for k, v in link.items() if k.startswith("measured_")}
+    redraw(doc)
+    for k, share in measured.items():  # a measured rate stays the share of the link it was
+        link[k]["value"] = share * link["per_direction_bytes_per_s"]["value"]
+    cpu = doc.get("host_cpu", {})
+    if "gpus_per_cpu" in cpu and rng.random() < 0.4:
+        cpu["gpus_per_cpu"] = rng.choice([1, 2, 4, 8])
+    if "gpus_sharing" in link:  # as many GPUs as the CPU has, or fewer; one on a dedicated link
+        link["gpus_sharing"] = 1 if link.get("sharing") == "dedicated" else rng.choice([1, 2, 4, 8][:1 + [1, 2, 4, 8].index(cpu.get("gpus_per_cpu", 1))] if cpu.get("gpus_per_cpu", 1) in (1, 2, 4, 8) else [1])
+    doc["id"] = "random-" + doc["id"]
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(doc, f)
+
+
+def system_args(rng, path):
+    random_system(rng, path)
+    args = simulate_args(rng)
+    args[args.index("--system") + 1] = path
+    return args
+
+
 def profile_args(rng, path):
     random_profile(rng, path)
     return ["simulate"] + layout(rng, rng.choice(MODELS)) + ["--calibration", path, "--policy", rng.choice(POLICIES), "--json"]
@@ -261,7 +310,7 @@ def differs_without_fast_forward(binary, args, fast):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("binary", nargs="?", default="build/cli/hbmsim")
-    parser.add_argument("--mode", choices=["simulate", "plan", "profiles", "models"], required=True)
+    parser.add_argument("--mode", choices=["simulate", "plan", "profiles", "models", "systems"], required=True)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--count", type=int, default=200)
     o = parser.parse_args()
@@ -273,15 +322,16 @@ def main():
         for i in range(o.count):
             args = {"simulate": lambda: simulate_args(rng), "plan": lambda: plan_args(rng),
                     "profiles": lambda: profile_args(rng, os.path.join(tmp, f"profile{i}.json")),
-                    "models": lambda: model_args(rng, os.path.join(tmp, f"model{i}.config.json"))}[o.mode]()
-            if o.mode in ("simulate", "models"):
+                    "models": lambda: model_args(rng, os.path.join(tmp, f"model{i}.config.json")),
+                    "systems": lambda: system_args(rng, os.path.join(tmp, f"system{i}.json"))}[o.mode]()
+            if o.mode in ("simulate", "models", "systems"):
                 args.append("--json")
             why = check(o.binary, args)
             if why:
                 findings += 1
                 print(f"run {i}: {why}\n  hbmsim {' '.join(args)}", flush=True)
-                if o.mode in ("profiles", "models"):  # the file goes with the folder: print what it held
-                    held = args[args.index("--calibration" if o.mode == "profiles" else "--model") + 1]
+                if o.mode in ("profiles", "models", "systems"):  # the file goes with the folder: print what it held
+                    held = args[args.index({"profiles": "--calibration", "models": "--model", "systems": "--system"}[o.mode]) + 1]
                     print(f"  {o.mode[:-1]}: " + open(held, encoding="utf-8").read(), flush=True)
     print(f"random_cli.py --mode {o.mode} --seed {o.seed}: {o.count} runs ({EXITS.get(0, 0)} results, "
           f"{EXITS.get(2, 0)} bad input), {findings} with findings")
