@@ -640,6 +640,8 @@ std::string maxtext_settings(const RunConfig& c) {
   for (auto [key, v] : {std::pair{"dcn_data_parallelism", c.dp}, {"ici_fsdp_parallelism", c.fsdp},
                         {"ici_context_parallelism", c.cp}, {"ici_tensor_parallelism", c.tp}, {"ici_expert_parallelism", ep_axis}})
     if (v > 1) out += std::string(" ") + key + "=" + std::to_string(v);
+  // ZeRO-1 over the data axis (MaxText's shard_optimizer_over_data); with fsdp alone the state is sharded already.
+  if (c.sharded_optimizer && c.dp > 1) out += " shard_optimizer_over_data=true";
   if (c.cp > 1) out += std::string(" context_parallel_load_balance=true");
   if (c.pp > 1)
     out += " ici_pipeline_parallelism=" + std::to_string(c.pp) + " num_pipeline_microbatches=" + std::to_string(accum) +

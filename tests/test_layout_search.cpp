@@ -502,6 +502,23 @@ TEST_CASE("plan layout prints the top list and the settings, says when nothing f
   }
 }
 
+// MaxText shards the optimizer state over its data axis only with shard_optimizer_over_data (ZeRO-1, configs/types.py);
+// a layout the search ran with the state sharded over dp must say so, or MaxText would keep a full copy per replica.
+TEST_CASE("the MaxText settings shard the optimizer over data exactly when the run does over dp", "[layout][plan]") {
+  RunConfig c;
+  c.gpus = 64;
+  c.dp = 8;
+  c.fsdp = 8;
+  for (bool sharded : {false, true}) {
+    c.sharded_optimizer = sharded;
+    INFO("sharded_optimizer " << sharded);
+    CHECK((maxtext_settings(c).find(" shard_optimizer_over_data=true") != std::string::npos) == sharded);
+  }
+  c.dp = 1;  // fsdp shards the state already: nothing more to set
+  c.fsdp = 64;
+  CHECK_THAT(maxtext_settings(c), !Catch::Contains("shard_optimizer_over_data"));
+}
+
 // Megatron-LM's arguments (--fp8-format/--fp8-recipe, --fp4-format/--fp4-recipe) and MaxText's quantization
 // values (configs/types.py: fp8, te_mxfp8, te_nvfp4) name one recipe for every linear layer.
 TEST_CASE("the settings name the low-precision recipe, once, and say when two dtypes were asked for", "[layout][plan]") {
