@@ -20,6 +20,7 @@
 #include "planner/fit.hpp"
 #include "planner/layer_counts.hpp"
 #include "planner/layout_search.hpp"
+#include "planner/framework_settings.hpp"
 #include "planner/plan.hpp"
 #include "planner/plan_json.hpp"
 #include "planner/published_runs.hpp"

@@ -6,6 +6,7 @@
 #include <map>
 #include <sstream>
 
+#include "planner/framework_settings.hpp"
 #include "planner/plan.hpp"
 #include "planner/sweep.hpp"
 #include "sim/bounds.hpp"

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "planner/framework_settings.hpp"
 #include "sim/policy.hpp"
 
 namespace hbmsim {

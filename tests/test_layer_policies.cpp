@@ -10,6 +10,7 @@
 #include "better_hardware.hpp"
 #include "helpers.hpp"
 #include "planner/layer_counts.hpp"
+#include "planner/framework_settings.hpp"
 #include "planner/plan.hpp"
 #include "planner/plan_json.hpp"
 #include "planner/run_config.hpp"

@@ -8,6 +8,7 @@
 
 #include "helpers.hpp"
 #include "planner/layout_search.hpp"
+#include "planner/framework_settings.hpp"
 #include "planner/plan.hpp"
 #include "planner/sweep.hpp"
 #include "sim/bounds.hpp"

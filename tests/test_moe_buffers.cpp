@@ -7,6 +7,7 @@
 #include <string>
 
 #include "helpers.hpp"
+#include "planner/framework_settings.hpp"
 #include "planner/plan.hpp"
 #include "planner/run_config.hpp"
 #include "planner/run_summary.hpp"

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "helpers.hpp"
+#include "planner/framework_settings.hpp"
 #include "planner/plan.hpp"
 #include "planner/run_config.hpp"
 #include "workloads/model.hpp"

@@ -6,6 +6,7 @@
 #include "better_hardware.hpp"
 #include "helpers.hpp"
 #include "hwmodels/builtin.hpp"
+#include "planner/framework_settings.hpp"
 #include "planner/plan.hpp"
 #include "planner/run_config.hpp"
 #include "planner/run_summary.hpp"

@@ -9,6 +9,7 @@
 
 #include "better_hardware.hpp"
 #include "helpers.hpp"
+#include "planner/framework_settings.hpp"
 #include "planner/plan.hpp"
 #include "planner/plan_json.hpp"
 #include "planner/run_config.hpp"

@@ -13,6 +13,7 @@
 
 #include "helpers.hpp"
 #include "planner/fit.hpp"
+#include "planner/framework_settings.hpp"
 #include "planner/plan.hpp"
 #include "planner/sweep.hpp"
 #include "sim/costs.hpp"

@@ -1,0 +1,263 @@
+// The settings that realise a simulated run in the frameworks: MaxText keys, XLA flags, Megatron-LM arguments, and
+// the simulate config itself (plans print them beside each answer).
+#include "planner/framework_settings.hpp"
+
+#include <algorithm>
+#include <optional>
+#include <set>
+
+#include "hwmodels/json_view.hpp"
+
+namespace hbmsim {
+
+namespace {
+
+// Megatron-Core and MaxText run one low-precision recipe over every linear layer: the MLP's dtype where it
+// has one, else the projections'. A config with two dtypes says which one its settings run.
+Dtype linear_dtype(const RunConfig& c) {
+  const Dtype mlp = parse_dtype(c.weights);
+  return mlp != Dtype::bf16 ? mlp : parse_dtype(c.attention_dtype);
+}
+
+// Each recipe as the frameworks spell it. Megatron-Core: FP8 per-tensor (delayed by default) with E4M3 forward
+// and E5M2 gradients; MXFP8 E4M3 throughout (its block scales carry the range); NVFP4 E2M1 with FP8 scales.
+// MaxText's quantization values for NVIDIA GPUs (configs/types.py): its own fp8 GEMMs, Transformer Engine's
+// block-scaled recipes.
+struct Recipe {
+  Dtype dtype;
+  const char *megatron, *maxtext;
+};
+constexpr Recipe kRecipes[] = {{Dtype::fp8, " --fp8-format hybrid", " quantization=fp8"},
+                               {Dtype::mxfp8, " --fp8-format e4m3 --fp8-recipe mxfp8", " quantization=te_mxfp8"},
+                               {Dtype::nvfp4, " --fp4-format e2m1 --fp4-recipe nvfp4", " quantization=te_nvfp4"}};
+// The config's recipe (nullptr: bf16 throughout).
+const Recipe* recipe(const RunConfig& c) {
+  const Dtype d = linear_dtype(c);
+  for (const Recipe& r : kRecipes)
+    if (r.dtype == d) return &r;
+  return nullptr;
+}
+// DDP's overlaps. hbmsim buckets the gradient sync per layer in the backward under dp_overlap, and always
+// issues a sharded optimizer's parameter all-gathers per layer for the forward to wait on, which Megatron
+// (arguments.py) allows only with --overlap-param-gather, and that only with --overlap-grad-reduce.
+std::string gradient_sync_settings(const RunConfig& c) {
+  std::string out = c.grad_reduce_dtype == "bf16" ? " --grad-reduce-in-bf16" : "";
+  // Expert ranks are carved out of data parallelism: the other weights' gradients are summed over them too.
+  const bool synced = c.dp * c.cp * expert_axis(c) > 1 || c.fsdp > 1, sharded = c.fsdp > 1 || c.sharded_optimizer;
+  if (!synced) return out;
+  if (c.dp_overlap) return out + " --overlap-grad-reduce" + (sharded ? " --overlap-param-gather" : "");
+  if (sharded)
+    out += " (dp_overlap off: Megatron overlaps parameter gathers only beside an overlapped gradient reduce, so it "
+           "gathers them after the optimizer step, where hbmsim overlaps them with the forward)";
+  return out;
+}
+// The flags that would simulate the config as Megatron runs it (empty: it is simulated so already).
+std::string megatron_semantics_note(const RunConfig& c) {
+  const std::string flags = (c.framework != "megatron" ? " --framework megatron" : "") + megatron_reading_flags(c);
+  return flags.empty() ? "" : " (simulated otherwise than Megatron runs it; as Megatron:" + flags + ")";
+}
+std::string mixed_dtype_note(const RunConfig& c) {
+  const Dtype mlp = parse_dtype(c.weights), projections = parse_dtype(c.attention_dtype);
+  if (mlp == projections) return "";
+  return std::string(" (MLP GEMMs ") + to_string(mlp) + ", projections " + to_string(projections) +
+         ": one recipe covers every linear layer, so these settings run both as " + to_string(linear_dtype(c)) + ")";
+}
+// What hbmsim resolves from a config that the frameworks' settings must spell out: the FSDP degree filling the
+// GPUs left over (fsdp 0), and the batch in both frameworks' terms. Empty when the config does not resolve.
+struct ResolvedShape {
+  std::int64_t fsdp = 0;
+  std::int64_t replica_batch = 0;  // sequences per model replica per micro-step (Megatron's micro-batch)
+  std::int64_t global_batch = 0;
+  std::int64_t grad_accum = 1;     // micro-steps per step (the pipeline's micro-batches with pp > 1)
+  double device_batch = 0;         // sequences per device per micro-step
+};
+std::optional<ResolvedShape> resolved_shape(const RunConfig& c) {
+  try {
+    TrainingSpec t = training_shape(c);
+    validate_training(t, resolve_model(c.model));
+    return ResolvedShape{t.parallelism.fsdp, t.replica_batch, t.global_sequences(), t.grad_accum, t.device_batch()};
+  } catch (const InputError&) {
+    return std::nullopt;
+  }
+}
+
+// Megatron's left-over GPUs are plain data parallelism, so an FSDP degree hbmsim filled in must be named, and a
+// batch given MaxText's way becomes Megatron's micro-batch and global batch.
+RunConfig with_megatron_batch_and_fsdp(RunConfig c) {
+  if (const auto r = resolved_shape(c)) {
+    if (c.fsdp == 0) c.fsdp = r->fsdp;
+    if (c.micro_batch == 0) {
+      c.micro_batch = r->replica_batch;
+      c.global_batch = r->global_batch;
+    }
+  }
+  return c;
+}
+
+}  // namespace
+
+// Megatron's selective recompute modules that a policy is (megatron_recompute_modules): the modules whose
+// tensors, and only those, it rematerializes, the rest kept (no_recompute). "core_attn" alone is Megatron's
+// default module. nullopt: not such a policy.
+std::optional<std::string> selective_recompute_modules(const RunConfig& c) {
+  if (c.policy != "no_recompute" && c.policy != "selective") return std::nullopt;
+  std::set<std::string> remat;
+  if (c.policy == "selective") remat.insert("context");
+  for (const auto& [name, where] : c.tensors) {
+    if (where != "remat") return std::nullopt;
+    remat.insert(name);
+  }
+  if (remat.empty()) return std::nullopt;  // no_recompute alone: no module to name, no model to read
+  std::optional<ModelSpec> model;  // unresolved: only the modules every model has
+  try {
+    model = resolve_model(c.model);
+  } catch (const InputError&) {
+  }
+  std::string modules;
+  for (const auto& k : megatron_recompute_modules()) {
+    const auto tensors = model ? k.tensors_in(*model) : k.tensors;
+    if (tensors.empty() || !std::all_of(tensors.begin(), tensors.end(), [&](const std::string& t) { return remat.count(t) > 0; }))
+      continue;
+    for (const auto& t : tensors) remat.erase(t);
+    modules += (modules.empty() ? "" : " ") + std::string(k.name);
+  }
+  if (!remat.empty() || modules.empty()) return std::nullopt;
+  return modules;
+}
+
+std::string maxtext_settings(const RunConfig& c) {
+  auto policy = make_policy(c.policy, c.tensors);
+  // MaxText's per-device batch is per step under pipelining (split into num_pipeline_microbatches), per micro-step
+  // otherwise (gradient_accumulation_steps of them).
+  const auto shape = resolved_shape(c);
+  const std::int64_t accum = shape ? shape->grad_accum : c.pp > 1 ? (c.microbatches > 0 ? c.microbatches : c.pp) : c.grad_accum;
+  const double per_device = shape ? shape->device_batch * static_cast<double>(c.pp > 1 ? accum : 1)
+                            : c.batch ? *c.batch
+                                      : 1.0;
+  std::string out = "per_device_batch_size=" + format_number(per_device) + " max_target_length=" + std::to_string(c.seq);
+  if (c.pp == 1 && accum > 1) out += " gradient_accumulation_steps=" + std::to_string(accum);
+  const std::int64_t ep_axis = expert_axis(c);
+  for (auto [key, v] : {std::pair{"dcn_data_parallelism", c.dp}, {"ici_fsdp_parallelism", c.fsdp},
+                        {"ici_context_parallelism", c.cp}, {"ici_tensor_parallelism", c.tp}, {"ici_expert_parallelism", ep_axis}})
+    if (v > 1) out += std::string(" ") + key + "=" + std::to_string(v);
+  // ZeRO-1 over the data axis (MaxText's shard_optimizer_over_data); with fsdp alone the state is sharded already.
+  if (c.sharded_optimizer && c.dp > 1) out += " shard_optimizer_over_data=true";
+  if (c.cp > 1) out += std::string(" context_parallel_load_balance=true");
+  if (c.pp > 1)
+    out += " ici_pipeline_parallelism=" + std::to_string(c.pp) + " num_pipeline_microbatches=" + std::to_string(accum) +
+           (c.vp > 1 ? " num_pipeline_repeats=" + std::to_string(c.vp) : std::string());
+  if (policy.keep_backward_inputs) {
+    const bool selective = c.policy == "selective";  // the core attention recomputed: MaxText's minimal keeps no context either
+    out += " (" + c.policy + " keeps what autograd saves" + (selective ? " but the core attention" : "") +
+           "; MaxText names checkpoints instead: nearest remat_policy=" + (selective ? "minimal" : "minimal_with_context") + ")";
+  }
+  out += " remat_policy=custom";
+  for (auto& n : checkpoint_names()) {
+    if (n == "decoder_layer_input") continue;
+    auto p = policy.placement(n);
+    if (p != Placement::remat) out += " " + n + "=" + to_string(p);
+  }
+  if (std::any_of(c.tensors.begin(), c.tensors.end(), [](const auto& t) { return t.first.find('@') != std::string::npos; }))
+    out += " (NAME@dense / NAME@moe: MaxText places a checkpoint name alike in every kind of layer)";
+  if (!c.stage_policies.empty()) out += " (the first stage's policy: MaxText has one remat policy for every stage)";
+  if (c.optimizer_offload == "device") out += " optimizer_memory_host_offload=true";
+  if (c.parameter_offload) out += " parameter_memory_host_offload=true";
+  if (c.optimizer_offload == "host") out += " (optimizer_offload host: a CPU optimizer, which MaxText does not have)";
+  if (!c.layer_policies.empty() || c.offload_layers > 0 || c.recompute_layers > 0)
+    out += " (every layer's: per-layer policies are Megatron settings, or a MaxText model split into scans per policy)";
+  out += " scan_layers=true";
+  if (c.moe_batch_split > 1)
+    out += " use_batch_split_schedule=true batch_split_factor=" + std::to_string(c.moe_batch_split);
+  if (c.ep_overlap)
+    out += " (ep_overlap: Megatron's combined 1F1B, which MaxText does not have; its nearest is use_batch_split_schedule)";
+  if (folds_experts(c))
+    out += " (expert_tp 1: MaxText shards every expert over tensor parallelism; folding them over it is a Megatron setting, so "
+           "MaxText runs this mesh with its experts split over tp)";
+  if (c.ep > 1 && c.moe_dispatcher == "flex")
+    out += " (moe_dispatcher flex: DeepEP/HybridEP deduplication, which MaxText's ragged all-to-all does not do)";
+  if (c.mtp_layers > 0) out += " mtp_num_layers=" + std::to_string(c.mtp_layers);
+  if (const Recipe* r = recipe(c)) out += r->maxtext;
+  out += mixed_dtype_note(c);
+  if (c.optimizer_moments_dtype == "bf16")
+    out += " mu_dtype=bfloat16 (optimizer_moments_dtype bf16: MaxText's mu_dtype stores only the first moment in bf16)";
+  if (c.optimizer == "muon") out += " (optimizer muon: simulated as Megatron-Core's Muon; no MaxText equivalent is modelled)";
+  return out;
+}
+
+std::string xla_flags(const RunConfig& c) {
+  const bool offload = prepare_run(c).policy.offloads_any();
+  std::string out = std::string("--xla_gpu_enable_latency_hiding_scheduler=") + (c.lhs ? "true" : "false");
+  out += std::string(" --xla_gpu_enable_host_memory_offloading=") + (offload ? "true" : "false");
+  out += std::string(" --xla_gpu_enable_pipelined_host_offloading=") + (c.pipelined_transfers ? "true" : "false");
+  out += std::string(" --xla_gpu_enable_pipelined_all_gather=") + (c.pipelined_collectives ? "true" : "false");
+  out += std::string(" --xla_gpu_enable_pipelined_reduce_scatter=") + (c.pipelined_collectives ? "true" : "false");
+  out += std::string(" --xla_gpu_enable_while_loop_double_buffering=") + (c.double_buffering ? "true" : "false");
+  out += " --xla_gpu_memory_limit_slop_factor=" + std::to_string(static_cast<int>(std::lround(c.memory_limit_slop * 100)));
+  return out;
+}
+
+std::string megatron_settings(const RunConfig& given) {
+  const RunConfig c = with_megatron_batch_and_fsdp(given);
+  std::string out = "--tensor-model-parallel-size " + std::to_string(c.tp) + " --pipeline-model-parallel-size " + std::to_string(c.pp);
+  if (c.vp > 1) out += " --virtual-pipeline-model-parallel-size " + std::to_string(c.vp);
+  if (c.embedding_as_layer) out += " --account-for-embedding-in-pipeline-split";
+  if (c.loss_as_layer) out += " --account-for-loss-in-pipeline-split";
+  if (!c.pipeline_layout.empty()) out += " --pipeline-model-parallel-layout \"" + c.pipeline_layout + "\"";
+  if (c.first_stage_layers > 0) out += " --decoder-first-pipeline-num-layers " + std::to_string(c.first_stage_layers);
+  if (c.last_stage_layers > 0) out += " --decoder-last-pipeline-num-layers " + std::to_string(c.last_stage_layers);
+  // Megatron-LM's schedules are 1F1B and its interleaved form (schedules.py); GPipe and ZB-H1 are not among them.
+  if (c.pp > 1 && c.pp_schedule != "1f1b") out += " (pp_schedule " + c.pp_schedule + ": no Megatron equivalent; Megatron runs 1F1B)";
+  out += " --context-parallel-size " + std::to_string(c.cp) + " --expert-model-parallel-size " + std::to_string(c.ep);
+  // DeepEP and HybridEP move the same bytes in hbmsim; DeepEP runs on Hopper and the HGX Blackwells, HybridEP on NVL72 too.
+  if (c.ep > 1)
+    out += c.moe_dispatcher == "flex" ? " --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep (or hybridep)"
+                                      : " --moe-token-dispatcher-type alltoall";
+  if (c.ep > 1 && c.moe_dispatcher == "flex" && c.moe_dispatcher_sms > 0)
+    out += " --moe-flex-dispatcher-num-sms " + std::to_string(c.moe_dispatcher_sms);
+  if (folds_experts(c)) out += " --expert-tensor-parallel-size 1";
+  if (c.moe_capacity_factor > 0) out += " --moe-expert-rank-capacity-factor " + format_number(c.moe_capacity_factor);
+  if (c.moe_paged_stash > 0) out += " --moe-paged-stash --moe-paged-stash-buffer-size-factor-cuda " + format_number(c.moe_paged_stash);
+  if (c.ep_overlap) out += " --overlap-moe-expert-parallel-comm";
+  if (c.delay_wgrad) out += " --delay-wgrad-compute";
+  if (c.tp > 1 && c.sequence_parallel) out += " --sequence-parallel";
+  if (c.tp_comm_overlap) out += " --tp-comm-overlap";
+  if (c.mtp_layers > 0) out += " --mtp-num-layers " + std::to_string(c.mtp_layers);
+  if (c.micro_batch > 0) out += " --micro-batch-size " + std::to_string(c.micro_batch);
+  if (c.global_batch > 0) out += " --global-batch-size " + std::to_string(c.global_batch);
+  if (c.fsdp > 1) out += " --use-megatron-fsdp" + std::string(c.dp > 1 ? " (sharded over " + std::to_string(c.fsdp) + " GPUs, replicated over " + std::to_string(c.dp) + ")" : "");
+  else if (c.sharded_optimizer) out += " --use-distributed-optimizer";
+  out += gradient_sync_settings(c);
+  if (c.optimizer_moments_dtype == "bf16")
+    out += " --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16";
+  if (c.optimizer == "muon") out += " --optimizer muon" + std::string(c.tp > 1 ? " --muon-tp-mode " + c.muon_tp_mode : "");
+  if (const Recipe* r = recipe(c)) out += r->megatron;
+  out += mixed_dtype_note(c);
+  // no_recompute is Megatron's default; with the attention output recomputed, its selective recompute.
+  const auto modules = selective_recompute_modules(c);
+  if (c.policy == "full") out += " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1";
+  else if (modules) out += " --recompute-granularity selective" + (*modules == "core_attn" ? "" : " --recompute-modules " + *modules);
+  else if (c.policy != "no_recompute" || !c.tensors.empty())
+    out += " (policy " + c.policy + ": MaxText per-tensor placement, no Megatron equivalent; nearest: " +
+           (c.policy == "minimal" ? "--recompute-granularity selective" : "no recompute") + ")";
+  if (c.recompute_layers > 0)
+    out += " --recompute-granularity full --recompute-method block --recompute-num-layers " + std::to_string(c.recompute_layers);
+  if (c.offload_layers > 0) out += " --cpu-offloading --cpu-offloading-num-layers " + std::to_string(c.offload_layers);
+  // Megatron's offload runs on Transformer Engine's schedule, which hides copies that XLA's exposes.
+  if (c.offload_layers > 0 && c.framework != "megatron")
+    out += " (simulated on XLA's offload schedule; Transformer Engine's hides more of the copies: see --framework megatron)";
+  if (!c.layer_policies.empty()) out += " (layer_policies " + c.layer_policies + ": no Megatron equivalent)";
+  if (!c.stage_policies.empty())
+    out += " (stage_policies " + c.stage_policies + ": no Megatron equivalent; Megatron recomputes alike on every stage)";
+  if (c.optimizer_offload == "host") out += " --optimizer-cpu-offload --optimizer-offload-fraction 1.0";
+  if (c.optimizer_offload == "device") out += " (optimizer_offload device: state streamed to the GPU, no Megatron equivalent)";
+  if (c.parameter_offload) out += " (parameter_offload: no Megatron equivalent; PyTorch FSDP2 CPUOffloadPolicy)";
+  return out + megatron_semantics_note(c);
+}
+
+
+nlohmann::json runnable_settings(const RunConfig& c) {
+  return {{"simulate_config", c.to_json()}, {"maxtext", maxtext_settings(c)}, {"xla_flags", xla_flags(c)},
+          {"megatron", megatron_settings(c)}};
+}
+
+}  // namespace hbmsim
