@@ -3,10 +3,14 @@
 #include "planner/framework_settings.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 #include <set>
 
+#include "hwmodels/catalog.hpp"
 #include "hwmodels/json_view.hpp"
+#include "hwmodels/mesh.hpp"
+#include "hwmodels/topology.hpp"
 
 namespace hbmsim {
 
@@ -94,6 +98,50 @@ RunConfig with_megatron_batch_and_fsdp(RunConfig c) {
   return c;
 }
 
+// MaxText's mesh keys, each axis split as its hybrid mesh splits it: the members inside one slice (ici_*) and the
+// slices it spans (dcn_*). On GPUs a slice is a fast-interconnect domain (XLA gives the GPUs of one NVLink domain
+// one slice_index, openxla/xla#24473; on HGX the eight GPUs of a host), so the split is where the simulated mesh,
+// in MaxText's axis order, puts each axis's members. A layout whose axes do not split into whole domains is one
+// no hybrid mesh places: every axis is then named ici_*, with a note.
+std::string maxtext_mesh(const RunConfig& c, std::int64_t fsdp) {
+  struct Key {
+    const char* name;
+    Axis axis;
+    std::int64_t size;
+  };
+  const Key keys[] = {{"data", Axis::dp, c.dp},     {"pipeline", Axis::pp, c.pp}, {"fsdp", Axis::fsdp, fsdp},
+                      {"context", Axis::cp, c.cp},  {"tensor", Axis::tp, c.tp},   {"expert", Axis::ep, expert_axis(c)}};
+  Mesh mesh;
+  mesh.order = maxtext_mesh_order();
+  for (const Key& k : keys) mesh.sizes[static_cast<std::size_t>(k.axis)] = k.size;
+  std::optional<System> system;
+  try {
+    system = resolve_system(c.system);
+  } catch (const InputError&) {
+  }
+  std::string ici, dcn;
+  bool whole = system.has_value() && mesh.devices() == c.gpus && c.gpus <= std::numeric_limits<int>::max();
+  if (whole) {
+    const Topology topo(*system, static_cast<int>(c.gpus));
+    std::int64_t ici_product = 1;
+    for (const Key& k : keys) {
+      const GroupPlacement g = place_group(topo, mesh, AxisSet{k.axis});
+      whole = whole && g.per_domain * g.domains == k.size;
+      ici_product *= g.per_domain;
+      if (g.per_domain > 1) ici += std::string(" ici_") + k.name + "_parallelism=" + std::to_string(g.per_domain);
+      if (g.domains > 1) dcn += std::string(" dcn_") + k.name + "_parallelism=" + std::to_string(g.domains);
+    }
+    whole = whole && ici_product == topo.domain_gpus();
+  }
+  if (whole) return dcn + ici;
+  std::string all;
+  for (const Key& k : keys)
+    if (k.size > 1) all += std::string(" ici_") + k.name + "_parallelism=" + std::to_string(k.size);
+  return all + (system ? " (this layout's axes do not split into whole NVLink domains, which MaxText's hybrid mesh needs: "
+                         "ici_* here name whole axes)"
+                       : "");
+}
+
 }  // namespace
 
 // Megatron's selective recompute modules that a policy is (megatron_recompute_modules): the modules whose
@@ -136,15 +184,12 @@ std::string maxtext_settings(const RunConfig& c) {
                                       : 1.0;
   std::string out = "per_device_batch_size=" + format_number(per_device) + " max_target_length=" + std::to_string(c.seq);
   if (c.pp == 1 && accum > 1) out += " gradient_accumulation_steps=" + std::to_string(accum);
-  const std::int64_t ep_axis = expert_axis(c);
-  for (auto [key, v] : {std::pair{"dcn_data_parallelism", c.dp}, {"ici_fsdp_parallelism", c.fsdp},
-                        {"ici_context_parallelism", c.cp}, {"ici_tensor_parallelism", c.tp}, {"ici_expert_parallelism", ep_axis}})
-    if (v > 1) out += std::string(" ") + key + "=" + std::to_string(v);
+  out += maxtext_mesh(c, shape ? shape->fsdp : c.fsdp);
   // ZeRO-1 over the data axis (MaxText's shard_optimizer_over_data); with fsdp alone the state is sharded already.
   if (c.sharded_optimizer && c.dp > 1) out += " shard_optimizer_over_data=true";
   if (c.cp > 1) out += std::string(" context_parallel_load_balance=true");
   if (c.pp > 1)
-    out += " ici_pipeline_parallelism=" + std::to_string(c.pp) + " num_pipeline_microbatches=" + std::to_string(accum) +
+    out += " num_pipeline_microbatches=" + std::to_string(accum) +
            (c.vp > 1 ? " num_pipeline_repeats=" + std::to_string(c.vp) : std::string());
   if (policy.keep_backward_inputs) {
     const bool selective = c.policy == "selective";  // the core attention recomputed: MaxText's minimal keeps no context either

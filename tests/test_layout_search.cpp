@@ -503,6 +503,43 @@ TEST_CASE("plan layout prints the top list and the settings, says when nothing f
   }
 }
 
+// MaxText's hybrid mesh splits each axis into its part inside a slice (ici_*) and across slices (dcn_*); on GPUs a
+// slice is an NVLink domain (8 GPUs on an H100 HGX host, up to 72 on an NVL72 rack), and the products must be the
+// GPUs of a slice and the slices. Worked by hand in MaxText's axis order (data, stage, fsdp, context, tensor,
+// expert; the last innermost).
+TEST_CASE("the MaxText settings split each mesh axis into its NVLink-domain (ici) and cross-domain (dcn) parts", "[layout][plan]") {
+  struct Case {
+    const char* system;
+    std::int64_t gpus, dp, fsdp, cp, tp, pp;
+    const char* want;  // the mesh keys, dcn first
+  };
+  for (const Case& k : {
+           // 8 hosts of 8: fsdp 64 has 8 members per host and spans 8 hosts.
+           Case{"h100-hgx", 64, 1, 64, 1, 1, 1, " dcn_fsdp_parallelism=8 ici_fsdp_parallelism=8 "},
+           // tp 8 fills a host; dp 8 runs across the hosts.
+           Case{"h100-hgx", 64, 8, 1, 1, 8, 1, " dcn_data_parallelism=8 ici_tensor_parallelism=8 "},
+           // tp 2 (stride 1) and fsdp 4 (stride 2) fill a host of 8; fsdp's other 4 and pp 2 run across hosts.
+           Case{"h100-hgx", 64, 1, 16, 1, 2, 2, " dcn_pipeline_parallelism=2 dcn_fsdp_parallelism=4 ici_fsdp_parallelism=4 ici_tensor_parallelism=2 "},
+           // 64 GPUs of one NVL72 rack are one slice: nothing across slices.
+           Case{"gb300-nvl72", 64, 32, 1, 2, 1, 1, " ici_data_parallelism=32 ici_context_parallelism=2 "},
+           // 128 GPUs on NVL72 racks: 64 per rack (Topology), so dp 2 x fsdp 64 is dp across racks.
+           Case{"gb200-nvl72", 128, 2, 64, 1, 1, 1, " dcn_data_parallelism=2 ici_fsdp_parallelism=64 "}}) {
+    RunConfig c;
+    c.system = k.system;
+    c.model = "llama3.1-8b";
+    c.gpus = k.gpus, c.dp = k.dp, c.fsdp = k.fsdp, c.cp = k.cp, c.tp = k.tp, c.pp = k.pp;
+    INFO(k.system << " " << k.want);
+    const std::string x = maxtext_settings(c);
+    CHECK_THAT(x, Catch::Contains(std::string("max_target_length=4096") + k.want));
+    CHECK_THAT(x, !Catch::Contains("whole NVLink domains"));
+  }
+  // tp 3 on hosts of 8 straddles two hosts: no hybrid mesh places it, and the settings say so.
+  RunConfig c;
+  c.system = "h100-hgx";
+  c.gpus = 24, c.tp = 3, c.fsdp = 8;
+  CHECK_THAT(maxtext_settings(c), Catch::Contains("ici_fsdp_parallelism=8 ici_tensor_parallelism=3 (this layout's axes do not split into whole NVLink domains"));
+}
+
 // MaxText shards the optimizer state over its data axis only with shard_optimizer_over_data (ZeRO-1, configs/types.py);
 // a layout the search ran with the state sharded over dp must say so, or MaxText would keep a full copy per replica.
 TEST_CASE("the MaxText settings shard the optimizer over data exactly when the run does over dp", "[layout][plan]") {
