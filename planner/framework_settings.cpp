@@ -269,8 +269,16 @@ std::string megatron_settings(const RunConfig& given) {
   if (c.mtp_layers > 0) out += " --mtp-num-layers " + std::to_string(c.mtp_layers);
   if (c.micro_batch > 0) out += " --micro-batch-size " + std::to_string(c.micro_batch);
   if (c.global_batch > 0) out += " --global-batch-size " + std::to_string(c.global_batch);
-  if (c.fsdp > 1) out += " --use-megatron-fsdp" + std::string(c.dp > 1 ? " (sharded over " + std::to_string(c.fsdp) + " GPUs, replicated over " + std::to_string(c.dp) + ")" : "");
-  else if (c.sharded_optimizer) out += " --use-distributed-optimizer";
+  // Megatron-FSDP (its default strategy shards optimizer state, gradients and parameters) refuses any checkpoint
+  // format but fsdp_dtensor (arguments.py). With data-parallel replicas beside the shards it is hybrid (HSDP): one
+  // optimizer instance per replica, and the state sharded over the replicas too where the run shards it over dp.
+  if (c.fsdp > 1) {
+    out += " --use-megatron-fsdp --ckpt-format fsdp_dtensor";
+    if (c.dp > 1)
+      out += " --num-distributed-optimizer-instances " + std::to_string(c.dp) + (c.sharded_optimizer ? " --outer-dp-sharding-strategy optim" : "");
+  } else if (c.sharded_optimizer) {
+    out += " --use-distributed-optimizer";
+  }
   out += gradient_sync_settings(c);
   if (c.optimizer_moments_dtype == "bf16")
     out += " --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16";

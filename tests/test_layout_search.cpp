@@ -564,6 +564,12 @@ TEST_CASE("the settings name the low-precision recipe, once, and say when two dt
   struct Want {
     const char *mlp, *projections, *megatron, *maxtext;
   };
+  auto formats = [](const std::string& m) {  // low-precision format flags (not --ckpt-format)
+    int n = 0;
+    for (const char* flag : {"--fp8-format", "--fp4-format"})
+      for (auto at = m.find(flag); at != std::string::npos; at = m.find(flag, at + 1)) ++n;
+    return n;
+  };
   for (const Want& w : {Want{"fp8", "fp8", "--fp8-format hybrid", "quantization=fp8"},
                         Want{"mxfp8", "mxfp8", "--fp8-format e4m3 --fp8-recipe mxfp8", "quantization=te_mxfp8"},
                         Want{"nvfp4", "nvfp4", "--fp4-format e2m1 --fp4-recipe nvfp4", "quantization=te_nvfp4"},
@@ -576,7 +582,7 @@ TEST_CASE("the settings name the low-precision recipe, once, and say when two dt
     CHECK_THAT(m, Catch::Contains(w.megatron));
     CHECK_THAT(x, Catch::Contains(w.maxtext));
     // One recipe: no second format flag, no second quantization key.
-    CHECK(m.find("-format") == m.rfind("-format"));
+    CHECK(formats(m) == 1);
     CHECK(x.find("quantization=") == x.rfind("quantization="));
     const bool mixed = std::string(w.mlp) == "bf16";
     CHECK((m.find("one recipe covers every linear layer") != std::string::npos) == mixed);
@@ -589,7 +595,8 @@ TEST_CASE("the settings name the low-precision recipe, once, and say when two dt
                                        Catch::Contains("MLP GEMMs fp8, projections mxfp8") && Catch::Contains("run both as fp8"));
   // bf16 throughout: no recipe at all.
   c.weights = c.attention_dtype = "bf16";
-  CHECK_THAT(megatron_settings(c), !Catch::Contains("-format") && !Catch::Contains("recipe"));
+  CHECK(formats(megatron_settings(c)) == 0);
+  CHECK_THAT(megatron_settings(c), !Catch::Contains("recipe"));
   CHECK_THAT(maxtext_settings(c), !Catch::Contains("quantization="));
 }
 
@@ -725,7 +732,17 @@ TEST_CASE("the Megatron arguments spell out the FSDP degree and batch that hbmsi
   c.tp = 2;
   c.pp = 4;
   c.batch = 1.0;
-  CHECK_THAT(megatron_settings(c), Catch::Contains("--micro-batch-size 2 --global-batch-size 64 --use-megatron-fsdp --overlap-grad-reduce"));
+  // Megatron-FSDP asserts the fsdp_dtensor checkpoint format (arguments.py); its default strategy, optim_grads_params,
+  // is the ZeRO-3 sharding simulated.
+  CHECK_THAT(megatron_settings(c), Catch::Contains("--micro-batch-size 2 --global-batch-size 64 --use-megatron-fsdp --ckpt-format fsdp_dtensor --overlap-grad-reduce"));
+  // Replicas beside the shards: hybrid FSDP, one optimizer instance per replica (Megatron's HSDP switch), the state
+  // sharded over the replicas too when the run shards it over dp.
+  RunConfig h = c;
+  h.fsdp = 4;
+  h.dp = 2;
+  CHECK_THAT(megatron_settings(h), Catch::Contains("--use-megatron-fsdp --ckpt-format fsdp_dtensor --num-distributed-optimizer-instances 2 --overlap"));
+  h.sharded_optimizer = true;
+  CHECK_THAT(megatron_settings(h), Catch::Contains("--num-distributed-optimizer-instances 2 --outer-dp-sharding-strategy optim --overlap"));
   // Given outright, the batch and degrees are printed as given: dp 8 with the distributed optimizer.
   c.batch.reset();
   c.fsdp = 1;
