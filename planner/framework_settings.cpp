@@ -120,8 +120,10 @@ std::string maxtext_mesh(const RunConfig& c, std::int64_t fsdp) {
   } catch (const InputError&) {
   }
   std::string ici, dcn;
-  bool whole = system.has_value() && mesh.devices() == c.gpus && c.gpus <= std::numeric_limits<int>::max();
-  if (whole) {
+  // Only a layout that fills its GPUs can be placed (one that does not is bad input, reported where it runs).
+  const bool placed = system.has_value() && mesh.devices() == c.gpus && c.gpus <= std::numeric_limits<int>::max();
+  bool whole = placed;
+  if (placed) {
     const Topology topo(*system, static_cast<int>(c.gpus));
     std::int64_t ici_product = 1;
     for (const Key& k : keys) {
@@ -137,7 +139,7 @@ std::string maxtext_mesh(const RunConfig& c, std::int64_t fsdp) {
   std::string all;
   for (const Key& k : keys)
     if (k.size > 1) all += std::string(" ici_") + k.name + "_parallelism=" + std::to_string(k.size);
-  return all + (system ? " (this layout's axes do not split into whole NVLink domains, which MaxText's hybrid mesh needs: "
+  return all + (placed ? " (this layout's axes do not split into whole NVLink domains, which MaxText's hybrid mesh needs: "
                          "ici_* here name whole axes)"
                        : "");
 }

@@ -538,6 +538,9 @@ TEST_CASE("the MaxText settings split each mesh axis into its NVLink-domain (ici
   c.system = "h100-hgx";
   c.gpus = 24, c.tp = 3, c.fsdp = 8;
   CHECK_THAT(maxtext_settings(c), Catch::Contains("ici_fsdp_parallelism=8 ici_tensor_parallelism=3 (this layout's axes do not split into whole NVLink domains"));
+  // Degrees that do not fill the GPUs (bad input where the run is simulated) are printed as given, with no note.
+  c.gpus = 64;
+  CHECK_THAT(maxtext_settings(c), Catch::Contains("ici_fsdp_parallelism=8 ici_tensor_parallelism=3 ") && !Catch::Contains("NVLink"));
 }
 
 // MaxText shards the optimizer state over its data axis only with shard_optimizer_over_data (ZeRO-1, configs/types.py);
