@@ -171,7 +171,7 @@ std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSear
   const std::vector<std::int64_t> etps = expert_tp_choices(base, model);
   // Experts folded over cp too need cp ranks holding the other weights whole (Megatron's reading); inside tp x cp,
   // ep ranks too.
-  const LayoutReading reading = layout_reading(base);
+  const LayoutReading reading = folded_layout_reading(base);
   const bool folds_over_cp = !reading.cp_shards_weights, folds_inside_cp = folds_over_cp && !reading.ep_shards_weights;
   const std::vector<bool> overlaps = ep_overlap_choices(base, model);
   // Each policy read once (preset and tensors); Megatron's combined 1F1B takes no full recompute and no

@@ -390,6 +390,28 @@ namespace {
 const LayoutReading kMaxtextReading{"maxtext", "all_gather", true, true};
 const LayoutReading kMegatronReading{"megatron", "ring", false, false};
 
+// The FSDP degree a config runs at: given, or what the other axes leave of the GPUs (validate_training fills it
+// so; 0 where they leave no whole number).
+std::int64_t fsdp_degree(const RunConfig& c) {
+  if (c.fsdp > 0) return c.fsdp;
+  std::int64_t other = 1;
+  for (std::int64_t v : {c.tp, experts_inside_cp(c) ? std::int64_t{1} : expert_axis(c), c.dp, c.cp, c.pp}) {
+    if (v <= 0 || other > c.gpus / v) return 0;
+    other *= v;
+  }
+  return c.gpus % other == 0 ? c.gpus / other : 0;
+}
+
+// Megatron-Core's reading of a config's layout. Megatron-FSDP shards the weights over the whole data-parallel
+// group with its context ranks (its dp_cp group, mcore_fsdp_adapter.py), which holds the expert ranks too: under
+// it the context and expert axes shard the other weights, where DDP and the distributed optimizer keep them whole.
+// (Experts folded over tp keep DDP's reading: their group's place in the shards is not modelled.)
+LayoutReading megatron_reading(const RunConfig& c) {
+  LayoutReading m = kMegatronReading;
+  if (fsdp_degree(c) > 1 && !folds_experts(c)) m.cp_shards_weights = m.ep_shards_weights = true;
+  return m;
+}
+
 LayoutReading read_layout(const RunConfig& c, const LayoutReading& framework) {
   return {c.mesh_order == "auto" ? framework.mesh_order : c.mesh_order,
           c.cp_exchange == "auto" ? framework.cp_exchange : c.cp_exchange,
@@ -437,11 +459,15 @@ std::vector<std::string> RecomputeModule::tensors_in(const ModelSpec& model) con
 }
 
 LayoutReading layout_reading(const RunConfig& c) {
+  return read_layout(c, c.framework == "megatron" ? megatron_reading(c) : kMaxtextReading);
+}
+
+LayoutReading folded_layout_reading(const RunConfig& c) {
   return read_layout(c, c.framework == "megatron" ? kMegatronReading : kMaxtextReading);
 }
 
 std::string megatron_reading_flags(const RunConfig& c) {
-  const LayoutReading& m = kMegatronReading;
+  const LayoutReading m = megatron_reading(c);
   const LayoutReading r = read_layout(c, m);
   auto on_off = [](bool v) { return v ? " on" : " off"; };
   std::string flags;

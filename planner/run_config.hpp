@@ -197,13 +197,17 @@ const RecomputeModule* find_recompute_module(const std::string& name);
 
 // How the layout fields read a config: as given, or (auto) as its framework does: Megatron-Core's rank order
 // (tp innermost, then cp, ep, dp, pp), its ring context exchange, and context and expert ranks holding the
-// other weights whole under framework megatron; MaxText's (its mesh order, all-gathered keys and values,
-// weights sharded over cp and ep FSDP-style) otherwise.
+// other weights whole under framework megatron (sharding them with the rest of the data-parallel group under
+// Megatron-FSDP, fsdp > 1); MaxText's (its mesh order, all-gathered keys and values, weights sharded over cp and
+// ep FSDP-style) otherwise.
 struct LayoutReading {
   std::string mesh_order, cp_exchange;
   bool cp_shards_weights = true, ep_shards_weights = true;
 };
 LayoutReading layout_reading(const RunConfig& config);
+// The reading a layout of the config's with its experts folded over tp (expert_tp 1) takes: under framework
+// megatron, DDP's (Megatron-FSDP's reading is not modelled for folded experts), the fields given outright winning.
+LayoutReading folded_layout_reading(const RunConfig& config);
 
 // The layout fields given a MaxText value where Megatron-Core's differs, as the flags that read the config
 // Megatron's way under framework megatron: the rank order (with two parallel axes or more), the context

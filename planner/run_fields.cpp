@@ -74,13 +74,15 @@ const std::vector<RunField> kFields = {
      "auto (the framework's)",
      &C::cp_exchange},
     {"cp_shards_weights", "--cp-shards-weights",
-     "The context axis shards the weights FSDP-style (MaxText); off: context ranks hold them whole and sum their "
-     "gradients with dp (Megatron-Core); auto: the framework's",
+     "The context axis shards the weights FSDP-style (MaxText, and Megatron-FSDP: fsdp > 1 under framework "
+     "megatron); off: context ranks hold them whole and sum their gradients with dp (Megatron-Core's DDP and "
+     "distributed optimizer); auto: the framework's",
      &C::cp_shards_weights},
     {"ep_shards_weights", "--ep-shards-weights",
-     "The expert axis shards the non-expert weights FSDP-style (MaxText); off: expert-parallel ranks hold them "
-     "whole and sum their gradients with dp, the experts' gradients only over expert data parallelism "
-     "(Megatron-Core); auto: the framework's",
+     "The expert axis shards the non-expert weights FSDP-style (MaxText, and Megatron-FSDP: fsdp > 1 under "
+     "framework megatron); off: expert-parallel ranks hold them whole and sum their gradients with dp, the "
+     "experts' gradients only over expert data parallelism (Megatron-Core's DDP and distributed optimizer); auto: "
+     "the framework's",
      &C::ep_shards_weights},
     {"moe_dispatcher", "--moe-dispatcher",
      "How ep moves tokens to their experts (Megatron's moe_token_dispatcher_type): alltoall (one copy per chosen "

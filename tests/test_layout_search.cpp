@@ -274,8 +274,8 @@ TEST_CASE("under Megatron's state the search also tries the recompute modules re
 }
 
 TEST_CASE("under Megatron's state a layout that cannot fit is retried with Megatron's CPU optimizer only", "[layout]") {
-  // DeepSeek-V3 on 128 GB200s, full recompute, read Megatron's way: every expert-parallel rank holds the other
-  // weights whole, so some layouts fit only with their state off the GPU. Megatron's one way is
+  // DeepSeek-V3 on 128 GB200s, full recompute, read Megatron's way: under the distributed optimizer every
+  // expert-parallel rank holds the other weights whole, so some layouts fit only with their state off the GPU. Megatron's one way is
   // --optimizer-cpu-offload (the update on the host); MaxText's GPU update of streamed state and its parameter
   // offload are not tried.
   RunConfig base;

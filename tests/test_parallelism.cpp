@@ -251,18 +251,31 @@ TEST_CASE("the layout fields left auto read a config as its framework does, give
   RunConfig c;
   LayoutReading r = layout_reading(c);  // maxtext
   CHECK((r.mesh_order == "maxtext" && r.cp_exchange == "all_gather" && r.cp_shards_weights && r.ep_shards_weights));
+  // Megatron's DDP and distributed optimizer (fsdp 1): context and expert ranks hold the other weights whole.
   c.framework = "megatron";
+  c.fsdp = 1;
+  c.dp = 8;
   r = layout_reading(c);
   CHECK((r.mesh_order == "megatron" && r.cp_exchange == "ring" && !r.cp_shards_weights && !r.ep_shards_weights));
+  // Megatron-FSDP (fsdp > 1, given or filling the GPUs) shards them over its whole data-parallel group with the
+  // context ranks, which holds the expert ranks too (mcore_fsdp_adapter.py's dp_cp group).
+  for (std::int64_t fsdp : {0, 8}) {
+    c.fsdp = fsdp;
+    c.dp = 1;
+    r = layout_reading(c);
+    CHECK((r.mesh_order == "megatron" && r.cp_exchange == "ring" && r.cp_shards_weights && r.ep_shards_weights));
+  }
+  c.fsdp = 1;
+  c.dp = 8;
   c.mesh_order = "dp,pp,fsdp,ep,cp,tp";
   c.cp_exchange = "all_gather";
   c.ep_shards_weights = true;
   r = layout_reading(c);
   CHECK((r.mesh_order == "dp,pp,fsdp,ep,cp,tp" && r.cp_exchange == "all_gather" && !r.cp_shards_weights && r.ep_shards_weights));
 
-  // A run: Llama 3.1 8B on 16 H100s, tp 2 x cp 2 x fsdp 4 under Megatron's state. Left auto, it is the run
-  // with Megatron-Core's four readings given outright, and not the one with MaxText's, where cp shards the
-  // weights too: 2 bytes per parameter over tp 2 x fsdp 4 x cp 2, half of Megatron's over tp 2 x fsdp 4.
+  // A run: Llama 3.1 8B on 16 H100s, tp 2 x cp 2 x fsdp 4 under Megatron's state (Megatron-FSDP). Left auto, it is
+  // the run with Megatron-Core's readings given outright, its FSDP shards spanning cp: 2 bytes per parameter over
+  // tp 2 x fsdp 4 x cp 2, half of what context ranks holding the weights whole (DDP's reading) keep.
   RunConfig run;
   run.system = "h100-hgx";
   run.model = "llama3.1-8b";
@@ -274,22 +287,31 @@ TEST_CASE("the layout fields left auto read a config as its framework does, give
   RunConfig given = run;
   given.mesh_order = "megatron";
   given.cp_exchange = "ring";
-  given.cp_shards_weights = given.ep_shards_weights = false;
+  given.cp_shards_weights = given.ep_shards_weights = true;
   const StepReport megatron = run_simulation(given);
   CHECK(automatic.step_time_s == megatron.step_time_s);
   CHECK(automatic.hbm_peak_bytes == megatron.hbm_peak_bytes);
   CHECK(automatic.comm_bytes == megatron.comm_bytes);
-  given.mesh_order = "maxtext";
-  given.cp_exchange = "all_gather";
-  given.cp_shards_weights = given.ep_shards_weights = true;
-  const StepReport maxtext = run_simulation(given);
-  CHECK(maxtext.hbm_breakdown_bytes.at("parameters") == Approx(megatron.hbm_breakdown_bytes.at("parameters") / 2).epsilon(1e-12));
+  given.cp_shards_weights = given.ep_shards_weights = false;
+  const StepReport whole = run_simulation(given);
+  CHECK(megatron.hbm_breakdown_bytes.at("parameters") == Approx(whole.hbm_breakdown_bytes.at("parameters") / 2).epsilon(1e-12));
+  // The same mesh with the 4 data-parallel ranks plain replicas (DDP): auto is DDP's reading, the weights whole.
+  RunConfig ddp = run;
+  ddp.fsdp = 1;
+  ddp.dp = 4;
+  RunConfig ddp_given = ddp;
+  ddp_given.mesh_order = "megatron";
+  ddp_given.cp_exchange = "ring";
+  ddp_given.cp_shards_weights = ddp_given.ep_shards_weights = false;
+  const StepReport ddp_auto = run_simulation(ddp), ddp_whole = run_simulation(ddp_given);
+  CHECK(ddp_auto.step_time_s == ddp_whole.step_time_s);
+  CHECK(ddp_auto.hbm_peak_bytes == ddp_whole.hbm_peak_bytes);
 
   // auto travels as a value: written, read back, and taken from the flag's text; anything else is refused.
   CHECK(run.to_json().at("cp_shards_weights") == "auto");
   CHECK(run.to_json().at("mesh_order") == "auto");
   CHECK(RunConfig::from_json(run.to_json(), "test").cp_shards_weights.is_auto());
-  CHECK(RunConfig::from_json(given.to_json(), "test").cp_shards_weights == Switch(true));
+  CHECK(RunConfig::from_json(given.to_json(), "test").cp_shards_weights == Switch(false));
   run.set("ep_shards_weights", "off", "--ep-shards-weights");
   CHECK(run.ep_shards_weights == Switch(false));
   run.set("ep_shards_weights", "auto", "--ep-shards-weights");
