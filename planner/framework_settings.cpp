@@ -6,6 +6,7 @@
 #include <limits>
 #include <optional>
 #include <set>
+#include <vector>
 
 #include "hwmodels/catalog.hpp"
 #include "hwmodels/json_view.hpp"
@@ -142,6 +143,23 @@ std::string maxtext_mesh(const RunConfig& c, std::int64_t fsdp) {
   return all + (placed ? " (this layout's axes do not split into whole NVLink domains, which MaxText's hybrid mesh needs: "
                          "ici_* here name whole axes)"
                        : "");
+}
+
+// Megatron-Core's CPU offloading of activations (cpu_offloading_num_layers) refuses pipelining, any activation
+// recompute and offloading every layer (transformer_config.py): a config asking for one of them is said to be
+// none Megatron runs (hbmsim simulates it as if Megatron could).
+std::string cpu_offloading_note(const RunConfig& c, bool recomputes) {
+  std::vector<std::string> refused;
+  if (c.pp > 1) refused.push_back("pipeline parallelism");
+  if (recomputes) refused.push_back("activation recompute");
+  try {
+    if (c.offload_layers >= resolve_model(c.model).num_layers) refused.push_back("offloading every layer");
+  } catch (const InputError&) {
+  }
+  if (refused.empty()) return "";
+  std::string what;
+  for (std::size_t i = 0; i < refused.size(); ++i) what += (i == 0 ? "" : i + 1 == refused.size() ? " and " : ", ") + refused[i];
+  return " (Megatron-Core's CPU offloading refuses " + what + ", transformer_config.py: no Megatron run realises this one)";
 }
 
 }  // namespace
@@ -282,13 +300,15 @@ std::string megatron_settings(const RunConfig& given) {
     out += " --use-distributed-optimizer";
   }
   out += gradient_sync_settings(c);
-  if (c.optimizer_moments_dtype == "bf16")
-    out += " --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16";
+  // Megatron's CPU optimizer runs on the precision-aware optimizer's code path and asserts the flag (arguments.py).
+  if (c.optimizer_moments_dtype == "bf16" || c.optimizer_offload == "host") out += " --use-precision-aware-optimizer";
+  if (c.optimizer_moments_dtype == "bf16") out += " --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16";
   if (c.optimizer == "muon") out += " --optimizer muon" + std::string(c.tp > 1 ? " --muon-tp-mode " + c.muon_tp_mode : "");
   if (const Recipe* r = recipe(c)) out += r->megatron;
   out += mixed_dtype_note(c);
   // no_recompute is Megatron's default; with the attention output recomputed, its selective recompute.
   const auto modules = selective_recompute_modules(c);
+  const bool recomputes = c.policy == "full" || modules || c.recompute_layers > 0;
   if (c.policy == "full") out += " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1";
   else if (modules) out += " --recompute-granularity selective" + (*modules == "core_attn" ? "" : " --recompute-modules " + *modules);
   else if (c.policy != "no_recompute" || !c.tensors.empty())
@@ -296,7 +316,8 @@ std::string megatron_settings(const RunConfig& given) {
            (c.policy == "minimal" ? "--recompute-granularity selective" : "no recompute") + ")";
   if (c.recompute_layers > 0)
     out += " --recompute-granularity full --recompute-method block --recompute-num-layers " + std::to_string(c.recompute_layers);
-  if (c.offload_layers > 0) out += " --cpu-offloading --cpu-offloading-num-layers " + std::to_string(c.offload_layers);
+  if (c.offload_layers > 0)
+    out += " --cpu-offloading --cpu-offloading-num-layers " + std::to_string(c.offload_layers) + cpu_offloading_note(c, recomputes);
   // Megatron's offload runs on Transformer Engine's schedule, which hides copies that XLA's exposes.
   if (c.offload_layers > 0 && c.framework != "megatron")
     out += " (simulated on XLA's offload schedule; Transformer Engine's hides more of the copies: see --framework megatron)";

@@ -543,6 +543,29 @@ TEST_CASE("the MaxText settings split each mesh axis into its NVLink-domain (ici
   CHECK_THAT(maxtext_settings(c), Catch::Contains("ici_fsdp_parallelism=8 ici_tensor_parallelism=3 ") && !Catch::Contains("NVLink"));
 }
 
+// Megatron-Core's activation CPU offloading (transformer_config.py) raises for pipeline parallelism, for any
+// activation recompute and for cpu_offloading_num_layers >= num_layers: settings that ask for one say so.
+TEST_CASE("the Megatron arguments say where Megatron-Core's CPU offloading refuses the run", "[layout][plan]") {
+  RunConfig c;
+  c.model = "llama3.1-8b";  // 32 layers
+  c.framework = "megatron";
+  c.policy = "no_recompute";
+  c.offload_layers = 8;
+  const std::string note = "Megatron-Core's CPU offloading refuses";
+  CHECK_THAT(megatron_settings(c), Catch::Contains("--cpu-offloading --cpu-offloading-num-layers 8") && !Catch::Contains(note));
+  c.pp = 2;
+  CHECK_THAT(megatron_settings(c), Catch::Contains(note + " pipeline parallelism,"));
+  c.pp = 1;
+  c.policy = "selective";  // --recompute-granularity selective
+  CHECK_THAT(megatron_settings(c), Catch::Contains(note + " activation recompute,"));
+  c.policy = "no_recompute";
+  c.offload_layers = 32;
+  CHECK_THAT(megatron_settings(c), Catch::Contains(note + " offloading every layer,"));
+  c.pp = 2;
+  c.policy = "selective";
+  CHECK_THAT(megatron_settings(c), Catch::Contains(note + " pipeline parallelism, activation recompute and offloading every layer,"));
+}
+
 // MaxText shards the optimizer state over its data axis only with shard_optimizer_over_data (ZeRO-1, configs/types.py);
 // a layout the search ran with the state sharded over dp must say so, or MaxText would keep a full copy per replica.
 TEST_CASE("the MaxText settings shard the optimizer over data exactly when the run does over dp", "[layout][plan]") {
@@ -697,6 +720,16 @@ TEST_CASE("the Megatron arguments say what a config sets", "[layout][plan]") {
   CHECK_THAT(megatron_settings(c), !Catch::Contains("precision-aware"));
   c.optimizer_moments_dtype = "bf16";
   CHECK_THAT(megatron_settings(c), Catch::Contains("--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16"));
+  // Megatron's CPU optimizer asserts --use-precision-aware-optimizer (arguments.py): named once, with fp32 moments too.
+  c.optimizer_offload = "host";
+  const std::string offloaded = megatron_settings(c);
+  CHECK_THAT(offloaded, Catch::Contains("--optimizer-cpu-offload --optimizer-offload-fraction 1.0"));
+  CHECK(offloaded.find("--use-precision-aware-optimizer") == offloaded.rfind("--use-precision-aware-optimizer"));
+  c.optimizer_moments_dtype = "fp32";
+  CHECK_THAT(megatron_settings(c), Catch::Contains("--use-precision-aware-optimizer") && !Catch::Contains("--exp-avg-dtype"));
+  c.optimizer_offload = "off";
+  CHECK_THAT(megatron_settings(c), !Catch::Contains("precision-aware"));
+  c.optimizer_moments_dtype = "bf16";
   CHECK_THAT(maxtext_settings(c), Catch::Contains("mu_dtype=bfloat16") && Catch::Contains("only the first moment"));
   // The expert all-to-all overlap: a Megatron switch, which MaxText has no equivalent of.
   CHECK_THAT(megatron_settings(c), !Catch::Contains("overlap-moe"));
