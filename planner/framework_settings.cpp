@@ -285,7 +285,7 @@ std::string megatron_settings(const RunConfig& given) {
   if (c.ep_overlap) out += " --overlap-moe-expert-parallel-comm";
   if (c.delay_wgrad) out += " --delay-wgrad-compute";
   if (c.tp > 1 && c.sequence_parallel) out += " --sequence-parallel";
-  if (c.tp_comm_overlap) out += " --tp-comm-overlap";
+  if (c.tp > 1 && c.tp_comm_overlap) out += " --tp-comm-overlap";  // Megatron turns sequence parallelism off at tp 1, then refuses it
   if (c.mtp_layers > 0) out += " --mtp-num-layers " + std::to_string(c.mtp_layers);
   if (c.micro_batch > 0) out += " --micro-batch-size " + std::to_string(c.micro_batch);
   if (c.global_batch > 0) out += " --global-batch-size " + std::to_string(c.global_batch);
@@ -315,7 +315,10 @@ std::string megatron_settings(const RunConfig& given) {
     out += " (policy " + c.policy + ": MaxText per-tensor placement, no Megatron equivalent; nearest: " +
            (c.policy == "minimal" ? "--recompute-granularity selective" : "no recompute") + ")";
   if (c.recompute_layers > 0)
-    out += " --recompute-granularity full --recompute-method block --recompute-num-layers " + std::to_string(c.recompute_layers);
+    out += " --recompute-granularity full --recompute-method block --recompute-num-layers " + std::to_string(c.recompute_layers) +
+           (modules ? " (Megatron takes one recompute granularity: the first layers recomputed whole beside the others' "
+                      "selective recompute is no Megatron run)"
+                    : "");
   if (c.offload_layers > 0)
     out += " --cpu-offloading --cpu-offloading-num-layers " + std::to_string(c.offload_layers) + cpu_offloading_note(c, recomputes);
   // Megatron's offload runs on Transformer Engine's schedule, which hides copies that XLA's exposes.

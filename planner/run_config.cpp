@@ -517,6 +517,11 @@ PreparedRun prepare_run(const RunConfig& c, const Profile* extra) {
   r.options.blocking_p2p = blocking_p2p(c);
   if (c.ep_overlap) check_ep_overlap(c, r);
   check_sync_free_experts(c, r);
+  // Without sequence parallelism tp's traffic is all-reduces, and Megatron-LM asserts sequence_parallel with
+  // tp_comm_overlap (arguments.py): its userbuffers overlap the all-gathers and reduce-scatters only.
+  if (c.tp_comm_overlap && c.framework == "megatron" && c.tp > 1 && !c.sequence_parallel)
+    throw InputError("tp_comm_overlap = on (Megatron overlaps tp communication with its GEMMs only with sequence_parallel on, "
+                     "as Megatron-LM requires)");
   if (c.delay_wgrad && !(c.ep_overlap && c.framework == "megatron"))
     throw InputError("delay_wgrad = on (Megatron's delay_wgrad_compute: needs ep_overlap on and framework megatron, as "
                      "Megatron-Core requires overlap_moe_expert_parallel_comm)");

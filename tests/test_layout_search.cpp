@@ -564,6 +564,19 @@ TEST_CASE("the Megatron arguments say where Megatron-Core's CPU offloading refus
   c.pp = 2;
   c.policy = "selective";
   CHECK_THAT(megatron_settings(c), Catch::Contains(note + " pipeline parallelism, activation recompute and offloading every layer,"));
+  // Megatron takes one recompute granularity: a block of layers recomputed whole beside a selective policy is none.
+  RunConfig r;
+  r.model = "llama3.1-8b";
+  r.policy = "selective";
+  r.recompute_layers = 4;
+  CHECK_THAT(megatron_settings(r), Catch::Contains("--recompute-num-layers 4 (Megatron takes one recompute granularity"));
+  r.policy = "no_recompute";
+  CHECK_THAT(megatron_settings(r), Catch::EndsWith("--recompute-num-layers 4") || !Catch::Contains("one recompute granularity"));
+  // --tp-comm-overlap only with tp > 1: Megatron turns sequence parallelism off at tp 1 and then refuses the overlap.
+  r.tp_comm_overlap = true;
+  CHECK_THAT(megatron_settings(r), !Catch::Contains("--tp-comm-overlap"));
+  r.tp = 2;
+  CHECK_THAT(megatron_settings(r), Catch::Contains("--sequence-parallel --tp-comm-overlap"));
 }
 
 // MaxText shards the optimizer state over its data axis only with shard_optimizer_over_data (ZeRO-1, configs/types.py);
