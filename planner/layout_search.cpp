@@ -174,14 +174,14 @@ std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSear
   const LayoutReading reading = folded_layout_reading(base);
   const bool folds_over_cp = !reading.cp_shards_weights, folds_inside_cp = folds_over_cp && !reading.ep_shards_weights;
   const std::vector<bool> overlaps = ep_overlap_choices(base, model);
-  // Each policy read once (preset and tensors); Megatron's combined 1F1B takes no full recompute and no
-  // activation offload.
+  // Each policy read once (preset and tensors); Megatron's combined 1F1B takes no full recompute, no activation
+  // offload and no recomputed MoE module.
   std::vector<RunConfig> chosen;
   std::vector<char> overlappable;
   for (const std::string& policy : policies) {
     const RunConfig& c = chosen.emplace_back(with_layout_policy(base, policy, model));
     overlappable.push_back(c.policy != "full" && !make_policy(c.policy, c.tensors).offloads_any() && base.offload_layers == 0 &&
-                           base.recompute_layers == 0);
+                           base.recompute_layers == 0 && !recomputes_moe_module(c, model));
   }
   std::vector<RunConfig> out;
   // The base with the search's fields set, kept when its layers split over its pipeline chunks.

@@ -360,6 +360,8 @@ void check_ep_overlap(const RunConfig& c, const PreparedRun& r) {
     no("recompute_layers = " + std::to_string(c.recompute_layers) + ": Megatron refuses a recompute method with it");
   if (r.policy.any_applied([](const Policy& q) { return q.preset == "full"; })) no("full recompute: Megatron refuses it with the overlap; use a selective policy");
   if (r.policy.offloads_any() || c.offload_layers > 0) no("with host offload: not modelled");
+  // Megatron-Core refuses "moe" among the recompute modules with the overlap (transformer_config.py).
+  if (recomputes_moe_module(c, r.graph.model)) no("the MoE layer recomputed (recompute module moe): Megatron refuses it with the overlap");
 }
 
 // Megatron's sync-free experts (moe_expert_rank_capacity_factor) need HybridEP and its paged stash no CPU
@@ -456,6 +458,14 @@ std::vector<std::string> RecomputeModule::tensors_in(const ModelSpec& model) con
   if (model.dense_layers() == 0 || model.moe_layers() == 0)
     for (auto& key : out) key = split_tensor_key(key).name;
   return out;
+}
+
+bool recomputes_moe_module(const RunConfig& c, const ModelSpec& model) {
+  const auto moe = find_recompute_module("moe")->tensors_in(model);
+  return !moe.empty() && std::all_of(moe.begin(), moe.end(), [&](const std::string& key) {
+    const auto given = c.tensors.find(key);
+    return given != c.tensors.end() && given->second == "remat";
+  });
 }
 
 LayoutReading layout_reading(const RunConfig& c) {

@@ -194,6 +194,9 @@ struct RecomputeModule {
 const std::vector<RecomputeModule>& megatron_recompute_modules();
 // The module Megatron names `name`; nullptr: none hbmsim knows.
 const RecomputeModule* find_recompute_module(const std::string& name);
+// Every tensor of Megatron's "moe" recompute module given as rematerialized (how a recompute-modules choice reads),
+// which Megatron-Core refuses beside its expert all-to-all overlap.
+bool recomputes_moe_module(const RunConfig& config, const ModelSpec& model);
 
 // How the layout fields read a config: as given, or (auto) as its framework does: Megatron-Core's rank order
 // (tp innermost, then cp, ep, dp, pp), its ring context exchange, and context and expert ranks holding the

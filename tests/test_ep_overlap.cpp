@@ -242,3 +242,17 @@ TEST_CASE("delay_wgrad runs each module's weight gradients after its input-gradi
   c.ep_overlap = false;
   CHECK_THROWS_WITH(run_simulation(c), Catch::Contains("delay_wgrad = on (Megatron's delay_wgrad_compute: needs ep_overlap"));
 }
+
+TEST_CASE("ep_overlap refuses the MoE layer recomputed as a module, as Megatron-Core does", "[ep_overlap]") {
+  // transformer_config.py asserts "moe" is not among the recompute modules under overlap_moe_expert_parallel_comm;
+  // moe_act alone (the expert activation, which Megatron-Bridge's overlapped recipes recompute) is allowed.
+  RunConfig c = two_microbatches();
+  c.ep_overlap = true;
+  const ModelSpec model = resolve_model(c.model);
+  for (const auto& key : find_recompute_module("moe_act")->tensors_in(model)) c.tensors[key] = "remat";
+  CHECK_NOTHROW(run_simulation(c));
+  for (const auto& key : find_recompute_module("moe")->tensors_in(model)) c.tensors[key] = "remat";
+  CHECK_THROWS_WITH(run_simulation(c), Catch::Contains("ep_overlap = on (the MoE layer recomputed (recompute module moe)"));
+  c.ep_overlap = false;  // without the overlap Megatron recomputes the module
+  CHECK_NOTHROW(run_simulation(c));
+}
