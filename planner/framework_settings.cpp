@@ -120,6 +120,9 @@ std::string maxtext_mesh(const RunConfig& c, std::int64_t fsdp) {
     system = resolve_system(c.system);
   } catch (const InputError&) {
   }
+  auto key = [](const char* part, const Key& k, std::int64_t n) {
+    return n > 1 ? std::string(" ") + part + "_" + k.name + "_parallelism=" + std::to_string(n) : std::string();
+  };
   std::string ici, dcn;
   // Only a layout that fills its GPUs can be placed (one that does not is bad input, reported where it runs).
   const bool placed = system.has_value() && mesh.devices() == c.gpus && c.gpus <= std::numeric_limits<int>::max();
@@ -131,15 +134,14 @@ std::string maxtext_mesh(const RunConfig& c, std::int64_t fsdp) {
       const GroupPlacement g = place_group(topo, mesh, AxisSet{k.axis});
       whole = whole && g.per_domain * g.domains == k.size;
       ici_product *= g.per_domain;
-      if (g.per_domain > 1) ici += std::string(" ici_") + k.name + "_parallelism=" + std::to_string(g.per_domain);
-      if (g.domains > 1) dcn += std::string(" dcn_") + k.name + "_parallelism=" + std::to_string(g.domains);
+      ici += key("ici", k, g.per_domain);
+      dcn += key("dcn", k, g.domains);
     }
     whole = whole && ici_product == topo.domain_gpus();
   }
   if (whole) return dcn + ici;
   std::string all;
-  for (const Key& k : keys)
-    if (k.size > 1) all += std::string(" ici_") + k.name + "_parallelism=" + std::to_string(k.size);
+  for (const Key& k : keys) all += key("ici", k, k.size);
   return all + (placed ? " (this layout's axes do not split into whole NVLink domains, which MaxText's hybrid mesh needs: "
                          "ici_* here name whole axes)"
                        : "");

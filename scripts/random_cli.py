@@ -9,8 +9,9 @@ error"; every JSON report must have MFU <= 1, executed FLOPs >= the model's and 
   plan      the six capacity plans (largest-batch, best-policy, break-even, offload-layers, recompute-layers,
             hbm-needed) over random layouts, with and without --json
   profiles  random calibration profiles (scales and tables from 1e-300 up, measured rates from 1 byte/s)
-  systems   random system files: a shipped one (data/systems) with its figures scaled by up to 30x either way and
-            its counts (NVLink domain, GPUs per CPU and per host link, SMs) redrawn, simulated as in simulate mode
+  systems   random system files: a shipped one (data/systems) with its figures (SMs among them) scaled by up to 30x
+            either way and its counts (NVLink domain, GPUs per CPU and per host link) redrawn, simulated as in simulate
+            mode
   models    random Hugging Face configs: a shipped one (data/hf) with its sizes redrawn (layers, widths, heads,
             experts, windows, layer patterns), simulated as in simulate mode
 Prints each finding with its command line; exit status 1 if any, 0 if none.
@@ -84,8 +85,8 @@ def switches(rng):
     return args
 
 
-def simulate_args(rng):
-    args = ["simulate"] + layout(rng, rng.choice(MODELS)) + ["--policy", rng.choice(POLICIES), "--batch", str(rng.choice([1, 2, 4]))]
+def simulate_args(rng, model=None):
+    args = ["simulate"] + layout(rng, model or rng.choice(MODELS)) + ["--policy", rng.choice(POLICIES), "--batch", str(rng.choice([1, 2, 4]))]
     draw = rng.random()
     if draw < 0.25:
         args += ["--offload-layers", str(rng.choice([1, 2, 4, 8, 12, 16, 20]))]
@@ -190,10 +191,7 @@ def random_model(rng, path):
 
 def model_args(rng, path):
     random_model(rng, path)
-    args = ["simulate"] + layout(rng, path) + ["--policy", rng.choice(POLICIES), "--batch", str(rng.choice([1, 2, 4]))]
-    if rng.random() < 0.2:
-        args += ["--offload-layers", str(rng.choice([1, 2, 4]))]
-    return args + switches(rng)
+    return simulate_args(rng, path)
 
 
 SYSTEM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "systems")
@@ -230,7 +228,8 @@ def random_system(rng, path):
     if "gpus_per_cpu" in cpu and rng.random() < 0.4:
         cpu["gpus_per_cpu"] = rng.choice([1, 2, 4, 8])
     if "gpus_sharing" in link:  # as many GPUs as the CPU has, or fewer; one on a dedicated link
-        link["gpus_sharing"] = 1 if link.get("sharing") == "dedicated" else rng.choice([1, 2, 4, 8][:1 + [1, 2, 4, 8].index(cpu.get("gpus_per_cpu", 1))] if cpu.get("gpus_per_cpu", 1) in (1, 2, 4, 8) else [1])
+        per_cpu = cpu.get("gpus_per_cpu", 1)
+        link["gpus_sharing"] = 1 if link.get("sharing") == "dedicated" else rng.choice([n for n in (1, 2, 4, 8) if n <= per_cpu])
     doc["id"] = "random-" + doc["id"]
     with open(path, "w", encoding="utf-8") as f:
         json.dump(doc, f)
