@@ -89,7 +89,11 @@ constexpr const char* kExitStatus =
 void set_footers(CLI::App& app) {
   for (auto* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
     auto it = examples().find(sub->get_name());
-    sub->footer(it == examples().end() ? std::string(kExitStatus) : "Examples:\n" + it->second + kExitStatus);
+    // Only the CUDA measurement has a fourth status: no GPU (or no backend built) is neither input nor a bug.
+    const std::string status = sub->get_name() == "measure" || sub->get_name() == "calibrate"
+                                   ? std::string(kExitStatus) + "\n`calibrate measure`: 3 when there is no CUDA device or no CUDA backend."
+                                   : std::string(kExitStatus);
+    sub->footer(it == examples().end() ? status : "Examples:\n" + it->second + status);
     set_footers(*sub);
   }
 }

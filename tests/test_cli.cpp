@@ -119,6 +119,9 @@ TEST_CASE("calibrate measure without a GPU exits non-zero with one clear line an
     CHECK((r.err.find("no CUDA device") != std::string::npos || r.err.find("cannot run") != std::string::npos));
     CHECK_FALSE(std::filesystem::exists(out));
   }
+  // The status is the one its help states (the other commands' help lists 0, 1 and 2 only).
+  CHECK(test::cli("calibrate measure --help").out.find("3 when there is no CUDA device") != std::string::npos);
+  CHECK(test::cli("simulate --help").out.find("no CUDA device") == std::string::npos);
 }
 
 namespace {
