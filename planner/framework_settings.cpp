@@ -164,6 +164,32 @@ std::string cpu_offloading_note(const RunConfig& c, bool recomputes) {
   return " (Megatron-Core's CPU offloading refuses " + what + ", transformer_config.py: no Megatron run realises this one)";
 }
 
+// MaxText's pipeline keys. Its stages x num_pipeline_repeats x num_layers_per_pipeline_stage must equal the
+// pipelined layers (configs/types.py), and its defaults (one layer per stage, the repeats derived) make a circular
+// pipeline of single layers, so both are spelled out; with the DeepSeek decoder block it pipelines only the MoE
+// layers (pipeline_parallel_layers), the dense ones running outside with the stage axis as data parallelism.
+std::string maxtext_pipeline(const RunConfig& c, std::int64_t microbatches) {
+  std::string out = " num_pipeline_microbatches=" + std::to_string(microbatches);
+  std::optional<ModelSpec> model;
+  try {
+    model = resolve_model(c.model);
+  } catch (const InputError&) {
+  }
+  const std::int64_t chunks = c.pp * c.vp;
+  const bool uneven = !c.pipeline_layout.empty() || c.first_stage_layers > 0 || c.last_stage_layers > 0 ||
+                      c.embedding_as_layer || c.loss_as_layer || (model && model->num_layers % chunks != 0);
+  const bool dense_first = model && model->first_dense_layers > 0;
+  if (model && !uneven && !dense_first) out += " num_layers_per_pipeline_stage=" + std::to_string(model->num_layers / chunks);
+  out += " num_pipeline_repeats=" + std::to_string(c.vp);
+  if (dense_first)
+    out += " (MaxText pipelines only a DeepSeek-style model's MoE layers, its dense layers outside the pipeline with the "
+           "stage axis as data parallelism: pipeline_parallel_layers; hbmsim pipelines every layer)";
+  else if (uneven)
+    out += " (an uneven pipeline split: MaxText's stages x num_pipeline_repeats x num_layers_per_pipeline_stage must equal "
+           "the layers, so MaxText has no equivalent of this one)";
+  return out;
+}
+
 }  // namespace
 
 // Megatron's selective recompute modules that a policy is (megatron_recompute_modules): the modules whose
@@ -210,9 +236,7 @@ std::string maxtext_settings(const RunConfig& c) {
   // ZeRO-1 over the data axis (MaxText's shard_optimizer_over_data); with fsdp alone the state is sharded already.
   if (c.sharded_optimizer && c.dp > 1) out += " shard_optimizer_over_data=true";
   if (c.cp > 1) out += std::string(" context_parallel_load_balance=true");
-  if (c.pp > 1)
-    out += " num_pipeline_microbatches=" + std::to_string(accum) +
-           (c.vp > 1 ? " num_pipeline_repeats=" + std::to_string(c.vp) : std::string());
+  if (c.pp > 1) out += maxtext_pipeline(c, accum);
   if (policy.keep_backward_inputs) {
     const bool selective = c.policy == "selective";  // the core attention recomputed: MaxText's minimal keeps no context either
     out += " (" + c.policy + " keeps what autograd saves" + (selective ? " but the core attention" : "") +

@@ -872,6 +872,46 @@ TEST_CASE("the MaxText keys carry a Megatron batch in MaxText's terms, accumulat
   CHECK_THAT(maxtext_settings(a), !Catch::Contains("gradient_accumulation_steps"));
 }
 
+TEST_CASE("the MaxText pipeline keys give the layers per stage and the repeats MaxText's assertion needs", "[layout][plan]") {
+  // MaxText asserts stages x num_pipeline_repeats x num_layers_per_pipeline_stage = layers, and by default takes one
+  // layer per stage with the repeats derived (a circular pipeline). Llama 3.1 70B's 80 layers: pp 4 x vp 5 is 4
+  // layers per stage and repeat; pp 4 alone, 20 layers per stage and one repeat.
+  RunConfig c;
+  c.model = "llama3.1-70b";
+  c.gpus = 64;
+  c.tp = 4;
+  c.pp = 4;
+  c.vp = 5;
+  c.dp = 4;
+  c.fsdp = 1;
+  c.batch = 1.0;
+  CHECK_THAT(maxtext_settings(c), Catch::Contains(" num_layers_per_pipeline_stage=4 num_pipeline_repeats=5") && !Catch::Contains("no equivalent"));
+  c.vp = 1;
+  CHECK_THAT(maxtext_settings(c), Catch::Contains(" num_layers_per_pipeline_stage=20 num_pipeline_repeats=1"));
+  c.first_stage_layers = 19;  // uneven (19, 20, 20, 21): no MaxText split gives it
+  CHECK_THAT(maxtext_settings(c), Catch::Contains("MaxText has no equivalent") && !Catch::Contains("num_layers_per_pipeline_stage="));
+  // Llama 3.1 405B's 126 layers over 8 x 4 chunks only with the embedding and loss counted as layers: uneven too.
+  c.model = "llama3.1-405b";
+  c.first_stage_layers = 0;
+  c.pp = 8;
+  c.vp = 4;
+  c.gpus = 128;
+  c.embedding_as_layer = c.loss_as_layer = true;
+  CHECK_THAT(maxtext_settings(c), Catch::Contains("MaxText has no equivalent"));
+  // DeepSeek-V3: MaxText pipelines its 58 MoE layers only, the 3 dense ones outside.
+  c.model = "deepseek-v3-671b";
+  c.embedding_as_layer = c.loss_as_layer = false;
+  c.pp = 2;
+  c.vp = 1;
+  c.tp = 1;
+  c.pipeline_layout = "Et*31|t*30L";
+  CHECK_THAT(maxtext_settings(c), Catch::Contains("pipelines only a DeepSeek-style model's MoE layers"));
+  // No pipeline, no pipeline keys.
+  c.pp = 1;
+  c.pipeline_layout.clear();
+  CHECK_THAT(maxtext_settings(c), !Catch::Contains("num_pipeline"));
+}
+
 TEST_CASE("best-policy over a batch list answers each batch as the single-batch search does", "[plan][cli]") {
   auto r = test::cli("plan best-policy --model llama3.1-8b --gpus 8 --system h100-hgx --names query_proj,mlpwo --batches 1,2 --json");
   REQUIRE(r.status == 0);
