@@ -11,10 +11,15 @@
 #include "planner/sweep.hpp"
 #include "sim/bounds.hpp"
 #include "sim/layer_plan.hpp"
+#include "workloads/pipeline_split.hpp"
 
 namespace hbmsim {
 
 namespace {
+
+// The deepest interleaving searched: published recipes go up to 8 virtual stages per rank (Llama 3.1 405B at pp 8
+// or 16 with vp 8, PUBLISHED_RUNS.md), and deeper chunks only add sends for a bubble already small.
+constexpr std::int64_t kMaxInterleaving = 8;
 
 std::string fixed(double v, int digits) {
   char buf[48];
@@ -100,12 +105,15 @@ const std::vector<std::pair<std::string, bool>>& state_offload_retries(const Run
 bool set_pipeline_split(RunConfig& c, std::int64_t layers) {
   const std::int64_t chunks = c.pp * c.vp;
   c.embedding_as_layer = c.loss_as_layer = false;
+  c.pipeline_layout.clear();
   if (layers % chunks == 0 && chunks <= layers) return true;
   if ((layers + 2) % chunks == 0 && chunks <= layers + 2 && c.pp > 1) {
     c.embedding_as_layer = c.loss_as_layer = true;
     return true;
   }
-  return false;
+  // Megatron's pipeline layout takes any split; MaxText's pipeline only even ones (its settings say so).
+  if (c.framework == "megatron" && c.pp > 1) c.pipeline_layout = ceil_pipeline_layout(layers, chunks, c.mtp_layers);
+  return !c.pipeline_layout.empty();
 }
 
 std::vector<std::string> default_layout_policies(const RunConfig& base) {
@@ -220,10 +228,13 @@ std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSear
   for (std::int64_t tp : {1, 2, 4, 8})
     for (std::int64_t cp : {1, 2, 4})
       for (std::int64_t pp : {1, 2, 4, 8, 16})
-        for (std::int64_t vp : {1, 2, 4})
+        for (std::int64_t vp = 1; vp <= kMaxInterleaving; ++vp)
           for (std::int64_t ep_axis : eps)
             for (std::int64_t etp : etps) {
               if ((pp == 1 && vp > 1) || (cp > 1 && base.seq / cp < 2048)) continue;
+              RunConfig split = base;
+              split.pp = pp, split.vp = vp;
+              if (!set_pipeline_split(split, L)) continue;  // no split of the layers into pp x vp chunks
               // Folding puts whole experts over an expert group of ep_axis x tp x cp GPUs (needs tp > 1), or,
               // with no ep axis carved out, over tp and a part of cp (tp x k of the cp ranks, k dividing cp).
               const bool fold = etp == 1 && tp > 1;

@@ -11,6 +11,7 @@
 #include "planner/layer_counts.hpp"
 #include "planner/sweep.hpp"
 #include "workloads/model.hpp"
+#include "workloads/pipeline_split.hpp"
 
 namespace hbmsim {
 
@@ -355,10 +356,7 @@ RunMapping map_published_run(const PublishedRun& r) {
     c.pipeline_layout = "Et*" + str(mid - 1) + "|(t*" + str(mid) + "|)*" + str(r.pp - 2) + "t*" + str(mid - 2) +
                         std::string(static_cast<std::size_t>(c.mtp_layers), 'm') + "L";
   } else if (r.pp > 1 && spec.num_layers % chunks != 0 && !c.embedding_as_layer && deepseek) {
-    const std::int64_t per = (spec.num_layers + chunks - 1) / chunks, rest = spec.num_layers - per * (chunks - 1);
-    if (rest > 0)
-      c.pipeline_layout = "Et*" + str(per) + "|" + (chunks > 2 ? "(t*" + str(per) + "|)*" + str(chunks - 2) : std::string()) +
-                          "t*" + str(rest) + std::string(static_cast<std::size_t>(c.mtp_layers), 'm') + "L";
+    c.pipeline_layout = ceil_pipeline_layout(spec.num_layers, chunks, c.mtp_layers);
   }
   const std::int64_t units = spec.num_layers + (c.embedding_as_layer ? 2 : 0);
   const std::int64_t layers_per_chunk = std::max<std::int64_t>(1, units / std::max<std::int64_t>(1, chunks));

@@ -212,7 +212,7 @@ std::optional<RunConfig> squeezed(RunConfig c, std::mt19937& rng, std::string& b
   return c;
 }
 
-// A pipelined draw's split redone for another model's layer count (`--model`): the layout search's even split
+// A pipelined draw's split redone for another model's layer count (`--model`): the layout search's split
 // (set_pipeline_split), or, with one chunk per stage, the first stage taking what an even split of the others
 // leaves (workloads/pipeline_split.cpp); one chunk per stage where interleaving splits no way.
 void resplit(RunConfig& c) {

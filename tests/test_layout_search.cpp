@@ -203,6 +203,61 @@ TEST_CASE("candidates keep the global batch and every field the search does not 
   }
 }
 
+TEST_CASE("the search tries every interleaving depth up to 8 that splits the layers, and Megatron's uneven layouts",
+          "[layout][pipeline]") {
+  // Megatron-Bridge's DeepSeek-V3 rule, by hand: 61 layers over 4 chunks take ceil(61 / 4) = 16 each and 13 in the
+  // last (with the MTP module and the loss); over 16 chunks 4 each and 1 in the last; over 32 the last would be
+  // 61 - 31 x 2 < 1 (none).
+  CHECK(ceil_pipeline_layout(61, 4, 1) == "Et*16|(t*16|)*2t*13mL");
+  CHECK(ceil_pipeline_layout(61, 2, 0) == "Et*31|t*30L");
+  CHECK(ceil_pipeline_layout(61, 16, 1) == "Et*4|(t*4|)*14t*1mL");
+  CHECK(ceil_pipeline_layout(61, 32, 0).empty());
+  std::int64_t mtp = 0;
+  const auto counts = parse_pipeline_layout(ceil_pipeline_layout(61, 4, 1), mtp);
+  CHECK(counts == std::vector<std::int64_t>{16, 16, 16, 13});
+  CHECK(mtp == 1);
+
+  auto depths = [](const RunConfig& base, std::int64_t pp) {
+    LayoutSearchOptions o;
+    o.policies = {"full"};
+    o.micro_batches = {1};
+    std::set<std::int64_t> vps;
+    for (const RunConfig& c : layout_candidates(base, o))
+      if (c.pp == pp) vps.insert(c.vp);
+    return vps;
+  };
+  // Llama 3.1 70B's 80 layers over pp 4: 80 / (4 x vp) whole for vp 1, 2, 4, 5 (the published recipes' depth);
+  // 82 (the embedding and loss as layers) adds none. Over pp 8 (10 layers each): vp 1, 2, 5.
+  RunConfig base;
+  base.model = "llama3.1-70b";
+  base.system = "h100-hgx";
+  base.gpus = 64;
+  base.seq = 8192;
+  CHECK(depths(base, 4) == std::set<std::int64_t>{1, 2, 4, 5});
+  CHECK(depths(base, 8) == std::set<std::int64_t>{1, 2, 5});
+  // Llama 3.1 405B's 126 layers over pp 8: only with the embedding and loss, 128 / (8 x vp) for vp 1, 2, 4, 8 (the
+  // published runs' pp 8 x vp 8).
+  base.model = "llama3.1-405b";
+  base.gpus = 512;
+  CHECK(depths(base, 8) == std::set<std::int64_t>{1, 2, 4, 8});
+  // DeepSeek-V3's 61 layers split evenly over no pp > 1 (nor 63): MaxText's search pipelines nothing, Megatron's
+  // takes Megatron-Bridge's layout for every depth whose last chunk keeps a layer: over pp 4, 4 chunks (16 x 3 + 13),
+  // 8 (8 x 7 + 5) and 16 (4 x 15 + 1); 12 chunks of 6 would leave 61 - 66 for the last, 20 of 4 61 - 76.
+  base.model = "deepseek-v3-671b";
+  base.system = "gb200-nvl72";
+  base.gpus = 256;
+  base.seq = 4096;
+  CHECK(depths(base, 4).empty());
+  base.framework = "megatron";
+  CHECK(depths(base, 4) == std::set<std::int64_t>{1, 2, 4});
+  LayoutSearchOptions o;
+  o.policies = {"full"};
+  o.micro_batches = {1};
+  for (const RunConfig& c : layout_candidates(base, o)) {
+    if (c.pp == 4 && c.vp == 1) CHECK(c.pipeline_layout == "Et*16|(t*16|)*2t*13L");
+  }
+}
+
 TEST_CASE("the search's policies follow the framework: MaxText's presets, or Megatron's recompute choices", "[layout]") {
   RunConfig base;
   base.model = "llama3.1-8b";
@@ -274,34 +329,36 @@ TEST_CASE("under Megatron's state the search also tries the recompute modules re
 }
 
 TEST_CASE("under Megatron's state a layout that cannot fit is retried with Megatron's CPU optimizer only", "[layout]") {
-  // DeepSeek-V3 on 128 GB200s, full recompute, read Megatron's way: under the distributed optimizer every
+  // DeepSeek-V3 on GB200s, full recompute, read Megatron's way: under the distributed optimizer every
   // expert-parallel rank holds the other weights whole, so some layouts fit only with their state off the GPU. Megatron's one way is
   // --optimizer-cpu-offload (the update on the host); MaxText's GPU update of streamed state and its parameter
   // offload are not tried.
   RunConfig base;
   base.model = "deepseek-v3-671b";
   base.system = "gb200-nvl72";
-  base.gpus = 128;
   base.seq = 4096;
   base.framework = "megatron";
   LayoutSearchOptions o;
-  o.top = 40;
   o.policies = {"full"};
   o.micro_batches = {1};
-  const LayoutSearch r = search_layouts(base, o);
-  REQUIRE(!r.top.empty());
-  CHECK(std::any_of(r.top.begin(), r.top.end(), [](const LayoutResult& l) { return l.config.optimizer_offload == "host"; }));
-  for (const LayoutResult& l : r.top) {
-    CHECK(l.config.optimizer_offload != "device");
-    CHECK(!l.config.parameter_offload);
-  }
-  // On 64 only a layout whose experts are folded over tp x cp fits that way: cp ranks then hold different
-  // experts instead of the same ones, halving the experts' state per GPU; every other layout's state and fp32
-  // gradients (225 GiB per GPU) exceed the 179 GiB of pinned host memory per GPU.
+  // On 64 every layout fits only with its state on the host. Without pipelining only one whose experts are folded
+  // over tp x cp does: cp ranks then hold different experts instead of the same ones, halving the experts' state
+  // per GPU; every other unpipelined layout's state and fp32 gradients (225 GiB per GPU) exceed the 179 GiB of
+  // pinned host memory per GPU. (Pipelined layouts split the layers' state over their stages.)
   base.gpus = 64;
+  o.top = 1000;  // every layout that fits
   const LayoutSearch folded = search_layouts(base, o);
   REQUIRE(!folded.top.empty());
-  for (const LayoutResult& l : folded.top) CHECK((folds_experts(l.config) && l.config.cp > 1));
+  int unpipelined = 0;
+  for (const LayoutResult& l : folded.top) {
+    CHECK(l.config.optimizer_offload == "host");
+    CHECK(!l.config.parameter_offload);
+    if (l.config.pp > 1) continue;
+    ++unpipelined;
+    CHECK((folds_experts(l.config) && l.config.cp > 1));
+  }
+  CHECK(unpipelined > 0);
+  o.top = 40;
   // On 32 nothing fits at all (671 B parameters' state over 32 GPUs): a result that says so.
   base.gpus = 32;
   const LayoutSearch none = search_layouts(base, o);
@@ -336,14 +393,21 @@ TEST_CASE("under Megatron's state the layout search also folds an MoE model's ex
   };
   const auto maxtext = layout_candidates(base, o);
   REQUIRE(!maxtext.empty());
-  std::set<std::string> expected_folds, expected_inside;
   std::size_t folds_cp1 = 0;
   for (const RunConfig& c : maxtext) {
     CHECK(c.expert_tp == 0);
-    if (c.tp > 1 && 256 % (c.ep * c.tp * c.cp) == 0) {
-      expected_folds.insert(key(c));
-      folds_cp1 += c.cp == 1;
-    }
+    folds_cp1 += c.tp > 1 && 256 % (c.ep * c.tp * c.cp) == 0 && c.cp == 1;
+  }
+  base.framework = "megatron";
+  const auto megatron = layout_candidates(base, o);
+  // The meshes Megatron's reading tries unfolded: MaxText's, and those only Megatron's pipeline layout splits
+  // (DeepSeek-V3's 61 layers over pp x vp chunks, ceil_pipeline_layout).
+  std::set<std::string> plain, expected_folds, expected_inside;
+  for (const RunConfig& c : megatron) {
+    if (folds_experts(c)) continue;
+    CHECK(c.expert_tp == 0);
+    plain.insert(key(c));
+    if (c.tp > 1 && 256 % (c.ep * c.tp * c.cp) == 0) expected_folds.insert(key(c));
     if (c.tp > 1 && c.ep == 1)
       for (std::int64_t k = 1; k < c.cp; ++k)
         if (c.cp % k == 0) expected_inside.insert(key(c) + " tp x " + std::to_string(k));
@@ -351,16 +415,15 @@ TEST_CASE("under Megatron's state the layout search also folds an MoE model's ex
   REQUIRE(expected_inside.size() > 4);
   REQUIRE(folds_cp1 < expected_folds.size());
   REQUIRE(expected_folds.size() > 10);
-  base.framework = "megatron";
-  const auto megatron = layout_candidates(base, o);
-  std::set<std::string> plain, folds, inside;
+  std::size_t uneven = 0;
+  for (const RunConfig& c : maxtext) CHECK(plain.count(key(c)) == 1);  // every unfolded layout is still tried
+  for (const RunConfig& c : megatron) uneven += !folds_experts(c) && !c.pipeline_layout.empty();
+  CHECK(uneven > 0);
+  CHECK(plain.size() == maxtext.size() + uneven);
+  std::set<std::string> folds, inside;
   for (const RunConfig& c : megatron) {
     INFO(config_id(c));
-    if (!folds_experts(c)) {
-      CHECK(c.expert_tp == 0);
-      plain.insert(key(c));
-      continue;
-    }
+    if (!folds_experts(c)) continue;
     if (experts_inside_cp(c)) {
       RunConfig mesh = c;
       mesh.ep = 1;
@@ -376,7 +439,6 @@ TEST_CASE("under Megatron's state the layout search also folds an MoE model's ex
   CHECK(folds == expected_folds);
   CHECK(inside == expected_inside);
   CHECK(plain.size() + folds.size() + inside.size() == megatron.size());
-  CHECK(plain.size() == maxtext.size());  // every unfolded layout is still tried
   // expert_tp 1 asked for under MaxText's reading: every layout with tp > 1 folds (those that cannot, cp > 1,
   // are not tried).
   base.framework = "maxtext";
@@ -429,10 +491,10 @@ TEST_CASE("an MoE search under Megatron's state prunes to the exhaustive answer,
 TEST_CASE("plan layout marks a folded layout and prints the settings that fold it", "[layout][cli]") {
   // DeepSeek-V3 on 128 GB200s with full recompute at micro-batch 1. At tp 2 a GPU holds as many expert bytes
   // either way (half slices of 8 experts, or 4 whole ones over ep 64), but folded the dispatched tokens skip
-  // tp's gather and scatter, so folded layouts reach the top list. The table marks them "ep Nf", and a
-  // row's Megatron line sets expert tensor parallelism 1 exactly when it folds.
+  // tp's gather and scatter, so folded layouts reach the top list (behind pipelines at tp 1). The table marks
+  // them "ep Nf", and a row's Megatron line sets expert tensor parallelism 1 exactly when it folds.
   auto r = test::cli("plan layout --model deepseek-v3-671b --gpus 128 --system gb200-nvl72 --framework megatron --seq 4096 "
-                     "--policies full --micro-batches 1 --top 10 --json");
+                     "--policies full --micro-batches 1 --top 20 --json");
   REQUIRE(r.status == 0);
   auto doc = nlohmann::json::parse(r.out);
   REQUIRE(!doc["top"].empty());
@@ -447,7 +509,7 @@ TEST_CASE("plan layout marks a folded layout and prints the settings that fold i
   }
   CHECK(any_folded);
   auto text = test::cli("plan layout --model deepseek-v3-671b --gpus 128 --system gb200-nvl72 --framework megatron --seq 4096 "
-                        "--policies full --micro-batches 1 --top 10 --progress off");
+                        "--policies full --micro-batches 1 --top 20 --progress off");
   REQUIRE(text.status == 0);
   CHECK_THAT(text.out, Catch::Contains("f  ") && Catch::Contains("ep Nf: expert tensor parallelism 1"));
 }

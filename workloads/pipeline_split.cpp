@@ -135,6 +135,15 @@ std::vector<std::int64_t> layout_counts(std::int64_t L, std::int64_t mtp_layers,
 
 }  // namespace
 
+std::string ceil_pipeline_layout(std::int64_t layers, std::int64_t chunks, std::int64_t mtp_layers) {
+  if (chunks < 2) return "";
+  const std::int64_t per = (layers + chunks - 1) / chunks, rest = layers - per * (chunks - 1);
+  if (rest < 1) return "";
+  const std::string t = "t*" + std::to_string(per) + "|";
+  return "E" + t + (chunks > 2 ? "(" + t + ")*" + std::to_string(chunks - 2) : std::string()) + "t*" + std::to_string(rest) +
+         std::string(static_cast<std::size_t>(mtp_layers), 'm') + "L";
+}
+
 std::vector<std::int64_t> parse_pipeline_layout(const std::string& layout, std::int64_t& mtp_layers) {
   const std::string symbols = LayoutExpander(layout).run();
   auto fail = [&](const std::string& why) { throw InputError("pipeline_layout = \"" + layout + "\" (" + why + ")"); };

@@ -2,6 +2,7 @@
 // stage's chunk k / pp (Megatron's interleaving: a rank holds every pp-th chunk of the model).
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "workloads/model.hpp"
@@ -21,6 +22,11 @@ struct PipelineChunk {
 // chunk only); "X*N" repeats a symbol or a parenthesised group, commas and spaces are ignored.
 // Returns the decoder layers per chunk; `mtp_layers` receives the count of "m". Errors name the layout.
 std::vector<std::int64_t> parse_pipeline_layout(const std::string& layout, std::int64_t& mtp_layers);
+
+// Megatron-Bridge's layout for a layer count that pp x vp chunks do not divide (its DeepSeek-V3 layout map):
+// ceil(layers / chunks) layers in each chunk, the rest in the last one with `mtp_layers` MTP modules and the
+// loss; e.g. 61 layers over 4 chunks "Et*16|(t*16|)*2t*13mL". Empty where the rest would be no layer.
+std::string ceil_pipeline_layout(std::int64_t layers, std::int64_t chunks, std::int64_t mtp_layers);
 
 // The chunks in model order, the model's MTP modules (ModelSpec::mtp_layers) at the end of the last one; a
 // layout must name as many ("m"). Errors name the field that makes the split impossible.
