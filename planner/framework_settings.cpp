@@ -290,7 +290,9 @@ std::string xla_flags(const RunConfig& c) {
 std::string megatron_settings(const RunConfig& given) {
   const RunConfig c = with_megatron_batch_and_fsdp(given);
   std::string out = "--tensor-model-parallel-size " + std::to_string(c.tp) + " --pipeline-model-parallel-size " + std::to_string(c.pp);
-  if (c.vp > 1) out += " --virtual-pipeline-model-parallel-size " + std::to_string(c.vp);
+  // Megatron-LM takes the interleaving as stages per rank (virtual_pipeline_model_parallel_size has no flag), or
+  // from a pipeline layout's chunk count, and refuses both at once (arguments.py).
+  if (c.vp > 1 && c.pipeline_layout.empty()) out += " --num-virtual-stages-per-pipeline-rank " + std::to_string(c.vp);
   if (c.embedding_as_layer) out += " --account-for-embedding-in-pipeline-split";
   if (c.loss_as_layer) out += " --account-for-loss-in-pipeline-split";
   if (!c.pipeline_layout.empty()) out += " --pipeline-model-parallel-layout \"" + c.pipeline_layout + "\"";

@@ -255,6 +255,10 @@ TEST_CASE("the search tries every interleaving depth up to 8 that splits the lay
   o.micro_batches = {1};
   for (const RunConfig& c : layout_candidates(base, o)) {
     if (c.pp == 4 && c.vp == 1) CHECK(c.pipeline_layout == "Et*16|(t*16|)*2t*13L");
+    // Megatron reads the interleaving from the layout's 8 chunks and refuses a second way of giving it.
+    if (c.pp == 4 && c.vp == 2)
+      CHECK_THAT(megatron_settings(c), Catch::Contains("--pipeline-model-parallel-layout \"Et*8|(t*8|)*6t*5L\"") &&
+                                           !Catch::Contains("--num-virtual-stages-per-pipeline-rank"));
   }
 }
 
@@ -716,7 +720,7 @@ TEST_CASE("the Megatron arguments say what a config sets", "[layout][plan]") {
   c.policy = "minimal";
   c.weights = "fp8";
   const std::string m = megatron_settings(c);
-  for (const char* want : {"--tensor-model-parallel-size 4", "--pipeline-model-parallel-size 8", "--virtual-pipeline-model-parallel-size 4",
+  for (const char* want : {"--tensor-model-parallel-size 4", "--pipeline-model-parallel-size 8", "--num-virtual-stages-per-pipeline-rank 4",
                            "--context-parallel-size 2", "--micro-batch-size 1", "--global-batch-size 512", "--sequence-parallel",
                            "--use-distributed-optimizer", "--account-for-embedding-in-pipeline-split", "--fp8-format hybrid",
                            "--recompute-granularity selective"}) {
