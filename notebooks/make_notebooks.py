@@ -280,8 +280,8 @@ NB4 = [
 
 `hbmsim.plan_layout` searches tensor, context, pipeline (with virtual stages), expert and data parallelism,
 the micro-batch and the activation policy at a fixed global batch, drops what cannot fit by a memory lower
-bound, simulates the rest fastest bound first and stops once nothing left can enter the top list. Here: 256
-GPUs of each system, a global batch of 512 sequences of 8192 for Llama 3.1 405B and 1024 of 4096 for
+bound, simulates the rest fastest bound first and stops once nothing left can enter the top list. Here: 128
+GPUs of each system, a global batch of 128 sequences of 8192 for Llama 3.1 405B and 256 of 4096 for
 DeepSeek-V3, three policies (MaxText's `minimal` and `qkv_proj_offloaded`, and `no_recompute`, what autograd
 keeps), micro-batch 1. Datasheet figures (no calibration)."""),
     ("code", SETUP),
