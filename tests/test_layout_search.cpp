@@ -48,7 +48,7 @@ TEST_CASE("the step-time and HBM lower bounds never exceed what the simulation g
   // bound at most its busy compute; the memory bound at most the simulated HBM peak.
   std::mt19937 rng(23);
   auto pick = [&](auto xs) { return xs[std::uniform_int_distribution<std::size_t>(0, xs.size() - 1)(rng)]; };
-  int ran = 0, pipelined = 0, folded = 0, overlapped = 0;
+  int ran = 0, pipelined = 0, folded = 0, overlapped = 0, uneven = 0;
   for (int i = 0; i < 600 && ran < 120; ++i) {
     RunConfig c;
     c.model = pick(std::vector<std::string>{"llama3.1-8b", "llama3.1-70b", "deepseek-v3-671b"});
@@ -62,6 +62,9 @@ TEST_CASE("the step-time and HBM lower bounds never exceed what the simulation g
     if (c.model == "deepseek-v3-671b" && c.tp > 1 && c.cp == 1) c.expert_tp = pick(std::vector<std::int64_t>{0, 1});
     if (c.expert_tp == 1) c.ep = 8 * c.tp;
     c.pp_schedule = pick(std::vector<std::string>{"1f1b", "1f1b", "gpipe", "zb-h1"});
+    // The search's split: under Megatron DeepSeek-V3's 61 layers take Megatron-Bridge's uneven layout.
+    c.framework = pick(std::vector<std::string>{"maxtext", "megatron"});
+    if (c.pp > 1) (void)set_pipeline_split(c, resolve_model(c.model).num_layers);
     c.micro_batch = pick(std::vector<std::int64_t>{1, 2});
     c.global_batch = c.gpus * pick(std::vector<std::int64_t>{1, 2});
     c.seq = pick(std::vector<std::int64_t>{2048, 4096});
@@ -83,6 +86,7 @@ TEST_CASE("the step-time and HBM lower bounds never exceed what the simulation g
     }
     ++ran;
     pipelined += c.pp > 1;
+    uneven += !c.pipeline_layout.empty();
     folded += folds_experts(c);
     overlapped += c.ep_overlap;
     INFO(c.to_json().dump());
@@ -94,6 +98,7 @@ TEST_CASE("the step-time and HBM lower bounds never exceed what the simulation g
   }
   CHECK(ran == 120);
   CHECK(pipelined > 40);
+  CHECK(uneven > 0);
   CHECK(folded > 0);
   CHECK(overlapped > 0);
 }
