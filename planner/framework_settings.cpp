@@ -348,7 +348,8 @@ std::string megatron_settings(const RunConfig& given) {
                       "selective recompute is no Megatron run)"
                     : "");
   if (c.offload_layers > 0)
-    out += " --cpu-offloading --cpu-offloading-num-layers " + std::to_string(c.offload_layers) + cpu_offloading_note(c, recomputes);
+    // Megatron-LM turns the offloading on from the layer count (cpu_offloading has no flag: arguments.py excludes it).
+    out += " --cpu-offloading-num-layers " + std::to_string(c.offload_layers) + cpu_offloading_note(c, recomputes);
   // Megatron's offload runs on Transformer Engine's schedule, which hides copies that XLA's exposes.
   if (c.offload_layers > 0 && c.framework != "megatron")
     out += " (simulated on XLA's offload schedule; Transformer Engine's hides more of the copies: see --framework megatron)";
