@@ -187,6 +187,9 @@ std::string maxtext_pipeline(const RunConfig& c, std::int64_t microbatches) {
   else if (uneven)
     out += " (an uneven pipeline split: MaxText's stages x num_pipeline_repeats x num_layers_per_pipeline_stage must equal "
            "the layers, so MaxText has no equivalent of this one)";
+  if (microbatches % c.pp != 0)
+    out += " (MaxText needs num_pipeline_microbatches divisible by the stages: " + std::to_string(microbatches) + " over pp " +
+           std::to_string(c.pp) + " is no MaxText run)";
   return out;
 }
 

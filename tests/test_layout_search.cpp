@@ -958,7 +958,11 @@ TEST_CASE("the MaxText pipeline keys give the layers per stage and the repeats M
   c.batch = 1.0;
   CHECK_THAT(maxtext_settings(c), Catch::Contains(" num_layers_per_pipeline_stage=4 num_pipeline_repeats=5") && !Catch::Contains("no equivalent"));
   c.vp = 1;
-  CHECK_THAT(maxtext_settings(c), Catch::Contains(" num_layers_per_pipeline_stage=20 num_pipeline_repeats=1"));
+  CHECK_THAT(maxtext_settings(c), Catch::Contains(" num_layers_per_pipeline_stage=20 num_pipeline_repeats=1") &&
+                                     !Catch::Contains("divisible by the stages"));
+  c.microbatches = 6;  // MaxText asserts the micro-batches divide over the stages: 6 over 4 do not
+  CHECK_THAT(maxtext_settings(c), Catch::Contains("num_pipeline_microbatches=6 ") && Catch::Contains("6 over pp 4 is no MaxText run"));
+  c.microbatches = 0;
   c.first_stage_layers = 19;  // uneven (19, 20, 20, 21): no MaxText split gives it
   CHECK_THAT(maxtext_settings(c), Catch::Contains("MaxText has no equivalent") && !Catch::Contains("num_layers_per_pipeline_stage="));
   // Llama 3.1 405B's 126 layers over 8 x 4 chunks only with the embedding and loss counted as layers: uneven too.
