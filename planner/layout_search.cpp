@@ -107,12 +107,14 @@ bool set_pipeline_split(RunConfig& c, std::int64_t layers) {
   c.embedding_as_layer = c.loss_as_layer = false;
   c.pipeline_layout.clear();
   if (layers % chunks == 0 && chunks <= layers) return true;
-  if ((layers + 2) % chunks == 0 && chunks <= layers + 2 && c.pp > 1) {
+  // MaxText's pipeline takes only even splits (stages x repeats x layers per stage = layers, configs/types.py);
+  // Megatron also counts the embedding and loss as layers, or takes a pipeline layout.
+  if (c.framework != "megatron" || c.pp == 1) return false;
+  if ((layers + 2) % chunks == 0 && chunks <= layers + 2) {
     c.embedding_as_layer = c.loss_as_layer = true;
     return true;
   }
-  // Megatron's pipeline layout takes any split; MaxText's pipeline only even ones (its settings say so).
-  if (c.framework == "megatron" && c.pp > 1) c.pipeline_layout = ceil_pipeline_layout(layers, chunks, c.mtp_layers);
+  c.pipeline_layout = ceil_pipeline_layout(layers, chunks, c.mtp_layers);
   return !c.pipeline_layout.empty();
 }
 

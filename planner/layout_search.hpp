@@ -63,9 +63,10 @@ RunConfig with_layout_policy(RunConfig config, const std::string& policy, const 
 // exactly some (selective_recompute_modules), else the preset with "*" for other placements.
 std::string layout_policy_label(const RunConfig& config);
 
-// Sets the pipeline split of `layers` over c.pp x c.vp chunks: even, plain or with the embedding and loss counted
-// as layers (embedding_as_layer, loss_as_layer); else, under framework megatron, Megatron-Bridge's uneven layout
-// (ceil_pipeline_layout, as pipeline_layout). False where none applies (the fields then cleared).
+// Sets the pipeline split of `layers` over c.pp x c.vp chunks: even; or, under framework megatron only (MaxText's
+// pipeline takes no other), with the embedding and loss counted as layers (embedding_as_layer, loss_as_layer), else
+// Megatron-Bridge's uneven layout (ceil_pipeline_layout, as pipeline_layout). False where none applies (the fields
+// then cleared).
 bool set_pipeline_split(RunConfig& c, std::int64_t layers);
 
 // Every candidate the search considers, before pruning (configs hbmsim may still refuse).

@@ -241,10 +241,15 @@ TEST_CASE("the search tries every interleaving depth up to 8 that splits the lay
   CHECK(depths(base, 4) == std::set<std::int64_t>{1, 2, 4, 5});
   CHECK(depths(base, 8) == std::set<std::int64_t>{1, 2, 5});
   // Llama 3.1 405B's 126 layers over pp 8: only with the embedding and loss, 128 / (8 x vp) for vp 1, 2, 4, 8 (the
-  // published runs' pp 8 x vp 8).
+  // published runs' pp 8 x vp 8), which Megatron counts and MaxText does not: its pipeline takes 126 only over
+  // pp 2 (63 per stage: vp 1, 3, 7).
   base.model = "llama3.1-405b";
   base.gpus = 512;
+  CHECK(depths(base, 8).empty());
+  CHECK(depths(base, 2) == std::set<std::int64_t>{1, 3, 7});
+  base.framework = "megatron";
   CHECK(depths(base, 8) == std::set<std::int64_t>{1, 2, 4, 8});
+  base.framework = "maxtext";
   // DeepSeek-V3's 61 layers split evenly over no pp > 1 (nor 63): MaxText's search pipelines nothing, Megatron's
   // takes Megatron-Bridge's layout for every depth whose last chunk keeps a layer: over pp 4, 4 chunks (16 x 3 + 13),
   // 8 (8 x 7 + 5) and 16 (4 x 15 + 1); 12 chunks of 6 would leave 61 - 66 for the last, 20 of 4 61 - 76.
