@@ -354,24 +354,45 @@ LayoutSearch search_layouts(const RunConfig& base, const LayoutSearchOptions& o)
     queue.push_back({&c, step});  // without pruning, also what cannot fit (the answer is the same)
     return hbm > capacity ? Verdict::over : Verdict::queued;
   };
-  for (const RunConfig& c : all) {
-    if (consider(c) != Verdict::over || !retry) continue;
-    ++out.offloaded;
-    for (const auto& [optimizer, parameters] : state_offload_retries(base)) {
-      RunConfig& v = variants.emplace_back(c);
-      v.optimizer_offload = optimizer;
-      v.parameter_offload = parameters;
+  // A layout that cannot fit (by its bound, or simulated) is tried again with its state off the GPU: the retries
+  // in order from `from` on, up to the first whose bound fits. Per queued config, the retry to try after it (a
+  // layout whose bound fits may still not fit simulated: its state and the HBM the bound leaves out).
+  const auto& retries = state_offload_retries(base);
+  std::map<const RunConfig*, std::pair<const RunConfig*, std::size_t>> next_retry;  // config -> (layout, retry)
+  auto try_retries = [&](const RunConfig& layout, std::size_t from, double at_least_s) {
+    const std::size_t queued_before = queue.size();
+    for (std::size_t k = from; k < retries.size(); ++k) {
+      RunConfig& v = variants.emplace_back(layout);
+      v.optimizer_offload = retries[k].first;
+      v.parameter_offload = retries[k].second;
       ++out.candidates;
-      if (consider(v) == Verdict::queued) break;
+      if (consider(v) == Verdict::queued) {
+        next_retry[&v] = {&layout, k + 1};
+        break;
+      }
     }
+    // A retry keeps its layout's GPU compute, or moves the optimizer's update to the host after the last gradient,
+    // where it takes longer (host memory bandwidth per GPU is far below HBM's on every system shipped), so its step
+    // is no shorter than its layout's bound: queued no earlier, and a layout the search stops before needs no retry
+    // for the answer to be exact.
+    for (std::size_t i = queued_before; i < queue.size(); ++i) queue[i].step_s = std::max(queue[i].step_s, at_least_s);
+  };
+  for (const RunConfig& c : all) {
+    const Verdict verdict = consider(c);
+    if (verdict == Verdict::queued) next_retry[&c] = {&c, 0};
+    if (verdict != Verdict::over || !retry) continue;
+    ++out.offloaded;
+    try_retries(c, 0, 0);
   }
-  std::stable_sort(queue.begin(), queue.end(), [](const Bounded& a, const Bounded& b) { return a.step_s < b.step_s; });
+  auto by_bound = [](const Bounded& a, const Bounded& b) { return a.step_s < b.step_s; };
+  std::stable_sort(queue.begin(), queue.end(), by_bound);
   // Every candidate has the same tokens per step, so the fastest step wins. Simulate in slices; stop once the
   // top list is full and its slowest member is no slower than the next candidate's bound (branch and bound).
   std::vector<LayoutResult> fitting;
   StepReport nearest;
   bool any = false;
   std::size_t done = 0, next = 0;
+  std::vector<Bounded> overflowed;  // simulated in a slice, over HBM
   auto kth_step = [&] {
     std::vector<double> steps;
     for (const auto& f : fitting) steps.push_back(f.report.step_time_s);
@@ -383,7 +404,11 @@ LayoutSearch search_layouts(const RunConfig& base, const LayoutSearchOptions& o)
   while (next < queue.size()) {
     if (o.prune && fitting.size() >= o.top && kth_step() <= queue[next].step_s) break;
     std::vector<SweepPoint> points;
-    for (; next < queue.size() && points.size() < slice; ++next) points.push_back({points.size(), {}, *queue[next].config});
+    std::vector<Bounded> sources;
+    for (; next < queue.size() && points.size() < slice; ++next) {
+      sources.push_back(queue[next]);
+      points.push_back({points.size(), {}, *queue[next].config});
+    }
     run_sweep(points, o.jobs, [&](const SweepRow& row) {
       if (!row.report) {
         ++out.refused;
@@ -393,13 +418,27 @@ LayoutSearch search_layouts(const RunConfig& base, const LayoutSearchOptions& o)
         if (r.fits) {
           ++out.fitting;
           fitting.push_back({points[row.index].config, r, limiting_resource(r)});
-        } else if (!any || r.hbm_peak_bytes < nearest.hbm_peak_bytes) {
-          nearest = r;
-          any = true;
+        } else {
+          if (!any || r.hbm_peak_bytes < nearest.hbm_peak_bytes) {
+            nearest = r;
+            any = true;
+          }
+          if (retry && r.hbm_peak_bytes > r.hbm_capacity_bytes) overflowed.push_back(sources[row.index]);
         }
       }
       if (o.progress) o.progress(++done, queue.size());
     });
+    // Retries of what did not fit in HBM join the queue in bound order (so the stop test above still holds).
+    if (overflowed.empty()) continue;
+    for (const Bounded& b : overflowed) {
+      const auto it = next_retry.find(b.config);  // none: retried by its bound already (an unpruned search queues it)
+      if (it == next_retry.end()) continue;
+      const auto [layout, from] = it->second;
+      if (from == 0) ++out.offloaded;
+      try_retries(*layout, from, b.step_s);
+    }
+    overflowed.clear();
+    std::stable_sort(queue.begin() + static_cast<std::ptrdiff_t>(next), queue.end(), by_bound);
   }
   out.skipped = queue.size() - next;
   // Fastest first; ties (equal tokens/s) by lower HBM, then by enumeration order for a stable answer.
