@@ -392,7 +392,7 @@ LayoutSearch search_layouts(const RunConfig& base, const LayoutSearchOptions& o)
   StepReport nearest;
   bool any = false;
   std::size_t done = 0, next = 0;
-  std::vector<Bounded> overflowed;  // simulated in a slice, over HBM
+  std::vector<std::size_t> overflowed;  // the slice's points simulated over HBM
   auto kth_step = [&] {
     std::vector<double> steps;
     for (const auto& f : fitting) steps.push_back(f.report.step_time_s);
@@ -423,14 +423,17 @@ LayoutSearch search_layouts(const RunConfig& base, const LayoutSearchOptions& o)
             nearest = r;
             any = true;
           }
-          if (retry && r.hbm_peak_bytes > r.hbm_capacity_bytes) overflowed.push_back(sources[row.index]);
+          if (retry && r.hbm_peak_bytes > r.hbm_capacity_bytes) overflowed.push_back(row.index);
         }
       }
       if (o.progress) o.progress(++done, queue.size());
     });
-    // Retries of what did not fit in HBM join the queue in bound order (so the stop test above still holds).
+    // Retries of what did not fit in HBM join the queue in bound order (so the stop test above still holds), taken
+    // in the slice's order whatever order the threads finished in.
     if (overflowed.empty()) continue;
-    for (const Bounded& b : overflowed) {
+    std::sort(overflowed.begin(), overflowed.end());
+    for (std::size_t i : overflowed) {
+      const Bounded& b = sources[i];
       const auto it = next_retry.find(b.config);  // none: retried by its bound already (an unpruned search queues it)
       if (it == next_retry.end()) continue;
       const auto [layout, from] = it->second;
