@@ -157,8 +157,13 @@ def test_jax_worker_saves_and_offloads_the_table():
 
 
 def check_with_hbmsim(hbmsim, repo):
+    # Its files (config, a made-up GPU run, the comparison) go in a folder removed afterwards, pass or fail.
+    with tempfile.TemporaryDirectory(prefix="policy-table-test-") as tmp:
+        return check_in(hbmsim, repo, tmp)
+
+
+def check_in(hbmsim, repo, tmp):
     import policy_table
-    tmp = tempfile.mkdtemp(prefix="policy-table-test-")
     cfg = os.path.join(tmp, "config.json")
     with open(cfg, "w") as f:
         json.dump(policy_table.hf_config(), f)
