@@ -194,7 +194,7 @@ std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSear
                            base.recompute_layers == 0 && !recomputes_moe_module(c, model));
   }
   std::vector<RunConfig> out;
-  // The base with the search's fields set, kept when its layers split over its pipeline chunks.
+  // A layout with the search's batch, data-axes and policy fields set.
   auto add = [&](RunConfig c, const DataAxes& d, std::int64_t mbs, const RunConfig& policy) {
     c.fsdp = d.fsdp, c.dp = d.dp, c.sharded_optimizer = d.sharded_optimizer;
     c.batch.reset();
@@ -202,12 +202,10 @@ std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSear
     c.micro_batch = mbs;
     c.global_batch = G;
     c.microbatches = 0;
-    c.first_stage_layers = c.last_stage_layers = 0;
-    c.pipeline_layout.clear();
     c.stage_policies.clear();
     c.policy = policy.policy;
     c.tensors = policy.tensors;
-    if (set_pipeline_split(c, L)) out.push_back(std::move(c));
+    out.push_back(std::move(c));
   };
   // A layout over every data-axes split, micro-batch, policy and overlap choice; `group`: the GPUs of one replica.
   auto add_batches = [&](RunConfig& layout, std::int64_t group) {
@@ -234,9 +232,6 @@ std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSear
           for (std::int64_t ep_axis : eps)
             for (std::int64_t etp : etps) {
               if ((pp == 1 && vp > 1) || (cp > 1 && base.seq / cp < 2048)) continue;
-              RunConfig split = base;
-              split.pp = pp, split.vp = vp;
-              if (!set_pipeline_split(split, L)) continue;  // no split of the layers into pp x vp chunks
               // Folding puts whole experts over an expert group of ep_axis x tp x cp GPUs (needs tp > 1), or,
               // with no ep axis carved out, over tp and a part of cp (tp x k of the cp ranks, k dividing cp).
               const bool fold = etp == 1 && tp > 1;
@@ -250,6 +245,8 @@ std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSear
                 layout.tp = tp, layout.cp = cp, layout.pp = pp, layout.vp = vp;
                 layout.ep = ep;
                 layout.expert_tp = fold ? 1 : 0;
+                layout.first_stage_layers = layout.last_stage_layers = 0;
+                if (!set_pipeline_split(layout, L)) break;  // no split of the layers into pp x vp chunks, whatever ep
                 add_batches(layout, group);
               }
             }
