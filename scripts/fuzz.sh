@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer harnesses (tests/fuzz: clang, ASan + UBSan, coverage) into ${BUILD_DIR:-build-fuzz}
-# and runs each one for HBMSIM_FUZZ_SECONDS (default 10) from its seed corpus, one process at a time.
+# and runs each one for HBMSIM_FUZZ_SECONDS (default 10) from its seed corpus, as many at once as there are cores
+# (each harness is one single-threaded process: two cores fuzz two harnesses for the same time as one would).
 # A BUILD_DIR already configured for fuzzing with the same clang keeps its own flags (test.sh runs the harnesses
 # of the sanitizer tree, which scripts/sanitize.sh builds with HBMSIM_SANITIZE_FUZZ=1); any other is configured
 # as below.
@@ -64,26 +65,43 @@ rm -rf "$findings_dir"
 mkdir -p "$findings_dir"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:symbolize=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+# One harness: its log, the exit status in $findings_dir/$h.rc. Artifacts are named after the harness.
+fuzz_one() {
+  local h=$1
+  local bin="$BUILD_DIR/tests/fuzz/fuzz_$h" seeds="tests/fuzz/corpus/$h" work="$BUILD_DIR/fuzz-corpus/$h"
+  local dict="tests/fuzz/dict/json.dict"
+  [ "$h" = cli ] && dict="tests/fuzz/dict/cli.dict"
+  mkdir -p "$work"
+  local rc=0
+  # The outer timeout only guards against a hang outside libFuzzer's own -timeout (per input).
+  timeout -k 10 $((SECONDS_EACH + 180)) "$bin" "$work" "$seeds" -dict="$dict" -max_total_time="$SECONDS_EACH" \
+    -timeout=30 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$findings_dir/$h-" \
+    >"$findings_dir/$h.log" 2>&1 || rc=$?
+  echo $rc >"$findings_dir/$h.rc"
+}
+parallel=$(nproc)
+running=0
+for h in "${HARNESSES[@]}"; do
+  if [ $running -ge "$parallel" ]; then
+    wait -n || true
+    running=$((running - 1))
+  fi
+  echo "fuzz.sh: $h for ${SECONDS_EACH}s"
+  fuzz_one "$h" &
+  running=$((running + 1))
+done
+wait || true
+# Reported in the harnesses' order, whatever order they ended in.
 failed=()
 for h in "${HARNESSES[@]}"; do
   bin="$BUILD_DIR/tests/fuzz/fuzz_$h"
-  seeds="tests/fuzz/corpus/$h"
-  work="$BUILD_DIR/fuzz-corpus/$h"
-  dict="tests/fuzz/dict/json.dict"
-  [ "$h" = cli ] && dict="tests/fuzz/dict/cli.dict"
-  mkdir -p "$work"
   log="$findings_dir/$h.log"
-  echo "fuzz.sh: $h for ${SECONDS_EACH}s"
-  set +e
-  # The outer timeout only guards against a hang outside libFuzzer's own -timeout (per input).
-  timeout -k 10 $((SECONDS_EACH + 180)) "$bin" "$work" "$seeds" -dict="$dict" -max_total_time="$SECONDS_EACH" \
-    -timeout=30 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$findings_dir/$h-" >"$log" 2>&1
-  rc=$?
-  set -e
+  rc=$(cat "$findings_dir/$h.rc" 2>/dev/null || echo "no status")
   artifacts=$(find "$findings_dir" -maxdepth 1 -type f \( -name "$h-crash-*" -o -name "$h-leak-*" -o -name "$h-timeout-*" \
     -o -name "$h-oom-*" \) | sort)
+  echo "fuzz.sh: $h:"
   tail -n 12 "$log" | grep -E '^(stat::number_of_executed_units|stat::peak_rss_mb|#[0-9]+ +DONE)' | sed "s/^/  /" || true
-  if [ $rc -ne 0 ] || [ -n "$artifacts" ]; then
+  if [ "$rc" != 0 ] || [ -n "$artifacts" ]; then
     failed+=("$h")
     echo "fuzz.sh: FINDING in $h (exit status $rc); log: $log"
     grep -m 12 -E 'ERROR: |runtime error|terminate called|what\(\)|property violated|does not reload|SUMMARY' "$log" | sed 's/^/  /' || true
