@@ -449,7 +449,10 @@ void register_plan(CLI::App& app) {
     cmd->add_flag("--json", *json, "Machine-readable output");
     cmd->footer(
         "The global batch is --global-batch (default: one sequence per GPU); the search sets tp, cp, pp, vp, ep, fsdp, dp,\n"
-        "the sharded optimizer, the micro-batch and the policy, and keeps every other field given. For an MoE model under\n"
+        "the sharded optimizer, the micro-batch and the policy, and keeps every other field given. A degree given as a\n"
+        "flag (--tp 8, --pp 4, --sharded-optimizer on) is held there, tried even where the search would not try it;\n"
+        "--policy and --micro-batch are one-item --policies and --micro-batches (a config file's degrees are searched,\n"
+        "as a saved run names them all). For an MoE model under\n"
         "--framework megatron it also tries expert tensor parallelism 1 wherever tp > 1 (experts whole over an expert\n"
         "group spanning tp, listed as ep Nf) and combined 1F1B where Megatron allows it (ep No); --expert-tp 1 folds\n"
         "every such layout, --ep-overlap on overlaps every one it can. A policy may name Megatron recompute modules\n"
@@ -460,17 +463,38 @@ void register_plan(CLI::App& app) {
         "  hbmsim plan layout --model llama3.1-70b --gpus 64 --global-batch 256 --seq 8192 --weights fp8 --top 5");
     cmd->callback([=] {
       const bool show = progress_wanted(*progress);
-      auto base = resolve_run_flags(*flags, {"tp", "cp", "pp", "vp", "ep", "fsdp", "dp", "batch", "micro_batch", "grad_accum",
-                                             "sharded_optimizer", "policy", "microbatches"});
+      // What the search sets, less what the flags hold; a config file's values of them are searched.
+      std::set<std::string> varied = {"batch", "grad_accum", "microbatches"}, held;
+      for (const std::string& f : holdable_layout_fields()) (flags->values.count(f) ? held : varied).insert(f);
+      for (const char* f : {"policy", "micro_batch"})
+        if (!flags->values.count(f)) varied.insert(f);
+      auto base = resolve_run_flags(*flags, varied);
+      if (flags->values.count("policy") && !policies->empty())
+        throw InputError("--policy " + base.policy + " (with --policies: give the policies to try in one of them)");
+      if (flags->values.count("micro_batch") && !mbs->empty())
+        throw InputError("--micro-batch " + std::to_string(base.micro_batch) + " (with --micro-batches: give the sizes to try in one of them)");
+      if (flags->values.count("policy")) *policies = {base.policy};
+      if (flags->values.count("micro_batch")) {
+        if (base.micro_batch < 1) throw InputError("--micro-batch " + std::to_string(base.micro_batch) + " (must be at least 1)");
+        *mbs = {base.micro_batch};
+      }
       for (auto& p : *policies) (void)with_layout_policy(base, p, resolve_model(base.model));
       LayoutSearchOptions o;
       o.top = *top;
       o.jobs = *jobs;
       o.prune = !*no_prune;
       o.state_offload = !*no_state_offload;
+      o.held = held;
       if (!policies->empty()) o.policies = *policies;
       if (!mbs->empty()) o.micro_batches = *mbs;
       check_layout_options(o);
+      try {
+        check_held_layout(base, o);
+      } catch (const InputError& e) {  // named as the flag was typed
+        const std::string m = e.what();
+        const auto eq = m.find(" = ");
+        throw InputError(eq == std::string::npos ? m : flag_for_field(m.substr(0, eq)) + m.substr(eq));
+      }
       const auto start = std::chrono::steady_clock::now();
       if (show)
         o.progress = [start](std::size_t done, std::size_t total) {

@@ -48,6 +48,41 @@ std::vector<DataAxes> data_axes(std::int64_t rest, std::int64_t model_parallel, 
   return out;
 }
 
+// The data axes with any of fsdp, dp and sharded_optimizer held at the base's value: every split of `rest` that
+// matches them (the sharded optimizer only where dp > 1), or, with only the sharded optimizer held, data_axes's
+// that match it.
+std::vector<DataAxes> held_data_axes(std::vector<DataAxes> searched, std::int64_t rest, const RunConfig& base,
+                                     const std::set<std::string>& held) {
+  const bool fsdp = held.count("fsdp") > 0, dp = held.count("dp") > 0, sharded = held.count("sharded_optimizer") > 0;
+  if (fsdp || dp) {
+    searched.clear();
+    for (std::int64_t f = 1; f <= rest; ++f)
+      if (rest % f == 0)
+        for (bool so : {false, true})
+          if (!so || rest / f > 1) searched.push_back({f, rest / f, so});
+  }
+  std::vector<DataAxes> out;
+  for (const DataAxes& d : searched)
+    if ((!fsdp || d.fsdp == base.fsdp) && (!dp || d.dp == base.dp) && (!sharded || d.sharded_optimizer == base.sharded_optimizer))
+      out.push_back(d);
+  return out;
+}
+
+// The held degrees of `base`, in mesh-axis order: (field, value).
+std::vector<std::pair<std::string, std::int64_t>> held_degrees(const RunConfig& base, const std::set<std::string>& held) {
+  std::vector<std::pair<std::string, std::int64_t>> out;
+  for (const auto& [field, value] : {std::pair<const char*, std::int64_t>{"tp", base.tp}, {"cp", base.cp}, {"pp", base.pp}, {"vp", base.vp},
+                                     {"ep", base.ep}, {"fsdp", base.fsdp}, {"dp", base.dp}})
+    if (held.count(field)) out.emplace_back(field, value);
+  return out;
+}
+
+// The values a search tries for a degree: `searched`, or the base's when the field is held.
+std::vector<std::int64_t> axis(const LayoutSearchOptions& o, const std::string& field, std::int64_t held_value,
+                               std::vector<std::int64_t> searched) {
+  return o.held.count(field) ? std::vector<std::int64_t>{held_value} : searched;
+}
+
 // Bytes a layer keeps on device per micro-batch under its policy: what the simulation keeps (its input, and
 // every tensor placed on device at its kept size).
 double kept_bytes(const LayerTemplate& t, const Policy& policy, const StepGraph& g) {
@@ -178,6 +213,9 @@ std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSear
   if (model.num_experts > 0)
     for (std::int64_t e : {8, 16, 32, 64})
       if (model.num_experts % e == 0) eps.push_back(e);
+  // A held ep is the layout's whole expert group: an axis of its own, or folded over tp (and cp) from a smaller one.
+  const bool ep_held = o.held.count("ep") > 0;
+  if (ep_held && std::find(eps.begin(), eps.end(), base.ep) == eps.end()) eps.push_back(base.ep);
   const std::vector<std::int64_t> etps = expert_tp_choices(base, model);
   // Experts folded over cp too need cp ranks holding the other weights whole (Megatron's reading); inside tp x cp,
   // ep ranks too.
@@ -210,7 +248,8 @@ std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSear
   // A layout over every data-axes split, micro-batch, policy and overlap choice; `group`: the GPUs of one replica.
   auto add_batches = [&](RunConfig& layout, std::int64_t group) {
     const std::int64_t tp = layout.tp, cp = layout.cp;
-    for (const DataAxes& d : data_axes(base.gpus / group, tp * cp, sys.scale_up.domain_gpus, base.optimizer == "muon"))
+    const std::int64_t rest = base.gpus / group;
+    for (const DataAxes& d : held_data_axes(data_axes(rest, tp * cp, sys.scale_up.domain_gpus, base.optimizer == "muon"), rest, base, o.held))
       for (std::int64_t mbs : o.micro_batches) {
         // Megatron merges passes with experts over ep > 1 and, pipelined, interleaved; without pipelining a
         // micro-batch's backward with the next one's forward, so it needs two of them.
@@ -225,13 +264,17 @@ std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSear
           }
       }
   };
-  for (std::int64_t tp : {1, 2, 4, 8})
-    for (std::int64_t cp : {1, 2, 4})
-      for (std::int64_t pp : {1, 2, 4, 8, 16})
-        for (std::int64_t vp = 1; vp <= kMaxInterleaving; ++vp)
+  const bool cp_held = o.held.count("cp") > 0;
+  std::vector<std::int64_t> interleavings;
+  for (std::int64_t vp = 1; vp <= kMaxInterleaving; ++vp) interleavings.push_back(vp);
+  for (std::int64_t tp : axis(o, "tp", base.tp, {1, 2, 4, 8}))
+    for (std::int64_t cp : axis(o, "cp", base.cp, {1, 2, 4}))
+      for (std::int64_t pp : axis(o, "pp", base.pp, {1, 2, 4, 8, 16}))
+        for (std::int64_t vp : axis(o, "vp", base.vp, interleavings))
           for (std::int64_t ep_axis : eps)
             for (std::int64_t etp : etps) {
-              if ((pp == 1 && vp > 1) || (cp > 1 && base.seq / cp < 2048)) continue;
+              // (vp > 1 at a held pp 1 is left to the simulation's refusal, which says why)
+              if ((pp == 1 && vp > 1 && !o.held.count("pp")) || (cp > 1 && base.seq / cp < 2048 && !cp_held)) continue;
               // Folding puts whole experts over an expert group of ep_axis x tp x cp GPUs (needs tp > 1), or,
               // with no ep axis carved out, over tp and a part of cp (tp x k of the cp ranks, k dividing cp).
               const bool fold = etp == 1 && tp > 1;
@@ -240,7 +283,7 @@ std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSear
               const std::int64_t group = tp * cp * pp * ep_axis;
               if (base.gpus % group != 0) continue;
               for (std::int64_t ep : fold ? folded_groups(tp, cp, ep_axis, folds_inside_cp) : std::vector<std::int64_t>{ep_axis}) {
-                if (fold && model.num_experts % ep != 0) continue;
+                if ((fold && model.num_experts % ep != 0) || (ep_held && ep != base.ep)) continue;
                 RunConfig layout = base;
                 layout.tp = tp, layout.cp = cp, layout.pp = pp, layout.vp = vp;
                 layout.ep = ep;
@@ -306,10 +349,34 @@ void check_layout_options(const LayoutSearchOptions& o, const LayoutOptionNames&
   if (auto m = first_repeat(o.micro_batches); m != o.micro_batches.end())
     throw InputError(names.micro_batches + " " + std::to_string(*m) + " (given twice)");
   if (auto p = first_repeat(o.policies); p != o.policies.end()) throw InputError(names.policies + " " + *p + " (given twice)");
+  const auto& holdable = holdable_layout_fields();
+  for (const std::string& f : o.held)
+    if (std::find(holdable.begin(), holdable.end(), f) == holdable.end())
+      throw InputError("held = " + quote(f) + " (the search holds only tp, cp, pp, vp, ep, fsdp, dp and sharded_optimizer)");
+}
+
+const std::vector<std::string>& holdable_layout_fields() {
+  static const std::vector<std::string> fields = {"tp", "cp", "pp", "vp", "ep", "fsdp", "dp", "sharded_optimizer"};
+  return fields;
+}
+
+void check_held_layout(const RunConfig& base, const LayoutSearchOptions& o) {
+  std::int64_t product = 1;
+  std::string named;
+  for (const auto& [field, value] : held_degrees(base, o.held)) {
+    if (value < 1) throw InputError(field + " = " + str(value) + " (a degree the search holds must be at least 1)");
+    if (field == "vp" || field == "ep") continue;  // chunks per rank; ep may fold over tp and cp
+    product *= value;
+    named += (named.empty() ? "" : " x ") + field + " " + str(value);
+    if (base.gpus % product != 0)
+      throw InputError(field + " = " + str(value) + " (" + (product == value ? "it does" : "the held degrees " + named + " = " + str(product) + " do") +
+                       " not divide the " + str(base.gpus) + " GPUs)");
+  }
 }
 
 LayoutSearch search_layouts(const RunConfig& base, const LayoutSearchOptions& o) {
   check_layout_options(o);
+  check_held_layout(base, o);
   LayoutSearch out;
   out.global_batch = search_global_batch(base);
   const std::vector<RunConfig> all = layout_candidates(base, o);
@@ -457,7 +524,13 @@ LayoutSearch search_layouts(const RunConfig& base, const LayoutSearchOptions& o)
     else if (closest) out.none_fit = "nothing fits; every candidate needs more HBM than " + fixed(capacity / 1073741824.0, 1) +
                                      " GiB before simulating (the least: " + fixed(closest_bound / 1073741824.0, 1) + " GiB, policy " +
                                      closest->policy + ")";
-    else {
+    else if (all.empty()) {
+      std::string held;
+      for (const auto& [field, value] : held_degrees(base, o.held)) held += (held.empty() ? "" : ", ") + field + " " + str(value);
+      if (o.held.count("sharded_optimizer")) held += (held.empty() ? "sharded_optimizer " : ", sharded_optimizer ") + std::string(base.sharded_optimizer ? "on" : "off");
+      out.none_fit = "no candidate layout: none of the search's layouts of " + str(base.gpus) + " GPUs has " + held +
+                     " (a pipeline needs pp x vp chunks that split the layers; the data axes take the GPUs left)";
+    } else {
       // Say the most common reason: a base setting no layout can take shows as every candidate's.
       auto most = std::max_element(refusals.begin(), refusals.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
       out.none_fit = "no candidate layout: every combination was refused (GPUs " + str(base.gpus) + ")" +

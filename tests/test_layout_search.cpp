@@ -137,6 +137,100 @@ TEST_CASE("the pruned layout search lists the same layouts as the exhaustive one
     CHECK(exhaustive.top[i].report.tokens_per_s_per_device <= exhaustive.top[0].report.tokens_per_s_per_device);
 }
 
+TEST_CASE("a held degree is the only one tried for its axis, even where the search would not try it", "[layout]") {
+  // Llama 3.1 8B on 8 H100s, 16 sequences of 8192 (the case above). Holding tp at 2 gives the layouts the whole
+  // search finds with tp 2, in the same order: its exhaustive list filtered by hand.
+  RunConfig base;
+  base.system = "h100-hgx";
+  base.model = "llama3.1-8b";
+  base.gpus = 8;
+  base.seq = 8192;
+  base.global_batch = 16;
+  LayoutSearchOptions o;
+  o.top = 1000;
+  o.jobs = 2;
+  o.prune = false;
+  o.policies = {"full", "minimal"};
+  const LayoutSearch all = search_layouts(base, o);
+  std::vector<std::string> want;
+  for (const LayoutResult& l : all.top)
+    if (l.config.tp == 2 && want.size() < 3) want.push_back(config_id(l.config));
+  REQUIRE(want.size() == 3);
+  RunConfig held = base;
+  held.tp = 2;
+  o.held = {"tp"};
+  o.top = 3;
+  o.prune = true;
+  const LayoutSearch got = search_layouts(held, o);
+  REQUIRE(got.top.size() == 3);
+  for (std::size_t i = 0; i < 3; ++i) CHECK(config_id(got.top[i].config) == want[i]);
+  // cp 8 leaves 1,024 tokens per rank, under the 2,048 below which the search does not try a context axis; held,
+  // it is tried. fsdp 2 x dp 4 is no split the search's data axes make (FSDP over all 8, dp with a sharded
+  // optimizer, or FSDP inside the 8-GPU domain); held, every layout has it.
+  RunConfig cp8 = base;
+  cp8.cp = 8;
+  o.held = {"cp"};
+  const LayoutSearch c = search_layouts(cp8, o);
+  REQUIRE(!c.top.empty());
+  for (const LayoutResult& l : c.top) CHECK(l.config.cp == 8);
+  RunConfig hybrid = base;
+  hybrid.fsdp = 2;
+  hybrid.dp = 4;
+  o.held = {"fsdp", "dp"};
+  const LayoutSearch h = search_layouts(hybrid, o);
+  REQUIRE(!h.top.empty());
+  for (const LayoutResult& l : h.top) {
+    CHECK(l.config.fsdp == 2);
+    CHECK(l.config.dp == 4);
+    CHECK(l.config.tp * l.config.cp * l.config.pp == 1);
+  }
+  // Held degrees no layout of 8 GPUs has: refused, naming the field and value; a held pipeline MaxText cannot
+  // split (32 layers into 2 x 3 chunks) is a result that says so.
+  RunConfig bad = base;
+  bad.tp = 2, bad.pp = 3;
+  o.held = {"tp", "pp"};
+  CHECK_THROWS_WITH(search_layouts(bad, o), "pp = 3 (the held degrees tp 2 x pp 3 = 6 do not divide the 8 GPUs)");
+  bad.pp = 2, bad.vp = 3;
+  o.held = {"pp", "vp"};
+  const LayoutSearch none = search_layouts(bad, o);
+  CHECK(none.top.empty());
+  CHECK_THAT(none.none_fit, Catch::StartsWith("no candidate layout: none of the search's layouts of 8 GPUs has pp 2, vp 3"));
+  bad.fsdp = 0;
+  o.held = {"fsdp"};
+  CHECK_THROWS_WITH(search_layouts(bad, o), "fsdp = 0 (a degree the search holds must be at least 1)");
+  o.held = {"batch"};
+  CHECK_THROWS_WITH(search_layouts(base, o), Catch::StartsWith("held = \"batch\""));
+}
+
+TEST_CASE("plan layout holds the degrees given as flags and reads --policy and --micro-batch as one-item lists", "[layout][cli]") {
+  const std::string run = "plan layout --model llama3.1-8b --gpus 8 --system h100-hgx --seq 2048 --top 3 --json ";
+  auto j = test::cli(run + "--tp 2 --sharded-optimizer on --policy full --micro-batch 1");
+  REQUIRE(j.status == 0);
+  CHECK(j.err.find("is not used") == std::string::npos);
+  auto doc = nlohmann::json::parse(j.out);
+  REQUIRE(doc["top"].size() == 3);
+  for (const auto& row : doc["top"]) {
+    CHECK(row["degrees"]["tp"] == 2);
+    CHECK(row["sharded_optimizer"] == true);
+    CHECK(row["policy"] == "full");
+    CHECK(row["micro_batch"] == 1);
+  }
+  // The same search with the lists given.
+  auto lists = test::cli(run + "--tp 2 --sharded-optimizer on --policies full --micro-batches 1");
+  REQUIRE(lists.status == 0);
+  CHECK(nlohmann::json::parse(lists.out)["top"] == doc["top"]);
+  for (const std::string bad : {"--tp 3", "--fsdp 0", "--policy full --policies full,minimal", "--micro-batch 2 --micro-batches 1"}) {
+    auto b = test::cli(run + bad);
+    INFO(bad << ": " << b.err);
+    CHECK(b.status == 2);
+    CHECK(b.out.empty());
+    CHECK_THAT(b.err, Catch::Contains(bad.substr(0, bad.find(' '))));
+  }
+  CHECK_THAT(test::cli(run + "--tp 3").err, Catch::Contains("--tp = 3 (it does not divide the 8 GPUs)"));
+  // What the search sets and no flag holds is still named as unused.
+  CHECK_THAT(test::cli(run + "--grad-accum 2").err, Catch::Contains("--grad-accum 2 is not used"));
+}
+
 TEST_CASE("a layout that cannot fit is tried again with its optimizer state, then its parameters, in host memory", "[layout]") {
   // Llama 3.1 70B on 8 H100s: 70B parameters with fp32 weights, gradients and Adam state are about 16 bytes
   // each, 140 GB per GPU over 8 of them: no layout fits 80 GB. Moving the state to host memory makes some fit.

@@ -957,9 +957,10 @@ TEST_CASE("a flag for a field the command sets itself is named as not used, a co
   CHECK(sweep.err == "hbmsim: warning: --batch 2 is not used: this command sets batch itself\n");
   CHECK(sweep.out.find("\n0,1,") != std::string::npos);  // the axis's values ran, not the flag's
   CHECK(sweep.out.find("\n1,4,") != std::string::npos);
-  auto layout = test::cli("plan layout" + run + " --system h100-hgx --tp 2 --policies full --micro-batches 1 --top 3 --progress off");
+  // (plan layout holds a degree given as a flag; the gradient accumulation it derives from the global batch)
+  auto layout = test::cli("plan layout" + run + " --system h100-hgx --grad-accum 2 --policies full --micro-batches 1 --top 3 --progress off");
   CHECK(layout.status == 0);
-  CHECK(layout.err == "hbmsim: warning: --tp 2 is not used: this command sets tp itself\n");
+  CHECK(layout.err == "hbmsim: warning: --grad-accum 2 is not used: this command sets grad_accum itself\n");
   // An unused what-if is not checked against the system's figure either: 1e9 bytes/s is 0.006 x GB200's host link,
   // which would warn of a unit slip were it used.
   auto even = test::cli("plan break-even" + run + " --system gb200-nvl72 --policy qkv_proj_offloaded --host-link-bw 1e9");

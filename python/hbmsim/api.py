@@ -504,20 +504,21 @@ def plan_break_even(config: Mapping[str, Any] | str | os.PathLike | None = None,
 _LAYOUT_COUNTS = ("candidates", "offloaded", "pruned", "skipped", "refused", "simulated", "fitting")
 
 
-def _layout_part(doc: dict, top: int, policy: str, micro_batch: int, prune: bool, jobs: int, state_offload: bool) -> dict:
-    return _hbmsim.plan_layout(doc, top, [policy], [micro_batch], prune, jobs, state_offload)
+def _layout_part(doc: dict, top: int, policy: str, micro_batch: int, prune: bool, jobs: int, state_offload: bool,
+                 held: list[str]) -> dict:
+    return _hbmsim.plan_layout(doc, top, [policy], [micro_batch], prune, jobs, state_offload, held)
 
 
 def _layout_on_dask(client: Any, doc: dict, top: int, policies: Sequence[str], micro_batches: Sequence[int],
-                    prune: bool, jobs: int, state_offload: bool) -> dict:
+                    prune: bool, jobs: int, state_offload: bool, held: list[str]) -> dict:
     """One task per (policy, micro-batch): each finds its own exact top list (its pruning only drops what
     cannot enter it), so the best `top` of their union is the whole search's."""
     _hbmsim.expand_sweep(doc, [], "")  # a bad config fails here, before anything is submitted
     defaults = _hbmsim.layout_defaults(doc)
     policies = list(policies) or list(defaults["policies"])
     micro_batches = [int(m) for m in micro_batches] or [int(m) for m in defaults["micro_batches"]]
-    token = _task_token(doc, top, prune, state_offload)
-    futures = [client.submit(_layout_part, doc, top, p, m, prune, jobs, state_offload, key=f"hbmsim-layout-{token}-{p}-{m}")
+    token = _task_token(doc, top, prune, state_offload, held)
+    futures = [client.submit(_layout_part, doc, top, p, m, prune, jobs, state_offload, held, key=f"hbmsim-layout-{token}-{p}-{m}")
                for p in policies for m in micro_batches]
     parts = client.gather(futures)
     merged = {k: sum(part[k] for part in parts) for k in _LAYOUT_COUNTS}
@@ -544,15 +545,29 @@ def plan_layout(config: Mapping[str, Any] | str | os.PathLike | None = None, *, 
     CLI's: MaxText's presets, or under framework megatron no_recompute, selective and full, and the recompute
     modules the model has as "no_recompute+moe_act+layernorm" (preset, then Megatron modules joined by "+").
 
+    A degree given as a keyword (``tp=8``, ``pp=4``, any of tp, cp, pp, vp, ep, fsdp, dp, sharded_optimizer) is
+    held at that value, as the CLI's flags are (a config's are searched); ``policy=`` and ``micro_batch=`` are
+    one-item ``policies`` and ``micro_batches``.
+
     client: a ``dask.distributed.Client``: one task per (policy, micro-batch), each an exact search of its
     share (``jobs`` threads each), merged into the same top list (the counts add up; each share prunes against
     its own top list, so more candidates are simulated in all than by one search)."""
     doc = _config_with(config, fields)[0]
-    _hbmsim.check_layout_options(top, list(policies), [int(m) for m in micro_batches], jobs)  # before any task is sent
+    held = [f for f in _hbmsim.layout_holdable_fields() if f in fields]
+    for one, many, given in (("policy", "policies", policies), ("micro_batch", "micro_batches", micro_batches)):
+        if one in fields:
+            if given:
+                raise ValueError(f"{one} = {fields[one]!r} (with {many}: give the {many} to try in one of them)")
+    if "policy" in fields:
+        policies = [doc["policy"]]
+    if "micro_batch" in fields:
+        micro_batches = [doc["micro_batch"]]
+    # before any task is sent
+    _hbmsim.check_layout_options(doc, top, list(policies), [int(m) for m in micro_batches], jobs, held)
     if client is None:
-        r = _hbmsim.plan_layout(doc, top, list(policies), [int(m) for m in micro_batches], prune, jobs, state_offload)
+        r = _hbmsim.plan_layout(doc, top, list(policies), [int(m) for m in micro_batches], prune, jobs, state_offload, held)
     else:
-        r = _layout_on_dask(client, doc, top, policies, micro_batches, prune, jobs, state_offload)
+        r = _layout_on_dask(client, doc, top, policies, micro_batches, prune, jobs, state_offload, held)
     rows = []
     for t in r["top"]:
         rep = t["report"]

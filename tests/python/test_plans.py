@@ -94,6 +94,22 @@ def test_layout_equals_cli(cli):
         hbmsim.plan_layout(model="llama3.1-8b", policies=["full", "full"])
 
 
+def test_layout_holds_the_degrees_given_as_keywords(cli):
+    """tp=2 holds tp as the CLI's --tp 2 does (a config's tp is searched); policy= and micro_batch= are one-item
+    lists; a held degree that divides no layout is refused with its name and value."""
+    args = ["--model", "llama3.1-8b", "--gpus", "8", "--system", "h100-hgx", "--seq", "2048", "--top", "3"]
+    expected = cli_json(cli, "plan", "layout", *args, "--tp", "2", "--policy", "full", "--micro-batch", "1", "--json")
+    got = hbmsim.plan_layout(model="llama3.1-8b", gpus=8, system="h100-hgx", seq=2048, top=3, tp=2, policy="full", micro_batch=1)
+    assert len(got) == 3 and set(got["tp"]) == {2} and set(got["policy"]) == {"full"} and set(got["micro_batch"]) == {1}
+    assert list(got["tokens_per_s_per_device"]) == [t["report"]["tokens_per_s_per_device"] for t in expected["top"]]
+    searched = hbmsim.plan_layout({"model": "llama3.1-8b", "gpus": 8, "system": "h100-hgx", "seq": 2048, "tp": 2}, top=3)
+    assert searched.attrs["candidates"] > got.attrs["candidates"]
+    with pytest.raises(ValueError, match=r"tp = 3 \(it does not divide the 8 GPUs\)"):
+        hbmsim.plan_layout(model="llama3.1-8b", gpus=8, tp=3)
+    with pytest.raises(ValueError, match=r"policy = 'full' \(with policies"):
+        hbmsim.plan_layout(model="llama3.1-8b", gpus=8, policy="full", policies=["minimal"])
+
+
 def test_layout_default_policies_follow_the_framework(cli):
     """Without policies the search tries MaxText's presets, or under framework megatron Megatron's recompute
     choices; the CLI and Python agree (the Dask path splits the same list into tasks)."""
