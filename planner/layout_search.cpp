@@ -528,8 +528,10 @@ LayoutSearch search_layouts(const RunConfig& base, const LayoutSearchOptions& o)
       std::string held;
       for (const auto& [field, value] : held_degrees(base, o.held)) held += (held.empty() ? "" : ", ") + field + " " + str(value);
       if (o.held.count("sharded_optimizer")) held += (held.empty() ? "sharded_optimizer " : ", sharded_optimizer ") + std::string(base.sharded_optimizer ? "on" : "off");
-      out.none_fit = "no candidate layout: none of the search's layouts of " + str(base.gpus) + " GPUs has " + held +
-                     " (a pipeline needs pp x vp chunks that split the layers; the data axes take the GPUs left)";
+      const std::string split = base.framework == "megatron" ? "a pipeline's pp x vp chunks must split its " + str(resolve_model(base.model).num_layers) + " layers"
+                                                             : "MaxText's pipeline splits its " + str(resolve_model(base.model).num_layers) +
+                                                                   " layers evenly over pp x vp chunks; --framework megatron also unevenly";
+      out.none_fit = "no candidate layout: none of the search's layouts of " + str(base.gpus) + " GPUs has " + held + " (" + split + ")";
     } else {
       // Say the most common reason: a base setting no layout can take shows as every candidate's.
       auto most = std::max_element(refusals.begin(), refusals.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
