@@ -191,5 +191,8 @@ def test_dask_plan_layout_equals_local(client):
     # Every share enumerates its candidates: together exactly the local search's.
     assert remote.attrs["candidates"] == local.attrs["candidates"]
     assert remote.attrs["simulated"] >= local.attrs["simulated"]
+    # A held degree reaches every task.
+    held = hbmsim.plan_layout(top=3, policies=["full", "save_qkv_proj"], client=client, tp=2, **cfg)
+    assert len(held) == 3 and set(held["tp"]) == {2}
     with pytest.raises(ValueError, match="no_such_model|model"):
         hbmsim.plan_layout(model="no_such_model", client=client)
