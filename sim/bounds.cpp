@@ -1,6 +1,7 @@
 #include "sim/bounds.hpp"
 
 #include <algorithm>
+#include <array>
 
 #include "sim/comm.hpp"
 #include "sim/costs.hpp"
@@ -11,17 +12,65 @@ namespace hbmsim {
 
 namespace {
 
-// One micro-batch through a layer: its compute ops' solo seconds forward, and backward with the replays.
+// One micro-batch through a layer: its compute ops' solo seconds forward, and backward with the replays; and the
+// compute stream's solo waits for the collectives that hold it.
 struct LayerCompute {
   double forward_s = 0, backward_s = 0;
+  double forward_wait_s = 0, backward_wait_s = 0;
 };
 
-LayerCompute layer_compute(const LayerTemplate& t, const TemplatePlan& p) {
+// The compute stream's waits between compute ops, in issue order. A blocking collective starts after the
+// compute before it, and the compute after waits for the last of them: for at least the solo time of the
+// collectives on that one's queue since the last compute (a queue runs its own one after another; other axes'
+// queues run beside it).
+class Waits {
+ public:
+  void collective(Axis axis, double solo_s) {
+    queued_s_[static_cast<std::size_t>(axis)] += solo_s;
+    last_ = static_cast<int>(axis);
+  }
+  double compute() {
+    const double waited = last_ < 0 ? 0 : queued_s_[static_cast<std::size_t>(last_)];
+    queued_s_.fill(0);
+    last_ = -1;
+    return waited;
+  }
+
+ private:
+  std::array<double, kAxisCount> queued_s_{};
+  int last_ = -1;
+};
+
+LayerCompute layer_compute(const LayerTemplate& t, const TemplatePlan& p, const SimOptions& opt, double tp) {
   LayerCompute out;
   for (std::size_t o = 0; o < t.ops.size(); ++o) {
     if (t.ops[o].kind == OpKind::comm) continue;  // on a communication queue, not the compute stream
     out.forward_s += p.fwd_s[o];
     out.backward_s += p.bwd_s[o] + (p.replay[o] ? p.fwd_s[o] : 0);
+  }
+  // Combined 1F1B runs two micro-batches' passes on one stream: its collectives are left out.
+  if (opt.ep_overlap) return out;
+  auto solo = [&](const CommDef& c, CommKind kind, const CommCost& cost) {
+    return cost.seconds * (userbuffer_overlapped(c, kind, opt) ? 1 / tp : 1.0);
+  };
+  Waits fwd, bwd;
+  for (int oi : p.order) {  // the forward's issue order, as the builder emits it
+    const OpDef& def = t.ops[static_cast<std::size_t>(oi)];
+    if (def.kind == OpKind::comm && def.comm.forward != CommKind::none) {
+      if (blocks_compute(def.comm, false, opt)) fwd.collective(def.comm.axis, solo(def.comm, def.comm.forward, p.fwd_comm[static_cast<std::size_t>(oi)]));
+    } else {
+      out.forward_wait_s += fwd.compute();
+    }
+  }
+  for (const TemplatePlan::Step& st : p.steps) {  // one backward iteration, replays included
+    const OpDef& def = t.ops[st.op];
+    const bool replay = st.kind == TemplatePlan::Kind::replay;
+    const CommKind kind = def.comm.kind(!replay);
+    if (def.kind == OpKind::comm && kind != CommKind::none) {
+      if (blocks_compute(def.comm, !replay, opt)) bwd.collective(def.comm.axis, solo(def.comm, kind, replay ? p.fwd_comm[st.op] : p.bwd_comm[st.op]));
+    } else {
+      out.backward_wait_s += bwd.compute();
+    }
   }
   return out;
 }
@@ -40,21 +89,24 @@ StepBound step_lower_bound(const StepGraph& g, const System& sys, const Policy& 
     for (const auto& [key, value] : cache)
       if (key.first == t && key.second == p) return value;
     plan_template(g.templates[static_cast<std::size_t>(t)], *p, costs, g, opt, plan);
-    cache.push_back({{t, p}, layer_compute(g.templates[static_cast<std::size_t>(t)], plan)});
+    cache.push_back({{t, p}, layer_compute(g.templates[static_cast<std::size_t>(t)], plan, opt, static_cast<double>(g.mesh.size(Axis::tp)))});
     return cache.back().second;
   };
   const auto m = static_cast<double>(g.training.grad_accum);
+  // Per chunk, one micro-batch's forward and backward on its stage's compute stream: compute and waits.
   std::vector<LayerCompute> chunk(g.chunks.size());
   StepBound out;
   out.stage_compute_s.assign(g.stages.size(), 0);
+  out.stage_wait_s.assign(g.stages.size(), 0);
   for (std::size_t k = 0; k < g.chunks.size(); ++k) {
     const PipelineChunk& c = g.chunks[k];
     for (auto l = c.first_layer; l < c.end_layer; ++l) {
       const LayerCompute lc = compute(l, static_cast<std::size_t>(c.stage));
-      chunk[k].forward_s += lc.forward_s;
-      chunk[k].backward_s += lc.backward_s;
+      chunk[k].forward_s += lc.forward_s + lc.forward_wait_s;
+      chunk[k].backward_s += lc.backward_s + lc.backward_wait_s;
+      out.stage_compute_s[static_cast<std::size_t>(c.stage)] += m * (lc.forward_s + lc.backward_s);
+      out.stage_wait_s[static_cast<std::size_t>(c.stage)] += m * (lc.forward_wait_s + lc.backward_wait_s);
     }
-    out.stage_compute_s[static_cast<std::size_t>(c.stage)] += m * (chunk[k].forward_s + chunk[k].backward_s);
   }
   const auto& par = g.training.parallelism;
   const auto tables = pipeline_schedule(par.schedule, static_cast<int>(par.pp), static_cast<int>(par.vp),
@@ -65,7 +117,7 @@ StepBound step_lower_bound(const StepGraph& g, const System& sys, const Policy& 
     const auto& last = tables[s].back();
     const bool ends_with_first_chunk = last.pass == Pass::backward && last.chunk == 0 &&
                                        last.microbatch + 1 == static_cast<int>(g.training.grad_accum);
-    out.step_s = std::max(out.step_s, before + out.stage_compute_s[s] + (ends_with_first_chunk ? after : 0));
+    out.step_s = std::max(out.step_s, before + out.stage_compute_s[s] + out.stage_wait_s[s] + (ends_with_first_chunk ? after : 0));
     before += chunk[s].forward_s;
     after += chunk[s].backward_s;
   }

@@ -7,6 +7,17 @@
 
 namespace hbmsim {
 
+bool blocks_compute(const CommDef& c, bool backward, const SimOptions& opt) {
+  if (c.async) return false;  // the library overlaps it either way
+  if (!opt.program_order) return !opt.lhs;
+  if (c.axis == Axis::ep && opt.ep_overlap) return false;
+  return !(c.axis == Axis::tp && opt.tp_comm_overlap && backward);
+}
+
+bool userbuffer_overlapped(const CommDef& c, CommKind kind, const SimOptions& opt) {
+  return opt.tp_comm_overlap && c.axis == Axis::tp && (kind == CommKind::all_gather || kind == CommKind::reduce_scatter);
+}
+
 double TemplatePlan::seconds(const Step& st) const {
   switch (st.kind) {
     case Kind::replay: return fwd_s[st.op];

@@ -61,6 +61,14 @@ struct TemplatePlan {
 // gradient dot of a GEMM only the weights.
 const std::vector<int>& step_reads(const OpDef& def, TemplatePlan::Kind k);
 
+// Whether a layer's collective holds the compute stream (the compute before it and the compute after it wait for
+// it): without LHS, and in Megatron's program order, unless a library issues it asynchronously (the CP ring), the
+// expert all-to-all runs under ep_overlap, or it is a backward tp collective under tp_comm_overlap.
+bool blocks_compute(const CommDef& c, bool backward, const SimOptions& opt);
+// Whether Transformer Engine's userbuffers (tp_comm_overlap) split a collective going `kind`: a tp all-gather or
+// reduce-scatter exposes one of tp chunks and hides the rest under the GEMM it pairs.
+bool userbuffer_overlapped(const CommDef& c, CommKind kind, const SimOptions& opt);
+
 // The lane of a communication axis in a ScheduleDag, and the host link's (offloaded tensors' reloads).
 inline int comm_lane(Axis a) { return 1 + static_cast<int>(a); }
 constexpr int kHostCopyLane = 1 + kAxisCount;

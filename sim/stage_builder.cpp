@@ -197,9 +197,7 @@ void StageBuilder::host_update(const std::vector<int>& done) {
 }
 
 Emitted StageBuilder::emit_comm(const CommDef& c, const CommCost& cost, char phase, std::int64_t layer, std::string name) {
-  const CommKind kind = c.kind(phase == 'b');
-  const bool overlap = opt_.tp_comm_overlap && c.axis == Axis::tp &&
-                       (kind == CommKind::all_gather || kind == CommKind::reduce_scatter);
+  const bool overlap = userbuffer_overlapped(c, c.kind(phase == 'b'), opt_);
   const double head = overlap ? 1.0 / static_cast<double>(g_.mesh.size(Axis::tp)) : 1.0;
   Emitted e;
   e.head = w_.comm(c.axis, cost, head, phase, static_cast<int>(layer), name);

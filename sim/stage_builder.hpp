@@ -222,15 +222,7 @@ class StageBuilder {
   bool split_weights() const { return c_.plans.front().split_weight_grads; }
   std::int64_t reduce_scatter_lag() const { return opt_.reduce_scatter_lag(); }
 
-  // Without LHS a collective is synchronous: it waits for the compute before it and the compute after it
-  // waits for it. Libraries that issue it asynchronously themselves (the CP ring) overlap it either way.
-  // Megatron's program order (SimOptions::program_order): synchronous unless a library overlaps it.
-  bool blocking(const CommDef& c, bool backward) const {
-    if (c.async) return false;
-    if (!opt_.program_order) return !opt_.lhs;
-    if (c.axis == Axis::ep && opt_.ep_overlap) return false;
-    return !(c.axis == Axis::tp && opt_.tp_comm_overlap && backward);
-  }
+  bool blocking(const CommDef& c, bool backward) const { return blocks_compute(c, backward, opt_); }
 
   Emitted emit_comm(const CommDef& c, const CommCost& cost, char phase, std::int64_t layer, std::string name);
 

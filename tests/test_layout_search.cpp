@@ -55,11 +55,12 @@ std::string deepseek_v3_cut(int layers) {
 
 TEST_CASE("the step-time and HBM lower bounds never exceed what the simulation gives", "[layout][invariants]") {
   // Over random layouts (experts folded over tp or not), pipelines (GPipe, 1F1B, interleaved, ZB-H1), policies
-  // and schedule switches: the compute-only step bound is at most the simulated step and each stage's compute
-  // bound at most its busy compute; the memory bound at most the simulated HBM peak.
+  // and schedule switches: the step bound (compute, and the waits for collectives that hold the compute stream)
+  // is at most the simulated step and each stage's compute bound at most its busy compute; the memory bound at
+  // most the simulated HBM peak.
   std::mt19937 rng(23);
   auto pick = [&](auto xs) { return xs[std::uniform_int_distribution<std::size_t>(0, xs.size() - 1)(rng)]; };
-  int ran = 0, pipelined = 0, folded = 0, overlapped = 0, uneven = 0;
+  int ran = 0, pipelined = 0, folded = 0, overlapped = 0, uneven = 0, waiting = 0;
   for (int i = 0; i < 600 && ran < 120; ++i) {
     RunConfig c;
     c.model = pick(std::vector<std::string>{"llama3.1-8b", "llama3.1-70b", "deepseek-v3-671b"});
@@ -105,6 +106,7 @@ TEST_CASE("the step-time and HBM lower bounds never exceed what the simulation g
     CHECK(b.step_s > 0);
     CHECK(b.step_s <= r.step_time_s * (1 + 1e-9));
     for (std::size_t s = 0; s < r.stages.size(); ++s) CHECK(b.stage_compute_s[s] <= r.stages[s].compute_busy_s * (1 + 1e-9));
+    waiting += b.stage_wait_s[0] > 0;
     CHECK(hbm_lower_bound_bytes(run) <= r.hbm_peak_bytes * (1 + 1e-9));
   }
   CHECK(ran == 120);
@@ -112,6 +114,42 @@ TEST_CASE("the step-time and HBM lower bounds never exceed what the simulation g
   CHECK(uneven > 0);
   CHECK(folded > 0);
   CHECK(overlapped > 0);
+  CHECK(waiting > 20);  // runs whose compute stream waits for collectives (no LHS, or Megatron's program order)
+}
+
+TEST_CASE("the step bound counts the waits for collectives that hold the compute stream", "[layout][invariants]") {
+  // Llama 3.1 8B on 8 GB200s at tp 8, one micro-batch per replica. In Megatron's program order every tp
+  // all-gather and reduce-scatter holds the compute stream: the bound adds their solo times and comes within 10% of
+  // the simulated step (compute alone is about half of it). Under MaxText's LHS they overlap compute and add
+  // nothing; with LHS off they hold the stream again. TE's userbuffers (tp_comm_overlap) hide the backward ones and
+  // all but one of tp chunks of the forward ones: the wait falls by more than 8x.
+  RunConfig c;
+  c.model = "llama3.1-8b";
+  c.system = "gb200-nvl72";
+  c.gpus = 8;
+  c.tp = 8;
+  c.seq = 4096;
+  c.global_batch = 8;
+  auto bound = [](const RunConfig& config) {
+    const PreparedRun run = prepare_run(config);
+    const StepReport r = simulate(run.graph, run.system, run.policy, run.options);
+    const StepBound b = step_lower_bound(run.graph, run.system, run.policy, run.options);
+    CHECK(b.step_s <= r.step_time_s);
+    return std::pair{b, r.step_time_s};
+  };
+  c.framework = "megatron";
+  c.policy = "no_recompute";
+  const auto [megatron, megatron_step_s] = bound(c);
+  CHECK(megatron.stage_wait_s[0] > 0.5 * megatron.stage_compute_s[0]);
+  CHECK(megatron.step_s > 0.9 * megatron_step_s);
+  c.tp_comm_overlap = true;
+  CHECK(bound(c).first.stage_wait_s[0] < megatron.stage_wait_s[0] / 8);
+  c.tp_comm_overlap = false;
+  c.framework = "maxtext";
+  c.policy = "minimal";
+  CHECK(bound(c).first.stage_wait_s[0] == 0);
+  c.lhs = false;
+  CHECK(bound(c).first.stage_wait_s[0] > 0);
 }
 
 TEST_CASE("the pruned layout search lists the same layouts as the exhaustive one", "[layout]") {
