@@ -328,6 +328,11 @@ fig.savefig(FIG_DIR / "04_best_layout_per_system.png", dpi=120)"""),
 winner = searches["llama3.1-405b", "gb200-nvl72"].iloc[0]["settings"]
 for key in ("maxtext", "megatron", "xla_flags"):
     print(f"{key}: {winner[key]}")"""),
+    ("md", """A degree given as a keyword is held: a team that runs Megatron at tp 4 x pp 8 (NeMo's Llama 3.1 405B recipe on
+128 GB200s, global batch 64) asks what else to set. The search tries only that tp and pp and finds the rest."""),
+    ("code", """held = hbmsim.plan_layout(model="llama3.1-405b", system="gb200-nvl72", gpus=128, seq=8192, global_batch=64,
+                          framework="megatron", tp_comm_overlap=True, tp=4, pp=8, top=3, jobs=2)
+held[["tp", "cp", "pp", "vp", "dp", "sharded_optimizer", "policy", "tokens_per_s_per_device", "limit"]].round(1)"""),
 ]
 
 NOTEBOOKS = {
