@@ -501,10 +501,11 @@ void register_plan(CLI::App& app) {
           const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
           std::fprintf(stderr, "\rplan layout: %zu/%zu simulated  %.0f s   ", done, total, s);
         };
+      const std::string held_note = o.held.empty() ? "" : "; held: " + held_text(held_fields(base, o));
       if (!*json)
-        std::printf("search: %s on %lld x %s GPUs, seq %lld, global batch %lld sequences\n", base.model.c_str(),
+        std::printf("search: %s on %lld x %s GPUs, seq %lld, global batch %lld sequences%s\n", base.model.c_str(),
                     static_cast<long long>(base.gpus), base.system.c_str(), static_cast<long long>(base.seq),
-                    static_cast<long long>(base.global_batch > 0 ? base.global_batch : base.gpus));
+                    static_cast<long long>(base.global_batch > 0 ? base.global_batch : base.gpus), held_note.c_str());
       auto r = search_layouts(base, o);
       if (show) std::fprintf(stderr, "\n");
       if (*json) {

@@ -355,6 +355,21 @@ void check_layout_options(const LayoutSearchOptions& o, const LayoutOptionNames&
       throw InputError("held = " + quote(f) + " (the search holds only tp, cp, pp, vp, ep, fsdp, dp and sharded_optimizer)");
 }
 
+std::string held_text(const nlohmann::json& held) {
+  std::string out;
+  for (const auto& field : holdable_layout_fields())
+    if (auto it = held.find(field); it != held.end())
+      out += (out.empty() ? "" : ", ") + field + " " + (it->is_boolean() ? (it->get<bool>() ? "on" : "off") : str(it->get<std::int64_t>()));
+  return out;
+}
+
+nlohmann::json held_fields(const RunConfig& base, const LayoutSearchOptions& o) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [field, value] : held_degrees(base, o.held)) out[field] = value;
+  if (o.held.count("sharded_optimizer")) out["sharded_optimizer"] = base.sharded_optimizer;
+  return out;
+}
+
 const std::vector<std::string>& holdable_layout_fields() {
   static const std::vector<std::string> fields = {"tp", "cp", "pp", "vp", "ep", "fsdp", "dp", "sharded_optimizer"};
   return fields;
@@ -379,6 +394,7 @@ LayoutSearch search_layouts(const RunConfig& base, const LayoutSearchOptions& o)
   check_held_layout(base, o);
   LayoutSearch out;
   out.global_batch = search_global_batch(base);
+  out.held = held_fields(base, o);
   const std::vector<RunConfig> all = layout_candidates(base, o);
   out.candidates = all.size();
   const double capacity = resolve_run_system(base).gpu.hbm_bytes;
@@ -525,9 +541,7 @@ LayoutSearch search_layouts(const RunConfig& base, const LayoutSearchOptions& o)
                                      " GiB before simulating (the least: " + fixed(closest_bound / 1073741824.0, 1) + " GiB, policy " +
                                      closest->policy + ")";
     else if (all.empty()) {
-      std::string held;
-      for (const auto& [field, value] : held_degrees(base, o.held)) held += (held.empty() ? "" : ", ") + field + " " + str(value);
-      if (o.held.count("sharded_optimizer")) held += (held.empty() ? "sharded_optimizer " : ", sharded_optimizer ") + std::string(base.sharded_optimizer ? "on" : "off");
+      const std::string held = held_text(out.held);
       const std::string split = base.framework == "megatron" ? "a pipeline's pp x vp chunks must split its " + str(resolve_model(base.model).num_layers) + " layers"
                                                              : "MaxText's pipeline splits its " + str(resolve_model(base.model).num_layers) +
                                                                    " layers evenly over pp x vp chunks; --framework megatron also unevenly";

@@ -51,6 +51,7 @@ struct LayoutSearch {
   // Never simulated: their step-time lower bound was no faster than the top list's slowest (branch and bound).
   std::size_t skipped = 0;
   std::string none_fit;  // when nothing fits: why not (the candidate closest to fitting and its memory)
+  nlohmann::json held = nlohmann::json::object();  // the fields held (LayoutSearchOptions::held) and their values
 };
 
 // The policies a search tries when none are given: MaxText's presets (remat policies, and offloading ones),
@@ -92,8 +93,11 @@ std::string limiting_resource(const StepReport& report);
 struct LayoutOptionNames {
   std::string top = "--top", jobs = "--jobs", policies = "--policies", micro_batches = "--micro-batches";
 };
-// The fields a search can hold (LayoutSearchOptions::held).
+// The fields a search can hold (LayoutSearchOptions::held), and LayoutSearch::held in words ("tp 4, pp 8").
 const std::vector<std::string>& holdable_layout_fields();
+std::string held_text(const nlohmann::json& held);
+// The held fields of `base` and their values ({"tp": 4, "pp": 8}).
+nlohmann::json held_fields(const RunConfig& base, const LayoutSearchOptions& options);
 // Refuses options no search can use: top 0, jobs below 1, a micro-batch below 1, and a policy or micro-batch
 // given twice (its layouts would be simulated and listed twice), a held field the search does not set.
 void check_layout_options(const LayoutSearchOptions& options, const LayoutOptionNames& names = {});

@@ -85,7 +85,7 @@ nlohmann::json layout_search_json(const LayoutSearch& r) {
                    {"settings", runnable_settings(c)}});
   }
   return {{"global_batch", r.global_batch}, {"candidates", r.candidates}, {"offloaded", r.offloaded}, {"pruned", r.pruned}, {"skipped", r.skipped}, {"refused", r.refused},
-          {"simulated", r.simulated}, {"fitting", r.fitting}, {"none_fit", r.none_fit}, {"top", top}};
+          {"simulated", r.simulated}, {"fitting", r.fitting}, {"none_fit", r.none_fit}, {"held", r.held}, {"top", top}};
 }
 
 nlohmann::json layer_count_json(const LayerCountSearch& r) {

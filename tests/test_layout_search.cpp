@@ -247,6 +247,7 @@ TEST_CASE("plan layout holds the degrees given as flags and reads --policy and -
   REQUIRE(j.status == 0);
   CHECK(j.err.find("is not used") == std::string::npos);
   auto doc = nlohmann::json::parse(j.out);
+  CHECK(doc["held"] == nlohmann::json{{"tp", 2}, {"sharded_optimizer", true}});
   REQUIRE(doc["top"].size() == 3);
   for (const auto& row : doc["top"]) {
     CHECK(row["degrees"]["tp"] == 2);
@@ -266,6 +267,9 @@ TEST_CASE("plan layout holds the degrees given as flags and reads --policy and -
     CHECK_THAT(b.err, Catch::Contains(bad.substr(0, bad.find(' '))));
   }
   CHECK_THAT(test::cli(run + "--tp 3").err, Catch::Contains("--tp = 3 (it does not divide the 8 GPUs)"));
+  // The text output's header names what is held.
+  CHECK_THAT(test::cli("plan layout --model llama3.1-8b --gpus 8 --top 1 --pp 2 --vp 2").out,
+             Catch::StartsWith("search: llama3.1-8b on 8 x gb200-nvl72 GPUs, seq 4096, global batch 8 sequences; held: pp 2, vp 2\n"));
   // What the search sets and no flag holds is still named as unused.
   CHECK_THAT(test::cli(run + "--grad-accum 2").err, Catch::Contains("--grad-accum 2 is not used"));
 }

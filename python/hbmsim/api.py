@@ -523,6 +523,7 @@ def _layout_on_dask(client: Any, doc: dict, top: int, policies: Sequence[str], m
     parts = client.gather(futures)
     merged = {k: sum(part[k] for part in parts) for k in _LAYOUT_COUNTS}
     merged["global_batch"] = parts[0]["global_batch"]
+    merged["held"] = parts[0]["held"]
     rows = sorted((t for part in parts for t in part["top"]),
                   key=lambda t: -t["report"]["tokens_per_s_per_device"])
     merged["top"] = rows[:top]
@@ -540,8 +541,8 @@ def plan_layout(config: Mapping[str, Any] | str | os.PathLike | None = None, *, 
     cannot fit otherwise is tried with its optimizer state, then its parameters, in host memory;
     ``state_offload=False``: not), tokens_per_s_per_device, tflops_per_device, hbm_peak_bytes, host_peak_bytes,
     limit (what limits it) and settings (simulate config, MaxText, XLA flags, Megatron arguments). The search's
-    counts (candidates, offloaded, pruned, skipped, refused, simulated, fitting, none_fit) are in
-    ``DataFrame.attrs``; no row and ``attrs["none_fit"]`` when nothing fits. ``policies`` defaults to the
+    counts (candidates, offloaded, pruned, skipped, refused, simulated, fitting, none_fit) and the held
+    degrees (held: {"tp": 8}) are in ``DataFrame.attrs``; no row and ``attrs["none_fit"]`` when nothing fits. ``policies`` defaults to the
     CLI's: MaxText's presets, or under framework megatron no_recompute, selective and full, and the recompute
     modules the model has as "no_recompute+moe_act+layernorm" (preset, then Megatron modules joined by "+").
 
@@ -579,7 +580,7 @@ def plan_layout(config: Mapping[str, Any] | str | os.PathLike | None = None, *, 
                      "tflops_per_device": rep["tflops_per_device"], "hbm_peak_bytes": rep["hbm_peak_bytes"],
                      "host_peak_bytes": rep["host_peak_bytes"], "limit": t["limit"], "settings": t["settings"]})
     df = pd.DataFrame(rows)
-    df.attrs.update({k: r[k] for k in ("global_batch", *_LAYOUT_COUNTS, "none_fit")})
+    df.attrs.update({k: r[k] for k in ("global_batch", *_LAYOUT_COUNTS, "none_fit", "held")})
     return df
 
 

@@ -101,9 +101,10 @@ def test_layout_holds_the_degrees_given_as_keywords(cli):
     expected = cli_json(cli, "plan", "layout", *args, "--tp", "2", "--policy", "full", "--micro-batch", "1", "--json")
     got = hbmsim.plan_layout(model="llama3.1-8b", gpus=8, system="h100-hgx", seq=2048, top=3, tp=2, policy="full", micro_batch=1)
     assert len(got) == 3 and set(got["tp"]) == {2} and set(got["policy"]) == {"full"} and set(got["micro_batch"]) == {1}
+    assert got.attrs["held"] == expected["held"] == {"tp": 2}
     assert list(got["tokens_per_s_per_device"]) == [t["report"]["tokens_per_s_per_device"] for t in expected["top"]]
     searched = hbmsim.plan_layout({"model": "llama3.1-8b", "gpus": 8, "system": "h100-hgx", "seq": 2048, "tp": 2}, top=3)
-    assert searched.attrs["candidates"] > got.attrs["candidates"]
+    assert searched.attrs["candidates"] > got.attrs["candidates"] and searched.attrs["held"] == {}
     with pytest.raises(ValueError, match=r"tp = 3 \(it does not divide the 8 GPUs\)"):
         hbmsim.plan_layout(model="llama3.1-8b", gpus=8, tp=3)
     with pytest.raises(ValueError, match=r"policy = 'full' \(with policies"):
