@@ -77,6 +77,15 @@ std::vector<std::pair<std::string, std::int64_t>> held_degrees(const RunConfig& 
   return out;
 }
 
+// A candidate's degrees in words: "tp 4 x pp 8 x fsdp 32" (the ones above 1; "one GPU" when none).
+std::string degrees_text(const RunConfig& c) {
+  std::string out;
+  for (const auto& [name, value] : {std::pair<const char*, std::int64_t>{"tp", c.tp}, {"cp", c.cp}, {"pp", c.pp}, {"vp", c.vp},
+                                    {"ep", c.ep}, {"fsdp", c.fsdp}, {"dp", c.dp}})
+    if (value > 1) out += (out.empty() ? "" : " x ") + std::string(name) + " " + str(value);
+  return out.empty() ? "one GPU" : out;
+}
+
 // The values a search tries for a degree: `searched`, or the base's when the field is held.
 std::vector<std::int64_t> axis(const LayoutSearchOptions& o, const std::string& field, std::int64_t held_value,
                                std::vector<std::int64_t> searched) {
@@ -538,8 +547,11 @@ LayoutSearch search_layouts(const RunConfig& base, const LayoutSearchOptions& o)
                             nearest.fits_reason + ", " + fixed(nearest.hbm_peak_bytes / 1073741824.0, 1) + " of " +
                             fixed(capacity / 1073741824.0, 1) + " GiB HBM";
     else if (closest) out.none_fit = "nothing fits; every candidate needs more HBM than " + fixed(capacity / 1073741824.0, 1) +
-                                     " GiB before simulating (the least: " + fixed(closest_bound / 1073741824.0, 1) + " GiB, policy " +
-                                     closest->policy + ")";
+                                     " GiB before simulating (the least: " + fixed(closest_bound / 1073741824.0, 1) + " GiB, " +
+                                     degrees_text(*closest) + ", micro-batch " + str(closest->micro_batch) + ", policy " +
+                                     layout_policy_label(*closest) +
+                                     (closest->optimizer_offload == "off" ? "" : ", optimizer state in host memory") +
+                                     (closest->parameter_offload ? ", parameters in host memory" : "") + ")";
     else if (all.empty()) {
       const std::string held = held_text(out.held);
       const std::string split = base.framework == "megatron" ? "a pipeline's pp x vp chunks must split its " + str(resolve_model(base.model).num_layers) + " layers"

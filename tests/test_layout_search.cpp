@@ -746,6 +746,21 @@ TEST_CASE("plan layout prints the top list and the settings, says when nothing f
   auto none = test::cli("plan layout --model llama3.1-405b --gpus 8 --system h100-hgx --seq 4096 --policies full --progress off");
   CHECK(none.status == 0);
   CHECK_THAT(none.out, Catch::Contains("nothing fits"));
+  // It names the candidate with the least HBM bound (its state's 16 bytes per parameter over 8 GPUs dominate):
+  // tp 4 x cp 2 (the context axis shards the weights too), whose bound is computed here directly.
+  RunConfig least;
+  least.model = "llama3.1-405b";
+  least.system = "h100-hgx";
+  least.gpus = 8;
+  least.seq = 4096;
+  least.tp = 4;
+  least.cp = 2;
+  least.micro_batch = 1;
+  least.global_batch = 8;
+  least.policy = "full";
+  char gib[32];
+  std::snprintf(gib, sizeof gib, "%.1f", hbm_lower_bound_bytes(prepare_run(least)) / 1073741824.0);
+  CHECK_THAT(none.out, Catch::Contains(std::string("(the least: ") + gib + " GiB, tp 4 x cp 2, micro-batch 1, policy full)"));
   // Refused before the search's header is printed; a policy or micro-batch twice would list its layouts twice.
   for (const std::string bad : {"--top 0", "--micro-batches 0", "--policies bogus", "--jobs 0", "--progress maybe",
                                 "--policies full,full", "--micro-batches 2,1,2"}) {
