@@ -51,6 +51,17 @@ std::string deepseek_v3_cut(int layers) {
   return path.string();
 }
 
+// Llama 3.1 8B on 8 H100s, 16 sequences of 8192: a search small enough to run exhaustively under the sanitizers.
+RunConfig llama8b_on_8_h100s() {
+  RunConfig base;
+  base.system = "h100-hgx";
+  base.model = "llama3.1-8b";
+  base.gpus = 8;
+  base.seq = 8192;
+  base.global_batch = 16;
+  return base;
+}
+
 }  // namespace
 
 TEST_CASE("the step-time and HBM lower bounds never exceed what the simulation gives", "[layout][invariants]") {
@@ -156,12 +167,7 @@ TEST_CASE("the pruned layout search lists the same layouts as the exhaustive one
   // Llama 3.1 8B on 8 H100s, 16 sequences of 8192: the memory bound drops candidates (replicated fp32 state
   // or unsharded activations do not fit 80 GB), the step bound skips slow ones (374 candidates: 34 and 276 of
   // them when this was written), and the exhaustive search stays cheap enough for the sanitizer build.
-  RunConfig base;
-  base.system = "h100-hgx";
-  base.model = "llama3.1-8b";
-  base.gpus = 8;
-  base.seq = 8192;
-  base.global_batch = 16;
+  const RunConfig base = llama8b_on_8_h100s();
   LayoutSearchOptions o;
   o.top = 5;
   o.jobs = 2;
@@ -178,12 +184,7 @@ TEST_CASE("the pruned layout search lists the same layouts as the exhaustive one
 TEST_CASE("a held degree is the only one tried for its axis, even where the search would not try it", "[layout]") {
   // Llama 3.1 8B on 8 H100s, 16 sequences of 8192 (the case above). Holding tp at 2 gives the layouts the whole
   // search finds with tp 2, in the same order: its exhaustive list filtered by hand.
-  RunConfig base;
-  base.system = "h100-hgx";
-  base.model = "llama3.1-8b";
-  base.gpus = 8;
-  base.seq = 8192;
-  base.global_batch = 16;
+  const RunConfig base = llama8b_on_8_h100s();
   LayoutSearchOptions o;
   o.top = 1000;
   o.jobs = 2;
