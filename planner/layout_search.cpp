@@ -68,21 +68,23 @@ std::vector<DataAxes> held_data_axes(std::vector<DataAxes> searched, std::int64_
   return out;
 }
 
-// The held degrees of `base`, in mesh-axis order: (field, value).
+// A config's degrees in mesh-axis order: (field, value).
+std::vector<std::pair<std::string, std::int64_t>> degrees(const RunConfig& c) {
+  return {{"tp", c.tp}, {"cp", c.cp}, {"pp", c.pp}, {"vp", c.vp}, {"ep", c.ep}, {"fsdp", c.fsdp}, {"dp", c.dp}};
+}
+
+// The held degrees of `base`, in mesh-axis order.
 std::vector<std::pair<std::string, std::int64_t>> held_degrees(const RunConfig& base, const std::set<std::string>& held) {
-  std::vector<std::pair<std::string, std::int64_t>> out;
-  for (const auto& [field, value] : {std::pair<const char*, std::int64_t>{"tp", base.tp}, {"cp", base.cp}, {"pp", base.pp}, {"vp", base.vp},
-                                     {"ep", base.ep}, {"fsdp", base.fsdp}, {"dp", base.dp}})
-    if (held.count(field)) out.emplace_back(field, value);
+  auto out = degrees(base);
+  std::erase_if(out, [&](const auto& d) { return held.count(d.first) == 0; });
   return out;
 }
 
 // A candidate's degrees in words: "tp 4 x pp 8 x fsdp 32" (the ones above 1; "one GPU" when none).
 std::string degrees_text(const RunConfig& c) {
   std::string out;
-  for (const auto& [name, value] : {std::pair<const char*, std::int64_t>{"tp", c.tp}, {"cp", c.cp}, {"pp", c.pp}, {"vp", c.vp},
-                                    {"ep", c.ep}, {"fsdp", c.fsdp}, {"dp", c.dp}})
-    if (value > 1) out += (out.empty() ? "" : " x ") + std::string(name) + " " + str(value);
+  for (const auto& [name, value] : degrees(c))
+    if (value > 1) out += (out.empty() ? "" : " x ") + name + " " + str(value);
   return out.empty() ? "one GPU" : out;
 }
 
