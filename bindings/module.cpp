@@ -298,11 +298,11 @@ py::dict plan_break_even(const py::object& config, double tolerance) {
 
 hbmsim::LayoutSearchOptions layout_options(std::size_t top, const std::vector<std::string>& policies,
                                            const std::vector<std::int64_t>& micro_batches, int jobs,
-                                           const std::vector<std::string>& held = {}) {
+                                           const std::map<std::string, std::vector<std::int64_t>>& held = {}) {
   hbmsim::LayoutSearchOptions o;
   o.top = top;
   o.jobs = jobs;
-  o.held = {held.begin(), held.end()};
+  o.held = held;
   if (!policies.empty()) o.policies = policies;
   if (!micro_batches.empty()) o.micro_batches = micro_batches;
   hbmsim::check_layout_options(o, {"top", "jobs", "policies", "micro_batches"});
@@ -311,7 +311,7 @@ hbmsim::LayoutSearchOptions layout_options(std::size_t top, const std::vector<st
 
 py::dict plan_layout(const py::object& config, std::size_t top, const std::vector<std::string>& policies,
                      const std::vector<std::int64_t>& micro_batches, bool prune, int jobs, bool state_offload,
-                     const std::vector<std::string>& held) {
+                     const std::map<std::string, std::vector<std::int64_t>>& held) {
   auto base = config_from_py(config, "config");
   hbmsim::LayoutSearchOptions o = layout_options(top, policies, micro_batches, jobs, held);
   o.prune = prune;
@@ -423,19 +423,20 @@ PYBIND11_MODULE(_hbmsim, m) {
     return to_py(json{{"policies", hbmsim::default_layout_policies(config_from_py(config, "config"))}, {"micro_batches", o.micro_batches}});
   }, py::arg("config"), "The policies (they follow the config's framework) and micro-batches plan_layout searches by default.");
   m.def("check_layout_options", [](const py::object& config, std::size_t top, const std::vector<std::string>& policies,
-                                   const std::vector<std::int64_t>& micro_batches, int jobs, const std::vector<std::string>& held) {
+                                   const std::vector<std::int64_t>& micro_batches, int jobs,
+                                   const std::map<std::string, std::vector<std::int64_t>>& held) {
           const auto o = layout_options(top, policies, micro_batches, jobs, held);
           hbmsim::check_held_layout(config_from_py(config, "config"), o);
         },
-        py::arg("config"), py::arg("top"), py::arg("policies"), py::arg("micro_batches"), py::arg("jobs"), py::arg("held") = std::vector<std::string>{},
+        py::arg("config"), py::arg("top"), py::arg("policies"), py::arg("micro_batches"), py::arg("jobs"), py::arg("held") = std::map<std::string, std::vector<std::int64_t>>{},
         "Refuses plan_layout options no search can use (top 0, jobs < 1, a micro-batch < 1, a policy or micro-batch given twice, "
-        "held degrees of the config that divide no layout of its GPUs).");
+        "held values that no layout of the config's GPUs can have).");
   m.def("layout_holdable_fields", &hbmsim::holdable_layout_fields, "The fields plan_layout holds when given as keywords.");
   m.def("plan_layout", &plan_layout, py::arg("config"), py::arg("top") = 10, py::arg("policies") = std::vector<std::string>{},
         py::arg("micro_batches") = std::vector<std::int64_t>{}, py::arg("prune") = true, py::arg("jobs") = 1, py::arg("state_offload") = true,
-        py::arg("held") = std::vector<std::string>{},
-        "Fastest parallel layout, micro-batch and policy at the config's global batch, as `plan layout --json`; `held`: fields of the "
-        "config held instead of searched.");
+        py::arg("held") = std::map<std::string, std::vector<std::int64_t>>{},
+        "Fastest parallel layout, micro-batch and policy at the config's global batch, as `plan layout --json`; `held`: field -> the "
+        "values the search tries instead of its own (sharded_optimizer: 0 or 1).");
   m.def("plan_offload_layers", [](const py::object& c) { return plan_layer_count(c, hbmsim::LayerCount::offload); }, py::arg("config"),
         "Fewest layers offloaded (Megatron cpu_offloading_num_layers) for the config to fit, as `plan offload-layers --json`.");
   m.def("plan_recompute_layers", [](const py::object& c) { return plan_layer_count(c, hbmsim::LayerCount::recompute); }, py::arg("config"),

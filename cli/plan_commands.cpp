@@ -32,6 +32,28 @@ namespace {
 
 int g_status = 0;
 
+// A held degree's flag text, one value or a comma-separated list, each read as the flag's own value would be
+// ("--tp 4,8": 4 and 8; "--sharded-optimizer on": 1).
+std::vector<std::int64_t> held_flag_values(const std::string& field, const std::string& text) {
+  std::vector<std::int64_t> values;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    RunConfig c;
+    c.set(field, text.substr(start, comma - start), flag_for_field(field));
+    values.push_back(field == "sharded_optimizer" ? (c.sharded_optimizer ? 1 : 0)
+                     : field == "tp"              ? c.tp
+                     : field == "cp"              ? c.cp
+                     : field == "pp"              ? c.pp
+                     : field == "vp"              ? c.vp
+                     : field == "ep"              ? c.ep
+                     : field == "fsdp"            ? c.fsdp
+                                                  : c.dp);
+    start = comma + 1;
+  }
+  return values;
+}
+
 // What a layout keeps in pinned host memory besides activations ("-": nothing).
 std::string in_host(const RunConfig& c) {
   std::string s = c.optimizer_offload == "off" ? "" : "opt (" + c.optimizer_offload + ")";
@@ -450,7 +472,8 @@ void register_plan(CLI::App& app) {
     cmd->footer(
         "The global batch is --global-batch (default: one sequence per GPU); the search sets tp, cp, pp, vp, ep, fsdp, dp,\n"
         "the sharded optimizer, the micro-batch and the policy, and keeps every other field given. A degree given as a\n"
-        "flag (--tp 8, --pp 4, --sharded-optimizer on) is held there, tried even where the search would not try it;\n"
+        "flag is held to that value or comma-separated list (--tp 8, --pp 4,8, --sharded-optimizer on), tried even\n"
+        "where the search would not try it;\n"
         "--policy and --micro-batch are one-item --policies and --micro-batches (a config file's degrees are searched,\n"
         "as a saved run names them all). For an MoE model under\n"
         "--framework megatron it also tries expert tensor parallelism 1 wherever tp > 1 (experts whole over an expert\n"
@@ -463,12 +486,21 @@ void register_plan(CLI::App& app) {
         "  hbmsim plan layout --model llama3.1-70b --gpus 64 --global-batch 256 --seq 8192 --weights fp8 --top 5");
     cmd->callback([=] {
       const bool show = progress_wanted(*progress);
-      // What the search sets, less what the flags hold; a config file's values of them are searched.
-      std::set<std::string> varied = {"batch", "grad_accum", "microbatches"}, held;
-      for (const std::string& f : holdable_layout_fields()) (flags->values.count(f) ? held : varied).insert(f);
+      // What the search sets; the degrees the flags hold (a value or a comma-separated list) come out of the flags
+      // first. A config file's values of them are searched.
+      LayoutSearchOptions o;
+      RunFlags rest = *flags;
+      std::set<std::string> varied = {"batch", "grad_accum", "microbatches"};
+      for (const std::string& f : holdable_layout_fields()) {
+        varied.insert(f);
+        if (auto it = rest.values.find(f); it != rest.values.end()) {
+          o.held[f] = held_flag_values(f, it->second);
+          rest.values.erase(it);
+        }
+      }
       for (const char* f : {"policy", "micro_batch"})
         if (!flags->values.count(f)) varied.insert(f);
-      auto base = resolve_run_flags(*flags, varied);
+      auto base = resolve_run_flags(rest, varied);
       if (flags->values.count("policy") && !policies->empty())
         throw InputError("--policy " + base.policy + " (with --policies: give the policies to try in one of them)");
       if (flags->values.count("micro_batch") && !mbs->empty())
@@ -479,16 +511,14 @@ void register_plan(CLI::App& app) {
         *mbs = {base.micro_batch};
       }
       for (auto& p : *policies) (void)with_layout_policy(base, p, resolve_model(base.model));
-      LayoutSearchOptions o;
       o.top = *top;
       o.jobs = *jobs;
       o.prune = !*no_prune;
       o.state_offload = !*no_state_offload;
-      o.held = held;
       if (!policies->empty()) o.policies = *policies;
       if (!mbs->empty()) o.micro_batches = *mbs;
-      check_layout_options(o);
       try {
+        check_layout_options(o);
         check_held_layout(base, o);
       } catch (const InputError& e) {  // named as the flag was typed
         const std::string m = e.what();
@@ -501,7 +531,7 @@ void register_plan(CLI::App& app) {
           const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
           std::fprintf(stderr, "\rplan layout: %zu/%zu simulated  %.0f s   ", done, total, s);
         };
-      const std::string held_note = o.held.empty() ? "" : "; held: " + held_text(held_fields(base, o));
+      const std::string held_note = o.held.empty() ? "" : "; held: " + held_text(held_fields(o));
       if (!*json)
         std::printf("search: %s on %lld x %s GPUs, seq %lld, global batch %lld sequences%s\n", base.model.c_str(),
                     static_cast<long long>(base.gpus), base.system.c_str(), static_cast<long long>(base.seq),

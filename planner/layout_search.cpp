@@ -48,36 +48,31 @@ std::vector<DataAxes> data_axes(std::int64_t rest, std::int64_t model_parallel, 
   return out;
 }
 
-// The data axes with any of fsdp, dp and sharded_optimizer held at the base's value: every split of `rest` that
-// matches them (the sharded optimizer only where dp > 1), or, with only the sharded optimizer held, data_axes's
-// that match it.
-std::vector<DataAxes> held_data_axes(std::vector<DataAxes> searched, std::int64_t rest, const RunConfig& base,
-                                     const std::set<std::string>& held) {
-  const bool fsdp = held.count("fsdp") > 0, dp = held.count("dp") > 0, sharded = held.count("sharded_optimizer") > 0;
-  if (fsdp || dp) {
+// Whether `field` is unheld, or held with `value` among its values.
+bool allows(const LayoutSearchOptions& o, const std::string& field, std::int64_t value) {
+  const auto it = o.held.find(field);
+  return it == o.held.end() || std::find(it->second.begin(), it->second.end(), value) != it->second.end();
+}
+
+// The data axes with any of fsdp, dp and sharded_optimizer held: every split of `rest` the held values allow (the
+// sharded optimizer only where dp > 1), or, with only the sharded optimizer held, data_axes's that it allows.
+std::vector<DataAxes> held_data_axes(std::vector<DataAxes> searched, std::int64_t rest, const LayoutSearchOptions& o) {
+  if (o.held.count("fsdp") || o.held.count("dp")) {
     searched.clear();
     for (std::int64_t f = 1; f <= rest; ++f)
       if (rest % f == 0)
         for (bool so : {false, true})
           if (!so || rest / f > 1) searched.push_back({f, rest / f, so});
   }
-  std::vector<DataAxes> out;
-  for (const DataAxes& d : searched)
-    if ((!fsdp || d.fsdp == base.fsdp) && (!dp || d.dp == base.dp) && (!sharded || d.sharded_optimizer == base.sharded_optimizer))
-      out.push_back(d);
-  return out;
+  std::erase_if(searched, [&](const DataAxes& d) {
+    return !allows(o, "fsdp", d.fsdp) || !allows(o, "dp", d.dp) || !allows(o, "sharded_optimizer", d.sharded_optimizer ? 1 : 0);
+  });
+  return searched;
 }
 
 // A config's degrees in mesh-axis order: (field, value).
 std::vector<std::pair<std::string, std::int64_t>> degrees(const RunConfig& c) {
   return {{"tp", c.tp}, {"cp", c.cp}, {"pp", c.pp}, {"vp", c.vp}, {"ep", c.ep}, {"fsdp", c.fsdp}, {"dp", c.dp}};
-}
-
-// The held degrees of `base`, in mesh-axis order.
-std::vector<std::pair<std::string, std::int64_t>> held_degrees(const RunConfig& base, const std::set<std::string>& held) {
-  auto out = degrees(base);
-  std::erase_if(out, [&](const auto& d) { return held.count(d.first) == 0; });
-  return out;
 }
 
 // A candidate's degrees in words: "tp 4 x pp 8 x fsdp 32" (the ones above 1; "one GPU" when none).
@@ -88,10 +83,10 @@ std::string degrees_text(const RunConfig& c) {
   return out.empty() ? "one GPU" : out;
 }
 
-// The values a search tries for a degree: `searched`, or the base's when the field is held.
-std::vector<std::int64_t> axis(const LayoutSearchOptions& o, const std::string& field, std::int64_t held_value,
-                               std::vector<std::int64_t> searched) {
-  return o.held.count(field) ? std::vector<std::int64_t>{held_value} : searched;
+// The values a search tries for a degree: `searched`, or the held ones.
+std::vector<std::int64_t> axis(const LayoutSearchOptions& o, const std::string& field, std::vector<std::int64_t> searched) {
+  const auto it = o.held.find(field);
+  return it == o.held.end() ? searched : it->second;
 }
 
 // Bytes a layer keeps on device per micro-batch under its policy: what the simulation keeps (its input, and
@@ -225,8 +220,8 @@ std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSear
     for (std::int64_t e : {8, 16, 32, 64})
       if (model.num_experts % e == 0) eps.push_back(e);
   // A held ep is the layout's whole expert group: an axis of its own, or folded over tp (and cp) from a smaller one.
-  const bool ep_held = o.held.count("ep") > 0;
-  if (ep_held && std::find(eps.begin(), eps.end(), base.ep) == eps.end()) eps.push_back(base.ep);
+  for (std::int64_t e : axis(o, "ep", {}))
+    if (std::find(eps.begin(), eps.end(), e) == eps.end()) eps.push_back(e);
   const std::vector<std::int64_t> etps = expert_tp_choices(base, model);
   // Experts folded over cp too need cp ranks holding the other weights whole (Megatron's reading); inside tp x cp,
   // ep ranks too.
@@ -260,7 +255,7 @@ std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSear
   auto add_batches = [&](RunConfig& layout, std::int64_t group) {
     const std::int64_t tp = layout.tp, cp = layout.cp;
     const std::int64_t rest = base.gpus / group;
-    for (const DataAxes& d : held_data_axes(data_axes(rest, tp * cp, sys.scale_up.domain_gpus, base.optimizer == "muon"), rest, base, o.held))
+    for (const DataAxes& d : held_data_axes(data_axes(rest, tp * cp, sys.scale_up.domain_gpus, base.optimizer == "muon"), rest, o))
       for (std::int64_t mbs : o.micro_batches) {
         // Megatron merges passes with experts over ep > 1 and, pipelined, interleaved; without pipelining a
         // micro-batch's backward with the next one's forward, so it needs two of them.
@@ -278,10 +273,10 @@ std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSear
   const bool cp_held = o.held.count("cp") > 0;
   std::vector<std::int64_t> interleavings;
   for (std::int64_t vp = 1; vp <= kMaxInterleaving; ++vp) interleavings.push_back(vp);
-  for (std::int64_t tp : axis(o, "tp", base.tp, {1, 2, 4, 8}))
-    for (std::int64_t cp : axis(o, "cp", base.cp, {1, 2, 4}))
-      for (std::int64_t pp : axis(o, "pp", base.pp, {1, 2, 4, 8, 16}))
-        for (std::int64_t vp : axis(o, "vp", base.vp, interleavings))
+  for (std::int64_t tp : axis(o, "tp", {1, 2, 4, 8}))
+    for (std::int64_t cp : axis(o, "cp", {1, 2, 4}))
+      for (std::int64_t pp : axis(o, "pp", {1, 2, 4, 8, 16}))
+        for (std::int64_t vp : axis(o, "vp", interleavings))
           for (std::int64_t ep_axis : eps)
             for (std::int64_t etp : etps) {
               // (vp > 1 at a held pp 1 is left to the simulation's refusal, which says why)
@@ -294,7 +289,7 @@ std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSear
               const std::int64_t group = tp * cp * pp * ep_axis;
               if (base.gpus % group != 0) continue;
               for (std::int64_t ep : fold ? folded_groups(tp, cp, ep_axis, folds_inside_cp) : std::vector<std::int64_t>{ep_axis}) {
-                if ((fold && model.num_experts % ep != 0) || (ep_held && ep != base.ep)) continue;
+                if ((fold && model.num_experts % ep != 0) || !allows(o, "ep", ep)) continue;
                 RunConfig layout = base;
                 layout.tp = tp, layout.cp = cp, layout.pp = pp, layout.vp = vp;
                 layout.ep = ep;
@@ -361,23 +356,36 @@ void check_layout_options(const LayoutSearchOptions& o, const LayoutOptionNames&
     throw InputError(names.micro_batches + " " + std::to_string(*m) + " (given twice)");
   if (auto p = first_repeat(o.policies); p != o.policies.end()) throw InputError(names.policies + " " + *p + " (given twice)");
   const auto& holdable = holdable_layout_fields();
-  for (const std::string& f : o.held)
-    if (std::find(holdable.begin(), holdable.end(), f) == holdable.end())
-      throw InputError("held = " + quote(f) + " (the search holds only tp, cp, pp, vp, ep, fsdp, dp and sharded_optimizer)");
+  for (const auto& [field, values] : o.held) {
+    if (std::find(holdable.begin(), holdable.end(), field) == holdable.end())
+      throw InputError("held = " + quote(field) + " (the search holds only tp, cp, pp, vp, ep, fsdp, dp and sharded_optimizer)");
+    if (values.empty()) throw InputError(field + " = [] (no value to hold)");
+    if (auto v = first_repeat(values); v != values.end()) throw InputError(field + " = " + str(*v) + " (given twice)");
+  }
 }
 
 std::string held_text(const nlohmann::json& held) {
+  auto text = [](const nlohmann::json& v) { return v.is_boolean() ? std::string(v.get<bool>() ? "on" : "off") : str(v.get<std::int64_t>()); };
   std::string out;
-  for (const auto& field : holdable_layout_fields())
-    if (auto it = held.find(field); it != held.end())
-      out += (out.empty() ? "" : ", ") + field + " " + (it->is_boolean() ? (it->get<bool>() ? "on" : "off") : str(it->get<std::int64_t>()));
+  for (const auto& field : holdable_layout_fields()) {
+    const auto it = held.find(field);
+    if (it == held.end()) continue;
+    std::string values;
+    for (const auto& v : it->is_array() ? *it : nlohmann::json::array({*it})) values += (values.empty() ? "" : " or ") + text(v);
+    out += (out.empty() ? "" : ", ") + field + " " + values;
+  }
   return out;
 }
 
-nlohmann::json held_fields(const RunConfig& base, const LayoutSearchOptions& o) {
+nlohmann::json held_fields(const LayoutSearchOptions& o) {
   nlohmann::json out = nlohmann::json::object();
-  for (const auto& [field, value] : held_degrees(base, o.held)) out[field] = value;
-  if (o.held.count("sharded_optimizer")) out["sharded_optimizer"] = base.sharded_optimizer;
+  for (const auto& field : holdable_layout_fields()) {
+    const auto it = o.held.find(field);
+    if (it == o.held.end()) continue;
+    nlohmann::json values = nlohmann::json::array();
+    for (std::int64_t v : it->second) values.push_back(field == "sharded_optimizer" ? nlohmann::json(v != 0) : nlohmann::json(v));
+    out[field] = values.size() == 1 ? values[0] : values;
+  }
   return out;
 }
 
@@ -389,14 +397,23 @@ const std::vector<std::string>& holdable_layout_fields() {
 void check_held_layout(const RunConfig& base, const LayoutSearchOptions& o) {
   std::int64_t product = 1;
   std::string named;
-  for (const auto& [field, value] : held_degrees(base, o.held)) {
-    if (value < 1) throw InputError(field + " = " + str(value) + " (a degree the search holds must be at least 1)");
-    if (field == "vp" || field == "ep") continue;  // chunks per rank; ep may fold over tp and cp
-    product *= value;
-    named += (named.empty() ? "" : " x ") + field + " " + str(value);
-    if (base.gpus % product != 0)
-      throw InputError(field + " = " + str(value) + " (" + (product == value ? "it does" : "the held degrees " + named + " = " + str(product) + " do") +
-                       " not divide the " + str(base.gpus) + " GPUs)");
+  bool single = true;
+  for (const auto& field : holdable_layout_fields()) {
+    const auto it = o.held.find(field);
+    if (it == o.held.end() || field == "sharded_optimizer") continue;
+    for (std::int64_t value : it->second) {
+      if (value < 1) throw InputError(field + " = " + str(value) + " (a degree the search holds must be at least 1)");
+      // vp counts chunks per rank and ep may fold over tp and cp: neither takes GPUs of its own here.
+      if (field != "vp" && field != "ep" && base.gpus % value != 0)
+        throw InputError(field + " = " + str(value) + " (it does not divide the " + str(base.gpus) + " GPUs)");
+    }
+    if (field == "vp" || field == "ep") continue;
+    single = single && it->second.size() == 1;
+    product *= it->second.front();
+    named += (named.empty() ? "" : " x ") + field + " " + str(it->second.front());
+    if (single && base.gpus % product != 0)
+      throw InputError(field + " = " + str(it->second.front()) + " (the held degrees " + named + " = " + str(product) + " do not divide the " +
+                       str(base.gpus) + " GPUs)");
   }
 }
 
@@ -405,7 +422,7 @@ LayoutSearch search_layouts(const RunConfig& base, const LayoutSearchOptions& o)
   check_held_layout(base, o);
   LayoutSearch out;
   out.global_batch = search_global_batch(base);
-  out.held = held_fields(base, o);
+  out.held = held_fields(o);
   const std::vector<RunConfig> all = layout_candidates(base, o);
   out.candidates = all.size();
   const double capacity = resolve_run_system(base).gpu.hbm_bytes;

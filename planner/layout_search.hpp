@@ -6,7 +6,7 @@
 #pragma once
 #include <cstddef>
 #include <functional>
-#include <set>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -26,10 +26,10 @@ struct LayoutSearchOptions {
   // memory (updated on the GPU, then on the host CPU), then with its parameters there too (when the base
   // config offloads neither); under framework megatron only with Megatron's CPU optimizer (the host update).
   bool state_offload = true;
-  // Fields of the base config the search holds at the base's value instead of searching: any of tp, cp, pp, vp,
-  // ep, fsdp, dp and sharded_optimizer (the CLI's flags given for them, Python's keywords). A held degree is tried
-  // even where the search would not try it (cp 8, tp 16, seq / cp under 2,048).
-  std::set<std::string> held;
+  // Fields the search holds to the values given instead of searching: any of tp, cp, pp, vp, ep, fsdp, dp, and
+  // sharded_optimizer (0 off, 1 on) (the CLI's flags given for them, Python's keywords). A held value is tried even
+  // where the search would not try it (cp 8, tp 16, seq / cp under 2,048).
+  std::map<std::string, std::vector<std::int64_t>> held;
   // Called after each simulated candidate (from one thread at a time): done, total to simulate.
   std::function<void(std::size_t, std::size_t)> progress;
 };
@@ -93,16 +93,18 @@ std::string limiting_resource(const StepReport& report);
 struct LayoutOptionNames {
   std::string top = "--top", jobs = "--jobs", policies = "--policies", micro_batches = "--micro-batches";
 };
-// The fields a search can hold (LayoutSearchOptions::held), and LayoutSearch::held in words ("tp 4, pp 8").
+// The fields a search can hold (LayoutSearchOptions::held), and LayoutSearch::held in words ("tp 4 or 8, pp 8").
 const std::vector<std::string>& holdable_layout_fields();
 std::string held_text(const nlohmann::json& held);
-// The held fields of `base` and their values ({"tp": 4, "pp": 8}).
-nlohmann::json held_fields(const RunConfig& base, const LayoutSearchOptions& options);
+// The held fields and their values: one value as itself, several as a list ({"tp": [4, 8], "pp": 8,
+// "sharded_optimizer": true}).
+nlohmann::json held_fields(const LayoutSearchOptions& options);
 // Refuses options no search can use: top 0, jobs below 1, a micro-batch below 1, and a policy or micro-batch
-// given twice (its layouts would be simulated and listed twice), a held field the search does not set.
+// given twice (its layouts would be simulated and listed twice); a held field the search does not set, with no
+// value or a value twice.
 void check_layout_options(const LayoutSearchOptions& options, const LayoutOptionNames& names = {});
-// Refuses held degrees no layout of `base` can have: below 1, or whose product does not divide the GPUs (the
-// message names the field and value as InputError's do).
+// Refuses held values no layout of `base` can have: a degree below 1 or that does not divide the GPUs, and single
+// held degrees whose product does not (the message starts "field = value", as InputError's do).
 void check_held_layout(const RunConfig& base, const LayoutSearchOptions& options);
 LayoutSearch search_layouts(const RunConfig& base, const LayoutSearchOptions& options);
 

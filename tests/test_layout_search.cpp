@@ -181,9 +181,9 @@ TEST_CASE("the pruned layout search lists the same layouts as the exhaustive one
     CHECK(exhaustive.top[i].report.tokens_per_s_per_device <= exhaustive.top[0].report.tokens_per_s_per_device);
 }
 
-TEST_CASE("a held degree is the only one tried for its axis, even where the search would not try it", "[layout]") {
-  // Llama 3.1 8B on 8 H100s, 16 sequences of 8192 (the case above). Holding tp at 2 gives the layouts the whole
-  // search finds with tp 2, in the same order: its exhaustive list filtered by hand.
+TEST_CASE("held degrees are the only ones tried for their axes, even where the search would not try them", "[layout]") {
+  // Llama 3.1 8B on 8 H100s, 16 sequences of 8192 (the case above). Holding tp at 2, or at 2 or 8, gives the
+  // layouts the whole search finds with those tp, in the same order: its exhaustive list filtered by hand.
   const RunConfig base = llama8b_on_8_h100s();
   LayoutSearchOptions o;
   o.top = 1000;
@@ -191,54 +191,54 @@ TEST_CASE("a held degree is the only one tried for its axis, even where the sear
   o.prune = false;
   o.policies = {"full", "minimal"};
   const LayoutSearch all = search_layouts(base, o);
-  std::vector<std::string> want;
-  for (const LayoutResult& l : all.top)
-    if (l.config.tp == 2 && want.size() < 3) want.push_back(config_id(l.config));
-  REQUIRE(want.size() == 3);
-  RunConfig held = base;
-  held.tp = 2;
-  o.held = {"tp"};
+  for (const std::vector<std::int64_t>& tps : {std::vector<std::int64_t>{2}, std::vector<std::int64_t>{2, 8}}) {
+    std::vector<std::string> want;
+    for (const LayoutResult& l : all.top)
+      if (std::count(tps.begin(), tps.end(), l.config.tp) && want.size() < 4) want.push_back(config_id(l.config));
+    REQUIRE(want.size() == 4);
+    LayoutSearchOptions h = o;
+    h.held = {{"tp", tps}};
+    h.top = 4;
+    h.prune = true;
+    const LayoutSearch got = search_layouts(base, h);
+    INFO("tp " << tps.size() << " values");
+    REQUIRE(got.top.size() == 4);
+    for (std::size_t i = 0; i < 4; ++i) CHECK(config_id(got.top[i].config) == want[i]);
+  }
   o.top = 3;
   o.prune = true;
-  const LayoutSearch got = search_layouts(held, o);
-  REQUIRE(got.top.size() == 3);
-  for (std::size_t i = 0; i < 3; ++i) CHECK(config_id(got.top[i].config) == want[i]);
   // cp 8 leaves 1,024 tokens per rank, under the 2,048 below which the search does not try a context axis; held,
   // it is tried. fsdp 2 x dp 4 is no split the search's data axes make (FSDP over all 8, dp with a sharded
   // optimizer, or FSDP inside the 8-GPU domain); held, every layout has it.
-  RunConfig cp8 = base;
-  cp8.cp = 8;
-  o.held = {"cp"};
-  const LayoutSearch c = search_layouts(cp8, o);
+  o.held = {{"cp", {8}}};
+  const LayoutSearch c = search_layouts(base, o);
   REQUIRE(!c.top.empty());
   for (const LayoutResult& l : c.top) CHECK(l.config.cp == 8);
-  RunConfig hybrid = base;
-  hybrid.fsdp = 2;
-  hybrid.dp = 4;
-  o.held = {"fsdp", "dp"};
-  const LayoutSearch h = search_layouts(hybrid, o);
+  o.held = {{"fsdp", {2}}, {"dp", {4}}};
+  const LayoutSearch h = search_layouts(base, o);
   REQUIRE(!h.top.empty());
   for (const LayoutResult& l : h.top) {
     CHECK(l.config.fsdp == 2);
     CHECK(l.config.dp == 4);
     CHECK(l.config.tp * l.config.cp * l.config.pp == 1);
   }
+  CHECK(h.held == nlohmann::json{{"fsdp", 2}, {"dp", 4}});
   // Held degrees no layout of 8 GPUs has: refused, naming the field and value; a held pipeline MaxText cannot
   // split (32 layers into 2 x 3 chunks) is a result that says so.
-  RunConfig bad = base;
-  bad.tp = 2, bad.pp = 3;
-  o.held = {"tp", "pp"};
-  CHECK_THROWS_WITH(search_layouts(bad, o), "pp = 3 (the held degrees tp 2 x pp 3 = 6 do not divide the 8 GPUs)");
-  bad.pp = 2, bad.vp = 3;
-  o.held = {"pp", "vp"};
-  const LayoutSearch none = search_layouts(bad, o);
+  o.held = {{"tp", {2}}, {"pp", {3}}};
+  CHECK_THROWS_WITH(search_layouts(base, o), "pp = 3 (it does not divide the 8 GPUs)");
+  o.held = {{"tp", {2}}, {"pp", {8}}};
+  CHECK_THROWS_WITH(search_layouts(base, o), "pp = 8 (the held degrees tp 2 x pp 8 = 16 do not divide the 8 GPUs)");
+  o.held = {{"pp", {2}}, {"vp", {3}}};
+  const LayoutSearch none = search_layouts(base, o);
   CHECK(none.top.empty());
   CHECK(none.none_fit == "no candidate layout: none of the search's layouts of 8 GPUs has pp 2, vp 3 (MaxText's pipeline splits its 32 "
                          "layers evenly over pp x vp chunks; --framework megatron also unevenly)");
-  bad.fsdp = 0;
-  o.held = {"fsdp"};
-  CHECK_THROWS_WITH(search_layouts(bad, o), "fsdp = 0 (a degree the search holds must be at least 1)");
-  o.held = {"batch"};
+  o.held = {{"fsdp", {0}}};
+  CHECK_THROWS_WITH(search_layouts(base, o), "fsdp = 0 (a degree the search holds must be at least 1)");
+  o.held = {{"tp", {4, 2, 4}}};
+  CHECK_THROWS_WITH(search_layouts(base, o), "tp = 4 (given twice)");
+  o.held = {{"batch", {1}}};
   CHECK_THROWS_WITH(search_layouts(base, o), Catch::StartsWith("held = \"batch\""));
 }
 
@@ -268,7 +268,20 @@ TEST_CASE("plan layout holds the degrees given as flags and reads --policy and -
     CHECK_THAT(b.err, Catch::Contains(bad.substr(0, bad.find(' '))));
   }
   CHECK_THAT(test::cli(run + "--tp 3").err, Catch::Contains("--tp = 3 (it does not divide the 8 GPUs)"));
+  // A comma-separated list holds the axis to those values.
+  auto list = test::cli(run + "--tp 2,4 --policies full --micro-batches 1");
+  REQUIRE(list.status == 0);
+  const auto listed = nlohmann::json::parse(list.out);
+  CHECK(listed["held"] == nlohmann::json{{"tp", {2, 4}}});
+  REQUIRE(listed["top"].size() == 3);
+  for (const auto& row : listed["top"]) CHECK((row["degrees"]["tp"] == 2 || row["degrees"]["tp"] == 4));
+  CHECK_THAT(test::cli(run + "--tp 4,2,4").err, Catch::Contains("--tp = 4 (given twice)"));
+  CHECK_THAT(test::cli(run + "--tp 4,x").err, Catch::Contains("--tp"));
+  CHECK(test::cli(run + "--tp 4,x").status == 2);
   // The text output's header names what is held.
+  CHECK_THAT(test::cli("plan layout --model llama3.1-8b --gpus 8 --top 1 --tp 1,2 --sharded-optimizer on").out,
+             Catch::StartsWith("search: llama3.1-8b on 8 x gb200-nvl72 GPUs, seq 4096, global batch 8 sequences; held: tp 1 or 2, "
+                               "sharded_optimizer on\n"));
   CHECK_THAT(test::cli("plan layout --model llama3.1-8b --gpus 8 --top 1 --pp 2 --vp 2").out,
              Catch::StartsWith("search: llama3.1-8b on 8 x gb200-nvl72 GPUs, seq 4096, global batch 8 sequences; held: pp 2, vp 2\n"));
   // What the search sets and no flag holds is still named as unused.

@@ -504,13 +504,20 @@ def plan_break_even(config: Mapping[str, Any] | str | os.PathLike | None = None,
 _LAYOUT_COUNTS = ("candidates", "offloaded", "pruned", "skipped", "refused", "simulated", "fitting")
 
 
+def _whole(name: str, value: Any) -> int:
+    """A held degree's value as a whole number, or the ValueError the CLI's flag would give."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} = {value!r} (expected a whole number)")
+    return int(value)
+
+
 def _layout_part(doc: dict, top: int, policy: str, micro_batch: int, prune: bool, jobs: int, state_offload: bool,
-                 held: list[str]) -> dict:
+                 held: dict) -> dict:
     return _hbmsim.plan_layout(doc, top, [policy], [micro_batch], prune, jobs, state_offload, held)
 
 
 def _layout_on_dask(client: Any, doc: dict, top: int, policies: Sequence[str], micro_batches: Sequence[int],
-                    prune: bool, jobs: int, state_offload: bool, held: list[str]) -> dict:
+                    prune: bool, jobs: int, state_offload: bool, held: dict) -> dict:
     """One task per (policy, micro-batch): each finds its own exact top list (its pruning only drops what
     cannot enter it), so the best `top` of their union is the whole search's."""
     _hbmsim.expand_sweep(doc, [], "")  # a bad config fails here, before anything is submitted
@@ -542,19 +549,27 @@ def plan_layout(config: Mapping[str, Any] | str | os.PathLike | None = None, *, 
     ``state_offload=False``: not), tokens_per_s_per_device, tflops_per_device, hbm_peak_bytes, host_peak_bytes,
     limit (what limits it) and settings (simulate config, MaxText, XLA flags, Megatron arguments). The search's
     counts (candidates, offloaded, pruned, skipped, refused, simulated, fitting, none_fit) and the held
-    degrees (held: {"tp": 8}) are in ``DataFrame.attrs``; no row and ``attrs["none_fit"]`` when nothing fits. ``policies`` defaults to the
+    degrees (held: {"tp": 8, "pp": [4, 8]}) are in ``DataFrame.attrs``; no row and ``attrs["none_fit"]`` when nothing fits. ``policies`` defaults to the
     CLI's: MaxText's presets, or under framework megatron no_recompute, selective and full, and the recompute
     modules the model has as "no_recompute+moe_act+layernorm" (preset, then Megatron modules joined by "+").
 
-    A degree given as a keyword (``tp=8``, ``pp=4``, any of tp, cp, pp, vp, ep, fsdp, dp, sharded_optimizer) is
-    held at that value, as the CLI's flags are (a config's are searched); ``policy=`` and ``micro_batch=`` are
-    one-item ``policies`` and ``micro_batches``.
+    A degree given as a keyword (``tp=8``, ``pp=[4, 8]``, any of tp, cp, pp, vp, ep, fsdp, dp, sharded_optimizer)
+    is held to that value or list, as the CLI's flags are (a config's are searched); ``policy=`` and
+    ``micro_batch=`` are one-item ``policies`` and ``micro_batches``.
 
     client: a ``dask.distributed.Client``: one task per (policy, micro-batch), each an exact search of its
     share (``jobs`` threads each), merged into the same top list (the counts add up; each share prunes against
     its own top list, so more candidates are simulated in all than by one search)."""
+    # A held degree's keyword is one value or a list of them, each read as the CLI reads its flag; it goes to the
+    # search, not into the config.
+    held = {}
+    for name in _hbmsim.layout_holdable_fields():
+        if name in fields:
+            value = fields.pop(name)
+            values = list(value) if isinstance(value, (list, tuple)) else [value]
+            parsed = [_flag_value(name, v) for v in values]
+            held[name] = [int(bool(v)) if name == "sharded_optimizer" else _whole(name, v) for v in parsed]
     doc = _config_with(config, fields)[0]
-    held = [f for f in _hbmsim.layout_holdable_fields() if f in fields]
     for one, many, given in (("policy", "policies", policies), ("micro_batch", "micro_batches", micro_batches)):
         if one in fields:
             if given:

@@ -105,6 +105,14 @@ def test_layout_holds_the_degrees_given_as_keywords(cli):
     assert list(got["tokens_per_s_per_device"]) == [t["report"]["tokens_per_s_per_device"] for t in expected["top"]]
     searched = hbmsim.plan_layout({"model": "llama3.1-8b", "gpus": 8, "system": "h100-hgx", "seq": 2048, "tp": 2}, top=3)
     assert searched.attrs["candidates"] > got.attrs["candidates"] and searched.attrs["held"] == {}
+    # A list holds the axis to its values, as --tp 2,4 does.
+    listed = hbmsim.plan_layout(model="llama3.1-8b", gpus=8, system="h100-hgx", seq=2048, top=3, tp=[2, 4], policy="full",
+                                micro_batch=1)
+    expected = cli_json(cli, "plan", "layout", *args, "--tp", "2,4", "--policy", "full", "--micro-batch", "1", "--json")
+    assert listed.attrs["held"] == expected["held"] == {"tp": [2, 4]} and set(listed["tp"]) <= {2, 4}
+    assert list(listed["tokens_per_s_per_device"]) == [t["report"]["tokens_per_s_per_device"] for t in expected["top"]]
+    with pytest.raises(ValueError, match=r'tp = "x" \(expected an integer\)'):  # the CLI's own words
+        hbmsim.plan_layout(model="llama3.1-8b", gpus=8, tp=[2, "x"])
     with pytest.raises(ValueError, match=r"tp = 3 \(it does not divide the 8 GPUs\)"):
         hbmsim.plan_layout(model="llama3.1-8b", gpus=8, tp=3)
     with pytest.raises(ValueError, match=r"policy = 'full' \(with policies"):
