@@ -520,10 +520,11 @@ void register_plan(CLI::App& app) {
       try {
         check_layout_options(o);
         check_held_layout(base, o);
-      } catch (const InputError& e) {  // named as the flag was typed
+      } catch (const InputError& e) {  // a held degree's message named as its flag was typed ("--tp = 3 ...")
         const std::string m = e.what();
         const auto eq = m.find(" = ");
-        throw InputError(eq == std::string::npos ? m : flag_for_field(m.substr(0, eq)) + m.substr(eq));
+        if (eq == std::string::npos || !o.held.count(m.substr(0, eq))) throw;
+        throw InputError(flag_for_field(m.substr(0, eq)) + m.substr(eq));
       }
       const auto start = std::chrono::steady_clock::now();
       if (show)
