@@ -41,14 +41,8 @@ std::vector<std::int64_t> held_flag_values(const std::string& field, const std::
     const std::size_t comma = std::min(text.find(',', start), text.size());
     RunConfig c;
     c.set(field, text.substr(start, comma - start), flag_for_field(field));
-    values.push_back(field == "sharded_optimizer" ? (c.sharded_optimizer ? 1 : 0)
-                     : field == "tp"              ? c.tp
-                     : field == "cp"              ? c.cp
-                     : field == "pp"              ? c.pp
-                     : field == "vp"              ? c.vp
-                     : field == "ep"              ? c.ep
-                     : field == "fsdp"            ? c.fsdp
-                                                  : c.dp);
+    const nlohmann::json value = c.to_json()[field];
+    values.push_back(value.is_boolean() ? value.get<bool>() : value.get<std::int64_t>());
     start = comma + 1;
   }
   return values;

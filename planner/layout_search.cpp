@@ -401,13 +401,14 @@ void check_held_layout(const RunConfig& base, const LayoutSearchOptions& o) {
   for (const auto& field : holdable_layout_fields()) {
     const auto it = o.held.find(field);
     if (it == o.held.end() || field == "sharded_optimizer") continue;
+    // vp counts chunks per rank and ep may fold over tp and cp: neither takes GPUs of its own here.
+    const bool takes_gpus = field != "vp" && field != "ep";
     for (std::int64_t value : it->second) {
       if (value < 1) throw InputError(field + " = " + str(value) + " (a degree the search holds must be at least 1)");
-      // vp counts chunks per rank and ep may fold over tp and cp: neither takes GPUs of its own here.
-      if (field != "vp" && field != "ep" && base.gpus % value != 0)
+      if (takes_gpus && base.gpus % value != 0)
         throw InputError(field + " = " + str(value) + " (it does not divide the " + str(base.gpus) + " GPUs)");
     }
-    if (field == "vp" || field == "ep") continue;
+    if (!takes_gpus) continue;
     single = single && it->second.size() == 1;
     product *= it->second.front();
     named += (named.empty() ? "" : " x ") + field + " " + str(it->second.front());

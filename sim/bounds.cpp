@@ -102,8 +102,10 @@ StepBound step_lower_bound(const StepGraph& g, const System& sys, const Policy& 
     const PipelineChunk& c = g.chunks[k];
     for (auto l = c.first_layer; l < c.end_layer; ++l) {
       const LayerCompute lc = compute(l, static_cast<std::size_t>(c.stage));
-      chunk[k].forward_s += lc.forward_s + lc.forward_wait_s;
-      chunk[k].backward_s += lc.backward_s + lc.backward_wait_s;
+      chunk[k].forward_s += lc.forward_s;
+      chunk[k].backward_s += lc.backward_s;
+      chunk[k].forward_wait_s += lc.forward_wait_s;
+      chunk[k].backward_wait_s += lc.backward_wait_s;
       out.stage_compute_s[static_cast<std::size_t>(c.stage)] += m * (lc.forward_s + lc.backward_s);
       out.stage_wait_s[static_cast<std::size_t>(c.stage)] += m * (lc.forward_wait_s + lc.backward_wait_s);
     }
@@ -118,8 +120,8 @@ StepBound step_lower_bound(const StepGraph& g, const System& sys, const Policy& 
     const bool ends_with_first_chunk = last.pass == Pass::backward && last.chunk == 0 &&
                                        last.microbatch + 1 == static_cast<int>(g.training.grad_accum);
     out.step_s = std::max(out.step_s, before + out.stage_compute_s[s] + out.stage_wait_s[s] + (ends_with_first_chunk ? after : 0));
-    before += chunk[s].forward_s;
-    after += chunk[s].backward_s;
+    before += chunk[s].forward_s + chunk[s].forward_wait_s;
+    after += chunk[s].backward_s + chunk[s].backward_wait_s;
   }
   return out;
 }

@@ -571,9 +571,8 @@ def plan_layout(config: Mapping[str, Any] | str | os.PathLike | None = None, *, 
             held[name] = [int(bool(v)) if name == "sharded_optimizer" else _whole(name, v) for v in parsed]
     doc = _config_with(config, fields)[0]
     for one, many, given in (("policy", "policies", policies), ("micro_batch", "micro_batches", micro_batches)):
-        if one in fields:
-            if given:
-                raise ValueError(f"{one} = {fields[one]!r} (with {many}: give the {many} to try in one of them)")
+        if one in fields and given:
+            raise ValueError(f"{one} = {fields[one]!r} (with {many}: give the {many} to try in one of them)")
     if "policy" in fields:
         policies = [doc["policy"]]
     if "micro_batch" in fields:
