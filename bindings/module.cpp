@@ -325,6 +325,27 @@ py::dict plan_layout(const py::object& config, std::size_t top, const std::vecto
   return to_py(j);
 }
 
+py::dict plan_scale(const py::object& config, const std::vector<std::int64_t>& gpu_counts, double tokens, double days,
+                    const std::vector<std::string>& policies, const std::vector<std::int64_t>& micro_batches, bool prune, int jobs,
+                    bool state_offload, const std::map<std::string, std::vector<std::int64_t>>& held) {
+  auto base = config_from_py(config, "config");
+  hbmsim::ScalePlanOptions o;
+  o.gpu_counts = gpu_counts.empty() ? std::vector<std::int64_t>{base.gpus} : gpu_counts;
+  o.tokens = tokens;
+  o.days = days;
+  o.search = layout_options(1, policies, micro_batches, jobs, held);
+  o.search.prune = prune;
+  o.search.state_offload = state_offload;
+  for (const auto& p : o.search.policies) (void)hbmsim::make_policy(p);
+  hbmsim::check_scale_options(base, o);
+  json j;
+  {
+    py::gil_scoped_release nogil;
+    j = hbmsim::scale_plan_json(hbmsim::plan_scale(base, o));
+  }
+  return to_py(j);
+}
+
 py::dict plan_layer_count(const py::object& config, hbmsim::LayerCount what) {
   auto c = config_from_py(config, "config");
   json j;
@@ -437,6 +458,11 @@ PYBIND11_MODULE(_hbmsim, m) {
         py::arg("held") = std::map<std::string, std::vector<std::int64_t>>{},
         "Fastest parallel layout, micro-batch and policy at the config's global batch, as `plan layout --json`; `held`: field -> the "
         "values the search tries instead of its own (sharded_optimizer: 0 or 1).");
+  m.def("plan_scale", &plan_scale, py::arg("config"), py::arg("gpu_counts"), py::arg("tokens") = 0.0, py::arg("days") = 0.0,
+        py::arg("policies") = std::vector<std::string>{}, py::arg("micro_batches") = std::vector<std::int64_t>{}, py::arg("prune") = true,
+        py::arg("jobs") = 1, py::arg("state_offload") = true, py::arg("held") = std::map<std::string, std::vector<std::int64_t>>{},
+        "The fastest layout at each GPU count at one global batch (the config's, else one sequence per GPU at the largest count), "
+        "with the days and GPU-hours `tokens` take, as `plan scale --json`.");
   m.def("plan_offload_layers", [](const py::object& c) { return plan_layer_count(c, hbmsim::LayerCount::offload); }, py::arg("config"),
         "Fewest layers offloaded (Megatron cpu_offloading_num_layers) for the config to fit, as `plan offload-layers --json`.");
   m.def("plan_recompute_layers", [](const py::object& c) { return plan_layer_count(c, hbmsim::LayerCount::recompute); }, py::arg("config"),

@@ -333,6 +333,14 @@ for key in ("maxtext", "megatron", "xla_flags"):
     ("code", """held = hbmsim.plan_layout(model="llama3.1-405b", system="gb200-nvl72", gpus=128, seq=8192, global_batch=64,
                           framework="megatron", tp_comm_overlap=True, tp=4, pp=8, top=3, jobs=2)
 held[["tp", "cp", "pp", "vp", "dp", "sharded_optimizer", "policy", "tokens_per_s_per_device", "limit"]].round(1)"""),
+    ("md", """How many GPUs, and how long: `hbmsim.plan.scale` runs the same search at several GPU counts at one global
+batch (here Meta's 16 M tokens per step) and prices a 15 T-token budget at each count's fastest layout, with the
+corpus fit's figures (datasheet figures predict the published GB200 runs 25-64% fast)."""),
+    ("code", """scale = hbmsim.plan.scale(model="llama3.1-405b", system="gb200-nvl72", seq=8192, global_batch=2048,
+                          gpus=[512, 1024, 2048, 4096], tokens=15e12, days=100, calibration="corpus-fitted", jobs=2)
+print("fewest GPUs within 100 days:", scale.attrs["fewest_within_days"])
+scale[["gpus", "tp", "cp", "fsdp", "dp", "policy", "step_time_s", "tokens_per_s_per_device", "scaling", "days",
+       "gpu_hours", "limit"]].round(2)"""),
 ]
 
 NOTEBOOKS = {

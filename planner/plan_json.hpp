@@ -8,6 +8,7 @@
 #include "planner/layout_search.hpp"
 #include "planner/layer_counts.hpp"
 #include "planner/plan.hpp"
+#include "planner/scale_plan.hpp"
 
 namespace hbmsim {
 
@@ -24,6 +25,9 @@ nlohmann::json hbm_needed_json(const HbmNeeded& r);
 // {global_batch, candidates, pruned, refused, simulated, fitting, none_fit, top: [{rank, degrees, policy,
 // micro_batch, grad_accum, limit, report, settings}]}.
 nlohmann::json layout_search_json(const LayoutSearch& r);
+// {global_batch, seq, tokens, days, fewest_within_days, rows: [{gpus, fits, tokens_per_s (all GPUs), days,
+// gpu_hours, scaling, search (layout_search_json with its winner as top)}]}.
+nlohmann::json scale_plan_json(const ScalePlan& r);
 // {FIELD (offload_layers or recompute_layers; -1: none fits), why, tried: [{FIELD, hbm_peak_bytes,
 // host_peak_bytes, tokens_per_s_per_device, fits}] by count, settings (at the answer)}.
 nlohmann::json layer_count_json(const LayerCountSearch& r);

@@ -6,8 +6,8 @@ Every run must exit 0 (a result) or 2 (bad input, one line naming what), never a
 error"; every JSON report must have MFU <= 1, executed FLOPs >= the model's and a finite, positive step. Modes:
   simulate  random layouts, schedules, policies, offload counts, overlaps and what-ifs; a run whose loop was
             fast-forwarded is run again with --no-fast-forward and must agree within 1e-9
-  plan      the seven plans (largest-batch, best-policy, break-even, offload-layers, recompute-layers,
-            hbm-needed, and layout with the drawn degrees held) over random layouts, with and without --json
+  plan      the eight plans (largest-batch, best-policy, break-even, offload-layers, recompute-layers,
+            hbm-needed, layout and scale with the drawn degrees held) over random layouts, with and without --json
   profiles  random calibration profiles (scales and tables from 1e-300 up, measured rates from 1 byte/s)
   systems   random system files: a shipped one (data/systems) with its figures (SMs among them) scaled by up to 30x
             either way and its counts (NVLink domain, GPUs per CPU and per host link) redrawn, simulated as in simulate
@@ -49,7 +49,7 @@ SWITCHES = [("--tp-comm-overlap", ["on", "off"], 0.2), ("--dp-overlap", ["on", "
             ("--parameter-offload", ["on"], 0.1), ("--weights", ["fp8", "bf16"], 0.3), ("--framework", ["megatron"], 0.35),
             ("--grad-accum", ["2", "4"], 0.15), ("--host-link-bw", ["10e9", "50e9", "200e9"], 0.2),
             ("--hbm-bytes", ["60e9", "100e9"], 0.1), ("--scale-out-bw", ["25e9", "100e9"], 0.1)]
-PLANS = ["largest-batch", "best-policy", "break-even", "offload-layers", "recompute-layers", "hbm-needed", "layout"]
+PLANS = ["largest-batch", "best-policy", "break-even", "offload-layers", "recompute-layers", "hbm-needed", "layout", "scale"]
 
 
 def layout(rng, model):
@@ -106,6 +106,13 @@ def plan_args(rng):
         # The layout's degrees given are held; one policy and micro-batch keep the search small.
         args += ["--top", "3", "--micro-batches", "1", "--progress", "off"]
         args += ["--policies" if rng.random() < 0.5 else "--policy", rng.choice(POLICIES)]
+    elif kind == "scale":
+        # The drawn count and twice it, each searched as layout is (degrees held), with a budget half the time.
+        i = args.index("--gpus")
+        args[i + 1] = f"{args[i + 1]},{2 * int(args[i + 1])}"
+        args += ["--micro-batches", "1", "--progress", "off", "--policy", rng.choice(POLICIES)]
+        if rng.random() < 0.5:
+            args += ["--tokens", "1e12"] + (["--days", str(rng.choice([1, 30, 1000]))] if rng.random() < 0.5 else [])
     elif rng.random() < 0.5:
         args += ["--policy", rng.choice(POLICIES)]
     if kind != "largest-batch" and rng.random() < 0.6:

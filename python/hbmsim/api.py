@@ -538,30 +538,10 @@ def _layout_on_dask(client: Any, doc: dict, top: int, policies: Sequence[str], m
     return merged
 
 
-def plan_layout(config: Mapping[str, Any] | str | os.PathLike | None = None, *, top: int = 10,
-                policies: Sequence[str] = (), micro_batches: Sequence[int] = (), prune: bool = True, jobs: int = 1,
-                state_offload: bool = True, client: Any = None, **fields: Any) -> pd.DataFrame:
-    """Fastest parallel layouts for the config's model, GPUs, system and global batch (default: one sequence per
-    GPU), as ``hbmsim plan layout --json``: one row per layout, fastest first, with tp, cp, pp, vp, ep, expert_tp
-    (1: experts folded over tp, which the search tries for MoE models under framework megatron), fsdp, dp,
-    sharded_optimizer, ep_overlap (Megatron's combined 1F1B, tried likewise), micro_batch, grad_accum, policy, optimizer_offload, parameter_offload (a layout that
-    cannot fit otherwise is tried with its optimizer state, then its parameters, in host memory;
-    ``state_offload=False``: not), tokens_per_s_per_device, tflops_per_device, hbm_peak_bytes, host_peak_bytes,
-    limit (what limits it) and settings (simulate config, MaxText, XLA flags, Megatron arguments). The search's
-    counts (candidates, offloaded, pruned, skipped, refused, simulated, fitting, none_fit) and the held
-    degrees (held: {"tp": 8, "pp": [4, 8]}) are in ``DataFrame.attrs``; no row and ``attrs["none_fit"]`` when nothing fits. ``policies`` defaults to the
-    CLI's: MaxText's presets, or under framework megatron no_recompute, selective and full, and the recompute
-    modules the model has as "no_recompute+moe_act+layernorm" (preset, then Megatron modules joined by "+").
-
-    A degree given as a keyword (``tp=8``, ``pp=[4, 8]``, any of tp, cp, pp, vp, ep, fsdp, dp, sharded_optimizer)
-    is held to that value or list, as the CLI's flags are (a config's are searched); ``policy=`` and
-    ``micro_batch=`` are one-item ``policies`` and ``micro_batches``.
-
-    client: a ``dask.distributed.Client``: one task per (policy, micro-batch), each an exact search of its
-    share (``jobs`` threads each), merged into the same top list (the counts add up; each share prunes against
-    its own top list, so more candidates are simulated in all than by one search)."""
-    # A held degree's keyword is one value or a list of them, each read as the CLI reads its flag; it goes to the
-    # search, not into the config.
+def _layout_keywords(config, fields: dict, policies: Sequence[str], micro_batches: Sequence[int]):
+    """The config and a search's held degrees, policies and micro-batches from the keywords: a held degree's
+    keyword is one value or a list of them, each read as the CLI reads its flag, and goes to the search, not into
+    the config; ``policy=`` and ``micro_batch=`` are one-item lists."""
     held = {}
     for name in _hbmsim.layout_holdable_fields():
         if name in fields:
@@ -577,24 +557,81 @@ def plan_layout(config: Mapping[str, Any] | str | os.PathLike | None = None, *, 
         policies = [doc["policy"]]
     if "micro_batch" in fields:
         micro_batches = [doc["micro_batch"]]
+    return doc, held, list(policies), [int(m) for m in micro_batches]
+
+
+def _layout_row(t: dict) -> dict:
+    """One layout of a search's top list as a DataFrame row."""
+    rep = t["report"]
+    return {**t["degrees"], "sharded_optimizer": t["sharded_optimizer"], "ep_overlap": t["ep_overlap"],
+            "micro_batch": t["micro_batch"], "grad_accum": t["grad_accum"], "policy": t["policy"],
+            "optimizer_offload": t["optimizer_offload"], "parameter_offload": t["parameter_offload"],
+            "step_time_s": rep["step_time_s"], "tokens_per_s_per_device": rep["tokens_per_s_per_device"],
+            "tflops_per_device": rep["tflops_per_device"], "hbm_peak_bytes": rep["hbm_peak_bytes"],
+            "host_peak_bytes": rep["host_peak_bytes"], "limit": t["limit"], "settings": t["settings"]}
+
+
+def plan_layout(config: Mapping[str, Any] | str | os.PathLike | None = None, *, top: int = 10,
+                policies: Sequence[str] = (), micro_batches: Sequence[int] = (), prune: bool = True, jobs: int = 1,
+                state_offload: bool = True, client: Any = None, **fields: Any) -> pd.DataFrame:
+    """Fastest parallel layouts for the config's model, GPUs, system and global batch (default: one sequence per
+    GPU), as ``hbmsim plan layout --json``: one row per layout, fastest first, with tp, cp, pp, vp, ep, expert_tp
+    (1: experts folded over tp, which the search tries for MoE models under framework megatron), fsdp, dp,
+    sharded_optimizer, ep_overlap (Megatron's combined 1F1B, tried likewise), micro_batch, grad_accum, policy, optimizer_offload, parameter_offload (a layout that
+    cannot fit otherwise is tried with its optimizer state, then its parameters, in host memory;
+    ``state_offload=False``: not), step_time_s, tokens_per_s_per_device, tflops_per_device, hbm_peak_bytes,
+    host_peak_bytes, limit (what limits it) and settings (simulate config, MaxText, XLA flags, Megatron arguments). The search's
+    counts (candidates, offloaded, pruned, skipped, refused, simulated, fitting, none_fit) and the held
+    degrees (held: {"tp": 8, "pp": [4, 8]}) are in ``DataFrame.attrs``; no row and ``attrs["none_fit"]`` when nothing fits. ``policies`` defaults to the
+    CLI's: MaxText's presets, or under framework megatron no_recompute, selective and full, and the recompute
+    modules the model has as "no_recompute+moe_act+layernorm" (preset, then Megatron modules joined by "+").
+
+    A degree given as a keyword (``tp=8``, ``pp=[4, 8]``, any of tp, cp, pp, vp, ep, fsdp, dp, sharded_optimizer)
+    is held to that value or list, as the CLI's flags are (a config's are searched); ``policy=`` and
+    ``micro_batch=`` are one-item ``policies`` and ``micro_batches``.
+
+    client: a ``dask.distributed.Client``: one task per (policy, micro-batch), each an exact search of its
+    share (``jobs`` threads each), merged into the same top list (the counts add up; each share prunes against
+    its own top list, so more candidates are simulated in all than by one search)."""
+    doc, held, policies, micro_batches = _layout_keywords(config, fields, policies, micro_batches)
     # before any task is sent
-    _hbmsim.check_layout_options(doc, top, list(policies), [int(m) for m in micro_batches], jobs, held)
+    _hbmsim.check_layout_options(doc, top, policies, micro_batches, jobs, held)
     if client is None:
-        r = _hbmsim.plan_layout(doc, top, list(policies), [int(m) for m in micro_batches], prune, jobs, state_offload, held)
+        r = _hbmsim.plan_layout(doc, top, policies, micro_batches, prune, jobs, state_offload, held)
     else:
         r = _layout_on_dask(client, doc, top, policies, micro_batches, prune, jobs, state_offload, held)
-    rows = []
-    for t in r["top"]:
-        rep = t["report"]
-        rows.append({**t["degrees"], "sharded_optimizer": t["sharded_optimizer"], "ep_overlap": t["ep_overlap"],
-                     "micro_batch": t["micro_batch"],
-                     "grad_accum": t["grad_accum"], "policy": t["policy"], "optimizer_offload": t["optimizer_offload"],
-                     "parameter_offload": t["parameter_offload"],
-                     "tokens_per_s_per_device": rep["tokens_per_s_per_device"],
-                     "tflops_per_device": rep["tflops_per_device"], "hbm_peak_bytes": rep["hbm_peak_bytes"],
-                     "host_peak_bytes": rep["host_peak_bytes"], "limit": t["limit"], "settings": t["settings"]})
+    rows = [_layout_row(t) for t in r["top"]]
     df = pd.DataFrame(rows)
     df.attrs.update({k: r[k] for k in ("global_batch", *_LAYOUT_COUNTS, "none_fit", "held")})
+    return df
+
+
+def plan_scale(config: Mapping[str, Any] | str | os.PathLike | None = None, *, gpus: int | Sequence[int] | None = None,
+               tokens: float = 0, days: float = 0, policies: Sequence[str] = (), micro_batches: Sequence[int] = (),
+               prune: bool = True, jobs: int = 1, state_offload: bool = True, **fields: Any) -> pd.DataFrame:
+    """The fastest layout at each GPU count in ``gpus``, all at one global batch (the config's ``global_batch``,
+    else one sequence per GPU at the largest count), as ``hbmsim plan scale --json``: one row per count, ascending,
+    with its layout and figures as :func:`plan_layout`'s rows, and gpus, fits, tokens_per_s (all GPUs), scaling
+    (tokens/s per GPU over the smallest fitting count's), days and gpu_hours (what ``tokens`` take at the
+    simulated rate; 0 without a budget) and none_fit (why nothing fits, where nothing does). ``attrs``: global_batch,
+    seq, tokens, days, fewest_within_days (the fewest GPUs that meet ``days``; -1: none; 0: no deadline) and
+    held. ``gpus`` None: the config's GPUs alone. The other keywords are :func:`plan_layout`'s (held degrees,
+    ``policy=``, ``micro_batch=``)."""
+    counts = [] if gpus is None else list(gpus) if isinstance(gpus, (list, tuple)) else [gpus]
+    counts = [_whole("gpus", n) for n in counts]
+    doc, held, policies, micro_batches = _layout_keywords(config, fields, policies, micro_batches)
+    r = _hbmsim.plan_scale(doc, counts, float(tokens), float(days), policies, micro_batches, prune, jobs,
+                           state_offload, held)
+    rows = []
+    for row in r["rows"]:
+        search = row["search"]
+        layout = _layout_row(search["top"][0]) if search["top"] else {}
+        rows.append({"gpus": row["gpus"], "fits": row["fits"], **layout, "tokens_per_s": row["tokens_per_s"],
+                     "scaling": row["scaling"], "days": row["days"], "gpu_hours": row["gpu_hours"],
+                     "none_fit": search["none_fit"]})
+    df = pd.DataFrame(rows)
+    df.attrs.update({k: r[k] for k in ("global_batch", "seq", "tokens", "days", "fewest_within_days")})
+    df.attrs["held"] = r["rows"][0]["search"]["held"]
     return df
 
 

@@ -10,5 +10,6 @@ from .api import plan_largest_batch as largest_batch
 from .api import plan_layout as layout
 from .api import plan_offload_layers as offload_layers
 from .api import plan_recompute_layers as recompute_layers
+from .api import plan_scale as scale
 
-__all__ = ["best_policy", "break_even", "hbm_needed", "largest_batch", "layout", "offload_layers", "recompute_layers"]
+__all__ = ["best_policy", "break_even", "hbm_needed", "largest_batch", "layout", "offload_layers", "recompute_layers", "scale"]

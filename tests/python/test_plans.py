@@ -119,6 +119,33 @@ def test_layout_holds_the_degrees_given_as_keywords(cli):
         hbmsim.plan_layout(model="llama3.1-8b", gpus=8, policy="full", policies=["minimal"])
 
 
+def test_scale_equals_cli(cli):
+    """plan_scale answers what `plan scale --json` answers: a row per count, ascending, with the layout the CLI's
+    search ranks first there, and the days the budget takes at its rate (by hand: tokens / (rate x GPUs) / 86,400)."""
+    args = ["--model", "llama3.1-8b", "--system", "h100-hgx", "--seq", "2048", "--global-batch", "32",
+            "--policies", "full,minimal", "--micro-batches", "1", "--gpus", "16,8", "--tokens", "1e11", "--days", "1000"]
+    expected = cli_json(cli, "plan", "scale", *args, "--json")
+    got = hbmsim.plan.scale(model="llama3.1-8b", system="h100-hgx", seq=2048, global_batch=32, policies=["full", "minimal"],
+                            micro_batches=[1], gpus=[16, 8], tokens=1e11, days=1000)
+    assert list(got["gpus"]) == [r["gpus"] for r in expected["rows"]] == [8, 16]
+    for row, r in zip(got.itertuples(), expected["rows"]):
+        t = r["search"]["top"][0]
+        assert (row.tp, row.cp, row.pp, row.fsdp, row.dp, row.policy) == (*(t["degrees"][k] for k in ("tp", "cp", "pp", "fsdp", "dp")), t["policy"])
+        assert row.tokens_per_s_per_device == t["report"]["tokens_per_s_per_device"]
+        assert row.days == pytest.approx(1e11 / (row.tokens_per_s_per_device * row.gpus) / 86400, rel=1e-12)
+        assert row.settings == t["settings"]
+    assert got.attrs["fewest_within_days"] == expected["fewest_within_days"] == 8
+    assert got.attrs["global_batch"] == 32
+    # A held degree goes to each count's search, as the CLI's --tp does; bad counts are refused by name.
+    held = hbmsim.plan_scale(model="llama3.1-8b", system="h100-hgx", seq=2048, global_batch=32, policy="full", micro_batch=1,
+                             gpus=[8, 16], tp=2)
+    assert set(held["tp"]) == {2} and held.attrs["held"] == {"tp": 2}
+    with pytest.raises(ValueError, match=r"gpus = 8 \(given twice\)"):
+        hbmsim.plan_scale(model="llama3.1-8b", gpus=[8, 8])
+    with pytest.raises(ValueError, match=r"days = 3 \(a deadline needs a token budget\)"):
+        hbmsim.plan_scale(model="llama3.1-8b", gpus=[8], days=3)
+
+
 def test_layout_default_policies_follow_the_framework(cli):
     """Without policies the search tries MaxText's presets, or under framework megatron Megatron's recompute
     choices; the CLI and Python agree (the Dask path splits the same list into tasks)."""

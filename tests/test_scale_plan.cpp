@@ -1,0 +1,161 @@
+// plan scale: the fastest layout at each GPU count at one global batch, and the days a token budget takes.
+#include <cmath>
+#include <limits>
+
+#include <catch2/catch.hpp>
+
+#include "helpers.hpp"
+#include "planner/layout_search.hpp"
+#include "planner/plan_json.hpp"
+#include "planner/scale_plan.hpp"
+#include "planner/sweep.hpp"
+
+using namespace hbmsim;
+
+namespace {
+
+// Llama 3.1 8B on H100s at seq 2048, 32 sequences per step: small enough to search three counts exhaustively.
+RunConfig llama8b_h100() {
+  RunConfig base;
+  base.system = "h100-hgx";
+  base.model = "llama3.1-8b";
+  base.seq = 2048;
+  base.global_batch = 32;
+  return base;
+}
+
+ScalePlanOptions small_search(std::vector<std::int64_t> counts, double tokens, double days = 0) {
+  ScalePlanOptions o;
+  o.gpu_counts = std::move(counts);
+  o.tokens = tokens;
+  o.days = days;
+  o.search.policies = {"full", "minimal"};
+  o.search.micro_batches = {1};
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("plan scale ranks at each count what plan layout ranks first, and prices the budget by hand", "[scale][layout]") {
+  const RunConfig base = llama8b_h100();
+  const double tokens = 1e11;
+  const ScalePlan r = plan_scale(base, small_search({32, 8, 16}, tokens));
+  REQUIRE(r.rows.size() == 3);
+  CHECK(r.global_batch == 32);
+  CHECK(r.fewest_within_days == 0);  // no deadline asked
+  const double first_per_gpu = r.rows.front().search.top.at(0).report.tokens_per_s_per_device;
+  const std::int64_t expected_counts[] = {8, 16, 32};  // ascending, whatever order they were given in
+  for (std::size_t i = 0; i < r.rows.size(); ++i) {
+    const ScaleRow& row = r.rows[i];
+    INFO(row.gpus << " GPUs");
+    CHECK(row.gpus == expected_counts[i]);
+    REQUIRE(row.fits());
+    // The layout search at that count, run here on its own, ranks the same layout first.
+    RunConfig at = base;
+    at.gpus = row.gpus;
+    LayoutSearchOptions o;
+    o.top = 1;
+    o.policies = {"full", "minimal"};
+    o.micro_batches = {1};
+    const LayoutSearch alone = search_layouts(at, o);
+    REQUIRE(alone.top.size() == 1);
+    CHECK(config_id(alone.top[0].config) == config_id(row.search.top[0].config));
+    const double per_gpu = row.search.top[0].report.tokens_per_s_per_device;
+    CHECK(per_gpu == alone.top[0].report.tokens_per_s_per_device);
+    // Every count runs the same 32 x 2048 tokens per step: tokens/s per GPU = 65,536 / (step x GPUs).
+    CHECK(per_gpu == Approx(32.0 * 2048 / (row.search.top[0].report.step_time_s * static_cast<double>(row.gpus))).epsilon(1e-12));
+    // days = tokens / (tokens/s per GPU x GPUs) / 86,400 s; GPU-hours = days x 24 x GPUs.
+    const double days = tokens / (per_gpu * static_cast<double>(row.gpus)) / 86400;
+    CHECK(row.days == Approx(days).epsilon(1e-12));
+    CHECK(row.gpu_hours == Approx(days * 24 * static_cast<double>(row.gpus)).epsilon(1e-12));
+    CHECK(row.scaling == Approx(per_gpu / first_per_gpu).epsilon(1e-12));
+  }
+  CHECK(r.rows[0].scaling == 1);
+  // The JSON carries the same rows (Python's plan_scale reads it).
+  const auto doc = scale_plan_json(r);
+  REQUIRE(doc["rows"].size() == 3);
+  CHECK(doc["rows"][1]["gpus"] == 16);
+  CHECK(doc["rows"][1]["tokens_per_s"].get<double>() == Approx(r.rows[1].search.top[0].report.tokens_per_s_per_device * 16).epsilon(1e-12));
+  CHECK(doc["rows"][1]["search"]["top"].size() == 1);
+}
+
+TEST_CASE("plan scale names the fewest GPUs that meet a deadline, or none", "[scale]") {
+  const RunConfig base = llama8b_h100();
+  const ScalePlan free = plan_scale(base, small_search({8, 16, 32}, 1e11));
+  REQUIRE(free.rows.size() == 3);
+  // More GPUs finish sooner here (the layouts scale near linearly), so a deadline just above 16 GPUs' days is met
+  // first by 16; one below 32 GPUs' days by none.
+  REQUIRE(free.rows[0].days > free.rows[1].days);
+  REQUIRE(free.rows[1].days > free.rows[2].days);
+  CHECK(plan_scale(base, small_search({8, 16, 32}, 1e11, free.rows[1].days * 1.001)).fewest_within_days == 16);
+  CHECK(plan_scale(base, small_search({8, 16, 32}, 1e11, free.rows[2].days * 0.999)).fewest_within_days == -1);
+}
+
+TEST_CASE("plan scale holds one global batch: the config's, else one sequence per GPU at the largest count", "[scale]") {
+  RunConfig base = llama8b_h100();
+  base.global_batch = 0;
+  CHECK(scale_global_batch(base, {8, 32, 16}) == 32);
+  base.global_batch = 48;
+  CHECK(scale_global_batch(base, {8, 32, 16}) == 48);
+  base.global_batch = 0;
+  const ScalePlan r = plan_scale(base, small_search({8, 16}, 0));
+  CHECK(r.global_batch == 16);
+  for (const ScaleRow& row : r.rows) {
+    REQUIRE(row.fits());
+    CHECK(row.search.top[0].report.global_batch == 16);
+    CHECK(row.days == 0);  // no budget
+    CHECK(row.gpu_hours == 0);
+  }
+}
+
+TEST_CASE("plan scale refuses options no plan can use, naming the field and value", "[scale][errors]") {
+  const RunConfig base = llama8b_h100();
+  auto message = [&](ScalePlanOptions o) {
+    try {
+      check_scale_options(base, o);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  CHECK(message(small_search({}, 0)) == "gpus = [] (give the GPU counts to compare)");
+  CHECK(message(small_search({8, 0}, 0)) == "gpus = 0 (a GPU count must be at least 1)");
+  CHECK(message(small_search({8, 16, 8}, 0)) == "gpus = 8 (given twice)");
+  CHECK(message(small_search({8}, std::nan(""))) == "tokens = nan (must be a finite number, at least 0)");
+  CHECK(message(small_search({8}, 1e12, -1)) == "days = -1 (must be a finite number, at least 0)");
+  CHECK(message(small_search({8}, 1e12, std::numeric_limits<double>::infinity())) == "days = inf (must be a finite number, at least 0)");
+  CHECK(message(small_search({8}, 0, 30)) == "days = 30 (a deadline needs a token budget)");
+  auto held = small_search({8, 12}, 0);
+  held.search.held["tp"] = {8};
+  CHECK(message(held) == "tp = 8 (it does not divide the 12 GPUs) at 12 GPUs");
+  CHECK(message(small_search({8, 16}, 1e12, 30)) == "accepted");
+}
+
+TEST_CASE("hbmsim plan scale prints a row per count, answers as plan layout does, and exits 2 on bad flags", "[scale][cli]") {
+  const std::string run = "plan scale --model llama3.1-8b --system h100-hgx --seq 2048 --global-batch 32 --policies full,minimal --micro-batches 1 ";
+  auto j = test::cli(run + "--gpus 16,8 --tokens 1e11 --json");
+  REQUIRE(j.status == 0);
+  const auto doc = nlohmann::json::parse(j.out);
+  REQUIRE(doc["rows"].size() == 2);
+  for (const auto& row : doc["rows"]) {
+    const auto n = row["gpus"].get<std::int64_t>();
+    auto layout = test::cli("plan layout --model llama3.1-8b --system h100-hgx --seq 2048 --global-batch 32 --policies full,minimal "
+                            "--micro-batches 1 --top 1 --json --gpus " + std::to_string(n));
+    REQUIRE(layout.status == 0);
+    CHECK(row["search"]["top"][0] == nlohmann::json::parse(layout.out)["top"][0]);
+  }
+  auto text = test::cli(run + "--gpus 8,16 --tokens 1e11 --days 1000 --progress off");
+  REQUIRE(text.status == 0);
+  CHECK_THAT(text.out, Catch::StartsWith("scale: llama3.1-8b on h100-hgx GPUs, seq 2048, global batch 32 sequences (0.1 M tokens per step); "
+                                         "budget 0.1 T tokens within 1000 days"));
+  CHECK_THAT(text.out, Catch::Contains("k GPU-hours") && Catch::Contains("fewest GPUs within 1000 days: 8 (") &&
+                           Catch::Contains("Megatron: --tensor-model-parallel-size"));
+  for (const std::string bad : {"--gpus 8,8", "--gpus 0", "--gpus 8,x", "--days 3", "--tokens -1", "--gpus 8,12 --tp 8", "--jobs 0"}) {
+    auto b = test::cli(run + bad);
+    INFO(bad << ": " << b.err);
+    CHECK(b.status == 2);
+    CHECK(b.out.empty());
+    CHECK_THAT(b.err, Catch::Contains(bad.substr(bad.rfind("--"), bad.find(' ', bad.rfind("--")) - bad.rfind("--"))));
+  }
+  CHECK_THAT(test::cli(run + "--gpus 8,12 --tp 8").err, Catch::Contains("--tp = 8 (it does not divide the 12 GPUs) at 12 GPUs"));
+}
