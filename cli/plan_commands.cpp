@@ -364,7 +364,7 @@ void print_scale_plan(const RunConfig& base, const ScalePlanOptions& o, const Sc
   std::printf("scale: %s on %s GPUs, seq %lld, global batch %lld sequences (%.1f M tokens per step)%s%s (%.1f s)\n\n", base.model.c_str(),
               base.system.c_str(), static_cast<long long>(r.seq), static_cast<long long>(r.global_batch), tokens_per_step / 1e6, budget.c_str(),
               held.c_str(), seconds);
-  std::vector<std::string> head = {"GPUs", "tp", "cp", "pp", "vp", "ep", "fsdp", "dp", "mbs", "GA", "policy", "step s", "tok/s/GPU", "M tok/s", "scaling"};
+  std::vector<std::string> head = {"GPUs", "tp", "cp", "pp", "vp", "ep", "fsdp", "dp", "mbs", "GA", "policy", "step s", "tok/s/GPU", "tok/s", "scaling"};
   if (o.tokens > 0) head.insert(head.end(), {"days", "k GPU-hours"});
   head.insert(head.end(), {"HBM GiB", "limited by"});
   Table t{head, {}};
@@ -385,7 +385,7 @@ void print_scale_plan(const RunConfig& base, const ScalePlanOptions& o, const Sc
     std::vector<std::string> cells = {str(row.gpus)};
     for (auto& d : degree_cells(c)) cells.push_back(d);
     for (auto cell : {std::to_string(c.micro_batch), std::to_string(rep.grad_accum), layout_policy_label(c), fixed(rep.step_time_s, 2),
-                      fixed(rep.tokens_per_s_per_device, 0), fixed(rep.tokens_per_s_per_device * static_cast<double>(row.gpus) / 1e6, 2), fixed(row.scaling, 2)})
+                      fixed(rep.tokens_per_s_per_device, 0), fixed(rep.tokens_per_s_per_device * static_cast<double>(row.gpus), 0), fixed(row.scaling, 2)})
       cells.push_back(cell);
     if (o.tokens > 0) cells.insert(cells.end(), {fixed(row.days, 1), fixed(row.gpu_hours / 1e3, 0)});
     cells.insert(cells.end(), {gib(rep.hbm_peak_bytes), limit});
