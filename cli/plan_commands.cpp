@@ -711,6 +711,11 @@ void register_plan(CLI::App& app) {
           const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
           std::fprintf(stderr, "\r%s: %zu/%zu simulated  %.0f s   ", current->c_str(), done, total, s);
         };
+        o.on_row = [current](const ScaleRow& row) {  // what this count found, before the next one starts
+          std::fprintf(stderr, "\r%s: %s   ", current->c_str(),
+                       row.fits() ? (fixed(row.search.top[0].report.tokens_per_s_per_device, 0) + " tokens/s per GPU, " + row.search.top[0].report.mesh).c_str()
+                                  : "nothing fits");
+        };
       }
       const ScalePlan r = plan_scale(base, o);
       if (o.on_count) std::fprintf(stderr, "\n");

@@ -62,6 +62,7 @@ ScalePlan plan_scale(const RunConfig& base, const ScalePlanOptions& o) {
     ScaleRow row;
     row.gpus = counts[i];
     row.search = search_layouts(at_count(base, counts[i], out.global_batch), search);
+    if (o.on_row) o.on_row(row);
     out.rows.push_back(std::move(row));
   }
   const ScaleRow* first = nullptr;

@@ -10,6 +10,16 @@
 
 namespace hbmsim {
 
+struct ScaleRow {
+  std::int64_t gpus = 0;
+  LayoutSearch search;  // search.top: the fastest layout (empty when none fits; search.none_fit says why)
+  // With a budget: tokens / (tokens/s per GPU x gpus) in days, and gpus x those hours; 0 without one or a layout.
+  double days = 0, gpu_hours = 0;
+  // Tokens/s per GPU over that of the fewest GPUs that fit (1 there; 0 where nothing fits).
+  double scaling = 0;
+  bool fits() const { return !search.top.empty(); }
+};
+
 struct ScalePlanOptions {
   std::vector<std::int64_t> gpu_counts;  // each >= 1, none twice; searched in this order, reported ascending
   double tokens = 0;  // the training budget in tokens (0: none, so no days or GPU-hours)
@@ -19,16 +29,9 @@ struct ScalePlanOptions {
   LayoutSearchOptions search;
   // Called before each count's search: the count, its index and how many there are.
   std::function<void(std::int64_t, std::size_t, std::size_t)> on_count;
-};
-
-struct ScaleRow {
-  std::int64_t gpus = 0;
-  LayoutSearch search;  // search.top: the fastest layout (empty when none fits; search.none_fit says why)
-  // With a budget: tokens / (tokens/s per GPU x gpus) in days, and gpus x those hours; 0 without one or a layout.
-  double days = 0, gpu_hours = 0;
-  // Tokens/s per GPU over that of the fewest GPUs that fit (1 there; 0 where nothing fits).
-  double scaling = 0;
-  bool fits() const { return !search.top.empty(); }
+  // Called with each count's row as its search ends (its days and scaling not yet set): a long plan shows what
+  // it has found so far.
+  std::function<void(const ScaleRow&)> on_row;
 };
 
 struct ScalePlan {
