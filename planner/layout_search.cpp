@@ -11,6 +11,7 @@
 #include "planner/sweep.hpp"
 #include "sim/bounds.hpp"
 #include "sim/layer_plan.hpp"
+#include "sim/pipeline_schedule.hpp"
 #include "workloads/pipeline_split.hpp"
 
 namespace hbmsim {
@@ -305,24 +306,30 @@ std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSear
 double hbm_lower_bound_bytes(const PreparedRun& run) {
   const StepGraph& g = run.graph;
   const Parallelism& p = g.training.parallelism;
-  const std::int64_t m = g.training.grad_accum;
+  // Each stage's passes in order: when its first backward starts, every chunk forward it ran before is alive
+  // (1F1B's p - s micro-batches; interleaved 1F1B's (p - s - 1) x 2 + (v - 1) x p + 1 chunks, more than p - s
+  // micro-batches' worth; GPipe's every micro-batch; one without pipelining). A forward merged with that
+  // backward (combined 1F1B) has only started.
+  const auto tables = pipeline_schedule(p.schedule, static_cast<int>(p.pp), static_cast<int>(p.vp), static_cast<int>(g.training.grad_accum),
+                                        run.options.ep_overlap);
   double bound = 0;
   for (std::size_t s = 0; s < g.stages.size(); ++s) {
     const auto& st = g.stages[s];
-    double act = 0;
+    std::vector<double> chunk_act;  // kept activations of one micro-batch, per chunk the stage holds
     for (int k : st.chunks) {
       const PipelineChunk& c = g.chunks[static_cast<std::size_t>(k)];
+      double act = 0;
       for (std::int64_t l = c.first_layer; l < c.end_layer; ++l) act += kept_bytes(g.layer(l), run.policy.for_layer(l, s), g);
+      chunk_act.push_back(act);
     }
-    // Micro-batches whose forward a stage has run before its first backward: 1F1B's warm-up (p - s, at most m),
-    // every one with GPipe; without pipelining the one micro-batch in flight.
-    const std::int64_t held = p.pp == 1 ? 1
-                              : p.schedule == PipelineSchedule::gpipe ? m
-                                                                      : std::min<std::int64_t>(p.pp - static_cast<std::int64_t>(s), m);
+    double held = 0;
+    for (const PipelineTask& t : tables[s]) {
+      if (t.pass != Pass::forward) break;
+      if (!t.merged_with_next) held += chunk_act[static_cast<std::size_t>(t.chunk)];
+    }
     const double optimizer = run.options.optimizer_offload == OptimizerOffload::off ? st.optimizer_bytes : 0;
     const double parameters = run.options.parameter_offload ? 0 : st.parameter_bytes;
-    bound = std::max(bound, parameters + st.gradient_bytes + optimizer + run.system.runtime.reserve_bytes +
-                                static_cast<double>(held) * act);
+    bound = std::max(bound, parameters + st.gradient_bytes + optimizer + run.system.runtime.reserve_bytes + held);
   }
   return bound;
 }

@@ -79,9 +79,10 @@ bool set_pipeline_split(RunConfig& c, std::int64_t layers);
 std::vector<RunConfig> layout_candidates(const RunConfig& base, const LayoutSearchOptions& options);
 
 // A lower bound of the HBM peak of `config` without simulating it: the worst stage's parameters, gradients,
-// optimizer state and runtime reserve, plus the activations its layers must keep (on device) for the
-// micro-batches 1F1B holds at once (the stage's first: min(pp, micro-batches) of them), each layer's input
-// and the checkpoint tensors the policy keeps. Throws InputError as prepare_run does.
+// optimizer state and runtime reserve, plus the activations its layers must keep (on device: each layer's input
+// and the checkpoint tensors the policy keeps) for every chunk forward its schedule runs before its first
+// backward (1F1B's first stage: min(pp, micro-batches) micro-batches; interleaved 1F1B's more). Throws
+// InputError as prepare_run does.
 double hbm_lower_bound_bytes(const PreparedRun& run);
 
 // What limits a run, in words: what it runs out of when it does not fit; otherwise the longest exposed wait of

@@ -64,6 +64,37 @@ RunConfig llama8b_on_8_h100s() {
 
 }  // namespace
 
+TEST_CASE("the HBM bound holds every chunk forward an interleaved first stage runs before its first backward", "[layout]") {
+  // Llama 3.1 8B (32 identical layers) at pp 4 with 8 micro-batches. Plain 1F1B: stage 0 runs 4 forwards of its
+  // 8 layers before its first backward, 32 layer-forwards of activations alive. Interleaved with v = 2 (Megatron's
+  // warm-up (p - 1) x 2 + (v - 1) x p = 10 chunk forwards, then one more before the first backward): 11 chunks of
+  // 4 layers, 44 layer-forwards. Stage 0 stores the same 8 layers (and the embedding) either way, so what the
+  // bound adds to its state is in the ratio 44 : 32.
+  RunConfig c;
+  c.system = "gb200-nvl72";
+  c.model = "llama3.1-8b";
+  c.gpus = 4;
+  c.pp = 4;
+  c.seq = 8192;
+  c.micro_batch = 1;
+  c.global_batch = 8;
+  c.framework = "megatron";
+  c.policy = "no_recompute";
+  auto activations = [](const RunConfig& config) {
+    const PreparedRun run = prepare_run(config);
+    const auto& st = run.graph.stages.at(0);
+    const double state = st.parameter_bytes + st.gradient_bytes + st.optimizer_bytes + run.system.runtime.reserve_bytes;
+    const double bound = hbm_lower_bound_bytes(run);
+    CHECK(bound <= run_simulation(config).hbm_peak_bytes);
+    return bound - state;
+  };
+  const double plain = activations(c);
+  c.vp = 2;
+  const double interleaved = activations(c);
+  REQUIRE(plain > 0);
+  CHECK(interleaved / plain == Approx(44.0 / 32.0).epsilon(1e-9));
+}
+
 TEST_CASE("the step-time and HBM lower bounds never exceed what the simulation gives", "[layout][invariants]") {
   // Over random layouts (experts folded over tp or not), pipelines (GPipe, 1F1B, interleaved, ZB-H1), policies
   // and schedule switches: the step bound (compute, and the waits for collectives that hold the compute stream)
