@@ -20,6 +20,10 @@ struct LayoutSearchOptions {
   // Skip candidates whose HBM lower bound exceeds capacity, and those whose step-time lower bound cannot beat
   // the top list (off: simulate them all; the answer is the same, which the tests check).
   bool prune = true;
+  // With prune: a simulation stops once HBM goes over capacity (what cannot fit needs no step time; the layout
+  // that came closest is run in full if nothing fits). Off: every simulation runs whole; the answer is the same,
+  // which the tests check.
+  bool stop_early = true;
   std::vector<std::string> policies;  // empty: default_layout_policies(base)
   std::vector<std::int64_t> micro_batches = {1, 2};  // sequences per model replica per micro-step
   // A candidate whose HBM lower bound exceeds capacity is tried again with its optimizer state in pinned host

@@ -188,7 +188,7 @@ void parallel_for(std::size_t n, int jobs, const std::function<void(std::size_t)
 }
 
 void run_sweep(const std::vector<SweepPoint>& points, int jobs, const std::function<void(const SweepRow&)>& on_row,
-               const std::set<std::size_t>& skip) {
+               const std::set<std::size_t>& skip, const std::function<StepReport(const RunConfig&)>& simulate) {
   check_jobs(jobs);
   std::atomic<std::size_t> next{0};
   std::mutex emit;
@@ -201,7 +201,7 @@ void run_sweep(const std::vector<SweepPoint>& points, int jobs, const std::funct
       if (skip.count(p.index)) continue;
       SweepRow row{p.index, config_id(p.config), p.values, std::nullopt, ""};
       try {
-        row.report = run_simulation(p.config);
+        row.report = simulate ? simulate(p.config) : run_simulation(p.config);
       } catch (const InputError& e) {
         row.error = e.what();
       } catch (...) {

@@ -55,8 +55,9 @@ void check_jobs(int jobs, const std::string& flag = "--jobs");
 // rethrows the exception of the lowest i that threw, if any.
 void parallel_for(std::size_t n, int jobs, const std::function<void(std::size_t)>& work);
 
+// `simulate`: how a point is run (empty: run_simulation; a search may stop runs that cannot fit early).
 void run_sweep(const std::vector<SweepPoint>& points, int jobs, const std::function<void(const SweepRow&)>& on_row,
-               const std::set<std::size_t>& skip = {});
+               const std::set<std::size_t>& skip = {}, const std::function<StepReport(const RunConfig&)>& simulate = {});
 
 // Row formats: CSV (header + one line per row) and JSON lines. Both start with "index" and the axis values.
 std::vector<std::string> sweep_columns(const std::vector<SweepAxis>& axes);

@@ -14,7 +14,8 @@ Scratch& scratch() {
   return s;
 }
 
-inline Engine::Engine(const Program& p, bool timeline, bool fast_forward) : p_(p), record_(timeline) {
+inline Engine::Engine(const Program& p, bool timeline, bool fast_forward, double stop_above_hbm_bytes)
+    : p_(p), record_(timeline), stop_hbm_(stop_above_hbm_bytes > 0 ? stop_above_hbm_bytes : std::numeric_limits<double>::infinity()) {
   const auto n = p.ops.size();
   const auto nq = p.queues.size();
   if (nq > static_cast<std::size_t>(kMaxQueues)) throw std::logic_error("a program has at most " + std::to_string(kMaxQueues) + " queues");
@@ -125,7 +126,7 @@ inline EngineResult Engine::run() {
   start_ready();
   at_anchor();
   auto& finished = finished_;
-  while (done_ < n) {
+  while (done_ < n && !r_.stopped_over_hbm) {
     if (rates_stale_) update_rates();
     // The next completion: the earliest predicted end among the running ops (a dense array, so a scan).
     double next = std::numeric_limits<double>::infinity();
@@ -443,10 +444,10 @@ inline void Engine::update_rates() {
 }
 }  // namespace detail
 
-EngineResult run_program(const Program& program, bool record_timeline, bool fast_forward) {
+EngineResult run_program(const Program& program, bool record_timeline, bool fast_forward, double stop_above_hbm_bytes) {
   // The repeat checks compare queue positions in program order: a program issued in another order runs
   // event by event.
-  return detail::Engine(program, record_timeline, fast_forward && program.issue_order.empty()).run();
+  return detail::Engine(program, record_timeline, fast_forward && program.issue_order.empty(), stop_above_hbm_bytes).run();
 }
 
 }  // namespace hbmsim::sim

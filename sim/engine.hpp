@@ -214,6 +214,9 @@ struct EngineResult {
   double executed_flops = 0;
   std::vector<MemorySample> timeline;  // only when asked: a sample of a device at each change of its memory
   std::vector<double> buffer_alloc_s, buffer_free_s;  // only when asked; -1: never
+  // The run ended early because a device's live HBM went over the stop given to run_program: the step does not
+  // fit, and every other figure covers only the time until then.
+  bool stopped_over_hbm = false;
   std::uint64_t events = 0;      // completions, replayed ones included
   int replayed_iterations = 0;   // loop iterations fast-forwarded rather than simulated
 };
@@ -223,6 +226,8 @@ struct EngineResult {
 // fast_forward: once the state at the start of a loop iteration repeats the previous one's (shifted by an
 // iteration), the engine replays that iteration's events instead of simulating them (same results within
 // 1e-9 relative; off: every event simulated).
-EngineResult run_program(const Program& program, bool record_timeline, bool fast_forward = true);
+// stop_above_hbm_bytes > 0: end the run as soon as a device's live HBM exceeds it (EngineResult::stopped_over_hbm),
+// for a search that only needs to know the step does not fit.
+EngineResult run_program(const Program& program, bool record_timeline, bool fast_forward = true, double stop_above_hbm_bytes = 0);
 
 }  // namespace hbmsim::sim

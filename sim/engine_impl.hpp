@@ -141,7 +141,7 @@ Scratch& scratch();  // this thread's (engine.cpp)
 // fast-forward in fast_forward.cpp, the small steps both take here.
 class Engine {
  public:
-  Engine(const Program& p, bool timeline, bool fast_forward);
+  Engine(const Program& p, bool timeline, bool fast_forward, double stop_above_hbm_bytes);
 
   EngineResult run();
 
@@ -257,6 +257,7 @@ class Engine {
         m.hbm_peak_bytes = d.hbm_live;
         m.hbm_peak_time_s = now_;
         m.hbm_at_peak = d.by_cat;
+        if (d.hbm_live > stop_hbm_) r_.stopped_over_hbm = true;
       }
     }
     if (track_) {
@@ -368,6 +369,7 @@ class Engine {
 
   const Program& p_;
   bool record_;
+  double stop_hbm_;  // live HBM above it ends the run (infinity: never)
   EngineResult r_;
   double now_ = 0;
   std::vector<int>&unmet_ = scratch().unmet, &op_queue_ = scratch().op_queue, &succ_start_ = scratch().succ_start, &succ_ = scratch().succ,

@@ -367,6 +367,7 @@ inline void Engine::add_jumped(int done, double period, const Totals& before) {
     if (hbm > 0 && x.hbm_bytes + n * hbm > mem.hbm_peak_bytes) {
       mem.hbm_peak_bytes = x.hbm_bytes + n * hbm;
       mem.hbm_peak_time_s = x.time_s + n * period;
+      if (mem.hbm_peak_bytes > stop_hbm_) r_.stopped_over_hbm = true;
       for (std::size_t c = 0; c < mem.hbm_at_peak.size(); ++c) mem.hbm_at_peak[c] = x.by_cat[c] + n * (dv.by_cat[c] - was.by_cat[c]);
     }
     if (host > 0) mem.host_peak_bytes = std::max(mem.host_peak_bytes, x.host_bytes + n * host);

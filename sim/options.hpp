@@ -59,6 +59,9 @@ struct SimOptions {
   // before its next pass that way (Megatron's p2p wait handles, XLA's collective-permute-done).
   bool blocking_p2p = false;
   bool record_trace = false;
+  // > 0: the run ends once a device's live HBM exceeds it (a search's shortcut: the report then says the step does
+  // not fit, StepReport::stopped, and its other figures cover only the time until then).
+  double stop_above_hbm_bytes = 0;
   // Copy repeating layer iterations instead of building them (sim/instances.hpp) and replay their events
   // instead of simulating them (sim/engine.hpp); same program, same results. Off: the plain run.
   bool fast_forward = true;

@@ -46,6 +46,9 @@ struct StepReport {
   std::string mesh;               // the layout, e.g. "fsdp 16 x tp 8 (maxtext order)"
   bool fits = true;
   std::string fits_reason;
+  // The run ended when HBM first went over capacity (SimOptions::stop_above_hbm_bytes): it does not fit, and the
+  // other figures cover only the time until then.
+  bool stopped = false;
   double hbm_peak_bytes = 0, hbm_capacity_bytes = 0, hbm_peak_time_s = 0;
   // What LHS may fill HBM to with prefetches: memory_limit_slop of HBM less one backward iteration's needs.
   double prefetch_limit_bytes = 0;

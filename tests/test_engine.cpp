@@ -404,3 +404,26 @@ TEST_CASE("an issue order other than the program's runs each queue in that order
   p.issue_order = {a, xi, c};
   CHECK_THROWS_WITH(run_program(p, false), Catch::Contains("does not name every op once"));
 }
+
+TEST_CASE("a run given an HBM stop ends when live HBM first goes over it, and runs whole under it", "[engine]") {
+  // Three 1 s compute ops in a chain, each allocating 10 GB when it starts and keeping it: live HBM is 10, 20, 30
+  // GB from t = 0, 1 and 2 s. A stop at 25 GB ends the run at t = 2 s, when the third op starts (two completions),
+  // with a peak of 30 GB; a stop at 30 GB (never exceeded) or none runs all 3 s.
+  Program p;
+  for (int i = 0; i < 3; ++i) {
+    ProgramOp op = compute(1.0, i ? std::vector<int>{i - 1} : std::vector<int>{});
+    op.allocs = {p.add_buffer(10e9, MemCategory::saved_activations)};
+    p.add(op);
+  }
+  const auto stopped = run_program(p, false, true, 25e9);
+  CHECK(stopped.stopped_over_hbm);
+  CHECK(stopped.end_time_s == Approx(2.0));
+  CHECK(stopped.events == 2);
+  CHECK(stopped.memory[0].hbm_peak_bytes == Approx(30e9));
+  for (double stop : {30e9, 0.0}) {
+    const auto whole = run_program(p, false, true, stop);
+    CHECK_FALSE(whole.stopped_over_hbm);
+    CHECK(whole.end_time_s == Approx(3.0));
+    CHECK(whole.events == 3);
+  }
+}

@@ -13,6 +13,7 @@
 #include "planner/plan.hpp"
 #include "planner/sweep.hpp"
 #include "sim/bounds.hpp"
+#include "sim/simulator.hpp"
 
 using namespace hbmsim;
 
@@ -63,6 +64,44 @@ RunConfig llama8b_on_8_h100s() {
 }
 
 }  // namespace
+
+TEST_CASE("a search stops the runs that go over HBM early and says the same, also when nothing fits", "[layout]") {
+  // Llama 3.1 8B on 8 H100s held to one layout (fsdp 8, no recompute, micro-batch 1): its HBM bound is below its
+  // simulated peak. With HBM set between the two, the bound lets it through and the simulation finds it over: the
+  // run stops early, and the "nothing fits" answer names its whole run's peak, as a search that runs it whole does.
+  RunConfig base = llama8b_on_8_h100s();
+  LayoutSearchOptions o;
+  o.top = 1;
+  o.policies = {"no_recompute"};
+  o.micro_batches = {1};
+  o.held = {{"tp", {1}}, {"cp", {1}}, {"pp", {1}}, {"vp", {1}}, {"ep", {1}}, {"fsdp", {8}}, {"dp", {1}}, {"sharded_optimizer", {0}}};
+  o.state_offload = false;
+  const auto all = layout_candidates(base, o);
+  REQUIRE(all.size() == 1);
+  const double bound = hbm_lower_bound_bytes(prepare_run(all[0]));
+  const double peak = run_simulation(all[0]).hbm_peak_bytes;
+  REQUIRE(bound < 0.9 * peak);
+  base.hbm_bytes = (bound + peak) / 2;
+  const LayoutSearch early = search_layouts(base, o);
+  o.stop_early = false;
+  const LayoutSearch whole = search_layouts(base, o);
+  CHECK(early.top.empty());
+  CHECK(early.simulated == 1);
+  CHECK(early.none_fit == whole.none_fit);
+  char gib[32];
+  std::snprintf(gib, sizeof gib, "%.1f of", peak / 1073741824.0);
+  CHECK_THAT(early.none_fit, Catch::Contains(gib));
+  // The run itself, stopped: over capacity, and shorter than the step.
+  RunConfig squeezed = all[0];
+  squeezed.hbm_bytes = base.hbm_bytes;
+  PreparedRun run = prepare_run(squeezed);
+  run.options.stop_above_hbm_bytes = *base.hbm_bytes;
+  const StepReport stopped = simulate(run.graph, run.system, run.policy, run.options);
+  CHECK(stopped.stopped);
+  CHECK_FALSE(stopped.fits);
+  CHECK(stopped.hbm_peak_bytes > *base.hbm_bytes);
+  CHECK(stopped.step_time_s < run_simulation(all[0]).step_time_s);
+}
 
 TEST_CASE("the HBM bound holds every chunk forward an interleaved first stage runs before its first backward", "[layout]") {
   // Llama 3.1 8B (32 identical layers) at pp 4 with 8 micro-batches. Plain 1F1B: stage 0 runs 4 forwards of its
