@@ -12,6 +12,9 @@ void register_commands(CLI::App& app);
 void register_planner_commands(CLI::App& app);  // reproduce, sweep
 void register_plan_commands(CLI::App& app);     // plan, calibrate, bench
 int plan_exit_status();
+void register_layout_commands(CLI::App* plan);  // plan layout, plan scale (under `plan`)
+// A plan's answer as settings to run it with: simulate config, MaxText keys, XLA flags, Megatron arguments.
+void print_settings(const RunConfig& c);
 void register_bench_command(CLI::App& app);
 void register_validate_command(CLI::App& app);  // validate: the published measured runs
 int exit_status();

@@ -10,9 +10,9 @@
 #include "planner/plan.hpp"
 #include "planner/sweep.hpp"
 #include "sim/bounds.hpp"
-#include "sim/simulator.hpp"
 #include "sim/layer_plan.hpp"
 #include "sim/pipeline_schedule.hpp"
+#include "sim/simulator.hpp"
 #include "workloads/pipeline_split.hpp"
 
 namespace hbmsim {
