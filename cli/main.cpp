@@ -65,7 +65,9 @@ const std::map<std::string, std::string>& examples() {
       {"plan", "  hbmsim plan largest-batch --model deepseek-v3-671b --gpus 128 --ep 64 --seq 4096\n"
                "  hbmsim plan best-policy --model llama3.1-405b --gpus 128 --batch 2 --seq 8192\n"
                "  hbmsim plan break-even --model llama3.1-405b --gpus 128 --batch 2 --policy qkv_proj_offloaded\n"
-               "  hbmsim plan hbm-needed --model llama3.1-70b --gpus 8 --batch 4\n"},
+               "  hbmsim plan hbm-needed --model llama3.1-70b --gpus 8 --batch 4\n"
+               "  hbmsim plan layout --model llama3.1-405b --gpus 1024 --system gb200-nvl72 --seq 8192\n"
+               "  hbmsim plan scale --model llama3.1-405b --system gb200-nvl72 --seq 8192 --gpus 512,1024,2048 --tokens 15e12\n"},
       {"largest-batch", "  hbmsim plan largest-batch --model deepseek-v3-671b --gpus 128 --ep 64 --seq 4096\n"
                         "  hbmsim plan largest-batch --model llama3.1-405b --gpus 128 --seq 8192 --powers-of-two\n"},
       {"best-policy", "  hbmsim plan best-policy --model llama3.1-405b --gpus 128 --batch 2 --seq 8192 --pareto\n"},
@@ -85,7 +87,8 @@ const std::map<std::string, std::string>& examples() {
 constexpr const char* kExitStatus =
     "Exit status: 0 for any result (a plan that does not fit is a result), 2 for bad input, 1 for an internal error.";
 
-// Each command gets its own examples (CLI11 copies a parent's footer into subcommands made after it).
+// Each command gets its own examples (CLI11 copies a parent's footer into subcommands made after it, so footers are
+// set here, once every command exists).
 void set_footers(CLI::App& app) {
   for (auto* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
     auto it = examples().find(sub->get_name());
@@ -93,7 +96,9 @@ void set_footers(CLI::App& app) {
     const std::string status = sub->get_name() == "measure" || sub->get_name() == "calibrate"
                                    ? std::string(kExitStatus) + "\n`calibrate measure`: 3 when there is no CUDA device or no CUDA backend."
                                    : std::string(kExitStatus);
-    sub->footer(it == examples().end() ? status : "Examples:\n" + it->second + status);
+    // A command that wrote its own footer (plan layout, plan scale: what the flags mean, with examples) keeps it.
+    const std::string own = sub->get_footer();
+    sub->footer(!own.empty() ? own + "\n" + status : it == examples().end() ? status : "Examples:\n" + it->second + status);
     set_footers(*sub);
   }
 }

@@ -209,7 +209,7 @@ void register_calibrate(CLI::App& app) {
 
 
 void register_plan(CLI::App& app) {
-  auto* plan = app.add_subcommand("plan", "Capacity questions: largest batch, best policy, Pareto front, break-even link, HBM needed");
+  auto* plan = app.add_subcommand("plan", "Capacity questions: largest batch, best policy, Pareto front, break-even link, HBM needed, fastest layout, GPU count");
   plan->require_subcommand(0, 1);
   {
     auto* cmd = plan->add_subcommand("largest-batch", "Largest batch that fits (per device, or Megatron's micro-batch), per policy variant");

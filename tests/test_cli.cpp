@@ -67,6 +67,19 @@ TEST_CASE("the run-field docs are the CLI's own table, and every field has a fla
   }
 }
 
+TEST_CASE("a command's own --help text is kept beside the exit status, the others get the examples table's", "[cli]") {
+  // plan layout and plan scale write what their flags mean (held degrees, the GPU counts); until the fifty-second
+  // session the examples table's pass replaced it with the exit status alone.
+  for (const std::string cmd : {"plan layout", "plan scale", "plan offload-layers"}) {
+    const auto help = test::cli(cmd + " --help").out;
+    INFO(cmd);
+    CHECK_THAT(help, Catch::Contains("  hbmsim " + cmd + " --model") && Catch::EndsWith("2 for bad input, 1 for an internal error.\n"));
+  }
+  CHECK_THAT(test::cli("plan layout --help").out, Catch::Contains("is held to that value or comma-separated list"));
+  CHECK_THAT(test::cli("plan scale --help").out, Catch::Contains("--gpus takes the counts to compare"));
+  CHECK_THAT(test::cli("plan hbm-needed --help").out, Catch::Contains("Examples:\n  hbmsim plan hbm-needed --model"));
+}
+
 TEST_CASE("a plan that does not fit is a result with exit status 0", "[cli]") {
   auto r = test::cli("simulate --system h100-hgx --model llama3.1-70b --gpus 8 --batch 16 --seq 8192 --json");
   REQUIRE(r.status == 0);
