@@ -233,7 +233,10 @@ void register_layout_commands(CLI::App* plan) {
         "  hbmsim plan layout --model llama3.1-405b --gpus 1024 --system gb200-nvl72 --seq 8192\n"
         "  hbmsim plan layout --model llama3.1-70b --gpus 64 --global-batch 256 --seq 8192 --weights fp8 --top 5");
     cmd->callback([=] {
-      auto [base, o] = resolve_search_flags(*flags, *search, {});
+      // (not a structured binding: clang cannot capture those in a lambda)
+      auto resolved = resolve_search_flags(*flags, *search, {});
+      const RunConfig base = std::move(resolved.first);
+      LayoutSearchOptions o = std::move(resolved.second);
       o.top = *top;
       with_flag_names(o, [&] {
         check_layout_options(o);
@@ -304,8 +307,9 @@ void register_layout_commands(CLI::App* plan) {
         o.gpu_counts = held_flag_values("gpus", it->second);
         rest.values.erase(it);
       }
-      auto [base, so] = resolve_search_flags(rest, *search, {"gpus"});
-      o.search = std::move(so);
+      auto resolved = resolve_search_flags(rest, *search, {"gpus"});
+      const RunConfig base = std::move(resolved.first);
+      o.search = std::move(resolved.second);
       o.tokens = *tokens;
       o.days = *days;
       if (o.gpu_counts.empty()) o.gpu_counts = {base.gpus};
