@@ -51,8 +51,6 @@ ScalePlan plan_scale(const RunConfig& base, const ScalePlanOptions& o) {
   ScalePlan out;
   out.global_batch = scale_global_batch(base, o.gpu_counts);
   out.seq = base.seq;
-  out.tokens = o.tokens;
-  out.days = o.days;
   std::vector<std::int64_t> counts = o.gpu_counts;
   std::sort(counts.begin(), counts.end());
   LayoutSearchOptions search = o.search;
@@ -65,26 +63,33 @@ ScalePlan plan_scale(const RunConfig& base, const ScalePlanOptions& o) {
     if (o.on_row) o.on_row(row);
     out.rows.push_back(std::move(row));
   }
+  price_scale_plan(out, o.tokens, o.days);
+  return out;
+}
+
+void price_scale_plan(ScalePlan& plan, double tokens, double days) {
+  plan.tokens = tokens;
+  plan.days = days;
   const ScaleRow* first = nullptr;
-  for (ScaleRow& row : out.rows) {
+  for (ScaleRow& row : plan.rows) {
+    row.days = row.gpu_hours = row.scaling = 0;
     if (!row.fits()) continue;
     const double per_gpu = row.search.top.front().report.tokens_per_s_per_device;
     if (!first) first = &row;
     row.scaling = per_gpu / first->search.top.front().report.tokens_per_s_per_device;
-    if (o.tokens <= 0 || !(per_gpu > 0)) continue;
-    const double seconds = o.tokens / (per_gpu * static_cast<double>(row.gpus));
+    if (tokens <= 0 || !(per_gpu > 0)) continue;
+    const double seconds = tokens / (per_gpu * static_cast<double>(row.gpus));
     row.days = seconds / kSecondsPerDay;
     row.gpu_hours = seconds / 3600 * static_cast<double>(row.gpus);
   }
-  if (o.days > 0) {
-    out.fewest_within_days = -1;
-    for (const ScaleRow& row : out.rows)
-      if (row.fits() && row.days <= o.days) {
-        out.fewest_within_days = row.gpus;
-        break;
-      }
-  }
-  return out;
+  plan.fewest_within_days = 0;
+  if (days <= 0) return;
+  plan.fewest_within_days = -1;
+  for (const ScaleRow& row : plan.rows)
+    if (row.fits() && row.days <= days) {
+      plan.fewest_within_days = row.gpus;
+      return;
+    }
 }
 
 }  // namespace hbmsim

@@ -51,5 +51,8 @@ void check_scale_options(const RunConfig& base, const ScalePlanOptions& options)
 // largest count.
 std::int64_t scale_global_batch(const RunConfig& base, const std::vector<std::int64_t>& gpu_counts);
 ScalePlan plan_scale(const RunConfig& base, const ScalePlanOptions& options);
+// Prices a plan's rows for a budget of `tokens` (0: none) and a deadline of `days` (0: none): each row's days,
+// GPU-hours and scaling, and the plan's fewest GPUs within the deadline (plan_scale calls it).
+void price_scale_plan(ScalePlan& plan, double tokens, double days);
 
 }  // namespace hbmsim
