@@ -337,7 +337,6 @@ py::dict plan_scale(const py::object& config, const std::vector<std::int64_t>& g
   o.search.prune = prune;
   o.search.state_offload = state_offload;
   for (const auto& p : o.search.policies) (void)hbmsim::make_policy(p);
-  hbmsim::check_scale_options(base, o);
   json j;
   {
     py::gil_scoped_release nogil;

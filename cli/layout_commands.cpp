@@ -125,10 +125,11 @@ void with_flag_names(const LayoutSearchOptions& o, const std::function<void()>& 
   }
 }
 
-std::function<void(std::size_t, std::size_t)> search_progress(const std::string& what, std::chrono::steady_clock::time_point start) {
+// A search's progress line on stderr under `what` (plan scale changes it at each count).
+std::function<void(std::size_t, std::size_t)> search_progress(std::shared_ptr<const std::string> what, std::chrono::steady_clock::time_point start) {
   return [what, start](std::size_t done, std::size_t total) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::fprintf(stderr, "\r%s: %zu/%zu simulated  %.0f s   ", what.c_str(), done, total, s);
+    std::fprintf(stderr, "\r%s: %zu/%zu simulated  %.0f s   ", what->c_str(), done, total, s);
   };
 }
 
@@ -159,14 +160,14 @@ std::string layout_extra(const RunConfig& best) {
 
 void print_scale_plan(const RunConfig& base, const ScalePlanOptions& o, const ScalePlan& r, double seconds) {
   const double tokens_per_step = static_cast<double>(r.global_batch) * static_cast<double>(r.seq);
-  std::string budget = o.tokens > 0 ? "; budget " + format_number(o.tokens / 1e12) + " T tokens" : "";
-  if (o.days > 0) budget += " within " + format_number(o.days) + " days";
+  std::string budget = r.tokens > 0 ? "; budget " + format_number(r.tokens / 1e12) + " T tokens" : "";
+  if (r.days > 0) budget += " within " + format_number(r.days) + " days";
   const std::string held = o.search.held.empty() ? "" : "; held: " + held_text(held_fields(o.search));
   std::printf("scale: %s on %s GPUs, seq %lld, global batch %lld sequences (%.1f M tokens per step)%s%s (%.1f s)\n\n", base.model.c_str(),
               base.system.c_str(), static_cast<long long>(r.seq), static_cast<long long>(r.global_batch), tokens_per_step / 1e6, budget.c_str(),
               held.c_str(), seconds);
   std::vector<std::string> head = {"GPUs", "tp", "cp", "pp", "vp", "ep", "fsdp", "dp", "mbs", "GA", "policy", "step s", "tok/s/GPU", "tok/s", "scaling"};
-  if (o.tokens > 0) head.insert(head.end(), {"days", "k GPU-hours"});
+  if (r.tokens > 0) head.insert(head.end(), {"days", "k GPU-hours"});
   head.insert(head.end(), {"HBM GiB", "limited by"});
   Table t{head, {}};
   t.text_last = true;
@@ -188,21 +189,21 @@ void print_scale_plan(const RunConfig& base, const ScalePlanOptions& o, const Sc
     for (auto cell : {std::to_string(c.micro_batch), std::to_string(rep.grad_accum), layout_policy_label(c), fixed(rep.step_time_s, 2),
                       fixed(rep.tokens_per_s_per_device, 0), fixed(rep.tokens_per_s_per_device * static_cast<double>(row.gpus), 0), fixed(row.scaling, 2)})
       cells.push_back(cell);
-    if (o.tokens > 0) cells.insert(cells.end(), {fixed(row.days, 1), fixed(row.gpu_hours / 1e3, 0)});
+    if (r.tokens > 0) cells.insert(cells.end(), {fixed(row.days, 1), fixed(row.gpu_hours / 1e3, 0)});
     cells.insert(cells.end(), {gib(rep.hbm_peak_bytes), limit});
     t.rows.push_back(cells);
   }
   std::cout << t.render();
   if (!listed.empty()) std::printf("(%s)\n", ep_legend(listed).c_str());
   for (const auto& why : none) std::printf("%s\n", why.c_str());
-  if (o.days <= 0) return;
+  if (r.days <= 0) return;
   if (r.fewest_within_days < 0) {
-    std::printf("\nno count compared meets %s days\n", format_number(o.days).c_str());
+    std::printf("\nno count compared meets %s days\n", format_number(r.days).c_str());
     return;
   }
   for (const ScaleRow& row : r.rows)
     if (row.gpus == r.fewest_within_days) {
-      std::printf("\nfewest GPUs within %s days: %lld (%.1f days, %s)\n", format_number(o.days).c_str(), static_cast<long long>(row.gpus), row.days,
+      std::printf("\nfewest GPUs within %s days: %lld (%.1f days, %s)\n", format_number(r.days).c_str(), static_cast<long long>(row.gpus), row.days,
                   row.search.top.front().report.mesh.c_str());
       print_settings(row.search.top.front().config);
     }
@@ -244,7 +245,7 @@ void register_layout_commands(CLI::App* plan) {
       });
       const auto start = std::chrono::steady_clock::now();
       const bool show = progress_wanted(search->progress);
-      if (show) o.progress = search_progress("plan layout", start);
+      if (show) o.progress = search_progress(std::make_shared<const std::string>("plan layout"), start);
       const std::string held_note = o.held.empty() ? "" : "; held: " + held_text(held_fields(o));
       if (!search->json)
         std::printf("search: %s on %lld x %s GPUs, seq %lld, global batch %lld sequences%s\n", base.model.c_str(),
@@ -321,10 +322,7 @@ void register_layout_commands(CLI::App* plan) {
           *current = "plan scale: " + str(gpus) + " GPUs (" + str(static_cast<std::int64_t>(i + 1)) + " of " + str(static_cast<std::int64_t>(n)) + ")";
           std::fprintf(stderr, "%s%s", i ? "\n" : "", current->c_str());
         };
-        o.search.progress = [current, start](std::size_t done, std::size_t total) {
-          const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-          std::fprintf(stderr, "\r%s: %zu/%zu simulated  %.0f s   ", current->c_str(), done, total, s);
-        };
+        o.search.progress = search_progress(current, start);
         o.on_row = [current](const ScaleRow& row) {  // what this count found, before the next one starts
           std::fprintf(stderr, "\r%s: %s   ", current->c_str(),
                        row.fits() ? (fixed(row.search.top[0].report.tokens_per_s_per_device, 0) + " tokens/s per GPU, " + row.search.top[0].report.mesh).c_str()

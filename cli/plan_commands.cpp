@@ -207,7 +207,6 @@ void register_calibrate(CLI::App& app) {
   }
 }
 
-
 void register_plan(CLI::App& app) {
   auto* plan = app.add_subcommand("plan", "Capacity questions: largest batch, best policy, Pareto front, break-even link, HBM needed, fastest layout, GPU count");
   plan->require_subcommand(0, 1);
