@@ -140,14 +140,17 @@ std::vector<std::string> degree_cells(const RunConfig& c) {
           std::to_string(c.dp) + (c.sharded_optimizer ? "*" : "")};
 }
 
-// The legend of the marks degree_cells puts on the layouts listed.
-std::string ep_legend(const std::vector<const RunConfig*>& listed) {
-  std::string legend = "dp*: optimizer state sharded over dp";
-  if (std::any_of(listed.begin(), listed.end(), [](const RunConfig* c) { return folds_experts(*c); }))
-    legend += "; ep Nf: expert tensor parallelism 1, experts whole over an expert group of N GPUs spanning tp (and cp, or part of it)";
-  if (std::any_of(listed.begin(), listed.end(), [](const RunConfig* c) { return c->ep_overlap; }))
-    legend += "; ep No: expert all-to-alls overlapped with another micro-batch's compute (combined 1F1B, ep_overlap)";
-  return legend;
+// The legend of the marks degree_cells puts on the layouts listed, as a line of its own ("": none is).
+std::string marks_legend(const std::vector<const RunConfig*>& listed) {
+  auto any = [&](bool (*marked)(const RunConfig&)) { return std::any_of(listed.begin(), listed.end(), [&](const RunConfig* c) { return marked(*c); }); };
+  std::string legend;
+  auto add = [&](const char* text) { legend += (legend.empty() ? "" : "; ") + std::string(text); };
+  if (any([](const RunConfig& c) { return c.sharded_optimizer; })) add("dp*: optimizer state sharded over dp");
+  if (any([](const RunConfig& c) { return folds_experts(c); }))
+    add("ep Nf: expert tensor parallelism 1, experts whole over an expert group of N GPUs spanning tp (and cp, or part of it)");
+  if (any([](const RunConfig& c) { return c.ep_overlap; }))
+    add("ep No: expert all-to-alls overlapped with another micro-batch's compute (combined 1F1B, ep_overlap)");
+  return legend.empty() ? "" : "(" + legend + ")\n";
 }
 
 // What a winner's line adds to its mesh: where folded experts live, combined 1F1B.
@@ -187,14 +190,14 @@ void print_scale_plan(const RunConfig& base, const ScalePlanOptions& o, const Sc
     std::vector<std::string> cells = {str(row.gpus)};
     for (auto& d : degree_cells(c)) cells.push_back(d);
     for (auto cell : {std::to_string(c.micro_batch), std::to_string(rep.grad_accum), layout_policy_label(c), fixed(rep.step_time_s, 2),
-                      fixed(rep.tokens_per_s_per_device, 0), fixed(rep.tokens_per_s_per_device * static_cast<double>(row.gpus), 0), fixed(row.scaling, 2)})
+                      fixed(rep.tokens_per_s_per_device, 0), fixed(row.tokens_per_s(), 0), fixed(row.scaling, 2)})
       cells.push_back(cell);
     if (r.tokens > 0) cells.insert(cells.end(), {fixed(row.days, 1), fixed(row.gpu_hours / 1e3, 0)});
     cells.insert(cells.end(), {gib(rep.hbm_peak_bytes), limit});
     t.rows.push_back(cells);
   }
   std::cout << t.render();
-  if (!listed.empty()) std::printf("(%s)\n", ep_legend(listed).c_str());
+  std::printf("%s", marks_legend(listed).c_str());
   for (const auto& why : none) std::printf("%s\n", why.c_str());
   if (r.days <= 0) return;
   if (r.fewest_within_days < 0) {
@@ -207,6 +210,53 @@ void print_scale_plan(const RunConfig& base, const ScalePlanOptions& o, const Sc
                   row.search.top.front().report.mesh.c_str());
       print_settings(row.search.top.front().config);
     }
+}
+
+// `--system a,b,c`: the systems plan scale compares, in the order given (a name empty or given twice is refused).
+std::vector<std::string> listed_systems(const std::string& text) {
+  std::vector<std::string> systems;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    systems.push_back(text.substr(start, comma - start));
+    start = comma + 1;
+  }
+  for (std::size_t i = 0; i < systems.size(); ++i) {
+    if (systems[i].empty()) throw InputError("--system = \"" + text + "\" (an empty name in the list)");
+    if (std::find(systems.begin(), systems.begin() + static_cast<std::ptrdiff_t>(i), systems[i]) != systems.begin() + static_cast<std::ptrdiff_t>(i))
+      throw InputError("--system = \"" + text + "\" (" + systems[i] + " given twice)");
+  }
+  return systems;
+}
+
+// Several systems' plans side by side: each one's answer (scale_answer), what it takes and how it is laid out.
+void print_systems_compared(const std::vector<ScalePlan>& plans) {
+  const ScalePlan& first = plans.front();
+  std::string what = "the count with the most tokens/s";
+  if (first.days > 0) what = "the fewest GPUs within " + format_number(first.days) + " days";
+  std::printf("\nsystems compared (each at %s):\n", what.c_str());
+  std::vector<std::string> head = {"system", "GPUs", "tok/s/GPU", "tok/s"};
+  if (first.tokens > 0) head.insert(head.end(), {"days", "k GPU-hours"});
+  head.push_back("layout");
+  Table t{head, {}};
+  t.text_last = true;
+  for (const ScalePlan& plan : plans) {
+    const ScaleRow* row = scale_answer(plan);
+    std::vector<std::string> cells(head.size(), "-");
+    cells.front() = plan.system;
+    if (!row) {
+      cells.back() = first.days > 0 ? "no count compared meets the deadline" : "nothing fits";
+    } else {
+      const StepReport& rep = row->search.top.front().report;
+      cells[1] = str(row->gpus);
+      cells[2] = fixed(rep.tokens_per_s_per_device, 0);
+      cells[3] = fixed(row->tokens_per_s(), 0);
+      if (first.tokens > 0) cells[4] = fixed(row->days, 1), cells[5] = fixed(row->gpu_hours / 1e3, 0);
+      cells.back() = rep.mesh + ", policy " + layout_policy_label(row->search.top.front().config);
+    }
+    t.rows.push_back(cells);
+  }
+  std::cout << t.render();
 }
 
 }  // namespace
@@ -280,7 +330,7 @@ void register_layout_commands(CLI::App* plan) {
       std::vector<const RunConfig*> listed;
       for (const auto& x : r.top) listed.push_back(&x.config);
       const RunConfig& best = r.top[0].config;
-      std::printf("(%s)\n\nfastest: %s%s, policy %s, micro-batch %lld\n", ep_legend(listed).c_str(), r.top[0].report.mesh.c_str(),
+      std::printf("%s\nfastest: %s%s, policy %s, micro-batch %lld\n", marks_legend(listed).c_str(), r.top[0].report.mesh.c_str(),
                   layout_extra(best).c_str(), layout_policy_label(best).c_str(), static_cast<long long>(best.micro_batch));
       print_settings(r.top[0].config);
     });
@@ -297,10 +347,13 @@ void register_layout_commands(CLI::App* plan) {
         "--gpus takes the counts to compare, comma-separated. Each count is a plan layout search (its fastest layout,\n"
         "the same flags: held degrees, --policies, --micro-batches), all at one global batch: --global-batch, default\n"
         "one sequence per GPU at the largest count. Days are the budget over the simulated tokens/s (no restarts,\n"
-        "checkpoints or evaluation); scaling is tokens/s per GPU over the smallest count's that fits.\n"
+        "checkpoints or evaluation); scaling is tokens/s per GPU over the smallest count's that fits. --system takes\n"
+        "several systems, comma-separated: a plan for each, then each one's answer side by side (the fewest GPUs within\n"
+        "--days, else the count with the most tokens/s).\n"
         "Examples:\n"
         "  hbmsim plan scale --model llama3.1-405b --system gb200-nvl72 --seq 8192 --gpus 512,1024,2048 --global-batch 2048 --tokens 15e12\n"
-        "  hbmsim plan scale --model llama3.1-70b --system h100-hgx --seq 8192 --gpus 64,128,256 --tokens 2e12 --days 30 --framework megatron");
+        "  hbmsim plan scale --model llama3.1-70b --system h100-hgx --seq 8192 --gpus 64,128,256 --tokens 2e12 --days 30 --framework megatron\n"
+        "  hbmsim plan scale --model llama3.1-405b --system gb200-nvl72,gb300-nvl72,vr-nvl144 --seq 8192 --gpus 1024,2048,4096 --tokens 15e12 --days 100");
     cmd->callback([=] {
       RunFlags rest = *flags;
       ScalePlanOptions o;
@@ -308,18 +361,25 @@ void register_layout_commands(CLI::App* plan) {
         o.gpu_counts = held_flag_values("gpus", it->second);
         rest.values.erase(it);
       }
-      auto resolved = resolve_search_flags(rest, *search, {"gpus"});
-      const RunConfig base = std::move(resolved.first);
-      o.search = std::move(resolved.second);
+      // Every system resolved and checked before any is searched, so that a bad one is named as typed at once.
+      std::vector<RunConfig> bases;
+      const auto given = rest.values.find("system");
+      for (const std::string& system : given == rest.values.end() ? std::vector<std::string>{""} : listed_systems(given->second)) {
+        if (!system.empty()) rest.values["system"] = system;
+        auto resolved = resolve_search_flags(rest, *search, {"gpus"});
+        bases.push_back(std::move(resolved.first));
+        o.search = std::move(resolved.second);
+      }
       o.tokens = *tokens;
       o.days = *days;
-      if (o.gpu_counts.empty()) o.gpu_counts = {base.gpus};
-      with_flag_names(o.search, [&] { check_scale_options(base, o); }, {"gpus", "tokens", "days"});
+      if (o.gpu_counts.empty()) o.gpu_counts = {bases.front().gpus};
+      for (const RunConfig& base : bases) with_flag_names(o.search, [&] { check_scale_options(base, o); }, {"gpus", "tokens", "days"});
       const auto start = std::chrono::steady_clock::now();
+      auto current = std::make_shared<std::string>();
+      std::string system_label;  // "gb200-nvl72, " in the progress line when several systems are compared
       if (progress_wanted(search->progress)) {
-        auto current = std::make_shared<std::string>();
-        o.on_count = [current](std::int64_t gpus, std::size_t i, std::size_t n) {
-          *current = "plan scale: " + str(gpus) + " GPUs (" + str(static_cast<std::int64_t>(i + 1)) + " of " + str(static_cast<std::int64_t>(n)) + ")";
+        o.on_count = [current, &system_label](std::int64_t gpus, std::size_t i, std::size_t n) {
+          *current = "plan scale: " + system_label + str(gpus) + " GPUs (" + str(static_cast<std::int64_t>(i + 1)) + " of " + str(static_cast<std::int64_t>(n)) + ")";
           std::fprintf(stderr, "%s%s", i ? "\n" : "", current->c_str());
         };
         o.search.progress = search_progress(current, start);
@@ -329,13 +389,24 @@ void register_layout_commands(CLI::App* plan) {
                                   : "nothing fits");
         };
       }
-      const ScalePlan r = plan_scale(base, o);
-      if (o.on_count) std::fprintf(stderr, "\n");
-      if (search->json) {
-        std::cout << dump_json(scale_plan_json(r), 2) << "\n";
-        return;
+      std::vector<ScalePlan> plans;
+      for (const RunConfig& base : bases) {
+        if (bases.size() > 1) system_label = base.system + ", ";
+        const auto began = std::chrono::steady_clock::now();
+        plans.push_back(plan_scale(base, o));
+        if (o.on_count) std::fprintf(stderr, "\n");
+        if (search->json) continue;
+        if (plans.size() > 1) std::printf("\n");
+        print_scale_plan(base, o, plans.back(), std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
+        std::fflush(stdout);  // each system's answer as it comes
       }
-      print_scale_plan(base, o, r, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      if (search->json) {
+        nlohmann::json all = nlohmann::json::array();
+        for (const ScalePlan& plan : plans) all.push_back(scale_plan_json(plan));
+        std::cout << dump_json(plans.size() > 1 ? nlohmann::json{{"systems", all}} : all.front(), 2) << "\n";
+      } else if (plans.size() > 1) {
+        print_systems_compared(plans);
+      }
     });
   }
 }

@@ -341,6 +341,13 @@ corpus fit's figures (datasheet figures predict the published GB200 runs 25-64% 
 print("fewest GPUs within 100 days:", scale.attrs["fewest_within_days"])
 scale[["gpus", "tp", "cp", "fsdp", "dp", "policy", "step_time_s", "tokens_per_s_per_device", "scaling", "days",
        "gpu_hours", "limit"]].round(2)"""),
+    ("md", """The same question on each rack one might book: a list of systems gives a plan per system in one DataFrame, and
+`answer` marks each system's fewest GPUs within the deadline (`hbmsim plan scale --system a,b,c`). Vera Rubin, which no
+published run measures yet, takes the corpus fit's pooled scales."""),
+    ("code", """racks = hbmsim.plan.scale(model="llama3.1-405b", system=["gb200-nvl72", "gb300-nvl72", "vr-nvl144"], seq=8192,
+                          global_batch=2048, gpus=[1024, 2048, 4096], tokens=15e12, days=100,
+                          calibration="corpus-fitted", jobs=2)
+racks[racks["answer"]][["system", "gpus", "tokens_per_s_per_device", "days", "gpu_hours", "policy"]].round(1)"""),
 ]
 
 NOTEBOOKS = {

@@ -91,11 +91,12 @@ nlohmann::json layout_search_json(const LayoutSearch& r) {
 nlohmann::json scale_plan_json(const ScalePlan& r) {
   auto rows = nlohmann::json::array();
   for (const ScaleRow& row : r.rows) {
-    const double per_gpu = row.fits() ? row.search.top.front().report.tokens_per_s_per_device : 0;
-    rows.push_back({{"gpus", row.gpus}, {"fits", row.fits()}, {"tokens_per_s", per_gpu * static_cast<double>(row.gpus)}, {"days", row.days},
+    rows.push_back({{"gpus", row.gpus}, {"fits", row.fits()}, {"tokens_per_s", row.tokens_per_s()}, {"days", row.days},
                     {"gpu_hours", row.gpu_hours}, {"scaling", row.scaling}, {"search", layout_search_json(row.search)}});
   }
-  return {{"global_batch", r.global_batch}, {"seq", r.seq}, {"tokens", r.tokens}, {"days", r.days}, {"fewest_within_days", r.fewest_within_days}, {"rows", rows}};
+  const ScaleRow* answer = scale_answer(r);
+  return {{"system", r.system}, {"global_batch", r.global_batch}, {"seq", r.seq}, {"tokens", r.tokens}, {"days", r.days},
+          {"fewest_within_days", r.fewest_within_days}, {"answer_gpus", answer ? answer->gpus : 0}, {"rows", rows}};
 }
 
 nlohmann::json layer_count_json(const LayerCountSearch& r) {

@@ -49,6 +49,7 @@ void check_scale_options(const RunConfig& base, const ScalePlanOptions& o) {
 ScalePlan plan_scale(const RunConfig& base, const ScalePlanOptions& o) {
   check_scale_options(base, o);
   ScalePlan out;
+  out.system = base.system;
   out.global_batch = scale_global_batch(base, o.gpu_counts);
   out.seq = base.seq;
   std::vector<std::int64_t> counts = o.gpu_counts;
@@ -90,6 +91,14 @@ void price_scale_plan(ScalePlan& plan, double tokens, double days) {
       plan.fewest_within_days = row.gpus;
       return;
     }
+}
+
+const ScaleRow* scale_answer(const ScalePlan& plan) {
+  const ScaleRow* best = nullptr;
+  for (const ScaleRow& row : plan.rows) {
+    if (plan.days > 0 ? row.gpus == plan.fewest_within_days : row.fits() && (!best || row.tokens_per_s() > best->tokens_per_s())) best = &row;
+  }
+  return best;
 }
 
 }  // namespace hbmsim

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "planner/layout_search.hpp"
@@ -18,6 +19,8 @@ struct ScaleRow {
   // Tokens/s per GPU over that of the fewest GPUs that fit (1 there; 0 where nothing fits).
   double scaling = 0;
   bool fits() const { return !search.top.empty(); }
+  // Tokens/s over all its GPUs (0 where nothing fits).
+  double tokens_per_s() const { return fits() ? search.top.front().report.tokens_per_s_per_device * static_cast<double>(gpus) : 0; }
 };
 
 struct ScalePlanOptions {
@@ -35,6 +38,7 @@ struct ScalePlanOptions {
 };
 
 struct ScalePlan {
+  std::string system;             // the config's (a built-in id or a file)
   std::int64_t global_batch = 0;  // sequences per step, the same at every count
   std::int64_t seq = 0;
   double tokens = 0, days = 0;    // the budget and deadline asked (0: none)
@@ -51,6 +55,10 @@ void check_scale_options(const RunConfig& base, const ScalePlanOptions& options)
 // largest count.
 std::int64_t scale_global_batch(const RunConfig& base, const std::vector<std::int64_t>& gpu_counts);
 ScalePlan plan_scale(const RunConfig& base, const ScalePlanOptions& options);
+// The row that answers a plan when plans are compared (one per system): with a deadline, the fewest GPUs that meet
+// it; without one, the count with the most tokens/s in all (the fewer GPUs on a tie). nullptr: nothing fits, or no
+// count meets the deadline.
+const ScaleRow* scale_answer(const ScalePlan& plan);
 // Prices a plan's rows for a budget of `tokens` (0: none) and a deadline of `days` (0: none): each row's days,
 // GPU-hours and scaling, and the plan's fewest GPUs within the deadline (plan_scale calls it).
 void price_scale_plan(ScalePlan& plan, double tokens, double days);

@@ -113,6 +113,9 @@ def plan_args(rng):
         args += ["--micro-batches", "1", "--progress", "off", "--policy", rng.choice(POLICIES)]
         if rng.random() < 0.5:
             args += ["--tokens", "1e12"] + (["--days", str(rng.choice([1, 30, 1000]))] if rng.random() < 0.5 else [])
+        if rng.random() < 0.3:  # several systems compared
+            j = args.index("--system")
+            args[j + 1] = ",".join(rng.sample(SYSTEMS, 2))
     elif rng.random() < 0.5:
         args += ["--policy", rng.choice(POLICIES)]
     if kind != "largest-batch" and rng.random() < 0.6:

@@ -1,6 +1,7 @@
 // plan scale: the fastest layout at each GPU count at one global batch, and the days a token budget takes.
 #include <cmath>
 #include <limits>
+#include <sstream>
 
 #include <catch2/catch.hpp>
 
@@ -111,6 +112,35 @@ TEST_CASE("plan scale names the fewest GPUs that meet a deadline, or none", "[sc
   CHECK(plan.fewest_within_days == 0);
 }
 
+TEST_CASE("a plan compared with other systems' answers with its deadline's row, else its most tokens/s", "[scale]") {
+  // Rows by hand: 8 GPUs at 100 tokens/s each (800 in all), 16 at 90 (1,440), 32 at 40 (1,280), 64 nothing fits.
+  ScalePlan plan;
+  for (const auto& [gpus, per_gpu] : {std::pair<std::int64_t, double>{8, 100}, {16, 90}, {32, 40}, {64, 0}}) {
+    ScaleRow row;
+    row.gpus = gpus;
+    if (per_gpu > 0) {
+      LayoutResult best;
+      best.report.tokens_per_s_per_device = per_gpu;
+      row.search.top.push_back(best);
+    }
+    plan.rows.push_back(row);
+  }
+  CHECK(plan.rows[2].tokens_per_s() == 1280);
+  CHECK(plan.rows[3].tokens_per_s() == 0);
+  price_scale_plan(plan, 0, 0);  // no deadline: the most tokens/s in all is 16 GPUs' 1,440, not the largest count's
+  REQUIRE(scale_answer(plan) != nullptr);
+  CHECK(scale_answer(plan)->gpus == 16);
+  // 10^9 tokens within 10 days: 8 GPUs take 14.5, 16 take 8.0 (above): 16 is the fewest; within 5 days none.
+  price_scale_plan(plan, 1e9, 10);
+  REQUIRE(scale_answer(plan) != nullptr);
+  CHECK(scale_answer(plan)->gpus == 16);
+  price_scale_plan(plan, 1e9, 5);
+  CHECK(scale_answer(plan) == nullptr);
+  ScalePlan none;
+  none.rows.resize(1);
+  CHECK(scale_answer(none) == nullptr);  // nothing fits anywhere
+}
+
 TEST_CASE("plan scale holds one global batch: the config's, else one sequence per GPU at the largest count", "[scale]") {
   RunConfig base = llama8b_h100();
   base.global_batch = 0;
@@ -178,4 +208,47 @@ TEST_CASE("hbmsim plan scale prints a row per count, answers as plan layout does
     CHECK_THAT(b.err, Catch::Contains(bad.substr(bad.rfind("--"), bad.find(' ', bad.rfind("--")) - bad.rfind("--"))));
   }
   CHECK_THAT(test::cli(run + "--gpus 8,12 --tp 8").err, Catch::Contains("--tp = 8 (it does not divide the 12 GPUs) at 12 GPUs"));
+}
+
+TEST_CASE("hbmsim plan scale --system a,b plans each system as alone, then compares their answers", "[scale][cli]") {
+  const std::string run = "plan scale --model llama3.1-8b --seq 2048 --global-batch 32 --policies full --micro-batches 1 --fsdp 8 --gpus 8 ";
+  auto both = test::cli(run + "--system h100-hgx,h200-hgx --json");
+  REQUIRE(both.status == 0);
+  const auto doc = nlohmann::json::parse(both.out);
+  REQUIRE(doc["systems"].size() == 2);
+  const char* systems[] = {"h100-hgx", "h200-hgx"};
+  std::vector<double> per_gpu;
+  for (std::size_t i = 0; i < 2; ++i) {
+    auto alone = test::cli(run + "--system " + systems[i] + " --json");
+    REQUIRE(alone.status == 0);
+    CHECK(doc["systems"][i] == nlohmann::json::parse(alone.out));  // in the order given, each as asked alone
+    CHECK(doc["systems"][i]["system"] == systems[i]);
+    per_gpu.push_back(doc["systems"][i]["rows"][0]["search"]["top"][0]["report"]["tokens_per_s_per_device"].get<double>());
+  }
+  auto text = test::cli(run + "--system h100-hgx,h200-hgx --progress off");
+  REQUIRE(text.status == 0);
+  CHECK_THAT(text.out, Catch::Contains("scale: llama3.1-8b on h100-hgx GPUs") && Catch::Contains("scale: llama3.1-8b on h200-hgx GPUs") &&
+                           Catch::Contains("systems compared (each at the count with the most tokens/s):"));
+  // The comparison's rows (the last two lines): the system, its one count, and the tokens/s per GPU its own plan found.
+  std::vector<std::string> lines;
+  std::istringstream in(text.out);
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  REQUIRE(lines.size() > 2);
+  for (std::size_t i = 0; i < 2; ++i) {
+    std::istringstream row(lines[lines.size() - 2 + i]);
+    std::string system;
+    std::int64_t gpus = 0;
+    double tokens = 0;
+    row >> system >> gpus >> tokens;
+    CHECK(system == systems[i]);
+    CHECK(gpus == 8);
+    CHECK(tokens == Approx(per_gpu[i]).margin(0.5));
+  }
+  for (const std::string bad : {"h100-hgx,nosuch", "h100-hgx,h100-hgx", "h100-hgx,"}) {
+    auto b = test::cli(run + "--system " + bad);
+    INFO(bad << ": " << b.err);
+    CHECK(b.status == 2);
+    CHECK(b.out.empty());
+    CHECK_THAT(b.err, Catch::StartsWith("hbmsim: --system = \""));
+  }
 }

@@ -611,27 +611,42 @@ def plan_scale(config: Mapping[str, Any] | str | os.PathLike | None = None, *, g
                prune: bool = True, jobs: int = 1, state_offload: bool = True, **fields: Any) -> pd.DataFrame:
     """The fastest layout at each GPU count in ``gpus``, all at one global batch (the config's ``global_batch``,
     else one sequence per GPU at the largest count), as ``hbmsim plan scale --json``: one row per count, ascending,
-    with its layout and figures as :func:`plan_layout`'s rows, and gpus, fits, tokens_per_s (all GPUs), scaling
-    (tokens/s per GPU over the smallest fitting count's), days and gpu_hours (what ``tokens`` take at the
-    simulated rate; 0 without a budget) and none_fit (why nothing fits, where nothing does). ``attrs``: global_batch,
-    seq, tokens, days, fewest_within_days (the fewest GPUs that meet ``days``; -1: none; 0: no deadline) and
-    held. ``gpus`` None: the config's GPUs alone. The other keywords are :func:`plan_layout`'s (held degrees,
-    ``policy=``, ``micro_batch=``)."""
+    with its layout and figures as :func:`plan_layout`'s rows, and system, gpus, fits, tokens_per_s (all GPUs),
+    scaling (tokens/s per GPU over the smallest fitting count's), days and gpu_hours (what ``tokens`` take at the
+    simulated rate; 0 without a budget), answer (the row a comparison of systems takes: the fewest GPUs within
+    ``days``, else the most tokens/s) and none_fit (why nothing fits, where nothing does). ``attrs``: global_batch,
+    seq, tokens, days, fewest_within_days (the fewest GPUs that meet ``days``; -1: none; 0: no deadline; with
+    several systems a dict by system) and held. ``gpus`` None: the config's GPUs alone. ``system`` may be a list:
+    a plan per system, in that order, as ``--system a,b``. The other keywords are :func:`plan_layout`'s (held
+    degrees, ``policy=``, ``micro_batch=``)."""
     counts = [] if gpus is None else list(gpus) if isinstance(gpus, (list, tuple)) else [gpus]
     counts = [_whole("gpus", n) for n in counts]
-    doc, held, policies, micro_batches = _layout_keywords(config, fields, policies, micro_batches)
-    r = _hbmsim.plan_scale(doc, counts, float(tokens), float(days), policies, micro_batches, prune, jobs,
-                           state_offload, held)
+    systems = fields.pop("system", None)
+    several = isinstance(systems, (list, tuple))
+    if several:
+        if not systems or len(set(systems)) != len(systems):
+            raise ValueError(f"system = {list(systems)!r} (give each system once)")
+        docs = [_layout_keywords(config, {**fields, "system": s}, policies, micro_batches) for s in systems]
+    else:
+        docs = [_layout_keywords(config, fields if systems is None else {**fields, "system": systems}, policies, micro_batches)]
+    for doc, *_ in docs:
+        _hbmsim.expand_sweep(doc, [], "")  # every system's config checked before any is searched
+    plans = [_hbmsim.plan_scale(doc, counts, float(tokens), float(days), p, m, prune, jobs, state_offload, held)
+             for doc, held, p, m in docs]
     rows = []
-    for row in r["rows"]:
-        search = row["search"]
-        layout = _layout_row(search["top"][0]) if search["top"] else {}
-        rows.append({"gpus": row["gpus"], "fits": row["fits"], **layout, "tokens_per_s": row["tokens_per_s"],
-                     "scaling": row["scaling"], "days": row["days"], "gpu_hours": row["gpu_hours"],
-                     "none_fit": search["none_fit"]})
+    for r in plans:
+        for row in r["rows"]:
+            search = row["search"]
+            layout = _layout_row(search["top"][0]) if search["top"] else {}
+            rows.append({"system": r["system"], "gpus": row["gpus"], "fits": row["fits"], **layout,
+                         "tokens_per_s": row["tokens_per_s"], "scaling": row["scaling"], "days": row["days"],
+                         "gpu_hours": row["gpu_hours"], "answer": row["gpus"] == r["answer_gpus"],
+                         "none_fit": search["none_fit"]})
     df = pd.DataFrame(rows)
-    df.attrs.update({k: r[k] for k in ("global_batch", "seq", "tokens", "days", "fewest_within_days")})
-    df.attrs["held"] = r["rows"][0]["search"]["held"]
+    df.attrs.update({k: plans[0][k] for k in ("global_batch", "seq", "tokens", "days", "fewest_within_days")})
+    if several:
+        df.attrs["fewest_within_days"] = {r["system"]: r["fewest_within_days"] for r in plans}
+    df.attrs["held"] = plans[0]["rows"][0]["search"]["held"]
     return df
 
 

@@ -146,6 +146,31 @@ def test_scale_equals_cli(cli):
         hbmsim.plan_scale(model="llama3.1-8b", gpus=[8], days=3)
 
 
+def test_scale_over_systems_equals_cli(cli):
+    """plan_scale with a list of systems is a plan per system, as `plan scale --system a,b --json` gives them, each
+    the plan of that system alone; `answer` marks the row the CLI's comparison lists (no deadline: the count with
+    the most tokens/s in all, by hand from the rows)."""
+    args = ["--model", "llama3.1-8b", "--seq", "2048", "--global-batch", "32", "--policies", "full", "--micro-batches", "1",
+            "--gpus", "8,16"]
+    expected = cli_json(cli, "plan", "scale", *args, "--system", "h100-hgx,h200-hgx", "--json")["systems"]
+    got = hbmsim.plan_scale(model="llama3.1-8b", system=["h100-hgx", "h200-hgx"], seq=2048, global_batch=32, policy="full",
+                            micro_batch=1, gpus=[8, 16])
+    assert list(got["system"]) == ["h100-hgx", "h100-hgx", "h200-hgx", "h200-hgx"]
+    for plan in expected:
+        mine = got[got["system"] == plan["system"]]
+        alone = hbmsim.plan_scale(model="llama3.1-8b", system=plan["system"], seq=2048, global_batch=32, policy="full",
+                                  micro_batch=1, gpus=[8, 16])
+        assert list(mine["tokens_per_s_per_device"]) == list(alone["tokens_per_s_per_device"]) == \
+            [r["search"]["top"][0]["report"]["tokens_per_s_per_device"] for r in plan["rows"]]
+        best = max(plan["rows"], key=lambda r: r["tokens_per_s"])["gpus"]
+        assert list(mine.loc[mine["answer"], "gpus"]) == [best] == [plan["answer_gpus"]]
+    assert got.attrs["fewest_within_days"] == {"h100-hgx": 0, "h200-hgx": 0}
+    with pytest.raises(ValueError, match=r"give each system once"):
+        hbmsim.plan_scale(model="llama3.1-8b", system=["h100-hgx", "h100-hgx"], gpus=[8])
+    with pytest.raises(ValueError, match=r"nosuch"):
+        hbmsim.plan_scale(model="llama3.1-8b", system=["h100-hgx", "nosuch"], gpus=[8])
+
+
 def test_layout_default_policies_follow_the_framework(cli):
     """Without policies the search tries MaxText's presets, or under framework megatron Megatron's recompute
     choices; the CLI and Python agree (the Dask path splits the same list into tasks)."""
