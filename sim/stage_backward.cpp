@@ -71,12 +71,10 @@ int StageBuilder::backward_pass(int mb, int rank, int k, int slot, bool sync, Ch
     auto& carried = scratch_.due_scatters;
     carried.clear();
     if (!split_weights() && i + lag >= n) take_due(scattering, static_cast<std::size_t>(step), static_cast<std::size_t>(lag), carried);
-    backward_inputs(first, i, rec, bwd, grad_carry, start, sync, reloaded);
+    backward_inputs(first, i, rec, bwd, grad_carry, start, sync, reloaded, carried);
     const std::size_t had = done.size();
-    // Those last iterations' reduce-scatters are carried after the loop (below), and the first ones wait for
-    // the carried: a copy across passes would copy neither.
-    sim::LoopInstances* across = i < due || !carried.empty() ? nullptr : across_passes(slot, 1, i);
-    if (!carried.empty() || !copied_backward(first, i, step, bwd, grad_carry, reduce_scatter, done, across, mb, rec, reloaded)) {
+    sim::LoopInstances* across = across_passes(slot, 1, i);
+    if (!copied_backward(first, i, step, bwd, grad_carry, reduce_scatter, done, across, mb, rec, reloaded)) {
       auto [grad, rs] = backward_layer(CopyRank{rank, n}, first, i, rec, bwd, grad_carry, start, sync, reloaded, carried);
       grad_carry = grad;
       reduce_scatter[at(i)] = rs;

@@ -420,8 +420,10 @@ class StageBuilder {
   bool copied_forward(std::int64_t first, std::int64_t i, std::vector<ForwardLayer>& fwd, std::vector<std::vector<int>>& barrier,
                       sim::LoopInstances* across, int mb);
 
+  // What backward iteration i reads, the scatters carried from the stage's previous pass that it waits for among them.
   void backward_inputs(std::int64_t first, std::int64_t i, const ChunkRecord& rec, const std::vector<BackwardLayer>& bwd,
-                       int grad_in, int backward_start, bool last_microbatch, const std::vector<std::int64_t>& reloaded);
+                       int grad_in, int backward_start, bool last_microbatch, const std::vector<std::int64_t>& reloaded,
+                       const std::vector<Scatter>& carried);
   // TE: the layers whose reloads the backward of layer i issues, the one needed soonest first: the layer
   // `lookahead` before it, and at the pass's first backward layer every layer less than `lookahead` from it.
   void te_reloaded_by(std::int64_t first, std::int64_t i, std::int64_t n, const TeWindow& te, std::vector<std::int64_t>& out) const;

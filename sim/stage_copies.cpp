@@ -126,7 +126,8 @@ bool StageBuilder::copied_forward(std::int64_t first, std::int64_t i, std::vecto
 }
 
 void StageBuilder::backward_inputs(std::int64_t first, std::int64_t i, const ChunkRecord& rec, const std::vector<BackwardLayer>& bwd,
-                                 int grad_in, int backward_start, bool last_microbatch, const std::vector<std::int64_t>& reloaded) {
+                                 int grad_in, int backward_start, bool last_microbatch, const std::vector<std::int64_t>& reloaded,
+                                 const std::vector<Scatter>& carried) {
   auto& in = scratch_.inputs;
   in.clear();
   if (!copying()) return;
@@ -139,7 +140,8 @@ void StageBuilder::backward_inputs(std::int64_t first, std::int64_t i, const Chu
   in.assign({grad_in, backward_start, w_.last_compute(), i >= 1, i + 1 < n, i + 1 < n ? bwd[at(i + 1)].last : -1,
              me.gather.op, me.gather.buf, me.gather.shard, due, due ? bwd[at(i + reduce_scatter_lag())].reduce_scatter : -1,
              due ? bwd[at(i + reduce_scatter_lag())].grad_buf : -1, static_cast<int>(body - i),
-             body != i ? bwd[at(body)].iteration_start : -1, last_microbatch});
+             body != i ? bwd[at(body)].iteration_start : -1, last_microbatch, static_cast<int>(carried.size())});
+  for (const Scatter& s : carried) in.insert(in.end(), {s.op, s.buf});
   const ForwardLayer& f = rec.layers[at(i)];
   for (const auto* v : {&f.buf, &f.host_buf, &f.d2h}) in.insert(in.end(), v->begin(), v->end());
   if (!opt_.te_offload) return;
