@@ -36,6 +36,22 @@ ScalePlanOptions small_search(std::vector<std::int64_t> counts, double tokens, d
   return o;
 }
 
+// A plan's rows by hand: per row its GPUs and its winner's tokens/s per GPU (0: nothing fits there).
+ScalePlan plan_by_hand(std::initializer_list<std::pair<std::int64_t, double>> rows) {
+  ScalePlan plan;
+  for (const auto& [gpus, per_gpu] : rows) {
+    ScaleRow row;
+    row.gpus = gpus;
+    if (per_gpu > 0) {
+      LayoutResult best;
+      best.report.tokens_per_s_per_device = per_gpu;
+      row.search.top.push_back(best);
+    }
+    plan.rows.push_back(row);
+  }
+  return plan;
+}
+
 }  // namespace
 
 TEST_CASE("plan scale ranks at each count what plan layout ranks first, and prices the budget by hand", "[scale][layout]") {
@@ -84,17 +100,7 @@ TEST_CASE("plan scale ranks at each count what plan layout ranks first, and pric
 TEST_CASE("plan scale names the fewest GPUs that meet a deadline, or none", "[scale]") {
   // Rows by hand: 8 GPUs at 100 tokens/s each and 16 at 90 (a step of 32 x 2048 tokens): 10^9 tokens take
   // 10^9 / 800 / 86,400 = 14.47 days on 8 and 10^9 / 1,440 / 86,400 = 8.04 days on 16.
-  ScalePlan plan;
-  for (const auto& [gpus, per_gpu] : {std::pair<std::int64_t, double>{8, 100}, {16, 90}, {32, 0}}) {
-    ScaleRow row;
-    row.gpus = gpus;
-    if (per_gpu > 0) {
-      LayoutResult best;
-      best.report.tokens_per_s_per_device = per_gpu;
-      row.search.top.push_back(best);
-    }
-    plan.rows.push_back(row);
-  }
+  ScalePlan plan = plan_by_hand({{8, 100}, {16, 90}, {32, 0}});
   price_scale_plan(plan, 1e9, 30);
   CHECK(plan.rows[0].days == Approx(1e9 / 800 / 86400));
   CHECK(plan.rows[1].days == Approx(1e9 / 1440 / 86400));
@@ -114,17 +120,7 @@ TEST_CASE("plan scale names the fewest GPUs that meet a deadline, or none", "[sc
 
 TEST_CASE("a plan compared with other systems' answers with its deadline's row, else its most tokens/s", "[scale]") {
   // Rows by hand: 8 GPUs at 100 tokens/s each (800 in all), 16 at 90 (1,440), 32 at 40 (1,280), 64 nothing fits.
-  ScalePlan plan;
-  for (const auto& [gpus, per_gpu] : {std::pair<std::int64_t, double>{8, 100}, {16, 90}, {32, 40}, {64, 0}}) {
-    ScaleRow row;
-    row.gpus = gpus;
-    if (per_gpu > 0) {
-      LayoutResult best;
-      best.report.tokens_per_s_per_device = per_gpu;
-      row.search.top.push_back(best);
-    }
-    plan.rows.push_back(row);
-  }
+  ScalePlan plan = plan_by_hand({{8, 100}, {16, 90}, {32, 40}, {64, 0}});
   CHECK(plan.rows[2].tokens_per_s() == 1280);
   CHECK(plan.rows[3].tokens_per_s() == 0);
   price_scale_plan(plan, 0, 0);  // no deadline: the most tokens/s in all is 16 GPUs' 1,440, not the largest count's
