@@ -320,11 +320,14 @@ void StageBuilder::send(Crossing& in, int from, int to_chunk, int after, char ph
   w_.op(in.send).releases.push_back(from);
 }
 
-int StageBuilder::embedding(ChunkRecord& rec, int after_sync) {
+int StageBuilder::embedding(ChunkRecord& rec, int after_sync, int previous_pass) {
   const double act = dtype_bytes(g_.training.activation_dtype);
   const double T = g_.tokens, d = static_cast<double>(g_.model.d_model);
   const bool tp = multi(AxisSet{Axis::tp});
-  const Gather embed = gather_table("all_gather embedding", after_sync);
+  // (Issued after the sync alone, every micro-batch's table was gathered at the step's start: a stress draw held
+  // 15 tables at once on a pipeline's first stage, more on a faster GPU.)
+  const Gather embed = gather_table("all_gather embedding", previous_pass >= 0 ? previous_pass : after_sync);
+  if (after_sync >= 0 && previous_pass >= 0) w_.op(embed.op).deps.push_back(after_sync);
   rec.input_buf = w_.add_buffer(g_.sharded_tokens * d * act, MemCategory::saved_activations);
   const int lookup_buf = tp ? w_.add_buffer(T * d * act, MemCategory::workspace) : rec.input_buf;
   int lookup = w_.compute(costs_.memory_s(2 * T * d * act), true, 0, 'f', -1, "embedding_lookup");

@@ -302,8 +302,10 @@ class StageBuilder {
   void send(Crossing& in, int from, int to_chunk, int after, char phase, const char* what, int mb);
 
   // The embedding lookup: its table gathered, and with tp the partial sums of this rank's vocab shard leave
-  // over tp. Returns the op the first layer waits for; `rec.input_buf` holds its output.
-  int embedding(ChunkRecord& rec, int after_sync);
+  // over tp. Returns the op the first layer waits for; `rec.input_buf` holds its output. The gather is issued
+  // where a first layer's is, once the stage's previous pass is done (-1: at the step's start), and waits for
+  // the table's parameter sync (-1: none).
+  int embedding(ChunkRecord& rec, int after_sync, int previous_pass);
 
   // One micro-batch through chunk k: its input (looked up or received), its layers, then the head's forward
   // (the last chunk) or the send of its output to the next chunk's stage.

@@ -649,6 +649,34 @@ TEST_CASE("the head's gradient bucket is freed where the stage's next pass waits
   CHECK(fast.stages[1].hbm_peak_bytes == Approx(base.stages[1].hbm_peak_bytes).epsilon(1e-9));
 }
 
+TEST_CASE("a pipeline's first stage gathers each micro-batch's embedding table where its pass begins, not all at the step's start", "[pipeline]") {
+  // A stress draw (seed 275, --squeeze): Llama 3.1 8B on 32 B300 HGX, pp 8 x cp 4 with its parameters in host
+  // memory and kept gathered, 16 micro-batches. Every micro-batch's embedding gather (and its shard's copy-in) was
+  // issued after the table's parameter sync alone, so all 15 later ones were live at the step's start beside the
+  // first: stage 0 peaked at 26.8 GiB, and on a GPU twice as fast at 26.83 GiB of 26.83. Issued once the stage's
+  // previous pass is done, as a first layer's gather is, the first stage holds at its peak one table (128,256 x
+  // 4,096 in bf16) beside its 4 layers' weights, kept gathered (attention's 4,096 x 4,096 x 2 + 4,096 x 1,024 x 2
+  // and its layer's two norms of 4,096, counted with it, in fp8; the MLP's 3 x 4,096 x 14,336 in bf16), however
+  // fast the GPU.
+  const auto doc = nlohmann::json::parse(R"({"model": "llama3.1-8b", "system": "b300-hgx", "gpus": 32, "pp": 8, "cp": 4,
+      "cp_exchange": "all_gather", "microbatches": 16, "batch": 2, "seq": 8192, "mesh_order": "megatron",
+      "policy": "qkv_proj_offloaded", "attention_dtype": "fp8", "optimizer_moments_dtype": "bf16", "parameter_offload": true,
+      "reshard_weights": false, "double_buffering": true, "pipelined_transfers": true, "grad_reduce_dtype": "bf16",
+      "hbm_bytes": 28.8e9})");
+  const RunConfig c = RunConfig::from_json(doc, "test");
+  const double table = 128256.0 * 4096 * 2, layer = (4096.0 * 4096 * 2 + 4096.0 * 1024 * 2 + 2 * 4096) + 3 * 4096.0 * 14336 * 2;
+  const auto base = run_simulation(c);
+  const auto better = test::better_hardware(c, prepare_run(c).system);
+  REQUIRE(better[2].first == "a GPU twice as fast");
+  const auto fast = run_simulation(better[2].second);
+  CHECK(fast.step_time_s < base.step_time_s);
+  for (const auto* r : {&base, &fast}) {
+    CHECK(r->fits);
+    REQUIRE(r->stages.size() == 8);
+    CHECK(r->stages[0].hbm_breakdown_bytes.at("gathered_weights") == Approx(table + 4 * layer).epsilon(1e-9));
+  }
+}
+
 TEST_CASE("the micro-batch count comes from microbatches (MaxText) or the global batch (Megatron)", "[pipeline]") {
   RunConfig c;
   c.model = "llama3.1-8b";
