@@ -164,7 +164,8 @@ const std::vector<RunField> kFields = {
      &C::delay_wgrad},
     {"reshard_weights", "--reshard-weights",
      "FSDP gathers a layer's weights for every micro-batch's forward and backward and frees them after use (off: once "
-     "per step, kept until the layer's last backward, as PyTorch FSDP reshard_after_forward=False)",
+     "per step, kept until the layer's last backward, and the input embedding's table until the last micro-batch's "
+     "lookup, as PyTorch FSDP reshard_after_forward=False)",
      &C::reshard_weights},
     {"moe_batch_split", "--moe-batch-split",
      "MoE layers as this many micro-batches, so one's all-to-all overlaps another's compute under LHS",

@@ -320,20 +320,24 @@ void StageBuilder::send(Crossing& in, int from, int to_chunk, int after, char ph
   w_.op(in.send).releases.push_back(from);
 }
 
-int StageBuilder::embedding(ChunkRecord& rec, int after_sync, int previous_pass) {
+int StageBuilder::embedding(ChunkRecord& rec, int after_sync, int previous_pass, bool last_microbatch) {
   const double act = dtype_bytes(g_.training.activation_dtype);
   const double T = g_.tokens, d = static_cast<double>(g_.model.d_model);
   const bool tp = multi(AxisSet{Axis::tp});
   // (Issued after the sync alone, every micro-batch's table was gathered at the step's start: a stress draw held
   // 15 tables at once on a pipeline's first stage, more on a faster GPU.)
-  const Gather embed = gather_table("all_gather embedding", previous_pass >= 0 ? previous_pass : after_sync);
-  if (after_sync >= 0 && previous_pass >= 0) w_.op(embed.op).deps.push_back(after_sync);
+  Gather embed = kept_table_;
+  if (opt_.reshard_weights || embed.op < 0) {
+    embed = gather_table("all_gather embedding", previous_pass >= 0 ? previous_pass : after_sync);
+    if (after_sync >= 0 && previous_pass >= 0) w_.op(embed.op).deps.push_back(after_sync);
+    if (!opt_.reshard_weights) kept_table_ = Gather{embed.op, embed.buf, -1};  // the first lookup frees the shard
+  }
   rec.input_buf = w_.add_buffer(g_.sharded_tokens * d * act, MemCategory::saved_activations);
   const int lookup_buf = tp ? w_.add_buffer(T * d * act, MemCategory::workspace) : rec.input_buf;
   int lookup = w_.compute(costs_.memory_s(2 * T * d * act), true, 0, 'f', -1, "embedding_lookup");
   wait_gather(lookup, embed);
   w_.op(lookup).allocs.push_back(lookup_buf);
-  w_.op(lookup).releases.push_back(embed.buf);
+  if (opt_.reshard_weights || last_microbatch) w_.op(lookup).releases.push_back(embed.buf);
   if (tp) return transform(g_.embed_exit, false, lookup_buf, rec.input_buf, lookup, 'f', "embedding_exit");
   return lookup;
 }

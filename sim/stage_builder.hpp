@@ -304,8 +304,9 @@ class StageBuilder {
   // The embedding lookup: its table gathered, and with tp the partial sums of this rank's vocab shard leave
   // over tp. Returns the op the first layer waits for; `rec.input_buf` holds its output. The gather is issued
   // where a first layer's is, once the stage's previous pass is done (-1: at the step's start), and waits for
-  // the table's parameter sync (-1: none).
-  int embedding(ChunkRecord& rec, int after_sync, int previous_pass);
+  // the table's parameter sync (-1: none); without resharding only the first pass gathers, and the table is kept
+  // until the last micro-batch's lookup (kept_table_).
+  int embedding(ChunkRecord& rec, int after_sync, int previous_pass, bool last_microbatch);
 
   // One micro-batch through chunk k: its input (looked up or received), its layers, then the head's forward
   // (the last chunk) or the send of its output to the next chunk's stage.
@@ -471,6 +472,7 @@ class StageBuilder {
   Writer w_;
   Scratch& scratch_ = thread_scratch();
   std::vector<Gather> kept_weights_;  // per layer, without resharding: its one gather of the step
+  Gather kept_table_;                 // the same for the input embedding's table
 };
 
 }  // namespace hbmsim::build

@@ -16,7 +16,7 @@ int StageBuilder::forward_pass(int mb, int rank, int k, int slot, const Paramete
   const std::int64_t first = c.first_layer, n = c.layers();
   int layer_in_op;
   if (c.embedding) {
-    layer_in_op = embedding(rec, param_sync.tables, previous_pass);
+    layer_in_op = embedding(rec, param_sync.tables, previous_pass, mb + 1 == g_.training.grad_accum);
   } else {
     rec.input_buf = forward_in(mb, k).buf;
     layer_in_op = receive(forward_in(mb, k), posted, 'f', "recv activations", mb);

@@ -657,7 +657,7 @@ TEST_CASE("a pipeline's first stage gathers each micro-batch's embedding table w
   // previous pass is done, as a first layer's gather is, the first stage holds at its peak one table (128,256 x
   // 4,096 in bf16) beside its 4 layers' weights, kept gathered (attention's 4,096 x 4,096 x 2 + 4,096 x 1,024 x 2
   // and its layer's two norms of 4,096, counted with it, in fp8; the MLP's 3 x 4,096 x 14,336 in bf16), however
-  // fast the GPU.
+  // fast the GPU (and, its weights kept gathered, it is the same table all step: gathered by the first pass).
   const auto doc = nlohmann::json::parse(R"({"model": "llama3.1-8b", "system": "b300-hgx", "gpus": 32, "pp": 8, "cp": 4,
       "cp_exchange": "all_gather", "microbatches": 16, "batch": 2, "seq": 8192, "mesh_order": "megatron",
       "policy": "qkv_proj_offloaded", "attention_dtype": "fp8", "optimizer_moments_dtype": "bf16", "parameter_offload": true,
@@ -674,6 +674,16 @@ TEST_CASE("a pipeline's first stage gathers each micro-batch's embedding table w
     CHECK(r->fits);
     REQUIRE(r->stages.size() == 8);
     CHECK(r->stages[0].hbm_breakdown_bytes.at("gathered_weights") == Approx(table + 4 * layer).epsilon(1e-9));
+  }
+  // Kept gathered (reshard_weights off), the table is gathered once per step, as each layer is; resharded, once
+  // per micro-batch.
+  for (const bool reshard : {false, true}) {
+    RunConfig r = c;
+    r.reshard_weights = reshard;
+    const PreparedRun run = prepare_run(r);
+    std::vector<std::string> names;
+    (void)build_program(run.graph, run.system, run.policy, run.options, &names);
+    CHECK(std::count(names.begin(), names.end(), "all_gather embedding") == (reshard ? 16 : 1));
   }
 }
 
