@@ -324,8 +324,7 @@ int StageBuilder::embedding(ChunkRecord& rec, int after_sync, int previous_pass,
   const double act = dtype_bytes(g_.training.activation_dtype);
   const double T = g_.tokens, d = static_cast<double>(g_.model.d_model);
   const bool tp = multi(AxisSet{Axis::tp});
-  // (Issued after the sync alone, every micro-batch's table was gathered at the step's start: a stress draw held
-  // 15 tables at once on a pipeline's first stage, more on a faster GPU.)
+  // Where a first layer's gather is issued: after the sync alone, every pass's table would be live at the step's start.
   Gather embed = kept_table_;
   if (opt_.reshard_weights || embed.op < 0) {
     embed = gather_table("all_gather embedding", previous_pass >= 0 ? previous_pass : after_sync);
