@@ -20,18 +20,27 @@ namespace hbmsim::cli {
 
 namespace {
 
+// A flag's comma-separated items, empty ones kept (each flag says why an empty item is bad).
+std::vector<std::string> comma_items(const std::string& text) {
+  std::vector<std::string> items;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    items.push_back(text.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return items;
+}
+
 // A held degree's flag text, one value or a comma-separated list, each read as the flag's own value would be
 // ("--tp 4,8": 4 and 8; "--sharded-optimizer on": 1).
 std::vector<std::int64_t> held_flag_values(const std::string& field, const std::string& text) {
   std::vector<std::int64_t> values;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', start), text.size());
+  for (const std::string& item : comma_items(text)) {
     RunConfig c;
-    c.set(field, text.substr(start, comma - start), flag_for_field(field));
+    c.set(field, item, flag_for_field(field));
     const nlohmann::json value = c.to_json()[field];
     values.push_back(value.is_boolean() ? value.get<bool>() : value.get<std::int64_t>());
-    start = comma + 1;
   }
   return values;
 }
@@ -214,18 +223,10 @@ void print_scale_plan(const RunConfig& base, const ScalePlanOptions& o, const Sc
 
 // `--system a,b,c`: the systems plan scale compares, in the order given (a name empty or given twice is refused).
 std::vector<std::string> listed_systems(const std::string& text) {
-  std::vector<std::string> systems;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', start), text.size());
-    systems.push_back(text.substr(start, comma - start));
-    start = comma + 1;
-  }
-  for (std::size_t i = 0; i < systems.size(); ++i) {
-    if (systems[i].empty()) throw InputError("--system = \"" + text + "\" (an empty name in the list)");
-    if (std::find(systems.begin(), systems.begin() + static_cast<std::ptrdiff_t>(i), systems[i]) != systems.begin() + static_cast<std::ptrdiff_t>(i))
-      throw InputError("--system = \"" + text + "\" (" + systems[i] + " given twice)");
-  }
+  const std::vector<std::string> systems = comma_items(text);
+  if (std::find(systems.begin(), systems.end(), "") != systems.end())
+    throw InputError("--system = \"" + text + "\" (an empty name in the list)");
+  if (auto twice = first_repeat(systems); twice != systems.end()) throw InputError("--system = \"" + text + "\" (" + *twice + " given twice)");
   return systems;
 }
 
