@@ -1,7 +1,7 @@
 #include "sim/bounds.hpp"
 
 #include <algorithm>
-#include <array>
+#include <utility>
 
 #include "sim/comm.hpp"
 #include "sim/costs.hpp"
@@ -20,25 +20,15 @@ struct LayerCompute {
 };
 
 // The compute stream's waits between compute ops, in issue order. A blocking collective starts after the
-// compute before it, and the compute after waits for the last of them: for at least the solo time of the
-// collectives on that one's queue since the last compute (a queue runs its own one after another; other axes'
-// queues run beside it).
+// compute before it and after the blocking collective issued before it (the builder chains them), and the
+// compute after waits for the last: for at least the solo times of all of them since the last compute.
 class Waits {
  public:
-  void collective(Axis axis, double solo_s) {
-    queued_s_[static_cast<std::size_t>(axis)] += solo_s;
-    last_ = static_cast<int>(axis);
-  }
-  double compute() {
-    const double waited = last_ < 0 ? 0 : queued_s_[static_cast<std::size_t>(last_)];
-    queued_s_.fill(0);
-    last_ = -1;
-    return waited;
-  }
+  void collective(double solo_s) { queued_s_ += solo_s; }
+  double compute() { return std::exchange(queued_s_, 0.0); }
 
  private:
-  std::array<double, kAxisCount> queued_s_{};
-  int last_ = -1;
+  double queued_s_ = 0;
 };
 
 LayerCompute layer_compute(const LayerTemplate& t, const TemplatePlan& p, const SimOptions& opt, double tp) {
@@ -57,7 +47,7 @@ LayerCompute layer_compute(const LayerTemplate& t, const TemplatePlan& p, const 
   for (int oi : p.order) {  // the forward's issue order, as the builder emits it
     const OpDef& def = t.ops[static_cast<std::size_t>(oi)];
     if (def.kind == OpKind::comm && def.comm.forward != CommKind::none) {
-      if (blocks_compute(def.comm, false, opt)) fwd.collective(def.comm.axis, solo(def.comm, def.comm.forward, p.fwd_comm[static_cast<std::size_t>(oi)]));
+      if (blocks_compute(def.comm, false, opt)) fwd.collective(solo(def.comm, def.comm.forward, p.fwd_comm[static_cast<std::size_t>(oi)]));
     } else {
       out.forward_wait_s += fwd.compute();
     }
@@ -67,7 +57,7 @@ LayerCompute layer_compute(const LayerTemplate& t, const TemplatePlan& p, const 
     const bool replay = st.kind == TemplatePlan::Kind::replay;
     const CommKind kind = def.comm.kind(!replay);
     if (def.kind == OpKind::comm && kind != CommKind::none) {
-      if (blocks_compute(def.comm, !replay, opt)) bwd.collective(def.comm.axis, solo(def.comm, kind, replay ? p.fwd_comm[st.op] : p.bwd_comm[st.op]));
+      if (blocks_compute(def.comm, !replay, opt)) bwd.collective(solo(def.comm, kind, replay ? p.fwd_comm[st.op] : p.bwd_comm[st.op]));
     } else {
       out.backward_wait_s += bwd.compute();
     }

@@ -314,6 +314,7 @@ std::pair<int, int> StageBuilder::backward_layer(CopyRank rank, std::int64_t fir
       if (iteration_start >= 0) w_.op(id).deps.push_back(iteration_start);  // collectives start with their iteration
       if (blocking(def.comm, !replay)) {
         if (w_.last_compute() >= 0) w_.op(id).deps.push_back(w_.last_compute());
+        if (waiting >= 0) w_.op(id).deps.push_back(waiting);  // synchronous: after the one before it too
         waiting = id;
       }
     } else {

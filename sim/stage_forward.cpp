@@ -153,6 +153,7 @@ void StageBuilder::forward_layer(CopyRank rank, std::int64_t first, std::int64_t
       if (e.rest >= 0) tails.push_back(e.rest);
       if (blocking(def.comm, false)) {
         if (w_.last_compute() >= 0) w_.op(id).deps.push_back(w_.last_compute());
+        if (waiting >= 0) w_.op(id).deps.push_back(waiting);  // synchronous: after the one before it too
         waiting = id;
       }
     } else {
