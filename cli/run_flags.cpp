@@ -129,9 +129,10 @@ void check_run_config(const RunConfig& c, const Sources& s, const std::set<std::
     attributed(s, shape,
                [&] {
                  check_expert_tp(c, *model);
+                 // Building the graph validates the shape (once: validate_training is not idempotent).
                  TrainingSpec t = training_shape(c);
-                 validate_training(t, *model);
                  if (tensors_fixed && !c.tensors.empty()) check_override_tensors(c.tensors, build_step_graph(*model, t));
+                 else validate_training(t, *model);
                  return 0;
                });
   }

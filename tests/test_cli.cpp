@@ -88,6 +88,35 @@ TEST_CASE("a plan that does not fit is a result with exit status 0", "[cli]") {
   CHECK(j["hbm_peak_bytes"].get<double>() > j["hbm_capacity_bytes"].get<double>());
 }
 
+TEST_CASE("a pipeline given a per-device batch takes tensor overrides from flags and config files", "[cli][pipeline]") {
+  // The CLI checks a config's tensor names against the layers before it runs. That check validated the training
+  // shape twice, and the second time refused the pipeline's micro-batch count it had moved into grad_accum
+  // ("grad_accum = 2"), so no pipeline with --batch could name a tensor. The run is the library's.
+  hbmsim::RunConfig c;
+  c.model = "llama3.1-8b";
+  c.gpus = 8;
+  c.pp = 2;
+  c.batch = 1;
+  c.policy = "custom";
+  c.tensors = {{"query_proj", "offload"}};
+  const double step_s = hbmsim::run_simulation(c).step_time_s;
+  const std::string flags = "simulate --model llama3.1-8b --gpus 8 --pp 2 --batch 1 --policy custom";
+  auto r = test::cli(flags + " --tensor query_proj=offload --json");
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  CHECK(nlohmann::json::parse(r.out)["step_time_s"].get<double>() == step_s);
+  auto dir = test::temp_dir();
+  test::write(dir / "pp.json", R"({"model":"llama3.1-8b","gpus":8,"pp":2,"batch":1,"policy":"custom","tensors":{"query_proj":"offload"}})");
+  auto f = test::cli("simulate --config " + (dir / "pp.json").string() + " --json");
+  INFO(f.err);
+  REQUIRE(f.status == 0);
+  CHECK(nlohmann::json::parse(f.out)["step_time_s"].get<double>() == step_s);
+  // A name the layers do not make is still refused, naming the flag.
+  auto bad = test::cli(flags + " --tensor qkv_proj=offload");
+  CHECK(bad.status == 2);
+  CHECK(bad.err.find("--tensor qkv_proj = \"offload\" (Llama 3.1 8B's layers have no tensor qkv_proj") != std::string::npos);
+}
+
 TEST_CASE("bad flags and bad run configs exit with status 2 and one line naming them", "[cli]") {
   auto dir = test::temp_dir();
   test::write(dir / "unknown.json", R"({"model":"llama3.1-8b","colour":1})");

@@ -174,7 +174,8 @@ struct TrainingSpec {
 };
 
 // Fills fsdp and the batch, and checks every degree against the GPU count and the model; errors name the
-// field ("tp = 3 (num_query_heads = 32 is not divisible by it)").
+// field ("tp = 3 (num_query_heads = 32 is not divisible by it)"). Once per spec: a pipeline's micro-batch count
+// becomes its grad_accum, which a second call refuses (build_step_graph calls it on its own copy).
 void validate_training(TrainingSpec& t, const ModelSpec& m);
 
 }  // namespace hbmsim
