@@ -114,8 +114,12 @@ int StageBuilder::backward_pass(int mb, int rank, int k, int slot, bool sync, Ch
   w_.op(scatter).allocs.push_back(embed_grad);
   w_.op(scatter).releases.push_back(grad_carry);
   for (std::int64_t i = 0; i < due && !split_weights(); ++i) wait_for(scatter, Scatter{bwd[at(i)].reduce_scatter, bwd[at(i)].grad_buf});
+  // Freed where the backward's end waits for its reduce-scatters (Megatron-FSDP's and FSDP2's root post-backward
+  // hook), not when the transfer ends: then a faster GPU's next backward found it still live. With the weight
+  // gradients split off, the backward ends in the weight passes, which wait for it with the layers' scatters.
   const int rs = table_reduce_scatter(bucket, scatter, "reduce_scatter embedding", done);
-  w_.op(rs).releases = {embed_grad};
+  if (split_weights()) scattering.push_back(Scatter{rs, embed_grad});
+  else wait_for(w_.compute(0, false, 0, 'b', -1, w_.naming() ? "wait reduce_scatter embedding" : ""), Scatter{rs, embed_grad});
   if (sync && syncs()) {
     // Without overlap every bucket is issued once the backward pass is done.
     if (sync_layers && !opt_.dp_overlap)

@@ -649,6 +649,31 @@ TEST_CASE("the head's gradient bucket is freed where the stage's next pass waits
   CHECK(fast.stages[1].hbm_peak_bytes == Approx(base.stages[1].hbm_peak_bytes).epsilon(1e-9));
 }
 
+TEST_CASE("the embedding's gradient bucket is freed where the backward's end waits for its scatter, not when the network is done", "[pipeline]") {
+  // A stress draw (seed 287, --squeeze, GLM-4.5-Air): 256 VR NVL144, pp 8 (11 layers first) x cp 2 x ep 8, 16
+  // micro-batches, weights kept gathered. The first stage's backward ends with the embedding's unsharded table
+  // gradient (151,552 x 4,096 in fp32, 2.3 GiB) and its reduce-scatter; the bucket was freed when that transfer
+  // ended, so whether the next backward's first layers had their gradients live beside it depended on the GPU's
+  // speed against the network's: stage 0 peaked at 32.26 GiB, and at 33.48 on a GPU twice as fast. Freed where the
+  // backward's end waits for the scatter (Megatron-FSDP's root post-backward hook waits for every reduce-scatter),
+  // it is gone before the next pass whatever the speeds.
+  auto doc = nlohmann::json::parse(R"({"model": "hf/glm-4.5-air.config.json", "gpus": 256, "pp": 8, "cp": 2,
+      "cp_exchange": "all_gather", "ep": 8, "ep_shards_weights": true, "first_stage_layers": 11, "microbatches": 16,
+      "batch": 2, "seq": 1024, "policy": "selective", "tensors": {"attn_norm": "remat", "moe_dispatched": "remat",
+      "moe_mlp_act": "remat", "moe_returned": "remat"}, "reshard_weights": false, "pp_p2p": "blocking", "dp_overlap": false,
+      "weights": "mxfp8", "optimizer_moments_dtype": "bf16", "tp_comm_overlap": true, "moe_dispatcher": "flex",
+      "pipelined_transfers": true, "calibration": "gb200-fitted"})");
+  doc["system"] = std::string(HBMSIM_SOURCE_DIR) + "/tests/systems/vr-nvl144-seed287.json";  // Vera Rubin as drawn
+  const RunConfig c = RunConfig::from_json(doc, "test");
+  const auto base = run_simulation(c);
+  const auto better = test::better_hardware(c, prepare_run(c).system);
+  REQUIRE(better[2].first == "a GPU twice as fast");
+  const auto fast = run_simulation(better[2].second);
+  CHECK(fast.step_time_s < base.step_time_s);
+  REQUIRE(base.stages.size() == 8);
+  CHECK(fast.stages[0].hbm_peak_bytes <= base.stages[0].hbm_peak_bytes * (1 + 1e-12));
+}
+
 TEST_CASE("a pipeline's first stage gathers each micro-batch's embedding table where its pass begins, not all at the step's start", "[pipeline]") {
   // A stress draw (seed 275, --squeeze): Llama 3.1 8B on 32 B300 HGX, pp 8 x cp 4 with its parameters in host
   // memory and kept gathered, 16 micro-batches. Every micro-batch's embedding gather (and its shard's copy-in) was
