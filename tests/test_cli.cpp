@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "helpers.hpp"
@@ -9,6 +10,7 @@
 #include "planner/fit.hpp"
 #include "planner/run_config.hpp"
 #include "planner/sweep.hpp"
+#include "random_configs.hpp"
 
 TEST_CASE("systems --json lists the seven systems with HBM, peak FLOP/s and host-link bandwidth", "[cli]") {
   auto r = test::cli("systems --json");
@@ -115,6 +117,46 @@ TEST_CASE("a pipeline given a per-device batch takes tensor overrides from flags
   auto bad = test::cli(flags + " --tensor qkv_proj=offload");
   CHECK(bad.status == 2);
   CHECK(bad.err.find("--tensor qkv_proj = \"offload\" (Llama 3.1 8B's layers have no tensor qkv_proj") != std::string::npos);
+}
+
+TEST_CASE("the CLI runs what the library runs, from the library's own config JSON, with the same step", "[cli][pipeline]") {
+  // The CLI checks a config's fields before it runs (to name the flag or file of a bad one); that path must not
+  // refuse, or change, a run the library takes. Random pipelines of the small models with the levers drawn (a
+  // third of them with Megatron's module tensors named), each written as its to_json and run from the file:
+  // the library's bad input exits 2, the rest print the library's step time and HBM peak to the last bit.
+  std::mt19937 rng(5404);
+  auto dir = test::temp_dir();
+  int runs = 0, named = 0;
+  for (int tries = 0; runs < 6 && tries < 200; ++tries) {
+    hbmsim::RunConfig c = test::random_pipeline(rng);
+    test::add_levers(rng, c);
+    if (c.model != "llama3.1-8b" && c.model != "llama3.1-70b") continue;  // the sanitizer build runs these too
+    if (tries % 3 == 0) {
+      c.policy = "selective";
+      c.tensors = {{"attn_norm", "remat"}, {"query_proj", "device"}};
+    }
+    std::optional<hbmsim::StepReport> lib;
+    try {
+      lib = hbmsim::run_simulation(c);
+    } catch (const hbmsim::InputError&) {
+    }
+    const auto file = dir / ("random" + std::to_string(tries) + ".json");
+    test::write(file, c.to_json().dump());
+    const auto r = test::cli("simulate --config " + file.string() + " --json");
+    INFO(c.to_json().dump() << "\n" << r.err);
+    if (!lib) {
+      CHECK(r.status == 2);
+      continue;
+    }
+    REQUIRE(r.status == 0);
+    const auto j = nlohmann::json::parse(r.out);
+    CHECK(j["step_time_s"].get<double>() == lib->step_time_s);
+    CHECK(j["hbm_peak_bytes"].get<double>() == lib->hbm_peak_bytes);
+    ++runs;
+    named += !c.tensors.empty();
+  }
+  CHECK(runs == 6);
+  CHECK(named >= 2);
 }
 
 TEST_CASE("bad flags and bad run configs exit with status 2 and one line naming them", "[cli]") {
