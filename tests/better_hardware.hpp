@@ -18,6 +18,10 @@ inline hbmsim::RunConfig on_faster_gpu(hbmsim::RunConfig c, const hbmsim::System
   c.bf16_flops_per_s = 2 * sys.gpu.peak_flops(hbmsim::Dtype::bf16);
   return c;
 }
+// That run, simulated.
+inline hbmsim::StepReport run_on_faster_gpu(const hbmsim::RunConfig& c) {
+  return hbmsim::run_simulation(on_faster_gpu(c, hbmsim::prepare_run(c).system));
+}
 // The run with twice the scale-up and scale-out bandwidth per GPU.
 inline hbmsim::RunConfig on_faster_network(hbmsim::RunConfig c, const hbmsim::System& sys) {
   c.scale_up_bytes_per_s = 2 * sys.scale_up.per_gpu_bytes_per_s_per_direction;

@@ -614,9 +614,7 @@ TEST_CASE("a stage without the embedding frees its last layers' gradients at its
   const RunConfig c = RunConfig::from_json(doc, "test");
   const double bound = 3 * 3187703808.0 * 4 + (128256.0 * 16384 + 16384) * 4;
   const auto base = run_simulation(c);
-  const auto better = test::better_hardware(c, prepare_run(c).system);
-  REQUIRE(better[2].first == "a GPU twice as fast");
-  const auto fast = run_simulation(better[2].second);
+  const auto fast = test::run_on_faster_gpu(c);
   CHECK(fast.step_time_s < base.step_time_s);
   for (const auto* r : {&base, &fast})
     for (const auto& st : r->stages) {
@@ -641,9 +639,7 @@ TEST_CASE("the head's gradient bucket is freed where the stage's next pass waits
       "pipelined_transfers": true, "calibration": "gb200-fitted"})");
   const RunConfig c = RunConfig::from_json(doc, "test");
   const auto base = run_simulation(c);
-  const auto better = test::better_hardware(c, prepare_run(c).system);
-  REQUIRE(better[2].first == "a GPU twice as fast");
-  const auto fast = run_simulation(better[2].second);
+  const auto fast = test::run_on_faster_gpu(c);
   CHECK(fast.step_time_s < base.step_time_s);
   REQUIRE(base.stages.size() == 2);
   CHECK(fast.stages[1].hbm_peak_bytes == Approx(base.stages[1].hbm_peak_bytes).epsilon(1e-9));
@@ -666,9 +662,7 @@ TEST_CASE("the embedding's gradient bucket is freed where the backward's end wai
   doc["system"] = std::string(HBMSIM_SOURCE_DIR) + "/tests/systems/vr-nvl144-seed287.json";  // Vera Rubin as drawn
   const RunConfig c = RunConfig::from_json(doc, "test");
   const auto base = run_simulation(c);
-  const auto better = test::better_hardware(c, prepare_run(c).system);
-  REQUIRE(better[2].first == "a GPU twice as fast");
-  const auto fast = run_simulation(better[2].second);
+  const auto fast = test::run_on_faster_gpu(c);
   CHECK(fast.step_time_s < base.step_time_s);
   REQUIRE(base.stages.size() == 8);
   CHECK(fast.stages[0].hbm_peak_bytes <= base.stages[0].hbm_peak_bytes * (1 + 1e-12));
@@ -691,9 +685,7 @@ TEST_CASE("a pipeline's first stage gathers each micro-batch's embedding table w
   const RunConfig c = RunConfig::from_json(doc, "test");
   const double table = 128256.0 * 4096 * 2, layer = (4096.0 * 4096 * 2 + 4096.0 * 1024 * 2 + 2 * 4096) + 3 * 4096.0 * 14336 * 2;
   const auto base = run_simulation(c);
-  const auto better = test::better_hardware(c, prepare_run(c).system);
-  REQUIRE(better[2].first == "a GPU twice as fast");
-  const auto fast = run_simulation(better[2].second);
+  const auto fast = test::run_on_faster_gpu(c);
   CHECK(fast.step_time_s < base.step_time_s);
   for (const auto* r : {&base, &fast}) {
     CHECK(r->fits);
