@@ -6,7 +6,8 @@
 // draws missed a fast-forward bug that seed 404 hits at draws 5,511 and 9,255 (3c576e4), so run this where a change
 // touches the engine or the builder:
 //   build/tests/hbmsim_stress --seed 1 --count 5000 [--pipelines] [--squeeze] [--from N]
-// Prints each finding with its configuration JSON (for `hbmsim simulate --config`) and exits 1 if any.
+// Prints each finding with its configuration JSON (for `hbmsim simulate --config`; a comparison with better
+// hardware or twice the work also names the fields that run changes) and exits 1 if any.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -127,6 +128,16 @@ void consistent(const StepReport& r, std::vector<std::string>& out) {
     out.push_back("tokens/s is not tokens per step over the step");
 }
 
+// The fields `other` sets differently from `c`, as JSON: laid over the printed config, they give the run a
+// finding compares it with (`hbmsim simulate --config`).
+std::string changed_fields(const RunConfig& c, const RunConfig& other) {
+  const nlohmann::json a = c.to_json(), b = other.to_json();
+  nlohmann::json changed = nlohmann::json::object();
+  for (const auto& [key, value] : b.items())
+    if (!a.contains(key) || a[key] != value) changed[key] = value;
+  return " (" + changed.dump() + ")";
+}
+
 // DESIGN.md's laws on one result, and against the same run on better hardware and with twice the work
 // (better_hardware.hpp).
 void laws(const RunConfig& c, const StepReport& r, std::vector<std::string>& out) {
@@ -135,18 +146,22 @@ void laws(const RunConfig& c, const StepReport& r, std::vector<std::string>& out
   if (!(std::isfinite(r.step_time_s) && r.step_time_s > 0)) out.push_back("step time " + std::to_string(r.step_time_s));
   const PreparedRun prepared = prepare_run(c);
   const double slack = test::allowed_slowdown(c, prepared, r.fits);
-  for (const auto& [what, b] : test::on_better_hardware(c, prepared)) {
+  for (const auto& [what, better] : test::better_hardware(c, prepared.system)) {
+    const StepReport b = run_simulation(better);
     if (b.step_time_s > r.step_time_s * (1 + test::allowed_slowdown_on(what, c, prepared, r)))
-      out.push_back(what + " is slower: " + std::to_string(r.step_time_s) + " -> " + std::to_string(b.step_time_s) + " s");
-    if (r.fits && !b.fits) out.push_back(what + " no longer fits");
+      out.push_back(what + " is slower: " + std::to_string(r.step_time_s) + " -> " + std::to_string(b.step_time_s) + " s" +
+                    changed_fields(c, better));
+    if (r.fits && !b.fits) out.push_back(what + " no longer fits" + changed_fields(c, better));
   }
   try {
-    const StepReport t = run_simulation(test::twice_the_work(c));
+    const RunConfig twice = test::twice_the_work(c);
+    const StepReport t = run_simulation(twice);
     if (t.step_time_s < r.step_time_s * (1 - slack))
-      out.push_back("twice the work is faster: " + std::to_string(r.step_time_s) + " -> " + std::to_string(t.step_time_s) + " s");
+      out.push_back("twice the work is faster: " + std::to_string(r.step_time_s) + " -> " + std::to_string(t.step_time_s) + " s" +
+                    changed_fields(c, twice));
     if (t.hbm_peak_bytes < test::least_peak_with_twice_the_work(c, r, t))
       out.push_back("twice the work peaks lower: " + std::to_string(r.hbm_peak_bytes / 1073741824.0) + " -> " +
-                    std::to_string(t.hbm_peak_bytes / 1073741824.0) + " GiB");
+                    std::to_string(t.hbm_peak_bytes / 1073741824.0) + " GiB" + changed_fields(c, twice));
   } catch (const InputError&) {
     // twice the work may be bad input (a layout whose batch no longer divides): not a finding
   }
