@@ -19,18 +19,6 @@ struct LayerCompute {
   double forward_wait_s = 0, backward_wait_s = 0;
 };
 
-// The compute stream's waits between compute ops, in issue order. A blocking collective starts after the
-// compute before it and after the blocking collective issued before it (the builder chains them), and the
-// compute after waits for the last: for at least the solo times of all of them since the last compute.
-class Waits {
- public:
-  void collective(double solo_s) { queued_s_ += solo_s; }
-  double compute() { return std::exchange(queued_s_, 0.0); }
-
- private:
-  double queued_s_ = 0;
-};
-
 LayerCompute layer_compute(const LayerTemplate& t, const TemplatePlan& p, const SimOptions& opt, double tp) {
   LayerCompute out;
   for (std::size_t o = 0; o < t.ops.size(); ++o) {
@@ -43,24 +31,21 @@ LayerCompute layer_compute(const LayerTemplate& t, const TemplatePlan& p, const 
   auto solo = [&](const CommDef& c, CommKind kind, const CommCost& cost) {
     return cost.seconds * (userbuffer_overlapped(c, kind, opt) ? 1 / tp : 1.0);
   };
-  Waits fwd, bwd;
+  // A blocking collective holds the compute stream for at least its solo time: it starts after the compute
+  // before it and after the blocking collective issued before it (the builder chains them), and the compute
+  // after waits for it (no layer ends in one: the builder refuses that).
   for (int oi : p.order) {  // the forward's issue order, as the builder emits it
-    const OpDef& def = t.ops[static_cast<std::size_t>(oi)];
-    if (def.kind == OpKind::comm && def.comm.forward != CommKind::none) {
-      if (blocks_compute(def.comm, false, opt)) fwd.collective(solo(def.comm, def.comm.forward, p.fwd_comm[static_cast<std::size_t>(oi)]));
-    } else {
-      out.forward_wait_s += fwd.compute();
-    }
+    const auto o = static_cast<std::size_t>(oi);
+    const OpDef& def = t.ops[o];
+    if (def.kind == OpKind::comm && def.comm.forward != CommKind::none && blocks_compute(def.comm, false, opt))
+      out.forward_wait_s += solo(def.comm, def.comm.forward, p.fwd_comm[o]);
   }
   for (const TemplatePlan::Step& st : p.steps) {  // one backward iteration, replays included
     const OpDef& def = t.ops[st.op];
     const bool replay = st.kind == TemplatePlan::Kind::replay;
     const CommKind kind = def.comm.kind(!replay);
-    if (def.kind == OpKind::comm && kind != CommKind::none) {
-      if (blocks_compute(def.comm, !replay, opt)) bwd.collective(solo(def.comm, kind, replay ? p.fwd_comm[st.op] : p.bwd_comm[st.op]));
-    } else {
-      out.backward_wait_s += bwd.compute();
-    }
+    if (def.kind == OpKind::comm && kind != CommKind::none && blocks_compute(def.comm, !replay, opt))
+      out.backward_wait_s += solo(def.comm, kind, replay ? p.fwd_comm[st.op] : p.bwd_comm[st.op]);
   }
   return out;
 }
