@@ -141,9 +141,10 @@ TEST_CASE("the CLI runs what the library runs, from the library's own config JSO
     } catch (const hbmsim::InputError&) {
     }
     const auto file = dir / ("random" + std::to_string(tries) + ".json");
-    test::write(file, c.to_json().dump());
+    const std::string config = c.to_json().dump();
+    test::write(file, config);
     const auto r = test::cli("simulate --config " + file.string() + " --json");
-    INFO(c.to_json().dump() << "\n" << r.err);
+    INFO(config << "\n" << r.err);
     if (!lib) {
       CHECK(r.status == 2);
       continue;

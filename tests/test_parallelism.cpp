@@ -6,14 +6,13 @@
 
 #include "better_hardware.hpp"
 #include "helpers.hpp"
+#include "named_run.hpp"
 #include "hwmodels/builtin.hpp"
 #include "planner/framework_settings.hpp"
 #include "planner/plan.hpp"
 #include "planner/run_config.hpp"
 #include "planner/run_summary.hpp"
 #include "sim/layer_plan.hpp"
-#include "sim/program_builder.hpp"
-#include "sim/simulator.hpp"
 #include "workloads/model.hpp"
 
 using namespace hbmsim;
@@ -689,15 +688,12 @@ TEST_CASE("without LHS a layer's collectives run one at a time, each after the o
   c.batch = 1;
   c.lhs = false;
   c.policy = "full";
-  const PreparedRun run = prepare_run(c);
-  std::vector<std::string> names;
-  const sim::Program p = build_program(run.graph, run.system, run.policy, run.options, &names);
-  const sim::EngineResult r = sim::run_program(p, true);
+  const test::NamedRun run = test::named_run(c);
   struct Span { double start_s, end_s; std::string name; };
   std::vector<Span> spans;
-  for (std::size_t i = 0; i < p.ops.size(); ++i) {
-    const std::string& q = p.queues[static_cast<std::size_t>(p.ops[i].queue)].name;
-    if ((q == "tp" || q == "ep") && r.end_s[i] > r.start_s[i]) spans.push_back({r.start_s[i], r.end_s[i], names[i]});
+  for (std::size_t i = 0; i < run.p.ops.size(); ++i) {
+    const std::string& q = run.p.queues[static_cast<std::size_t>(run.p.ops[i].queue)].name;
+    if ((q == "tp" || q == "ep") && run.r.end_s[i] > run.r.start_s[i]) spans.push_back({run.r.start_s[i], run.r.end_s[i], run.names[i]});
   }
   std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.start_s < b.start_s; });
   REQUIRE(spans.size() > 100);

@@ -9,6 +9,7 @@
 
 #include "better_hardware.hpp"
 #include "helpers.hpp"
+#include "named_run.hpp"
 #include "planner/framework_settings.hpp"
 #include "planner/plan.hpp"
 #include "planner/plan_json.hpp"
@@ -103,27 +104,6 @@ RunConfig llama8b_pipeline(std::int64_t pp, const char* schedule, std::int64_t m
   return c;
 }
 
-// A run's program with its ops named, and its timeline.
-struct NamedRun {
-  sim::Program p;
-  std::vector<std::string> names;
-  sim::EngineResult r;
-  // The op called `name` on stage `device`.
-  std::size_t op(const std::string& name, int device) const {
-    for (std::size_t i = 0; i < p.ops.size(); ++i)
-      if (names[i] == name && p.queues[static_cast<std::size_t>(p.ops[i].queue)].device == device) return i;
-    FAIL("no op " << name << " on stage " << device);
-    return p.ops.size();
-  }
-};
-
-NamedRun named_run(const RunConfig& c) {
-  const PreparedRun run = prepare_run(c);
-  NamedRun n;
-  n.p = build_program(run.graph, run.system, run.policy, run.options, &n.names);
-  n.r = sim::run_program(n.p, true);
-  return n;
-}
 
 // No stage of `faster` (the same run on better hardware) peaks above the same stage of `base`.
 void check_no_stage_peaks_higher(const StepReport& base, const StepReport& faster) {
@@ -243,7 +223,7 @@ TEST_CASE("a pipeline send waits for the receiver to post its receive, one pass 
   // it starts B0, which waits for micro-batch 0's gradient to come back from stages 3 and 2 (about 4 forwards
   // and 2 backwards in). NCCL moves nothing before the receive is posted, so the send starts then, not when
   // stage 0 is done; stage 0's pipeline queue is idle by then, so exactly then.
-  const NamedRun run = named_run(llama8b_pipeline(4, "1f1b", 8));
+  const test::NamedRun run = test::named_run(llama8b_pipeline(4, "1f1b", 8));
   const auto& [p, names, r] = run;
   const auto send = run.op("send activations mb3", 0), posted = run.op("recv gradients mb0", 1);
   const auto f3_done = static_cast<std::size_t>(p.ops[send].deps[0]);  // F3's last layer on stage 0
@@ -269,7 +249,7 @@ TEST_CASE("with overlapped sends a stage waits for its last send before its next
   c.tp = 8;
   c.batch = 0.5;  // 4 sequences per micro-batch, as before
   c.scale_out_bytes_per_s = 0.1e9;
-  const NamedRun run = named_run(c);
+  const test::NamedRun run = test::named_run(c);
   const auto send0 = run.op("send activations mb0", 0), wait0 = run.op("wait send activations mb0", 0);
   const auto& deps = run.p.ops[wait0].deps;
   REQUIRE(std::find(deps.begin(), deps.end(), static_cast<int>(send0)) != deps.end());
@@ -288,7 +268,7 @@ TEST_CASE("with overlapped sends a stage waits for its last send before its next
   c = llama8b_pipeline(2, "1f1b", 4);
   c.framework = "megatron";
   c.vp = 2;
-  const NamedRun mega = named_run(c);
+  const test::NamedRun mega = test::named_run(c);
   int waits = 0;
   for (std::size_t i = 0; i < mega.p.ops.size(); ++i) {
     if (mega.names[i].rfind("send ", 0) == 0) CHECK(mega.p.ops[i].releases.size() == 1);
@@ -336,7 +316,7 @@ TEST_CASE("a forward pass that sends on closes on the compute stream after its c
   REQUIRE(base.stages.size() == 2);
   check_no_stage_peaks_higher(base, run_simulation(test::on_faster_network(c, prepare_run(c).system)));
   // Every D2H of a chunk that sends on is waited for by a compute op before the send.
-  const NamedRun run = named_run(c);
+  const test::NamedRun run = test::named_run(c);
   int closes = 0;
   for (std::size_t i = 0; i < run.p.ops.size(); ++i) {
     if (run.names[i].rfind("forward done", 0) != 0) continue;
@@ -369,7 +349,7 @@ TEST_CASE("blocking pipeline sends cost one more send per 1F1B pair of stages, b
   RunConfig c = llama8b_pipeline(2, "1f1b", 2);
   auto step = [&](const char* p2p, double* send_s) {
     c.pp_p2p = p2p;
-    const NamedRun run = named_run(c);
+    const test::NamedRun run = test::named_run(c);
     const auto& [p, names, r] = run;
     for (std::size_t i = 0; i < p.ops.size(); ++i) {
       if (names[i] == "send gradients mb1") *send_s = r.end_s[i] - r.start_s[i];
@@ -391,7 +371,7 @@ TEST_CASE("blocking pipeline sends cost one more send per 1F1B pair of stages, b
   c = llama8b_pipeline(4, "1f1b", 4);
   c.pp_p2p = "blocking";
   {
-    const NamedRun run = named_run(c);
+    const test::NamedRun run = test::named_run(c);
     const auto send1 = run.op("send activations mb1", 0), stage1_send0 = run.op("send activations mb0", 1);
     const auto f1_done = static_cast<std::size_t>(run.p.ops[send1].deps[0]);
     CHECK(run.r.start_s[send1] == Approx(run.r.end_s[stage1_send0]).epsilon(1e-12));
