@@ -296,7 +296,7 @@ py::dict plan_break_even(const py::object& config, double tolerance) {
   return to_py(j);
 }
 
-hbmsim::LayoutSearchOptions layout_options(std::size_t top, const std::vector<std::string>& policies,
+hbmsim::LayoutSearchOptions layout_options(std::int64_t top, const std::vector<std::string>& policies,
                                            const std::vector<std::int64_t>& micro_batches, int jobs,
                                            const std::map<std::string, std::vector<std::int64_t>>& held = {}) {
   hbmsim::LayoutSearchOptions o;
@@ -309,7 +309,7 @@ hbmsim::LayoutSearchOptions layout_options(std::size_t top, const std::vector<st
   return o;
 }
 
-py::dict plan_layout(const py::object& config, std::size_t top, const std::vector<std::string>& policies,
+py::dict plan_layout(const py::object& config, std::int64_t top, const std::vector<std::string>& policies,
                      const std::vector<std::int64_t>& micro_batches, bool prune, int jobs, bool state_offload,
                      const std::map<std::string, std::vector<std::int64_t>>& held) {
   auto base = config_from_py(config, "config");
@@ -442,7 +442,7 @@ PYBIND11_MODULE(_hbmsim, m) {
     const hbmsim::LayoutSearchOptions o;
     return to_py(json{{"policies", hbmsim::default_layout_policies(config_from_py(config, "config"))}, {"micro_batches", o.micro_batches}});
   }, py::arg("config"), "The policies (they follow the config's framework) and micro-batches plan_layout searches by default.");
-  m.def("check_layout_options", [](const py::object& config, std::size_t top, const std::vector<std::string>& policies,
+  m.def("check_layout_options", [](const py::object& config, std::int64_t top, const std::vector<std::string>& policies,
                                    const std::vector<std::int64_t>& micro_batches, int jobs,
                                    const std::map<std::string, std::vector<std::int64_t>>& held) {
           const auto o = layout_options(top, policies, micro_batches, jobs, held);

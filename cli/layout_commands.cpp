@@ -267,7 +267,7 @@ void register_layout_commands(CLI::App* plan) {
     auto* cmd = plan->add_subcommand("layout", "Fastest parallel layout, micro-batch and policy for a model on N GPUs at a fixed global batch");
     auto flags = make_run_flags(cmd);
     auto search = add_search_flags(cmd);
-    auto top = std::make_shared<std::size_t>(10);
+    auto top = std::make_shared<std::int64_t>(10);
     cmd->add_option("--top", *top, "How many layouts to list");
     cmd->footer(
         "The global batch is --global-batch (default: one sequence per GPU); the search sets tp, cp, pp, vp, ep, fsdp, dp,\n"

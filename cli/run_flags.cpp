@@ -92,6 +92,13 @@ void check_run_config(const RunConfig& c, const Sources& s, const std::set<std::
   // What-if figures (a config file's were checked for > 0 when it was read; flags were not).
   check_what_ifs(c, [&](const std::string& f) { return s.name(f); }, [&](const std::string& f) { return !fixed(f); });
 
+  // Each fixed field's own range (flags are read for their form only). Without it a search whose training shape
+  // is partly varied would refuse every candidate for the same fixed value and print that as a result.
+  for (const RunField& f : run_fields())
+    if (const std::string field(f.name); fixed(field))
+      if (const std::string why = f.range_problem(c); !why.empty())
+        throw InputError(s.name(field) + " = " + f.json(c)->dump() + " (" + why + ")");
+
   if (fixed("system")) attributed(s, {"system"}, [&] { return resolve_system(c.system); });
   std::optional<System> run_system;  // the system as the run sees it, profile applied
   if (fixed("calibration")) {

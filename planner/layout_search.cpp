@@ -357,7 +357,7 @@ std::string limiting_resource(const StepReport& r) {
 
 void check_layout_options(const LayoutSearchOptions& o, const LayoutOptionNames& names) {
   check_jobs(o.jobs, names.jobs);
-  if (o.top == 0) throw InputError(names.top + " = 0 (must be at least 1)");
+  if (o.top < 1) throw InputError(names.top + " = " + std::to_string(o.top) + " (must be at least 1)");
   for (auto m : o.micro_batches)
     if (m < 1) throw InputError(names.micro_batches + " " + std::to_string(m) + " (must be at least 1)");
   if (auto m = first_repeat(o.micro_batches); m != o.micro_batches.end())
@@ -526,16 +526,17 @@ LayoutSearch search_layouts(const RunConfig& base, const LayoutSearchOptions& o)
   };
   std::size_t done = 0, next = 0;
   std::vector<std::size_t> overflowed;  // the slice's points simulated over HBM
+  const auto top = static_cast<std::size_t>(o.top);  // (at least 1: checked above)
   auto kth_step = [&] {
     std::vector<double> steps;
     for (const auto& f : fitting) steps.push_back(f.report.step_time_s);
-    std::nth_element(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(o.top - 1), steps.end());
-    return steps[o.top - 1];
+    std::nth_element(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(top - 1), steps.end());
+    return steps[top - 1];
   };
   // A fixed slice (not one per thread) keeps the counts the same whatever the thread count.
   const std::size_t slice = 16;
   while (next < queue.size()) {
-    if (o.prune && fitting.size() >= o.top && kth_step() <= queue[next].step_s) break;
+    if (o.prune && fitting.size() >= top && kth_step() <= queue[next].step_s) break;
     std::vector<SweepPoint> points;
     std::vector<Bounded> sources;
     for (; next < queue.size() && points.size() < slice; ++next) {
@@ -582,7 +583,7 @@ LayoutSearch search_layouts(const RunConfig& base, const LayoutSearchOptions& o)
     if (a.report.hbm_peak_bytes != b.report.hbm_peak_bytes) return a.report.hbm_peak_bytes < b.report.hbm_peak_bytes;
     return config_id(a.config) < config_id(b.config);
   });
-  if (fitting.size() > o.top) fitting.resize(o.top);
+  if (fitting.size() > top) fitting.resize(top);
   out.top = std::move(fitting);
   if (out.top.empty() && !stopped.empty()) {  // the closest of the runs that stopped early, run in full
     std::vector<SweepPoint> points;

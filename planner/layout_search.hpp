@@ -15,7 +15,7 @@
 namespace hbmsim {
 
 struct LayoutSearchOptions {
-  std::size_t top = 10;
+  std::int64_t top = 10;  // signed: a negative count from the CLI or Python is refused by name, not wrapped
   int jobs = 1;
   // Skip candidates whose HBM lower bound exceeds capacity, and those whose step-time lower bound cannot beat
   // the top list (off: simulate them all; the answer is the same, which the tests check).

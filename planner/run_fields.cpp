@@ -377,6 +377,21 @@ void RunField::set(RunConfig& c, const std::string& text, const std::string& whe
   std::visit(visit, member);
 }
 
+std::string RunField::range_problem(const RunConfig& c) const {
+  std::optional<double> v;
+  if (auto* m = std::get_if<std::int64_t RunConfig::*>(&member)) v = static_cast<double>(c.**m);
+  if (auto* m = std::get_if<double RunConfig::*>(&member)) v = c.**m;
+  if (auto* m = std::get_if<std::optional<double> RunConfig::*>(&member)) v = c.**m;
+  if (!v) return "";
+  switch (check) {
+    case FieldCheck::positive: return *v > 0 && std::isfinite(*v) ? "" : "must be > 0";
+    case FieldCheck::non_negative: return *v >= 0 && std::isfinite(*v) ? "" : "must be >= 0";
+    case FieldCheck::fraction: return *v > 0 && *v <= 1 ? "" : "must be in (0, 1]";
+    case FieldCheck::none: break;
+  }
+  return "";
+}
+
 void RunField::read(RunConfig& c, const JsonView& v) const {
   const std::string where = v.where();
   struct {

@@ -34,6 +34,8 @@ struct RunField {
   void set(RunConfig& c, const std::string& text, const std::string& where) const;
   // Reads it from a JSON value (a bool field also takes "on"/"off"/"true"/"false", as the CLI does).
   void read(RunConfig& c, const JsonView& v) const;
+  // Why the field's value in `c` is out of its range ("must be > 0"), as read() refuses it in JSON; "" when it is in.
+  std::string range_problem(const RunConfig& c) const;
   // The value as JSON; nullopt for an optional field left unset. Whole numbers print as integers.
   std::optional<nlohmann::json> json(const RunConfig& c) const;
 };

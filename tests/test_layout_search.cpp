@@ -29,9 +29,9 @@ PrunedAndExhaustive search_both_ways(const RunConfig& base, LayoutSearchOptions 
   PrunedAndExhaustive r{search_layouts(base, o), {}};
   o.prune = false;
   r.exhaustive = search_layouts(base, o);
-  REQUIRE(r.exhaustive.top.size() == o.top);
-  REQUIRE(r.pruned.top.size() == o.top);
-  for (std::size_t i = 0; i < o.top; ++i) {
+  REQUIRE(r.exhaustive.top.size() == static_cast<std::size_t>(o.top));
+  REQUIRE(r.pruned.top.size() == static_cast<std::size_t>(o.top));
+  for (std::size_t i = 0; i < r.pruned.top.size(); ++i) {
     INFO("rank " << i + 1);
     CHECK(config_id(r.pruned.top[i].config) == config_id(r.exhaustive.top[i].config));
     CHECK(r.pruned.top[i].report.step_time_s == r.exhaustive.top[i].report.step_time_s);

@@ -87,6 +87,9 @@ def test_layout_equals_cli(cli):
     assert len(none) == 0 and "nothing fits" in none.attrs["none_fit"]
     with pytest.raises(ValueError, match="micro_batches 0"):
         hbmsim.plan_layout(model="llama3.1-8b", micro_batches=[0])
+    # A negative top was a pybind11 overload TypeError (the option was unsigned); the CLI wrapped it to "all".
+    with pytest.raises(ValueError, match=r"top = -1 \(must be at least 1\)"):
+        hbmsim.plan_layout(model="llama3.1-8b", top=-1)
     # A policy or micro-batch given twice would list its layouts twice: refused before anything runs.
     with pytest.raises(ValueError, match=r"micro_batches 2 \(given twice\)"):
         hbmsim.plan_layout(model="llama3.1-8b", micro_batches=[2, 1, 2])
