@@ -1,10 +1,12 @@
 // Seeded random configurations for the property tests (tests/test_invariants.cpp, test_fast_forward.cpp).
 #pragma once
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "planner/run_config.hpp"
+#include "workloads/model.hpp"
 #include "workloads/step_graph.hpp"
 
 namespace test {
@@ -137,6 +139,63 @@ inline void add_levers(std::mt19937& rng, RunConfig& c) {
     c.fsdp = 1;
     c.cp_shards_weights = c.ep_shards_weights = false;
   }
+}
+
+// The fields no draw above sets (hbmsim_stress --rare): Megatron's batch (micro-batch and global batch), a policy
+// per stage, the last stage's layer count or a whole Megatron pipeline layout, FSDP gathers not pipelined, the
+// LHS's memory slop, and Muon's blockwise tp mode. Kept apart from add_levers so that the sequences the suite's
+// tests draw stay as they were. Some combinations are bad input; the caller skips those.
+inline void add_rare_fields(std::mt19937& rng, RunConfig& c) {
+  auto coin = [&] { return std::uniform_int_distribution<int>(0, 1)(rng) == 1; };
+  const std::int64_t replicas = std::max<std::int64_t>(1, c.gpus / (c.tp * c.cp * c.pp));
+  if (coin()) {  // Megatron's batch: sequences per replica per micro-step, and per step
+    c.batch.reset();
+    c.micro_batch = pick<std::int64_t>(rng, {1, 1, 2});
+    c.global_batch = c.micro_batch * replicas * c.pp * pick<std::int64_t>(rng, {1, 2, 4});  // at least pp micro-batches
+    c.grad_accum = 1;
+    c.microbatches = 0;
+  }
+  const std::vector<std::string> presets = {"full", "minimal", "minimal_with_context", "save_qkv_proj", "qkv_proj_offloaded",
+                                            "minimal_offloaded"};
+  if (c.pp > 1 && coin()) {
+    std::string stages;
+    for (std::int64_t s = 0; s < c.pp; ++s) stages += (s ? "," : "") + pick(rng, presets);
+    c.stage_policies = stages;
+  }
+  if (c.pp > 1) {
+    const std::int64_t layers = hbmsim::resolve_model(c.model).num_layers;
+    switch (std::uniform_int_distribution<int>(0, 2)(rng)) {
+      case 0:  // a last stage lighter than the others, which split the rest evenly (one chunk per stage)
+        if (c.vp == 1 && c.first_stage_layers == 0 && !c.embedding_as_layer && !c.loss_as_layer) {
+          const std::int64_t rest = (layers + c.pp - 1) / c.pp;
+          c.last_stage_layers = layers - (c.pp - 1) * rest;
+          if (c.last_stage_layers <= 0) c.last_stage_layers = 0;
+        }
+        break;
+      case 1: {  // Megatron's layout string: every chunk's layers outright, the embedding first and the loss last
+        const std::int64_t chunks = c.pp * c.vp;
+        std::vector<std::int64_t> per(static_cast<std::size_t>(chunks), layers / chunks);
+        for (std::int64_t i = 0; i < layers % chunks; ++i) ++per[static_cast<std::size_t>(i)];
+        if (chunks > 1 && per[0] > 1 && coin()) {  // one layer moved from the first chunk to the last (an uneven split)
+          --per.front();
+          ++per.back();
+        }
+        std::string layout = "E";
+        for (std::size_t i = 0; i < per.size(); ++i) {
+          layout += (i ? "|" : "") + std::string(static_cast<std::size_t>(per[i]), 't');
+          if (i + 1 == per.size()) layout += std::string(static_cast<std::size_t>(c.mtp_layers), 'm') + "L";
+        }
+        c.pipeline_layout = layout;
+        c.first_stage_layers = c.last_stage_layers = 0;
+        c.embedding_as_layer = c.loss_as_layer = false;
+        break;
+      }
+      default: break;
+    }
+  }
+  if (coin()) c.pipelined_collectives = false;
+  if (coin()) c.memory_limit_slop = pick<double>(rng, {0.8, 1.0});
+  if (c.optimizer == "muon" && coin()) c.muon_tp_mode = "blockwise";
 }
 
 }  // namespace test

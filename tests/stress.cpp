@@ -5,7 +5,7 @@
 // report's own sums are checked on each. The suite's 160
 // draws missed a fast-forward bug that seed 404 hits at draws 5,511 and 9,255 (3c576e4), so run this where a change
 // touches the engine or the builder:
-//   build/tests/hbmsim_stress --seed 1 --count 5000 [--pipelines] [--squeeze] [--from N]
+//   build/tests/hbmsim_stress --seed 1 --count 5000 [--pipelines] [--squeeze] [--rare] [--from N]
 // Prints each finding with its configuration JSON (for `hbmsim simulate --config`; a comparison with better
 // hardware or twice the work also names the fields that run changes) and exits 1 if any.
 #include <algorithm>
@@ -34,9 +34,10 @@ namespace {
 
 // Every third draw a pipeline (with `pipelines`, every one), every other one with a memory lever or
 // Megatron's settings on top.
-RunConfig draw(std::mt19937& rng, int k, bool pipelines) {
+RunConfig draw(std::mt19937& rng, int k, bool pipelines, bool rare) {
   RunConfig c = pipelines || k % 3 == 0 ? test::random_pipeline(rng) : test::random_config(rng);
   if (k % 2 == 1) test::add_levers(rng, c);
+  if (rare) test::add_rare_fields(rng, c);
   return c;
 }
 
@@ -206,7 +207,7 @@ std::optional<std::vector<std::string>> check(const RunConfig& c, bool with_time
 
 struct Args {
   int seed = 1, count = 1000, from = 0;
-  bool pipelines = false, squeeze = false, why = false;
+  bool pipelines = false, squeeze = false, rare = false, why = false;
   std::string model;  // every draw with this model in place of its own ("": the drawn one)
 };
 
@@ -269,6 +270,7 @@ std::optional<Args> parse(int argc, char** argv) {
     else if (name == "--from") number(i, a.from);
     else if (name == "--pipelines") a.pipelines = true;
     else if (name == "--squeeze") a.squeeze = true;
+    else if (name == "--rare") a.rare = true;
     else if (name == "--why") a.why = true;
     else if (name == "--model") {
       if (i + 1 >= argc) throw std::invalid_argument(name + " needs a value");
@@ -300,12 +302,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (!parsed) {
-    std::cout << "usage: hbmsim_stress [--seed N] [--count N] [--pipelines] [--squeeze] [--from N] [--model M] [--why]\n"
+    std::cout << "usage: hbmsim_stress [--seed N] [--count N] [--pipelines] [--squeeze] [--rare] [--from N] [--model M] [--why]\n"
                  "  --seed N      the draws' random seed (default 1)\n"
                  "  --count N     how many configurations to draw (default 1000)\n"
                  "  --pipelines   every draw a pipeline (default: every third); a pipeline's GPUs are doubled,\n"
                  "                up to 8x, while its stages need more than it drew\n"
                  "  --squeeze     each draw's HBM set to 0.97-1.06x its own peak (the edge of fitting)\n"
+                 "  --rare        also the fields the other draws leave at their defaults: Megatron's micro-batch and\n"
+                 "                global batch, stage policies, the last stage's layers or a pipeline layout string,\n"
+                 "                FSDP gathers not pipelined, the memory slop, Muon's blockwise tp mode\n"
                  "  --from N      check draws N on only (the ones before are drawn, and squeezed, to reach them)\n"
                  "  --model M     every draw with model M (a built-in or a HuggingFace config, e.g.\n"
                  "                hf/gpt-oss-20b.config.json) in place of its own, pipelines re-split for its layers,\n"
@@ -322,7 +327,7 @@ int main(int argc, char** argv) {
   // have and a dense model's draws have only half the time: `--model` with an MoE model turns it on.
   const bool moe_model = !parsed->model.empty() && hbmsim::resolve_model(parsed->model).num_experts > 0;
   for (int k = 0; k < count; ++k) {
-    std::optional<RunConfig> drawn = draw(rng, k, pipelines);
+    std::optional<RunConfig> drawn = draw(rng, k, pipelines, parsed->rare);
     if (!parsed->model.empty()) {
       drawn->model = parsed->model;
       drawn->mtp_layers = 0;  // DeepSeek's MTP modules belong to the drawn model
