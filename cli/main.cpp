@@ -72,7 +72,9 @@ const std::map<std::string, std::string>& examples() {
                         "  hbmsim plan largest-batch --model llama3.1-405b --gpus 128 --seq 8192 --powers-of-two\n"},
       {"best-policy", "  hbmsim plan best-policy --model llama3.1-405b --gpus 128 --batch 2 --seq 8192 --pareto\n"},
       {"break-even", "  hbmsim plan break-even --model llama3.1-405b --gpus 128 --batch 2 --policy qkv_proj_offloaded\n"},
-      {"hbm-needed", "  hbmsim plan hbm-needed --model llama3.1-70b --gpus 8 --batch 4 --policy minimal\n"},
+      {"hbm-needed", "  hbmsim plan hbm-needed --model llama3.1-70b --gpus 8 --batch 4 --policy minimal\n"
+                     "  hbmsim plan hbm-needed --model deepseek-v3-671b --system vr-nvl144 --gpus 128 --ep 8 --seq 8192 --policy minimal_offloaded\n"
+                     "    (under LHS also the least HBM that fits, prefetches held back, and the least that keeps the step)\n"},
       {"calibrate", "  hbmsim calibrate measure -o h200.json   (needs a GPU and the CUDA backend)\n"
                     "  hbmsim calibrate fit --leave-one-out -o fitted.json --name my-fit\n"},
       {"measure", "  hbmsim calibrate measure -o h200.json\n"},

@@ -457,6 +457,11 @@ void register_plan(CLI::App& app) {
                   gib(r.capacity_bytes).c_str(), gib(r.host_bytes).c_str());
       for (auto& [k, v] : r.report.hbm_breakdown_bytes)
         if (v > 0) std::printf("  %-18s%10s GiB\n", k.c_str(), gib(v).c_str());
+      if (r.fits_from_bytes < r.hbm_bytes || r.full_speed_from_bytes > r.hbm_bytes)
+        std::printf("The capacity shapes the schedule (LHS holds a prefetch back while HBM would pass %s%% of it, less a backward\n"
+                    "iteration's needs): the step fits from %s GiB (%.3f s, %+.1f%%) and takes its %.3f s from %s GiB\n",
+                    format_number(100 * c.memory_limit_slop).c_str(), gib(r.fits_from_bytes).c_str(), r.step_time_at_fit_s,
+                    100 * (r.step_time_at_fit_s / r.step_time_s - 1), r.step_time_s, gib(r.full_speed_from_bytes).c_str());
       print_settings(c);
     });
   }

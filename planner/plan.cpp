@@ -10,6 +10,7 @@
 #include "hwmodels/json_view.hpp"
 #include "planner/layout_search.hpp"
 #include "planner/sweep.hpp"
+#include "sim/simulator.hpp"
 
 namespace hbmsim {
 
@@ -502,15 +503,79 @@ BreakEven break_even_bandwidth(const RunConfig& offload, double tolerance, doubl
   return out;
 }
 
-HbmNeeded hbm_needed(const RunConfig& config) {
+namespace {
+
+// The run at HBM capacity `bytes` (what-if), stopped once HBM goes over it (then only "does not fit" is known).
+StepReport at_hbm_capacity(const RunConfig& config, double bytes) {
   RunConfig c = config;
-  auto capacity = prepare_run(config).system.gpu.hbm_bytes;
-  c.hbm_bytes = 1e15;
+  c.hbm_bytes = bytes;
+  PreparedRun run = prepare_run(c);
+  run.options.stop_above_hbm_bytes = bytes;
+  return simulate(run.graph, run.system, run.policy, run.options);
+}
+
+bool hbm_fits(const StepReport& r) { return !r.stopped && r.hbm_peak_bytes <= r.hbm_capacity_bytes; }
+
+// The least capacity in (lo, hi] at which `ok` holds, given that it holds at hi and not at lo, to 0.1%; the
+// report at that capacity.
+template <class Ok>
+std::pair<double, StepReport> least_capacity(const RunConfig& c, double lo, double hi, StepReport at_hi, Ok ok) {
+  while (hi / lo > 1.001) {
+    const double mid = std::sqrt(lo * hi);
+    StepReport r = at_hbm_capacity(c, mid);
+    if (ok(r)) {
+      hi = mid;
+      at_hi = std::move(r);
+    } else {
+      lo = mid;
+    }
+  }
+  return {hi, std::move(at_hi)};
+}
+
+}  // namespace
+
+HbmNeeded hbm_needed(const RunConfig& config) {
+  constexpr double kNoObject = 1e15;  // bytes: no step comes near it
   HbmNeeded out;
+  out.capacity_bytes = prepare_run(config).system.gpu.hbm_bytes;
+  RunConfig c = config;
+  c.hbm_bytes = kNoObject;
   out.report = run_simulation(c);
   out.hbm_bytes = out.report.hbm_peak_bytes;
   out.host_bytes = out.report.host_peak_bytes;
-  out.capacity_bytes = capacity;
+  out.step_time_s = out.report.step_time_s;
+  out.fits_from_bytes = out.full_speed_from_bytes = out.hbm_bytes;
+  out.step_time_at_fit_s = out.step_time_s;
+  const double peak = out.hbm_bytes;
+  if (!(peak > 0)) return out;
+  const auto full_speed = [&](const StepReport& r) { return hbm_fits(r) && r.step_time_s <= out.step_time_s * (1 + 1e-9); };
+  // At its own peak the step fits and keeps its time unless a prefetch was held back: then search below and above.
+  StepReport at_peak = at_hbm_capacity(config, peak);
+  if (!hbm_fits(at_peak)) return out;  // (fitting not monotone in the capacity: a law the suite checks; keep the peak)
+  if (!full_speed(at_peak)) {
+    double hi = peak;
+    StepReport at_hi;
+    do {  // up to where the step is as fast as with HBM no object (that capacity itself at the most)
+      hi = std::min(2 * hi, kNoObject);
+      at_hi = at_hbm_capacity(config, hi);
+    } while (!full_speed(at_hi) && hi < kNoObject);
+    out.full_speed_from_bytes = least_capacity(config, hi / 2, hi, std::move(at_hi), full_speed).first;
+  }
+  const StepReport below = at_hbm_capacity(config, peak / 1.001);
+  if (!hbm_fits(below)) {
+    out.step_time_at_fit_s = at_peak.step_time_s;
+    return out;
+  }
+  double lo = peak / 1.001;
+  StepReport at_lo = below;
+  while (hbm_fits(at_lo)) {  // down to a capacity that does not fit (the resident state alone takes some)
+    lo /= 2;
+    at_lo = at_hbm_capacity(config, lo);
+  }
+  auto [bytes, at_fit] = least_capacity(config, lo, peak / 1.001, below, hbm_fits);
+  out.fits_from_bytes = bytes;
+  out.step_time_at_fit_s = at_fit.step_time_s;
   return out;
 }
 

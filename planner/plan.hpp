@@ -95,10 +95,18 @@ BreakEven break_even_bandwidth(const RunConfig& offload, double tolerance = 0.01
 // something (it checks this itself; a command that describes the run first checks before).
 void check_break_even(const RunConfig& offload);
 
-// HBM a config needs (its peak with capacity no object) and the pinned host memory.
+// HBM a config needs (its peak with capacity no object) and the pinned host memory. With LHS the capacity is an
+// input of the schedule (a prefetch waits while it would take HBM past memory_limit_slop of it), so the step may
+// still fit below that peak, slower: the least capacity at which it fits and the least at which it keeps the step
+// it takes with HBM no object are found by bisection (to 0.1%; fitting and the step are taken as monotone in the
+// capacity, laws the property suite checks). Without a prefetch the gate holds back, all three are the peak.
 struct HbmNeeded {
   double hbm_bytes = 0, host_bytes = 0, capacity_bytes = 0;
-  StepReport report;
+  double step_time_s = 0;             // with HBM no object
+  double fits_from_bytes = 0;         // the least HBM capacity at which the step fits
+  double step_time_at_fit_s = 0;      // the step at that capacity (prefetches held back: no faster than step_time_s)
+  double full_speed_from_bytes = 0;   // the least HBM capacity at which the step takes step_time_s (within 1e-9)
+  StepReport report;                  // with HBM no object
 };
 HbmNeeded hbm_needed(const RunConfig& config);
 

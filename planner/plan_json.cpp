@@ -64,7 +64,8 @@ nlohmann::json break_even_json(const BreakEven& r, double tolerance) {
 
 nlohmann::json hbm_needed_json(const HbmNeeded& r) {
   return {{"hbm_needed_bytes", r.hbm_bytes}, {"host_needed_bytes", r.host_bytes}, {"hbm_capacity_bytes", r.capacity_bytes},
-          {"breakdown", r.report.hbm_breakdown_bytes}};
+          {"breakdown", r.report.hbm_breakdown_bytes}, {"step_time_s", r.step_time_s}, {"hbm_fits_from_bytes", r.fits_from_bytes},
+          {"step_time_at_fit_s", r.step_time_at_fit_s}, {"hbm_full_speed_from_bytes", r.full_speed_from_bytes}};
 }
 
 nlohmann::json layout_search_json(const LayoutSearch& r) {

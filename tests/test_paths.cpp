@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 
 #include "helpers.hpp"
@@ -287,9 +288,14 @@ TEST_CASE("plan hbm-needed is the step's HBM peak, with the resident bytes of a 
   CHECK(need.hbm_bytes >= 16 * P / 8 + 4 * GiB);
   CHECK(need.capacity_bytes == 143771 * 1048576.0);  // H200: nvidia-smi 143,771 MiB
   CHECK(need.host_bytes == 0);          // nothing offloaded
-  // Without offload nothing is gated by the capacity: simulate reports the same peak.
+  // Without offload nothing is gated by the capacity: simulate reports the same peak, and the step fits and keeps
+  // its time from that peak on.
   const auto sim = run_simulation(c);
   CHECK(need.hbm_bytes == sim.hbm_peak_bytes);
+  CHECK(need.fits_from_bytes == need.hbm_bytes);
+  CHECK(need.full_speed_from_bytes == need.hbm_bytes);
+  CHECK(need.step_time_at_fit_s == need.step_time_s);
+  CHECK(need.step_time_s == sim.step_time_s);
   // With HBM cut below the need the answer is unchanged, the capacity is the what-if's, and the run OOMs.
   c.hbm_bytes = 0.5 * need.hbm_bytes;
   auto cut = hbm_needed(c);
@@ -303,6 +309,51 @@ TEST_CASE("plan hbm-needed is the step's HBM peak, with the resident bytes of a 
   auto cli = test::cli("plan hbm-needed --system h200-hgx --model llama3.1-8b --gpus 8 --batch 2 --seq 4096 --policy full --json");
   REQUIRE(cli.status == 0);
   CHECK(nlohmann::json::parse(cli.out)["hbm_needed_bytes"].get<double>() == need.hbm_bytes);
+}
+
+TEST_CASE("plan hbm-needed under LHS: the least HBM that fits and the least that keeps the step, each checked by runs on either side",
+          "[paths][plan]") {
+  // DeepSeek-V3 on 128 Vera Rubin GPUs, ep 8, every large tensor offloaded under LHS. With HBM no object its peak
+  // holds prefetches that LHS holds back at a capacity that size (its limit is 95% of HBM less a backward
+  // iteration's needs), so the step fits below its own peak, slower, and needs more than the peak to keep its
+  // time. Until the fifty-fifth session the plan gave only the peak: a run at 99.5% of it fit.
+  RunConfig c;
+  c.model = "deepseek-v3-671b";
+  c.system = "vr-nvl144";
+  c.gpus = 128;
+  c.ep = 8;
+  c.seq = 8192;
+  c.batch = 1;
+  c.lhs = true;
+  c.sequence_parallel = true;
+  c.policy = "minimal_offloaded";
+  const HbmNeeded need = hbm_needed(c);
+  REQUIRE(need.fits_from_bytes < need.hbm_bytes);
+  REQUIRE(need.full_speed_from_bytes > need.hbm_bytes);
+  auto at = [&](double bytes) {
+    RunConfig x = c;
+    x.hbm_bytes = bytes;
+    return run_simulation(x);
+  };
+  auto hbm_fits = [](const StepReport& r) { return r.hbm_peak_bytes <= r.hbm_capacity_bytes; };
+  const StepReport fit = at(need.fits_from_bytes), below = at(need.fits_from_bytes / 1.002);
+  CHECK(hbm_fits(fit));
+  CHECK_FALSE(hbm_fits(below));
+  CHECK(fit.step_time_s == need.step_time_at_fit_s);
+  CHECK(need.step_time_at_fit_s > need.step_time_s);
+  const StepReport full = at(need.full_speed_from_bytes), less = at(need.full_speed_from_bytes / 1.002);
+  CHECK(full.step_time_s == Approx(need.step_time_s).epsilon(1e-9));
+  CHECK(less.step_time_s > need.step_time_s * (1 + 1e-9));
+  // At the system's own HBM (277.5 GiB, above both) the step is the one with HBM no object.
+  CHECK(need.capacity_bytes > need.full_speed_from_bytes);
+  CHECK(run_simulation(c).step_time_s == need.step_time_s);
+  // The CLI says so in words.
+  auto cli = test::cli("plan hbm-needed --model deepseek-v3-671b --system vr-nvl144 --gpus 128 --ep 8 --seq 8192 --batch 1 --lhs on "
+                       "--sequence-parallel on --policy minimal_offloaded");
+  REQUIRE(cli.status == 0);
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f", need.fits_from_bytes / GiB);
+  CHECK_THAT(cli.out, Catch::Contains(std::string("the step fits from ") + text + " GiB"));
 }
 
 TEST_CASE("leave-one-out fits predict each run from the others: a corrupted run is predicted as the truth", "[paths][fit]") {

@@ -665,7 +665,10 @@ def plan_recompute_layers(config: Mapping[str, Any] | str | os.PathLike | None =
 
 
 def plan_hbm_needed(config: Mapping[str, Any] | str | os.PathLike | None = None, **fields: Any) -> dict:
-    """HBM and pinned host memory the config needs, as ``hbmsim plan hbm-needed --json``."""
+    """HBM and pinned host memory the config needs, as ``hbmsim plan hbm-needed --json``: hbm_needed_bytes (the peak
+    with HBM no object), host_needed_bytes, hbm_capacity_bytes, breakdown, step_time_s, and, where LHS's memory limit
+    shapes the schedule, hbm_fits_from_bytes with step_time_at_fit_s (the least HBM that fits, prefetches held back)
+    and hbm_full_speed_from_bytes (the least that keeps step_time_s); without that all three are the peak."""
     return _hbmsim.plan_hbm_needed(_config_with(config, fields)[0])
 
 
