@@ -284,6 +284,19 @@ def broken_laws(report):
     return ""
 
 
+def hbm_needed_order(doc):
+    """plan hbm-needed's capacities: the least that fits <= the peak with HBM no object <= the least at full speed,
+    and the step where it first fits no faster than at full speed ("" if they hold or the output is another's)."""
+    if not isinstance(doc, dict) or "hbm_fits_from_bytes" not in doc:
+        return ""
+    fits, peak, full = doc["hbm_fits_from_bytes"], doc["hbm_needed_bytes"], doc["hbm_full_speed_from_bytes"]
+    if not fits <= peak <= full:
+        return f"hbm-needed: fits from {fits}, peak {peak}, full speed from {full} (not in that order)"
+    if doc["step_time_at_fit_s"] < doc["step_time_s"] * (1 - 1e-9):
+        return f"hbm-needed: step {doc['step_time_at_fit_s']} s where it first fits, faster than {doc['step_time_s']} s"
+    return ""
+
+
 def run(binary, args):
     return subprocess.run([binary] + args, capture_output=True, text=True, timeout=600)
 
@@ -303,6 +316,8 @@ def check(binary, args):
     for report in reports(doc):
         if why := broken_laws(report):
             return why
+    if why := hbm_needed_order(doc):
+        return why
     if args[0] == "simulate" and doc.get("replayed_iterations", 0) > 0:
         return differs_without_fast_forward(binary, args, doc)
     return ""
