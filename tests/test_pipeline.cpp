@@ -648,6 +648,49 @@ TEST_CASE("the embedding's gradient bucket is freed where the backward's end wai
   CHECK(fast.stages[0].hbm_peak_bytes <= base.stages[0].hbm_peak_bytes * (1 + 1e-12));
 }
 
+TEST_CASE("ZB-H1's weight passes free what they read, whatever the list order of the layer's backward", "[pipeline]") {
+  // A stress draw (seed 313, --rare --pipelines --squeeze, draw 268): DeepSeek-V3 on 256 B300s, pp 2 x ep 32,
+  // ZB-H1 under LHS, the split given as a Megatron layout. A weight pass runs after its layer's whole backward, but
+  // which step last read a tensor was taken from the LHS list order of the layer's backward, which follows the solo
+  // durations: where out_proj's weight-gradient step came before the attention's backward, the attention's
+  // backward freed the recomputed attention output the weight pass reads later. On this GPU layers 30-60 did so
+  // (stage 1 peaked at 150.0 GiB); on one twice as fast the list put it after, and the same buffers lived to
+  // their weight passes (153.9 GiB: "a faster GPU no longer fits"). Now every buffer made by an op a weight pass
+  // waits on (the values it reads and the gradients it takes) is alive until that pass starts, on both GPUs.
+  const auto doc = nlohmann::json::parse(R"({"model": "deepseek-v3-671b", "system": "b300-hgx", "gpus": 256, "pp": 2,
+      "ep": 32, "dp": 2, "micro_batch": 2, "global_batch": 1024, "seq": 1024, "mtp_layers": 1, "mesh_order": "megatron",
+      "pipeline_layout": "Etttttttttttttttttttttttttttttt|tttttttttttttttttttttttttttttttmL", "pp_schedule": "zb-h1",
+      "pp_p2p": "overlapped", "policy": "minimal_offloaded", "stage_policies": "minimal_offloaded,minimal",
+      "lhs": true, "pipelined_transfers": true, "pipelined_collectives": false, "double_buffering": true,
+      "dp_overlap": false, "tp_comm_overlap": true, "weights": "fp8", "memory_limit_slop": 0.8, "sequence_parallel": true,
+      "sharded_optimizer": true,
+      "calibration": "gb200-fitted"})");
+  const RunConfig c = RunConfig::from_json(doc, "test");
+  const auto sys = prepare_run(c).system;
+  for (const RunConfig& run : {c, test::on_faster_gpu(c, sys)}) {
+    const test::NamedRun n = test::named_run(run);
+    int passes = 0, early = 0;
+    for (std::size_t w = 0; w < n.p.ops.size(); ++w) {
+      if (n.names[w].rfind("weight_grads", 0) != 0) continue;
+      ++passes;
+      for (int d : n.p.ops[w].deps) {
+        const auto& dep = n.p.ops[static_cast<std::size_t>(d)];
+        if (dep.phase != 'r' || dep.allocs.size() != 1) continue;  // a value it reads, made again for it
+        for (int b : dep.allocs) {
+          const double freed = n.r.buffer_free_s[static_cast<std::size_t>(b)];
+          if (freed >= 0 && freed < n.r.start_s[w]) {
+            ++early;
+            UNSCOPED_INFO(n.names[static_cast<std::size_t>(d)] << "'s buffer freed at " << freed << " s, before " << n.names[w] << " at " << n.r.start_s[w] << " s");
+          }
+        }
+      }
+    }
+    CHECK(passes > 0);
+    CHECK(early == 0);
+  }
+  CHECK(test::run_on_faster_gpu(c).stages[1].hbm_peak_bytes <= run_simulation(c).stages[1].hbm_peak_bytes * (1 + 1e-12));
+}
+
 TEST_CASE("a pipeline's first stage gathers each micro-batch's embedding table where its pass begins, not all at the step's start", "[pipeline]") {
   // A stress draw (seed 275, --squeeze): Llama 3.1 8B on 32 B300 HGX, pp 8 x cp 4 with its parameters in host
   // memory and kept gathered, 16 micro-batches. Every micro-batch's embedding gather (and its shard's copy-in) was
