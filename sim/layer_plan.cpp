@@ -194,6 +194,7 @@ double backward_working_set(const LayerTemplate& t, const TemplatePlan& p, const
         }
     }
     peak = std::max(peak, live);
+    if (p.split_weight_grads && kind == Kind::bwd_w) continue;  // its frees come in the weight pass, after the iteration
     for (int k : step_reads(def, kind))
       if (last_read[static_cast<std::size_t>(k)] == static_cast<int>(s) && replayed[static_cast<std::size_t>(k)])
         live -= t.tensors[static_cast<std::size_t>(k)].bytes;
