@@ -658,7 +658,7 @@ TEST_CASE("ZB-H1's weight passes free what they read, whatever the list order of
   // their weight passes (153.9 GiB: "a faster GPU no longer fits"). Without LHS the list puts each weight step
   // right after its input-gradient step, so it was always so (Llama 3.1 70B, tp 2 x pp 4: 146.1 GiB, now 151.1).
   // Now every value a weight pass reads that was made again for it (a recompute op's one output) is alive until
-  // that pass starts: on both GPUs, and without LHS.
+  // that pass starts: on both GPUs, and without LHS (on the suite's equal-stage Llama 8B pipeline).
   const auto doc = nlohmann::json::parse(R"({"model": "deepseek-v3-671b", "system": "b300-hgx", "gpus": 256, "pp": 2,
       "ep": 32, "dp": 2, "micro_batch": 2, "global_batch": 1024, "seq": 1024, "mtp_layers": 1, "mesh_order": "megatron",
       "pipeline_layout": "Etttttttttttttttttttttttttttttt|tttttttttttttttttttttttttttttttmL", "pp_schedule": "zb-h1",
@@ -668,16 +668,7 @@ TEST_CASE("ZB-H1's weight passes free what they read, whatever the list order of
       "sharded_optimizer": true, "calibration": "gb200-fitted"})");
   const RunConfig c = RunConfig::from_json(doc, "test");
   const auto sys = prepare_run(c).system;
-  RunConfig no_lhs;
-  no_lhs.model = "llama3.1-70b";
-  no_lhs.system = "gb200-nvl72";
-  no_lhs.gpus = 32;
-  no_lhs.tp = 2;
-  no_lhs.pp = 4;
-  no_lhs.microbatches = 16;
-  no_lhs.batch = 2;
-  no_lhs.seq = 8192;
-  no_lhs.pp_schedule = "zb-h1";
+  RunConfig no_lhs = llama8b_pipeline(4, "zb-h1", 8);
   no_lhs.lhs = false;
   for (const RunConfig& run : {c, test::on_faster_gpu(c, sys), no_lhs}) {
     const test::NamedRun n = test::named_run(run);
