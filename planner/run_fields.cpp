@@ -396,34 +396,21 @@ void RunField::read(RunConfig& c, const JsonView& v) const {
   const std::string where = v.where();
   struct {
     RunConfig& c;
-    const RunField& f;
     const JsonView& v;
     const std::string& where;
     void operator()(std::string RunConfig::*m) const { c.*m = v.string(); }
-    void operator()(std::int64_t RunConfig::*m) const {
-      c.*m = v.integer();
-      if (f.check == FieldCheck::positive && c.*m <= 0) v.fail("must be > 0");
-      if (f.check == FieldCheck::non_negative && c.*m < 0) v.fail("must be >= 0");
-    }
+    void operator()(std::int64_t RunConfig::*m) const { c.*m = v.integer(); }
     void operator()(bool RunConfig::*m) const {
       c.*m = v.raw().is_string() ? parse_bool_text(v.string(), where) : v.boolean();
     }
-    void operator()(double RunConfig::*m) const { c.*m = read_number(); }
-    void operator()(std::optional<double> RunConfig::*m) const { c.*m = read_number(); }
+    void operator()(double RunConfig::*m) const { c.*m = v.number(); }
+    void operator()(std::optional<double> RunConfig::*m) const { c.*m = v.number(); }
     void operator()(Switch RunConfig::*m) const {
       c.*m = v.raw().is_string() ? parse_switch_text(v.string(), where) : Switch(v.boolean());
     }
-    double read_number() const {
-      switch (f.check) {
-        case FieldCheck::positive: return v.positive();
-        case FieldCheck::non_negative: return v.non_negative();
-        case FieldCheck::fraction: return v.fraction();
-        case FieldCheck::none: break;
-      }
-      return v.number();
-    }
-  } visit{c, *this, v, where};
+  } visit{c, v, where};
   std::visit(visit, member);
+  if (const std::string why = range_problem(c); !why.empty()) v.fail(why);  // the rule the CLI's flags get too
 }
 
 std::optional<nlohmann::json> RunField::json(const RunConfig& c) const {
