@@ -567,13 +567,15 @@ HbmNeeded hbm_needed(const RunConfig& config) {
     out.step_time_at_fit_s = at_peak.step_time_s;
     return out;
   }
-  double lo = peak / 1.001;
-  StepReport at_lo = below;
+  double hi = peak / 1.001, lo = hi;
+  StepReport at_hi = below, at_lo = below;
   while (hbm_fits(at_lo)) {  // down to a capacity that does not fit (the resident state alone takes some)
+    hi = lo;
+    at_hi = std::move(at_lo);
     lo /= 2;
     at_lo = at_hbm_capacity(config, lo);
   }
-  auto [bytes, at_fit] = least_capacity(config, lo, peak / 1.001, below, hbm_fits);
+  auto [bytes, at_fit] = least_capacity(config, lo, hi, std::move(at_hi), hbm_fits);
   out.fits_from_bytes = bytes;
   out.step_time_at_fit_s = at_fit.step_time_s;
   return out;
