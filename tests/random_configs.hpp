@@ -181,11 +181,8 @@ inline void add_rare_fields(std::mt19937& rng, RunConfig& c) {
           ++per.back();
         }
         std::string layout = "E";
-        for (std::size_t i = 0; i < per.size(); ++i) {
-          layout += (i ? "|" : "") + std::string(static_cast<std::size_t>(per[i]), 't');
-          if (i + 1 == per.size()) layout += std::string(static_cast<std::size_t>(c.mtp_layers), 'm') + "L";
-        }
-        c.pipeline_layout = layout;
+        for (std::size_t i = 0; i < per.size(); ++i) layout += (i ? "|" : "") + std::string(static_cast<std::size_t>(per[i]), 't');
+        c.pipeline_layout = layout + std::string(static_cast<std::size_t>(c.mtp_layers), 'm') + "L";
         c.first_stage_layers = c.last_stage_layers = 0;
         c.embedding_as_layer = c.loss_as_layer = false;
         break;
